@@ -1,0 +1,176 @@
+//! The two things the agent drives: a model that streams text for a prompt, and the tools.
+//! Both are executor-agnostic (no runtime, no `Send` bound) so the same loop runs natively and
+//! on single-threaded wasm.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::page::{PageInfo, Snapshot};
+
+/// A stop signal shared by the UI, the loop, the model and the running tool.
+#[derive(Debug, Clone, Default)]
+pub struct CancelToken(Arc<CancelInner>);
+
+#[derive(Debug, Default)]
+struct CancelInner {
+    cancelled: AtomicBool,
+    wakers: Mutex<Vec<Waker>>,
+}
+
+impl CancelToken {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn cancel(&self) {
+        self.0.cancelled.store(true, Ordering::SeqCst);
+        let wakers = std::mem::take(&mut *self.0.wakers.lock().unwrap_or_else(|p| p.into_inner()));
+        for w in wakers {
+            w.wake();
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once [`cancel`](Self::cancel) is called.
+    pub fn cancelled(&self) -> Cancelled {
+        Cancelled(self.clone())
+    }
+}
+
+/// Future returned by [`CancelToken::cancelled`].
+#[derive(Debug)]
+pub struct Cancelled(CancelToken);
+
+impl Future for Cancelled {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0.is_cancelled() {
+            return Poll::Ready(());
+        }
+        self.0.0.wakers.lock().unwrap_or_else(|p| p.into_inner()).push(cx.waker().clone());
+        // Re-check: cancel() may have run between the check and the registration.
+        if self.0.is_cancelled() { Poll::Ready(()) } else { Poll::Pending }
+    }
+}
+
+/// One generation request: the fully rendered prompt (the model's own chat template applied).
+#[derive(Debug, Clone)]
+pub struct GenerationRequest {
+    pub prompt: String,
+    pub max_new_tokens: usize,
+    /// Set when the user stops; a backend should stop decoding promptly.
+    pub cancel: CancelToken,
+}
+
+/// What a backend streams back.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelChunk {
+    /// Decoded text, special tokens included verbatim (`<|tool_call>`, `<turn|>`…).
+    Text(String),
+    /// Sent once at the end, when the backend knows its numbers.
+    Finished(GenerationStats),
+}
+
+/// Measured by the backend (the agent has no clock of its own on wasm).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GenerationStats {
+    pub prompt_tokens: usize,
+    /// Prompt tokens served from the KV cache.
+    pub cached_prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+}
+
+/// The model failed; the message is shown to the user.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the model failed: {0}")]
+pub struct ModelError(pub String);
+
+/// Streaming text generation from a rendered prompt.
+pub trait ModelBackend {
+    /// Starts generating. The stream ends when the model stops (a stop token, the token limit,
+    /// or cancellation).
+    fn generate(&mut self, request: GenerationRequest) -> impl Stream<Item = Result<ModelChunk, ModelError>>;
+}
+
+/// A validated tool call handed to the executor.
+#[derive(Debug, Clone)]
+pub struct ToolInvocation {
+    pub call_id: String,
+    pub name: String,
+    pub arguments: Map<String, Value>,
+    /// Set when the user stops; the executor should abort its work.
+    pub cancel: CancelToken,
+}
+
+/// A tool's result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolOutput {
+    /// Text for the model. For snapshots it is generated from `snapshot` instead.
+    pub text: String,
+    /// For `snapshot`: the elements; the agent renders them with stable indices and marks.
+    pub snapshot: Option<Snapshot>,
+    /// The page after the action (URL and title), if the executor knows it.
+    pub page: Option<PageInfo>,
+    /// The text comes from the page (untrusted): it is fenced and labelled for the model.
+    pub from_page: bool,
+}
+
+impl ToolOutput {
+    /// A plain message such as "Clicked."
+    pub fn text(text: impl Into<String>) -> Self {
+        Self { text: text.into(), ..Self::default() }
+    }
+
+    /// Content read from the page (read_page, run_javascript results…).
+    pub fn page_text(page: PageInfo, text: impl Into<String>) -> Self {
+        Self { text: text.into(), page: Some(page), from_page: true, snapshot: None }
+    }
+
+    pub fn snapshot(snapshot: Snapshot) -> Self {
+        Self { text: String::new(), page: Some(snapshot.page.clone()), snapshot: Some(snapshot), from_page: true }
+    }
+}
+
+/// A tool failed; the message goes back to the model, so make it actionable
+/// ("no element [12]; take a new snapshot").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ToolError(pub String);
+
+/// Runs tools (in the extension: content script, service worker).
+pub trait ToolExecutor {
+    // No Send bound on purpose: the executor runs on the browser's single thread.
+    #[allow(async_fn_in_trait)]
+    async fn execute(&mut self, call: &ToolInvocation) -> Result<ToolOutput, ToolError>;
+}
+
+/// Milliseconds since some fixed point (the repetition guard's clock). `std::time::Instant`
+/// panics on wasm32-unknown-unknown, so the host supplies the time.
+pub trait Clock {
+    fn now_ms(&self) -> u64;
+}
+
+/// The system clock (native only).
+#[cfg(not(target_arch = "wasm32"))]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    }
+}

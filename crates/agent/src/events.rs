@@ -1,0 +1,88 @@
+//! What the loop tells the UI. Serializable: the protocol crate wraps these for the extension.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::policy::RiskReason;
+use crate::tools::RiskLevel;
+
+/// An event of a running task, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentEvent {
+    /// Visible answer text, streamed.
+    Token {
+        text: String,
+    },
+    /// Reasoning text, streamed.
+    Thinking {
+        text: String,
+    },
+    ToolStart {
+        call_id: String,
+        name: String,
+        arguments: Map<String, Value>,
+    },
+    /// `output` is what the model sees (or the error it is told).
+    ToolResult {
+        call_id: String,
+        name: String,
+        ok: bool,
+        output: String,
+    },
+    /// The task waits for [`Decision`](crate::policy::Decision) on this action.
+    ConfirmRequest {
+        call_id: String,
+        name: String,
+        arguments: Map<String, Value>,
+        risk: RiskLevel,
+        reasons: Vec<RiskReason>,
+        /// One sentence for the dialog.
+        message: String,
+    },
+    /// The task waits for the user's answer.
+    AskUser {
+        call_id: String,
+        question: String,
+        options: Vec<String>,
+    },
+    /// The task is finished; `result` is the full deliverable.
+    Done {
+        result: String,
+        success: bool,
+    },
+    /// Something went wrong; `recoverable` tasks can be continued.
+    Error {
+        message: String,
+        recoverable: bool,
+    },
+    /// After each generation.
+    Usage {
+        prompt_tokens: usize,
+        /// Prompt tokens after the common prefix with the previous prompt.
+        prefill_tokens: usize,
+        completion_tokens: usize,
+        tokens_per_second: Option<f64>,
+    },
+    /// The task paused and keeps its state; continue it to go on.
+    Paused {
+        reason: PauseReason,
+    },
+    /// Older history was shortened to fit the budget.
+    Compacted {
+        before_tokens: usize,
+        after_tokens: usize,
+    },
+    /// The user stopped the task.
+    Stopped,
+}
+
+/// Why a task paused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PauseReason {
+    /// The step limit was reached.
+    MaxIterations { limit: usize },
+    /// The same action was about to run again and again.
+    Repetition { name: String, times: usize },
+}

@@ -1,0 +1,43 @@
+//! The browser agent's core: the tool-calling loop, Gemma 4 output parsing, tool definitions,
+//! the context budget and the safety policy. No browser, no model: the extension supplies a
+//! [`ModelBackend`] and a [`ToolExecutor`].
+//!
+//! One job per module:
+//! - [`parser`] / [`gemma_value`]: streaming parser of the model's output and call syntax.
+//! - [`tools`]: tool definitions and argument validation.
+//! - [`page`]: snapshots with stable indices; fencing of untrusted page text.
+//! - [`policy`]: which actions need confirmation; grants; the repetition guard.
+//! - [`context`]: token counting, budgets, truncation, compaction.
+//! - [`session`]: the loop ([`Agent`]).
+//! - [`events`]: what the loop tells the UI.
+//! - [`backend`]: the model and tool interfaces, cancellation.
+
+pub mod backend;
+pub mod context;
+pub mod events;
+pub mod gemma_value;
+pub mod page;
+pub mod parser;
+pub mod policy;
+pub mod prompt;
+#[cfg(any(test, feature = "scripted"))]
+pub mod scripted;
+pub mod session;
+pub mod tools;
+
+#[cfg(test)]
+mod session_tests;
+
+#[cfg(not(target_arch = "wasm32"))]
+pub use backend::SystemClock;
+pub use backend::{
+    CancelToken, Clock, GenerationRequest, GenerationStats, ModelBackend, ModelChunk, ModelError, ToolError,
+    ToolExecutor, ToolInvocation, ToolOutput,
+};
+pub use context::{ApproxTokenCounter, ContextBudget, TokenCounter};
+pub use events::{AgentEvent, PauseReason};
+pub use page::{ElementInfo, FormInfo, PageInfo, Snapshot};
+pub use parser::{ParsedCall, ParsedOutput, StreamParser, parse_output, parse_to_json};
+pub use policy::{Assessment, Decision, RiskReason};
+pub use session::{Agent, AgentConfig, AgentControl, ContextError, Outcome, PromptStats, SessionError};
+pub use tools::{RiskLevel, ToolDefinition, builtin_tools, validate_arguments};

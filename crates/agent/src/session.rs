@@ -1,0 +1,729 @@
+//! The tool-calling loop.
+//!
+//! [`Agent::run`] drives the model and the tools until the task needs the user (a confirmation
+//! or an answer), finishes, pauses, fails or is stopped, and returns an [`Outcome`]. The state
+//! stays in the agent, so the UI resolves the request ([`Agent::confirm`], [`Agent::answer`],
+//! [`Agent::continue_task`]) and calls `run` again. Stop and steering messages arrive at any
+//! time through an [`AgentControl`].
+
+use std::collections::{BTreeSet, VecDeque};
+use std::pin::pin;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use futures::future::{Either, select};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use hearth_chat::{ChatError, ChatTemplate, Message, MessageContent, RenderRequest, Tool, ToolCall};
+
+use crate::backend::{
+    CancelToken, Clock, GenerationRequest, ModelBackend, ModelChunk, ToolExecutor, ToolInvocation, ToolOutput,
+};
+use crate::context::{
+    ContextBudget, Entry, EntryKind, TokenCounter, drop_oldest_step, full_page_results, prefill_tokens,
+    prune_old_results, prune_page_results, truncate_head_tail,
+};
+use crate::events::{AgentEvent, PauseReason};
+use crate::page::{PageInfo, Snapshot, fence_untrusted, neutralize_special_tokens};
+use crate::parser::{ParseEvent, ParsedOutput, ParserOptions, StreamParser};
+use crate::policy::{Assessment, Decision, Grants, RepetitionGuard, assess};
+use crate::prompt::default_system_prompt;
+use crate::tools::{ASK_USER, DONE, READ_PAGE, RiskLevel, ToolDefinition, validate_arguments};
+
+/// Settings of an agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentConfig {
+    /// Model calls per run before the task pauses (it can be continued).
+    pub max_iterations: usize,
+    pub enable_thinking: bool,
+    pub max_new_tokens: usize,
+    pub budget: ContextBudget,
+    /// The same action this many times within `repeat_window_ms` pauses the task.
+    pub repeat_limit: usize,
+    pub repeat_window_ms: u64,
+    pub system_prompt: String,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            max_iterations: 25,
+            enable_thinking: false,
+            max_new_tokens: 1024,
+            budget: ContextBudget::default(),
+            repeat_limit: 3,
+            repeat_window_ms: 60_000,
+            system_prompt: default_system_prompt(),
+        }
+    }
+}
+
+/// Why `run` returned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Outcome {
+    Done {
+        result: String,
+        success: bool,
+    },
+    /// Waiting for [`Agent::confirm`].
+    NeedsConfirmation {
+        call_id: String,
+    },
+    /// Waiting for [`Agent::answer`].
+    NeedsAnswer {
+        call_id: String,
+    },
+    /// Continue with [`Agent::continue_task`].
+    Paused {
+        reason: PauseReason,
+    },
+    Stopped,
+    /// A visible error; [`Agent::continue_task`] retries from the same state.
+    Failed {
+        message: String,
+    },
+    /// Nothing to do: no task, or the task is finished.
+    Idle,
+}
+
+/// Misuse of the agent's API.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    #[error("no action is waiting for confirmation")]
+    NothingToConfirm,
+    #[error("no question is waiting for an answer")]
+    NothingToAnswer,
+}
+
+/// The prompt does not fit.
+#[derive(Debug, thiserror::Error)]
+pub enum ContextError {
+    #[error(
+        "the conversation needs {tokens} tokens but the context budget allows {max}. Your own messages are never shortened: shorten them, start a new conversation, or raise the context budget in settings"
+    )]
+    Overflow { tokens: usize, max: usize },
+    #[error(transparent)]
+    Template(#[from] ChatError),
+}
+
+/// Stop and steer a running agent from elsewhere (the UI). Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct AgentControl(Arc<Mutex<ControlState>>);
+
+#[derive(Debug, Default)]
+struct ControlState {
+    cancel: CancelToken,
+    steering: VecDeque<String>,
+}
+
+impl AgentControl {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ControlState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Stops the running task: cancels generation and the running tool.
+    pub fn stop(&self) {
+        self.lock().cancel.cancel();
+    }
+
+    /// Adds a user message, inserted before the next model call; the current step finishes.
+    pub fn steer(&self, text: impl Into<String>) {
+        self.lock().steering.push_back(text.into());
+    }
+
+    fn begin_run(&self) -> CancelToken {
+        let token = CancelToken::new();
+        self.lock().cancel = token.clone();
+        token
+    }
+
+    fn take_steering(&self) -> Vec<String> {
+        self.lock().steering.drain(..).collect()
+    }
+}
+
+/// Prompt numbers of one model call (telemetry and tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptStats {
+    pub prompt_tokens: usize,
+    pub prefill_tokens: usize,
+    pub compacted: bool,
+}
+
+#[derive(Debug, Clone)]
+struct PendingCall {
+    id: String,
+    name: String,
+    arguments: Map<String, Value>,
+    /// Why the call cannot run (fed back to the model).
+    invalid: Option<String>,
+    repetition_checked: bool,
+    assessment: Option<Assessment>,
+    decision: Option<Decision>,
+    answer: Option<String>,
+    awaiting: bool,
+}
+
+enum GenError {
+    Stopped,
+    Failed(String),
+}
+
+/// A conversation with the browser agent.
+pub struct Agent {
+    template: ChatTemplate,
+    tools: Vec<ToolDefinition>,
+    chat_tools: Vec<Tool>,
+    config: AgentConfig,
+    counter: Box<dyn TokenCounter>,
+    clock: Box<dyn Clock>,
+    control: AgentControl,
+    entries: Vec<Entry>,
+    pending: VecDeque<PendingCall>,
+    grants: Grants,
+    repetition: RepetitionGuard,
+    page: Option<PageInfo>,
+    latest_snapshot: Option<Snapshot>,
+    iterations: usize,
+    bad_turns: usize,
+    next_call: u64,
+    finished: bool,
+    last_prompt: Option<String>,
+    stats: Vec<PromptStats>,
+}
+
+impl Agent {
+    pub fn new(
+        template: ChatTemplate,
+        tools: Vec<ToolDefinition>,
+        config: AgentConfig,
+        counter: Box<dyn TokenCounter>,
+        clock: Box<dyn Clock>,
+    ) -> Self {
+        let chat_tools = tools.iter().map(ToolDefinition::to_chat_tool).collect();
+        let repetition = RepetitionGuard::new(config.repeat_limit, config.repeat_window_ms);
+        Self {
+            template,
+            tools,
+            chat_tools,
+            config,
+            counter,
+            clock,
+            control: AgentControl::default(),
+            entries: Vec::new(),
+            pending: VecDeque::new(),
+            grants: Grants::default(),
+            repetition,
+            page: None,
+            latest_snapshot: None,
+            iterations: 0,
+            bad_turns: 0,
+            next_call: 0,
+            finished: false,
+            last_prompt: None,
+            stats: Vec::new(),
+        }
+    }
+
+    /// The handle for stop and steering.
+    pub fn control(&self) -> AgentControl {
+        self.control.clone()
+    }
+
+    pub fn config(&self) -> &AgentConfig {
+        &self.config
+    }
+
+    /// The conversation as the template sees it (without the system message).
+    pub fn messages(&self) -> Vec<Message> {
+        self.entries.iter().map(|e| e.message.clone()).collect()
+    }
+
+    /// The last prompt sent to the model.
+    pub fn last_prompt(&self) -> Option<&str> {
+        self.last_prompt.as_deref()
+    }
+
+    /// Prompt numbers of every model call so far.
+    pub fn prompt_stats(&self) -> &[PromptStats] {
+        &self.stats
+    }
+
+    /// Starts a task in this conversation: the user's message (with the current page), fresh
+    /// step count, and no grants from earlier tasks.
+    pub fn start_task(&mut self, text: &str, page: Option<PageInfo>) {
+        self.abandon_pending("Not run: the user started a new task.");
+        self.grants.clear();
+        self.repetition.reset();
+        self.iterations = 0;
+        self.bad_turns = 0;
+        self.finished = false;
+        let mut message = text.trim().to_owned();
+        if let Some(p) = &page {
+            // Titles are page-controlled: defuse control tokens.
+            message.push_str(&format!(
+                "\n\n(Current page: {} — {})",
+                neutralize_special_tokens(&p.title),
+                neutralize_special_tokens(&p.url)
+            ));
+        }
+        self.page = page;
+        self.entries.push(Entry { message: Message::user(message), kind: EntryKind::User });
+    }
+
+    /// Approves or denies the action waiting for confirmation; then call `run` again.
+    pub fn confirm(&mut self, decision: Decision) -> Result<(), SessionError> {
+        let call = self
+            .pending
+            .front_mut()
+            .filter(|c| c.awaiting && c.assessment.is_some())
+            .ok_or(SessionError::NothingToConfirm)?;
+        call.awaiting = false;
+        call.decision = Some(decision);
+        if decision == Decision::AllowForTask
+            && let Some(a) = &call.assessment
+        {
+            self.grants.grant(&call.name, a);
+        }
+        Ok(())
+    }
+
+    /// Answers the pending `ask_user` question; then call `run` again.
+    pub fn answer(&mut self, text: &str) -> Result<(), SessionError> {
+        let call = self
+            .pending
+            .front_mut()
+            .filter(|c| c.awaiting && c.name == ASK_USER)
+            .ok_or(SessionError::NothingToAnswer)?;
+        call.awaiting = false;
+        call.answer = Some(text.to_owned());
+        Ok(())
+    }
+
+    /// Resumes a paused, stopped or failed task with its state intact.
+    pub fn continue_task(&mut self) {
+        self.iterations = 0;
+        self.bad_turns = 0;
+        self.repetition.reset();
+    }
+
+    /// Runs until the task needs the user, ends, pauses or is stopped.
+    pub async fn run<M: ModelBackend, T: ToolExecutor>(
+        &mut self,
+        model: &mut M,
+        executor: &mut T,
+        on_event: &mut dyn FnMut(AgentEvent),
+    ) -> Outcome {
+        let cancel = self.control.begin_run();
+        if self.entries.is_empty() || (self.finished && self.pending.is_empty()) {
+            return Outcome::Idle;
+        }
+        loop {
+            if cancel.is_cancelled() {
+                return self.stopped(on_event);
+            }
+            if let Some(outcome) = self.process_pending(executor, &cancel, on_event).await {
+                return outcome;
+            }
+            for text in self.control.take_steering() {
+                self.entries.push(Entry { message: Message::user(text), kind: EntryKind::User });
+            }
+            if self.iterations >= self.config.max_iterations {
+                let reason = PauseReason::MaxIterations { limit: self.config.max_iterations };
+                on_event(AgentEvent::Paused { reason: reason.clone() });
+                return Outcome::Paused { reason };
+            }
+            let (prompt, stats) = match self.build_prompt(on_event) {
+                Ok(p) => p,
+                Err(e) => return self.fail(e.to_string(), on_event),
+            };
+            self.iterations += 1;
+            match self.generate(model, prompt, stats, &cancel, on_event).await {
+                Ok(output) => {
+                    if let Some(outcome) = self.absorb(output, on_event) {
+                        return outcome;
+                    }
+                }
+                Err(GenError::Stopped) => return self.stopped(on_event),
+                Err(GenError::Failed(m)) => return self.fail(m, on_event),
+            }
+        }
+    }
+
+    fn fail(&mut self, message: String, on_event: &mut dyn FnMut(AgentEvent)) -> Outcome {
+        on_event(AgentEvent::Error { message: message.clone(), recoverable: true });
+        Outcome::Failed { message }
+    }
+
+    fn stopped(&mut self, on_event: &mut dyn FnMut(AgentEvent)) -> Outcome {
+        on_event(AgentEvent::Stopped);
+        Outcome::Stopped
+    }
+
+    /// Renders the prompt, compacting history when needed.
+    fn build_prompt(&mut self, on_event: &mut dyn FnMut(AgentEvent)) -> Result<(String, PromptStats), ContextError> {
+        let budget = self.config.budget.clone();
+        let mut prompt = self.render()?;
+        let mut tokens = self.counter.count(&prompt);
+        let before = tokens;
+        let piled_up = full_page_results(&self.entries) > budget.keep_full_snapshots + budget.snapshot_slack;
+        let mut compacted = false;
+        if tokens > budget.compact_threshold() || piled_up {
+            compacted = true;
+            prune_page_results(&mut self.entries, budget.keep_full_snapshots);
+            prompt = self.render()?;
+            tokens = self.counter.count(&prompt);
+            if tokens > budget.compact_threshold() {
+                prune_old_results(&mut self.entries, budget.keep_recent_results);
+                prompt = self.render()?;
+                tokens = self.counter.count(&prompt);
+                while tokens > budget.compact_target() && drop_oldest_step(&mut self.entries) {
+                    prompt = self.render()?;
+                    tokens = self.counter.count(&prompt);
+                }
+            }
+            on_event(AgentEvent::Compacted { before_tokens: before, after_tokens: tokens });
+        }
+        if tokens > budget.max_prompt_tokens() {
+            return Err(ContextError::Overflow { tokens, max: budget.max_prompt_tokens() });
+        }
+        let stats = PromptStats {
+            prompt_tokens: tokens,
+            prefill_tokens: prefill_tokens(self.last_prompt.as_deref(), &prompt, self.counter.as_ref()),
+            compacted,
+        };
+        self.stats.push(stats);
+        self.last_prompt = Some(prompt.clone());
+        Ok((prompt, stats))
+    }
+
+    fn render(&self) -> Result<String, ChatError> {
+        let mut messages = Vec::with_capacity(self.entries.len() + 1);
+        messages.push(Message::system(self.config.system_prompt.clone()));
+        messages.extend(self.entries.iter().map(|e| e.message.clone()));
+        self.template.render(&RenderRequest {
+            messages: &messages,
+            tools: &self.chat_tools,
+            enable_thinking: self.config.enable_thinking,
+            add_generation_prompt: true,
+        })
+    }
+
+    async fn generate<M: ModelBackend>(
+        &mut self,
+        model: &mut M,
+        prompt: String,
+        stats: PromptStats,
+        cancel: &CancelToken,
+        on_event: &mut dyn FnMut(AgentEvent),
+    ) -> Result<ParsedOutput, GenError> {
+        // After a tool response with thinking on, the template opens the thought channel.
+        let options = ParserOptions { starts_in_thought: prompt.ends_with("<|channel>thought\n") };
+        let mut parser = StreamParser::new(options);
+        let mut events = Vec::new();
+        let mut raw = String::new();
+        let mut gen_stats = None;
+        let request = GenerationRequest { prompt, max_new_tokens: self.config.max_new_tokens, cancel: cancel.clone() };
+        {
+            let mut stream = pin!(model.generate(request));
+            let mut cancelled = pin!(cancel.cancelled());
+            loop {
+                match select(stream.next(), cancelled.as_mut()).await {
+                    Either::Right(_) => return Err(GenError::Stopped),
+                    Either::Left((None, _)) => break,
+                    Either::Left((Some(Err(e)), _)) => return Err(GenError::Failed(e.to_string())),
+                    Either::Left((Some(Ok(ModelChunk::Finished(s))), _)) => gen_stats = Some(s),
+                    Either::Left((Some(Ok(ModelChunk::Text(t))), _)) => {
+                        raw.push_str(&t);
+                        for ev in parser.push(&t) {
+                            forward(&ev, on_event);
+                            events.push(ev);
+                        }
+                    }
+                }
+            }
+        }
+        if cancel.is_cancelled() {
+            return Err(GenError::Stopped);
+        }
+        for ev in parser.finish() {
+            forward(&ev, on_event);
+            events.push(ev);
+        }
+        let completion_tokens = gen_stats.as_ref().map_or_else(|| self.counter.count(&raw), |s| s.completion_tokens);
+        let tokens_per_second =
+            gen_stats.as_ref().filter(|s| s.decode_ms > 0.0).map(|s| s.completion_tokens as f64 * 1000.0 / s.decode_ms);
+        on_event(AgentEvent::Usage {
+            prompt_tokens: stats.prompt_tokens,
+            prefill_tokens: stats.prefill_tokens,
+            completion_tokens,
+            tokens_per_second,
+        });
+        Ok(ParsedOutput::collect(&events))
+    }
+
+    /// Records a model turn. Returns an outcome when the turn ends the run.
+    fn absorb(&mut self, output: ParsedOutput, on_event: &mut dyn FnMut(AgentEvent)) -> Option<Outcome> {
+        if output.calls.is_empty() && output.malformed.is_empty() {
+            if output.content.is_empty() {
+                return Some(self.fail("The model returned an empty answer. Continue to try again.".into(), on_event));
+            }
+            // A direct answer: the deliverable is the text itself.
+            let mut msg = Message::assistant(output.content.clone());
+            msg.reasoning_content = output.thinking;
+            self.entries.push(Entry { message: msg, kind: EntryKind::Model });
+            self.finished = true;
+            self.bad_turns = 0;
+            on_event(AgentEvent::Done { result: output.content.clone(), success: true });
+            return Some(Outcome::Done { result: output.content, success: true });
+        }
+        let mut calls = Vec::new();
+        for c in output.calls {
+            let mut arguments = c.arguments;
+            let invalid = validate_arguments(&self.tools, &c.name, &mut arguments)
+                .err()
+                .map(|e| format!("{e}. Correct the call and try again."));
+            calls.push(self.pending_call(c.name, arguments, invalid));
+        }
+        for m in output.malformed {
+            let raw: String = m.raw.chars().take(200).collect();
+            let invalid = format!(
+                "Your tool call could not be read: {}. You wrote: {}. Write calls as call:NAME{{key:value,…}} with each text value between string delimiters.",
+                m.error, raw
+            );
+            calls.push(self.pending_call(m.name.unwrap_or_else(|| "invalid_call".into()), Map::new(), Some(invalid)));
+        }
+        if let Some(problem) = calls.iter().find_map(|c| c.invalid.clone()) {
+            if self.bad_turns >= 1 {
+                // One self-correction was allowed; drop this output so a retry starts clean.
+                self.bad_turns = 0;
+                return Some(self.fail(format!("The model made an invalid tool call twice. {problem}"), on_event));
+            }
+            self.bad_turns += 1;
+        } else {
+            self.bad_turns = 0;
+        }
+        let tool_calls =
+            calls.iter().map(|c| ToolCall::new(c.id.clone(), c.name.clone(), c.arguments.clone())).collect();
+        // Text written before the calls was already streamed to the user. It is not kept:
+        // Gemma's template renders it after the tool responses and then closes the model turn,
+        // which would rewrite the prompt (and the KV cache) at every step.
+        let mut msg = Message::assistant_calls(None, tool_calls);
+        msg.reasoning_content = output.thinking;
+        self.entries.push(Entry { message: msg, kind: EntryKind::Model });
+        self.pending.extend(calls);
+        None
+    }
+
+    fn pending_call(&mut self, name: String, arguments: Map<String, Value>, invalid: Option<String>) -> PendingCall {
+        self.next_call += 1;
+        PendingCall {
+            id: format!("call_{}", self.next_call),
+            name,
+            arguments,
+            invalid,
+            repetition_checked: false,
+            assessment: None,
+            decision: None,
+            answer: None,
+            awaiting: false,
+        }
+    }
+
+    /// Runs the calls of the last model turn, in order. Returns an outcome when one of them
+    /// needs the user or ends the run.
+    async fn process_pending<T: ToolExecutor>(
+        &mut self,
+        executor: &mut T,
+        cancel: &CancelToken,
+        on_event: &mut dyn FnMut(AgentEvent),
+    ) -> Option<Outcome> {
+        while let Some(call) = self.pending.front_mut() {
+            if let Some(problem) = call.invalid.clone() {
+                self.finish_call(Err(problem), false, on_event);
+                continue;
+            }
+            if call.name == DONE {
+                let result = call.arguments.get("result").and_then(Value::as_str).unwrap_or_default().to_owned();
+                let success = call.arguments.get("success").and_then(Value::as_bool).unwrap_or(true);
+                self.finish_call(Ok("Task finished.".into()), false, on_event);
+                self.abandon_pending("Not run: the task was already finished.");
+                self.finished = true;
+                on_event(AgentEvent::Done { result: result.clone(), success });
+                return Some(Outcome::Done { result, success });
+            }
+            if call.name == ASK_USER {
+                if let Some(answer) = call.answer.take() {
+                    self.finish_call(Ok(answer), false, on_event);
+                    continue;
+                }
+                let id = call.id.clone();
+                if !call.awaiting {
+                    call.awaiting = true;
+                    let question =
+                        call.arguments.get("question").and_then(Value::as_str).unwrap_or_default().to_owned();
+                    let options = call
+                        .arguments
+                        .get("options")
+                        .and_then(Value::as_array)
+                        .map(|a| a.iter().filter_map(|o| o.as_str().map(str::to_owned)).collect())
+                        .unwrap_or_default();
+                    on_event(AgentEvent::AskUser { call_id: id.clone(), question, options });
+                }
+                return Some(Outcome::NeedsAnswer { call_id: id });
+            }
+            // Read-only loops are bounded by max_iterations; the guard is for actions that
+            // change something (clicking "Pay" again and again).
+            let changes_state = self.tools.iter().any(|t| t.name == call.name && t.risk > RiskLevel::Low);
+            if !call.repetition_checked && changes_state {
+                call.repetition_checked = true;
+                if self.repetition.record(&call.name, &call.arguments, self.clock.now_ms()) {
+                    let reason =
+                        PauseReason::Repetition { name: call.name.clone(), times: self.repetition.max_repeats };
+                    on_event(AgentEvent::Paused { reason: reason.clone() });
+                    return Some(Outcome::Paused { reason });
+                }
+            }
+            if call.decision.is_none() {
+                let Some(tool) = self.tools.iter().find(|t| t.name == call.name) else {
+                    // Validation rejects unknown tools; this only guards against a changed tool list.
+                    let problem = format!("unknown tool `{}`", call.name);
+                    self.finish_call(Err(problem), false, on_event);
+                    continue;
+                };
+                let target = call
+                    .arguments
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .and_then(|i| self.latest_snapshot.as_ref()?.element(u32::try_from(i).ok()?));
+                let assessment = assess(tool, &call.arguments, target, self.page.as_ref());
+                if assessment.needs_confirmation() && !self.grants.covers(&call.name, &assessment) {
+                    let id = call.id.clone();
+                    if !call.awaiting {
+                        call.awaiting = true;
+                        let reasons: Vec<String> = assessment.reasons.iter().map(|r| r.describe()).collect();
+                        on_event(AgentEvent::ConfirmRequest {
+                            call_id: id.clone(),
+                            name: call.name.clone(),
+                            arguments: call.arguments.clone(),
+                            risk: assessment.risk,
+                            reasons: assessment.reasons.clone(),
+                            message: format!("Allow {}? Hearth asks because {}.", call.name, reasons.join(" and ")),
+                        });
+                        call.assessment = Some(assessment);
+                    }
+                    return Some(Outcome::NeedsConfirmation { call_id: id });
+                }
+            }
+            if call.decision == Some(Decision::Deny) {
+                self.finish_call(
+                    Err("The user denied this action. Do not try it again; choose another way or ask the user.".into()),
+                    false,
+                    on_event,
+                );
+                continue;
+            }
+            let invocation = ToolInvocation {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+                cancel: cancel.clone(),
+            };
+            on_event(AgentEvent::ToolStart {
+                call_id: invocation.call_id.clone(),
+                name: invocation.name.clone(),
+                arguments: invocation.arguments.clone(),
+            });
+            let result = {
+                let run = pin!(executor.execute(&invocation));
+                match select(run, pin!(cancel.cancelled())).await {
+                    Either::Left((r, _)) => Some(r),
+                    Either::Right(_) => None,
+                }
+            };
+            match result {
+                None => {
+                    self.finish_call(Err("Stopped by the user before this action finished.".into()), false, on_event);
+                    self.abandon_pending("Not run: the user stopped the task.");
+                    return Some(self.stopped(on_event));
+                }
+                Some(Ok(output)) => {
+                    let (text, page) = self.format_output(&invocation.name, output);
+                    self.finish_call(Ok(text), page, on_event);
+                }
+                Some(Err(e)) => self.finish_call(Err(e.0), false, on_event),
+            }
+        }
+        None
+    }
+
+    /// Turns a tool's output into the text the model sees: snapshots rendered with marks, page
+    /// content fenced, everything within the per-result budget.
+    fn format_output(&mut self, tool: &str, output: ToolOutput) -> (String, bool) {
+        if let Some(p) = &output.page {
+            self.page = Some(p.clone());
+        }
+        let max = self.config.budget.max_tool_result_tokens;
+        if let Some(snapshot) = output.snapshot {
+            let previous = self.latest_snapshot.as_ref().map(Snapshot::indices);
+            let mut body = format!("Page: {} — {}\n", snapshot.page.title, snapshot.page.url);
+            body.push_str(&snapshot.render(previous.as_ref()));
+            let body = truncate_head_tail(&body, max, self.counter.as_ref());
+            let text = fence_untrusted(&snapshot.page.url, &body);
+            self.latest_snapshot = Some(snapshot);
+            return (text, true);
+        }
+        let body = truncate_head_tail(&output.text, max, self.counter.as_ref());
+        if output.from_page {
+            let source = output.page.as_ref().map_or("the page", |p| p.url.as_str());
+            (fence_untrusted(source, &body), tool == READ_PAGE)
+        } else {
+            (neutralize_special_tokens(&body), tool == READ_PAGE)
+        }
+    }
+
+    /// Records the front call's result and removes it from the queue.
+    fn finish_call(&mut self, result: Result<String, String>, page: bool, on_event: &mut dyn FnMut(AgentEvent)) {
+        let Some(call) = self.pending.pop_front() else { return };
+        let (ok, text) = match result {
+            Ok(t) => (true, t),
+            Err(e) => (false, format!("Error: {}", neutralize_special_tokens(&e))),
+        };
+        on_event(AgentEvent::ToolResult {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            ok,
+            output: text.clone(),
+        });
+        self.entries.push(Entry {
+            message: Message::tool(call.id, call.name.clone(), MessageContent::Text(text)),
+            kind: EntryKind::ToolResult { tool: call.name, page, compacted: false },
+        });
+    }
+
+    /// Answers every queued call with `reason` so the history stays well formed.
+    fn abandon_pending(&mut self, reason: &str) {
+        while let Some(call) = self.pending.pop_front() {
+            self.entries.push(Entry {
+                message: Message::tool(call.id, call.name.clone(), MessageContent::Text(format!("Error: {reason}"))),
+                kind: EntryKind::ToolResult { tool: call.name, page: false, compacted: false },
+            });
+        }
+    }
+
+    /// Snapshot indices known to the agent (for the UI's highlights).
+    pub fn latest_snapshot_indices(&self) -> BTreeSet<u32> {
+        self.latest_snapshot.as_ref().map(Snapshot::indices).unwrap_or_default()
+    }
+}
+
+fn forward(event: &ParseEvent, on_event: &mut dyn FnMut(AgentEvent)) {
+    match event {
+        ParseEvent::Content(t) => on_event(AgentEvent::Token { text: t.clone() }),
+        ParseEvent::Thinking(t) => on_event(AgentEvent::Thinking { text: t.clone() }),
+        _ => {}
+    }
+}

@@ -1,0 +1,237 @@
+//! `hearth`: Hearth's engine from a terminal — the same crates as the extension.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use burn::tensor::{Device, Tensor};
+use clap::{Parser, Subcommand};
+use hearth_chat::{ChatTemplate, Message, RenderRequest, Tool};
+use hearth_model::model_dir::{load_model, load_tokenizer};
+use hearth_model::tokenizer::StreamDecoder;
+use hearth_model::{CacheOptions, KvCache, Sampler, SamplingOptions, Session, gpu, self_test};
+use serde::Deserialize;
+
+#[derive(Parser)]
+#[command(name = "hearth", version, about = "Hearth's on-device model and agent, from a terminal")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args)]
+struct DeviceArgs {
+    /// Run on Burn's CPU backend instead of the GPU.
+    #[arg(long)]
+    cpu: bool,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text: streams it to stdout, then prints prefill and decode speed to stderr.
+    Generate {
+        /// A model folder (config.json, model.safetensors or shards, tokenizer.json, chat template).
+        #[arg(long)]
+        model: PathBuf,
+        #[arg(long)]
+        prompt: String,
+        /// Wrap the prompt in the model's chat template as a user turn.
+        #[arg(long)]
+        chat: bool,
+        #[arg(long, default_value_t = 128)]
+        max_tokens: usize,
+        /// 0 is greedy.
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f32,
+        #[arg(long, default_value_t = 64)]
+        top_k: usize,
+        #[arg(long, default_value_t = 0.95)]
+        top_p: f32,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[command(flatten)]
+        device: DeviceArgs,
+    },
+    /// Print `{"logits": [[…], …]}`: the final logits (after the softcap) for every input position.
+    Logits {
+        #[arg(long)]
+        model: PathBuf,
+        /// Comma-separated token ids, e.g. 2,105,17.
+        #[arg(long, value_delimiter = ',', required = true)]
+        tokens: Vec<u32>,
+        /// One token at a time through the KV cache instead of one full-sequence prefill.
+        #[arg(long)]
+        step_by_step: bool,
+        #[command(flatten)]
+        device: DeviceArgs,
+    },
+    /// Render a conversation read from stdin as JSON
+    /// (`{"messages", "tools", "enable_thinking", "add_generation_prompt"}`) with the chat template.
+    Render {
+        /// Use this model folder's template and BOS token.
+        #[arg(long, conflicts_with = "template", required_unless_present = "template")]
+        model: Option<PathBuf>,
+        /// Use this Jinja template file (BOS token `<bos>`).
+        #[arg(long)]
+        template: Option<PathBuf>,
+    },
+    /// Initialise the GPU, print the adapter, and check it with a computation whose answer is known.
+    SelfTest {
+        #[command(flatten)]
+        device: DeviceArgs,
+    },
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().command {
+        Command::Generate { model, prompt, chat, max_tokens, temperature, top_k, top_p, seed, device } => {
+            let sampling = SamplingOptions { temperature, top_k, top_p, seed };
+            generate(model, &prompt, chat, max_tokens, sampling, &device)
+        }
+        Command::Logits { model, tokens, step_by_step, device } => logits(model, &tokens, step_by_step, &device),
+        Command::Render { model, template } => render(model, template),
+        Command::SelfTest { device } => run_self_test(&device),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("hearth: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn device(args: &DeviceArgs) -> Result<Device, String> {
+    if args.cpu {
+        return Ok(Device::flex());
+    }
+    let gpu = gpu::init_gpu_blocking().map_err(|e| {
+        let failure = e.to_failure();
+        format!("{}\n{} (or pass --cpu)", failure.message, failure.fix)
+    })?;
+    eprintln!("hearth: adapter {} ({}, {})", gpu.adapter.name, gpu.adapter.backend, gpu.adapter.device_type);
+    Ok(gpu.device)
+}
+
+fn generate(
+    dir: PathBuf,
+    prompt: &str,
+    chat: bool,
+    max_tokens: usize,
+    sampling: SamplingOptions,
+    args: &DeviceArgs,
+) -> Result<(), String> {
+    let device = device(args)?;
+    let tokenizer = load_tokenizer(&dir).map_err(|e| e.to_string())?;
+    let text = if chat {
+        let template = ChatTemplate::from_model_dir(&dir).map_err(|e| e.to_string())?;
+        let messages = [Message::user(prompt)];
+        let request = RenderRequest { messages: &messages, tools: &[], enable_thinking: false, add_generation_prompt: true };
+        template.render(&request).map_err(|e| e.to_string())?
+    } else {
+        prompt.to_string()
+    };
+    let model = load_model(&dir, &device).map_err(|e| e.to_string())?;
+    let mut prompt_ids = tokenizer.encode(&text).map_err(|e| e.to_string())?;
+    // Raw text gets the BOS token the chat template would have written.
+    if !chat && prompt_ids.first() != Some(&model.config.bos_token_id) {
+        prompt_ids.insert(0, model.config.bos_token_id);
+    }
+    let eos = model.config.eos_token_ids.clone();
+    let mut session = Session::new(model, CacheOptions::default());
+    let mut sampler = Sampler::new(sampling);
+    let mut decoder = StreamDecoder::default();
+    let mut stdout = std::io::stdout().lock();
+
+    let start = Instant::now();
+    let (mut logits, _) = session.prefill(&prompt_ids).map_err(|e| e.to_string())?;
+    let mut next = pollster::block_on(sampler.sample(logits)).map_err(|e| e.to_string())?;
+    let prefill_time = start.elapsed();
+    let decode_start = Instant::now();
+    let mut generated = 0;
+    while generated < max_tokens && !eos.contains(&next) {
+        generated += 1;
+        let piece = decoder.push(&tokenizer, next).map_err(|e| e.to_string())?;
+        let _ = stdout.write_all(piece.as_bytes()).and_then(|()| stdout.flush());
+        if generated == max_tokens {
+            break;
+        }
+        logits = session.step(next).map_err(|e| e.to_string())?;
+        next = pollster::block_on(sampler.sample(logits)).map_err(|e| e.to_string())?;
+    }
+    let _ = writeln!(stdout);
+    let decode_time = decode_start.elapsed().as_secs_f64();
+    eprintln!(
+        "hearth: prefill {} tokens in {:.2} s ({:.1} tokens/s); decode {generated} tokens in {decode_time:.2} s ({:.1} tokens/s)",
+        prompt_ids.len(),
+        prefill_time.as_secs_f64(),
+        prompt_ids.len() as f64 / prefill_time.as_secs_f64(),
+        if decode_time > 0.0 { generated.saturating_sub(1) as f64 / decode_time } else { 0.0 },
+    );
+    Ok(())
+}
+
+fn logits(dir: PathBuf, tokens: &[u32], step_by_step: bool, args: &DeviceArgs) -> Result<(), String> {
+    let device = device(args)?;
+    let model = load_model(&dir, &device).map_err(|e| e.to_string())?;
+    let mut cache = KvCache::new(&model.config, CacheOptions { max_context: tokens.len().max(1), ..Default::default() }, &device);
+    let rows: Vec<Tensor<2>> = if step_by_step {
+        tokens
+            .iter()
+            .map(|&t| model.forward(&[t], &mut cache, true))
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?
+    } else {
+        vec![model.forward(tokens, &mut cache, true).map_err(|e| e.to_string())?]
+    };
+    let vocab = model.config.vocab_size;
+    let all = Tensor::cat(rows, 0);
+    let data = pollster::block_on(all.into_data_async()).map_err(|e| e.to_string())?;
+    let values: Vec<f32> = data.into_vec().map_err(|e| format!("{e:?}"))?;
+    let logits: Vec<&[f32]> = values.chunks(vocab).collect();
+    println!("{}", serde_json::json!({ "logits": logits }));
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct RenderInput {
+    messages: Vec<Message>,
+    #[serde(default)]
+    tools: Vec<Tool>,
+    #[serde(default)]
+    enable_thinking: bool,
+    #[serde(default)]
+    add_generation_prompt: bool,
+}
+
+fn render(model: Option<PathBuf>, template: Option<PathBuf>) -> Result<(), String> {
+    let template = match (model, template) {
+        (Some(dir), _) => ChatTemplate::from_model_dir(&dir).map_err(|e| e.to_string())?,
+        (None, Some(file)) => {
+            let source = std::fs::read_to_string(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+            ChatTemplate::from_str(&source, "<bos>").map_err(|e| e.to_string())?
+        }
+        (None, None) => return Err("pass --model <dir> or --template <file>".into()),
+    };
+    let mut input = String::new();
+    std::io::stdin().read_to_string(&mut input).map_err(|e| format!("reading stdin: {e}"))?;
+    let input: RenderInput = serde_json::from_str(&input).map_err(|e| format!("stdin is not a valid conversation: {e}"))?;
+    let request = RenderRequest {
+        messages: &input.messages,
+        tools: &input.tools,
+        enable_thinking: input.enable_thinking,
+        add_generation_prompt: input.add_generation_prompt,
+    };
+    let text = template.render(&request).map_err(|e| e.to_string())?;
+    print!("{text}");
+    Ok(())
+}
+
+fn run_self_test(args: &DeviceArgs) -> Result<(), String> {
+    let device = device(args)?;
+    let clock = Instant::now();
+    let report = pollster::block_on(self_test::run(&device, || clock.elapsed().as_secs_f64() * 1e3)).map_err(|e| e.to_string())?;
+    println!("{}", serde_json::to_string(&report).unwrap_or_default());
+    if report.passed { Ok(()) } else { Err(format!("the device computed a wrong answer (error {})", report.max_abs_error)) }
+}

@@ -1,0 +1,237 @@
+//! The KV cache, preallocated: full-attention layers keep every position up to `max_context`;
+//! sliding layers keep a ring of `window + max_chunk` slots, enough for a chunk's queries to see
+//! their whole window and for the last `max_chunk` positions to be rewound exactly.
+//! KV-shared layers have no cache of their own.
+
+use burn::tensor::{Device, Tensor, TensorData};
+
+use crate::config::{LayerType, TextConfig};
+use crate::gemma::{ModelError, RopeTables};
+
+/// Additive mask value for keys a query must not see (finite: WGSL handles it like any number).
+const MASKED: f32 = -1e30;
+
+#[derive(Debug, Clone, Copy)]
+pub struct CacheOptions {
+    /// Most positions a conversation can hold.
+    pub max_context: usize,
+    /// Most tokens run through the model at once (prefill is split into chunks of this size).
+    pub max_chunk: usize,
+}
+
+impl Default for CacheOptions {
+    fn default() -> Self {
+        CacheOptions { max_context: 8192, max_chunk: 512 }
+    }
+}
+
+struct LayerKv {
+    kind: LayerType,
+    /// [Hkv, capacity, d]
+    keys: Tensor<3>,
+    values: Tensor<3>,
+}
+
+pub struct KvCache {
+    layers: Vec<Option<LayerKv>>,
+    window: usize,
+    full_capacity: usize,
+    ring_capacity: usize,
+    /// Position held by each ring slot.
+    ring_positions: Vec<Option<usize>>,
+    /// Positions processed so far.
+    len: usize,
+    /// RoPE frequencies per layer type (index: `LayerType::index`).
+    inv_freq: [Option<Vec<f32>>; 2],
+}
+
+/// Everything about one chunk that is the same for all layers: positions, masks, RoPE tables.
+pub struct ChunkGeometry {
+    start: usize,
+    len: usize,
+    masks: [Option<Tensor<2>>; 2],
+    rope: [Option<RopeTables>; 2],
+    ring_positions_after: Vec<Option<usize>>,
+}
+
+impl ChunkGeometry {
+    pub(crate) fn mask(&self, kind: LayerType) -> Tensor<2> {
+        self.masks[kind.index()].clone().expect("a mask for every layer type in the model")
+    }
+
+    pub(crate) fn rope(&self, kind: LayerType, head_dim: usize) -> &RopeTables {
+        let tables = self.rope[kind.index()].as_ref().expect("rope tables for every layer type in the model");
+        debug_assert_eq!(tables.cos.dims()[2], head_dim);
+        tables
+    }
+}
+
+impl KvCache {
+    pub fn new(config: &TextConfig, options: CacheOptions, device: &Device) -> Self {
+        let window = config.window().max(1);
+        let max_chunk = options.max_chunk.max(1);
+        let full_capacity = options.max_context;
+        let ring_capacity = window.saturating_add(max_chunk).min(full_capacity);
+        let mut inv_freq: [Option<Vec<f32>>; 2] = [None, None];
+        let layers = config
+            .layers
+            .iter()
+            .map(|layer| {
+                inv_freq[layer.kind.index()].get_or_insert_with(|| layer.rope.inv_freq.clone());
+                if layer.kv_producer.is_some() {
+                    return None;
+                }
+                let capacity = match layer.kind {
+                    LayerType::Full => full_capacity,
+                    LayerType::Sliding => ring_capacity,
+                };
+                let shape = [layer.num_kv_heads, capacity, layer.head_dim];
+                Some(LayerKv { kind: layer.kind, keys: Tensor::zeros(shape, device), values: Tensor::zeros(shape, device) })
+            })
+            .collect();
+        KvCache {
+            layers,
+            window,
+            full_capacity,
+            ring_capacity,
+            ring_positions: vec![None; ring_capacity],
+            len: 0,
+            inv_freq,
+        }
+    }
+
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The largest chunk for which every query still finds its whole window in the ring.
+    pub fn max_chunk(&self) -> usize {
+        if self.ring_capacity >= self.full_capacity {
+            self.full_capacity
+        } else {
+            self.ring_capacity - self.window + 1
+        }
+    }
+
+    /// Forgets everything.
+    pub fn clear(&mut self) {
+        self.len = 0;
+        self.ring_positions.iter_mut().for_each(|p| *p = None);
+    }
+
+    /// Keeps only positions `0..n`, if that is exact: full layers always can; sliding layers only
+    /// if the ring still holds the window before `n`. Returns false (cache unchanged) otherwise.
+    pub fn truncate(&mut self, n: usize) -> bool {
+        if n > self.len {
+            return false;
+        }
+        let needed = n.saturating_sub(self.window - 1)..n;
+        let has_sliding = self.layers.iter().flatten().any(|l| l.kind == LayerType::Sliding);
+        if has_sliding && !needed.clone().all(|p| self.ring_positions[p % self.ring_capacity] == Some(p)) {
+            return false;
+        }
+        for slot in &mut self.ring_positions {
+            if slot.is_some_and(|p| p >= n) {
+                *slot = None;
+            }
+        }
+        self.len = n;
+        true
+    }
+
+    pub(crate) fn plan(&self, s: usize, device: &Device) -> Result<ChunkGeometry, ModelError> {
+        let start = self.len;
+        if start + s > self.full_capacity {
+            return Err(ModelError::ContextFull(self.full_capacity));
+        }
+        debug_assert!(s <= self.max_chunk());
+        let mut ring_positions_after = self.ring_positions.clone();
+        for p in start..start + s {
+            ring_positions_after[p % self.ring_capacity] = Some(p);
+        }
+        let queries = start..start + s;
+
+        let full_mask = || {
+            let n = start + s;
+            let data: Vec<f32> =
+                queries.clone().flat_map(|q| (0..n).map(move |k| if k <= q { 0.0 } else { MASKED })).collect();
+            Tensor::from_data(TensorData::new(data, [s, n]), device)
+        };
+        let sliding_mask = || {
+            let window = self.window;
+            let data: Vec<f32> = queries
+                .clone()
+                .flat_map(|q| {
+                    ring_positions_after.iter().map(move |slot| match slot {
+                        Some(k) if *k <= q && q - k < window => 0.0,
+                        _ => MASKED,
+                    })
+                })
+                .collect();
+            Tensor::from_data(TensorData::new(data, [s, self.ring_capacity]), device)
+        };
+        let mut masks = [None, None];
+        let mut rope = [None, None];
+        for kind in [LayerType::Sliding, LayerType::Full] {
+            if let Some(inv_freq) = &self.inv_freq[kind.index()] {
+                masks[kind.index()] = Some(match kind {
+                    LayerType::Sliding => sliding_mask(),
+                    LayerType::Full => full_mask(),
+                });
+                rope[kind.index()] = Some(RopeTables::new(inv_freq, queries.clone(), device));
+            }
+        }
+        Ok(ChunkGeometry { start, len: s, masks, rope, ring_positions_after })
+    }
+
+    /// Stores layer `layer`'s new keys and values ([Hkv, S, d]) and returns everything the chunk's
+    /// queries may attend to: [Hkv, n, d] (positions for full layers, ring slots for sliding ones).
+    pub(crate) fn write(
+        &mut self,
+        layer: usize,
+        geometry: &ChunkGeometry,
+        k: Tensor<3>,
+        v: Tensor<3>,
+    ) -> (Tensor<3>, Tensor<3>) {
+        let ring_capacity = self.ring_capacity;
+        let kv = self.layers[layer].as_mut().expect("only layers with their own K/V write to the cache");
+        let [heads, s, d] = k.dims();
+        let (start, end) = (geometry.start, geometry.start + geometry.len);
+        match kv.kind {
+            LayerType::Full => {
+                kv.keys = kv.keys.clone().slice_assign([0..heads, start..end, 0..d], k);
+                kv.values = kv.values.clone().slice_assign([0..heads, start..end, 0..d], v);
+                (kv.keys.clone().slice([0..heads, 0..end, 0..d]), kv.values.clone().slice([0..heads, 0..end, 0..d]))
+            }
+            LayerType::Sliding => {
+                // The chunk may wrap around the end of the ring: write it in up to two pieces.
+                let mut written = 0;
+                while written < s {
+                    let slot = (start + written) % ring_capacity;
+                    let count = (s - written).min(ring_capacity - slot);
+                    let piece = written..written + count;
+                    kv.keys = kv.keys.clone().slice_assign(
+                        [0..heads, slot..slot + count, 0..d],
+                        k.clone().slice([0..heads, piece.clone(), 0..d]),
+                    );
+                    kv.values = kv
+                        .values
+                        .clone()
+                        .slice_assign([0..heads, slot..slot + count, 0..d], v.clone().slice([0..heads, piece, 0..d]));
+                    written += count;
+                }
+                (kv.keys.clone(), kv.values.clone())
+            }
+        }
+    }
+
+    pub(crate) fn commit(&mut self, geometry: &ChunkGeometry) {
+        self.ring_positions.clone_from(&geometry.ring_positions_after);
+        self.len = geometry.start + geometry.len;
+    }
+}

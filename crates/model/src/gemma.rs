@@ -1,0 +1,423 @@
+//! The Gemma text decoder (Gemma 4 E2B/E4B and Gemma 3), one implementation with config switches.
+//! It follows ../shared/reference/gemma4-architecture.md section by section; batch size is 1.
+//!
+//! Shapes: S = new tokens in this call, n = keys visible, h = hidden, H = query heads,
+//! Hkv = key/value heads, d = head dim of the layer, L = layers, P = per-layer-input width.
+
+use burn::tensor::activation::softmax;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use hearth_weights::{Checkpoint, HostTensor, WeightsError};
+
+use crate::cache::{ChunkGeometry, KvCache};
+use crate::config::{ConfigError, Family, LayerType, TextConfig};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Weights(#[from] WeightsError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("tensor `{name}` has shape {actual:?}, the config implies {expected:?}")]
+    Shape { name: String, expected: Vec<usize>, actual: Vec<usize> },
+    #[error("token id {0} is outside the vocabulary")]
+    TokenOutOfRange(u32),
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    #[error("the context is full ({0} tokens): start a new conversation or raise the context size")]
+    ContextFull(usize),
+}
+
+/// Weights of a linear layer, stored transposed ([in, out]) so that `x · W` needs no transpose.
+struct Linear(Tensor<2>);
+
+impl Linear {
+    /// [.., in] → [.., out]
+    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        x.matmul(self.0.clone())
+    }
+}
+
+struct Attention {
+    q_proj: Linear,
+    /// None on KV-shared layers: they reuse their producer's keys and values.
+    kv: Option<KeyValue>,
+    o_proj: Linear,
+    /// RMSNorm weights over the head dimension, with the family's offset applied.
+    q_norm: Tensor<1>,
+}
+
+struct KeyValue {
+    k_proj: Linear,
+    v_proj: Linear,
+    k_norm: Tensor<1>,
+}
+
+struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+/// Gemma 4's per-layer input path inside a decoder layer.
+struct LayerPerLayerInput {
+    gate: Linear,
+    projection: Linear,
+    post_norm: Tensor<1>,
+}
+
+struct DecoderLayer {
+    attention: Attention,
+    mlp: Mlp,
+    input_norm: Tensor<1>,
+    post_attention_norm: Tensor<1>,
+    pre_feedforward_norm: Tensor<1>,
+    post_feedforward_norm: Tensor<1>,
+    per_layer_input: Option<LayerPerLayerInput>,
+    /// Gemma 4 multiplies the residual stream by a learned scalar at the end of each layer.
+    layer_scalar: Option<f32>,
+}
+
+/// Gemma 4's per-layer embeddings: a [vocab, L·P] table looked up on the host (it is larger than
+/// the rest of the model and only one row per token is needed), plus a projection of the token
+/// embedding computed on the device.
+struct PerLayerEmbeddings {
+    table: HostTensor,
+    model_projection: Linear,
+    projection_norm: Tensor<1>,
+}
+
+pub struct Gemma {
+    pub config: TextConfig,
+    device: Device,
+    /// [vocab, h]; also the (tied) output head.
+    embed_tokens: Tensor<2>,
+    per_layer: Option<PerLayerEmbeddings>,
+    layers: Vec<DecoderLayer>,
+    final_norm: Tensor<1>,
+}
+
+/// Reads tensors by their name under the config's prefix, checking shapes.
+struct Loader<'a> {
+    checkpoint: &'a mut Checkpoint,
+    prefix: String,
+    device: &'a Device,
+    norm_offset: f32,
+}
+
+impl Loader<'_> {
+    fn host(&mut self, name: &str, expected: &[usize]) -> Result<HostTensor, ModelError> {
+        let full = format!("{}{name}", self.prefix);
+        let tensor = self.checkpoint.read_f32(&full)?;
+        if tensor.shape != expected {
+            return Err(ModelError::Shape { name: full, expected: expected.to_vec(), actual: tensor.shape });
+        }
+        Ok(tensor)
+    }
+
+    /// A `[out, in]` checkpoint matrix, uploaded as `[in, out]`.
+    fn linear(&mut self, name: &str, out_features: usize, in_features: usize) -> Result<Linear, ModelError> {
+        let w = self.host(&format!("{name}.weight"), &[out_features, in_features])?;
+        let mut transposed = vec![0.0; w.data.len()];
+        for (o, row) in w.data.chunks_exact(in_features).enumerate() {
+            for (i, value) in row.iter().enumerate() {
+                transposed[i * out_features + o] = *value;
+            }
+        }
+        Ok(Linear(Tensor::from_data(TensorData::new(transposed, [in_features, out_features]), self.device)))
+    }
+
+    /// An RMSNorm weight with the family's offset (`1 + w` for Gemma 3) folded in.
+    fn norm(&mut self, name: &str, size: usize) -> Result<Tensor<1>, ModelError> {
+        let w = self.host(&format!("{name}.weight"), &[size])?;
+        let data: Vec<f32> = w.data.iter().map(|v| v + self.norm_offset).collect();
+        Ok(Tensor::from_data(TensorData::new(data, [size]), self.device))
+    }
+}
+
+impl Gemma {
+    /// Loads the text decoder from `checkpoint`, one tensor at a time.
+    pub fn load(config: TextConfig, checkpoint: &mut Checkpoint, device: &Device) -> Result<Self, ModelError> {
+        let c = &config;
+        let h = c.hidden_size;
+        let mut loader =
+            Loader { checkpoint, prefix: c.tensor_prefix.clone(), device, norm_offset: c.norm_weight_offset };
+        let embed = loader.host("embed_tokens.weight", &[c.vocab_size, h])?;
+        let embed_tokens = Tensor::from_data(TensorData::new(embed.data, [c.vocab_size, h]), device);
+
+        let per_layer = match c.per_layer_input_size {
+            Some(p) => {
+                let width = c.num_layers * p;
+                Some(PerLayerEmbeddings {
+                    table: loader.host("embed_tokens_per_layer.weight", &[c.vocab_size, width])?,
+                    model_projection: loader.linear("per_layer_model_projection", width, h)?,
+                    projection_norm: loader.norm("per_layer_projection_norm", p)?,
+                })
+            }
+            None => None,
+        };
+
+        let mut layers = Vec::with_capacity(c.num_layers);
+        for (i, layer) in c.layers.iter().enumerate() {
+            let name = |part: &str| format!("layers.{i}.{part}");
+            let (d, kv_heads) = (layer.head_dim, layer.num_kv_heads);
+            let kv = match layer.kv_producer {
+                // Real checkpoints still ship k/v weights on shared layers: they are never read.
+                Some(_) => None,
+                None => Some(KeyValue {
+                    k_proj: loader.linear(&name("self_attn.k_proj"), kv_heads * d, h)?,
+                    v_proj: loader.linear(&name("self_attn.v_proj"), kv_heads * d, h)?,
+                    k_norm: loader.norm(&name("self_attn.k_norm"), d)?,
+                }),
+            };
+            let attention = Attention {
+                q_proj: loader.linear(&name("self_attn.q_proj"), c.num_heads * d, h)?,
+                kv,
+                o_proj: loader.linear(&name("self_attn.o_proj"), h, c.num_heads * d)?,
+                q_norm: loader.norm(&name("self_attn.q_norm"), d)?,
+            };
+            let inter = layer.intermediate_size;
+            let mlp = Mlp {
+                gate_proj: loader.linear(&name("mlp.gate_proj"), inter, h)?,
+                up_proj: loader.linear(&name("mlp.up_proj"), inter, h)?,
+                down_proj: loader.linear(&name("mlp.down_proj"), h, inter)?,
+            };
+            let per_layer_input = match c.per_layer_input_size {
+                Some(p) => Some(LayerPerLayerInput {
+                    gate: loader.linear(&name("per_layer_input_gate"), p, h)?,
+                    projection: loader.linear(&name("per_layer_projection"), h, p)?,
+                    post_norm: loader.norm(&name("post_per_layer_input_norm"), h)?,
+                }),
+                None => None,
+            };
+            let layer_scalar = match c.family {
+                Family::Gemma4 => Some(loader.host(&name("layer_scalar"), &[1])?.data[0]),
+                Family::Gemma3 => None,
+            };
+            layers.push(DecoderLayer {
+                attention,
+                mlp,
+                input_norm: loader.norm(&name("input_layernorm"), h)?,
+                post_attention_norm: loader.norm(&name("post_attention_layernorm"), h)?,
+                pre_feedforward_norm: loader.norm(&name("pre_feedforward_layernorm"), h)?,
+                post_feedforward_norm: loader.norm(&name("post_feedforward_layernorm"), h)?,
+                per_layer_input,
+                layer_scalar,
+            });
+        }
+        let final_norm = loader.norm("norm", h)?;
+        Ok(Gemma { config, device: device.clone(), embed_tokens, per_layer, layers, final_norm })
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Runs `tokens` (positions `cache.len()..`) through the decoder, appending to `cache`, in
+    /// chunks the cache can take. Returns the final logits (after the softcap): one row per token
+    /// when `all_positions`, else only the last row. Shape [rows, vocab].
+    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, all_positions: bool) -> Result<Tensor<2>, ModelError> {
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.config.vocab_size) {
+            return Err(ModelError::TokenOutOfRange(bad));
+        }
+        if tokens.is_empty() {
+            return Ok(Tensor::zeros([0, self.config.vocab_size], &self.device));
+        }
+        let mut rows = Vec::new();
+        let chunks: Vec<&[u32]> = tokens.chunks(cache.max_chunk()).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let last = i + 1 == chunks.len();
+            if all_positions || last {
+                rows.push(self.forward_chunk(chunk, cache, all_positions)?);
+            } else {
+                self.forward_chunk(chunk, cache, false)?;
+            }
+        }
+        Ok(if rows.len() == 1 { rows.remove(0) } else { Tensor::cat(rows, 0) })
+    }
+
+    fn forward_chunk(&self, tokens: &[u32], cache: &mut KvCache, all_positions: bool) -> Result<Tensor<2>, ModelError> {
+        let c = &self.config;
+        let s = tokens.len();
+        let geometry = cache.plan(s, &self.device)?;
+
+        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        let ids = Tensor::<1, Int>::from_data(TensorData::new(ids, [s]), &self.device);
+        // [S, h]
+        let x0 = self.embed_tokens.clone().select(0, ids).mul_scalar(c.embed_scale);
+        let per_layer_inputs = self.per_layer_inputs(tokens, x0.clone());
+
+        let mut x = x0;
+        // Keys and values of each producer layer, for the KV-shared layers after it.
+        let mut produced: Vec<Option<(Tensor<3>, Tensor<3>)>> = vec![None; c.num_layers];
+        for (i, layer) in self.layers.iter().enumerate() {
+            let residual = x.clone();
+            let a = rms_norm(x, &layer.input_norm, c.rms_norm_eps);
+            let attn = self.attention(i, a, cache, &geometry, &mut produced);
+            x = residual + rms_norm(attn, &layer.post_attention_norm, c.rms_norm_eps);
+
+            let residual = x.clone();
+            let m = rms_norm(x, &layer.pre_feedforward_norm, c.rms_norm_eps);
+            let m = layer.mlp.down_proj.forward(gelu_tanh(layer.mlp.gate_proj.forward(m.clone())) * layer.mlp.up_proj.forward(m));
+            x = residual + rms_norm(m, &layer.post_feedforward_norm, c.rms_norm_eps);
+
+            if let (Some(pli), Some(inputs)) = (&layer.per_layer_input, &per_layer_inputs) {
+                let p = inputs.dims()[2];
+                let slice = inputs.clone().slice([0..s, i..i + 1, 0..p]).reshape([s, p]);
+                let residual = x.clone();
+                let g = gelu_tanh(pli.gate.forward(x)) * slice;
+                x = residual + rms_norm(pli.projection.forward(g), &pli.post_norm, c.rms_norm_eps);
+            }
+            if let Some(scalar) = layer.layer_scalar {
+                x = x.mul_scalar(scalar);
+            }
+        }
+        cache.commit(&geometry);
+
+        let x = if all_positions { x } else { x.slice([s - 1..s, 0..c.hidden_size]) };
+        let x = rms_norm(x, &self.final_norm, c.rms_norm_eps);
+        // Tied head: logits = x · Eᵀ.  [rows, vocab]
+        let logits = x.matmul(self.embed_tokens.clone().transpose());
+        Ok(match c.final_logit_softcap {
+            Some(cap) => logits.div_scalar(cap).tanh().mul_scalar(cap),
+            None => logits,
+        })
+    }
+
+    /// Gemma 4 PLE: `(rmsnorm(x0 · Wpmp · h^-½) + table[t] · √P) · 2^-½`, as [S, L, P].
+    fn per_layer_inputs(&self, tokens: &[u32], x0: Tensor<2>) -> Option<Tensor<3>> {
+        let ple = self.per_layer.as_ref()?;
+        let c = &self.config;
+        let (s, l) = (tokens.len(), c.num_layers);
+        let width = ple.table.shape[1];
+        let p = width / l;
+        let mut rows = Vec::with_capacity(s * width);
+        for &t in tokens {
+            let start = t as usize * width;
+            rows.extend(ple.table.data[start..start + width].iter().map(|v| v * (p as f32).sqrt()));
+        }
+        let token_part = Tensor::<3>::from_data(TensorData::new(rows, [s, l, p]), &self.device);
+        let context = ple.model_projection.forward(x0).mul_scalar((c.hidden_size as f32).powf(-0.5)).reshape([s, l, p]);
+        let context = rms_norm(context, &ple.projection_norm, c.rms_norm_eps);
+        Some((context + token_part).mul_scalar(std::f32::consts::FRAC_1_SQRT_2))
+    }
+
+    /// Self-attention of layer `i` over the cache plus the new tokens. `a`: [S, h] → [S, h].
+    fn attention(
+        &self,
+        i: usize,
+        a: Tensor<2>,
+        cache: &mut KvCache,
+        geometry: &ChunkGeometry,
+        produced: &mut [Option<(Tensor<3>, Tensor<3>)>],
+    ) -> Tensor<2> {
+        let c = &self.config;
+        let spec = &c.layers[i];
+        let attn = &self.layers[i].attention;
+        let (s, heads, d) = (a.dims()[0], c.num_heads, spec.head_dim);
+        let rope = geometry.rope(spec.kind, d);
+
+        // [S, H, d] → normed → roped → [H, S, d]
+        let q = attn.q_proj.forward(a.clone()).reshape([s, heads, d]);
+        let q = rope.apply(rms_norm(q, &attn.q_norm, c.rms_norm_eps)).swap_dims(0, 1);
+
+        let (keys, values) = match (&attn.kv, spec.kv_producer) {
+            (Some(kv), _) => {
+                let kv_heads = spec.num_kv_heads;
+                let k = kv.k_proj.forward(a.clone()).reshape([s, kv_heads, d]);
+                let k = rope.apply(rms_norm(k, &kv.k_norm, c.rms_norm_eps)).swap_dims(0, 1);
+                let v = kv.v_proj.forward(a).reshape([s, kv_heads, d]);
+                let v = if c.v_norm { rms_norm_unscaled(v, c.rms_norm_eps) } else { v }.swap_dims(0, 1);
+                let (keys, values) = cache.write(i, geometry, k, v);
+                produced[i] = Some((keys.clone(), values.clone()));
+                (keys, values)
+            }
+            (None, Some(producer)) => produced[producer].clone().expect("producers run before the layers sharing them"),
+            (None, None) => unreachable!("a layer without K/V weights always has a producer"),
+        };
+
+        // GQA: query head h uses key/value head h / group.  q: [Hkv, group·S, d]
+        let kv_heads = keys.dims()[0];
+        let group = heads / kv_heads;
+        let n = keys.dims()[1];
+        let q = q.reshape([kv_heads, group * s, d]);
+        let scores = q.matmul(keys.swap_dims(1, 2)).mul_scalar(c.attention_scale); // [Hkv, group·S, n]
+        let scores = match c.attention_logit_softcap {
+            Some(cap) => scores.div_scalar(cap).tanh().mul_scalar(cap),
+            None => scores,
+        };
+        let mask = geometry.mask(spec.kind).reshape([1, 1, s, n]);
+        let scores = scores.reshape([kv_heads, group, s, n]) + mask;
+        let probs = softmax(scores, 3).reshape([kv_heads, group * s, n]);
+        let out = probs.matmul(values); // [Hkv, group·S, d]
+        let out = out.reshape([heads, s, d]).swap_dims(0, 1).reshape([s, heads * d]);
+        attn.o_proj.forward(out)
+    }
+}
+
+/// `x · (mean(x²) + eps)^-½ · w` over the last dimension (the offset is already in `w`).
+pub(crate) fn rms_norm<const D: usize>(x: Tensor<D>, weight: &Tensor<1>, eps: f32) -> Tensor<D> {
+    let size = weight.dims()[0];
+    let mut shape = [1; D];
+    shape[D - 1] = size;
+    rms_norm_unscaled(x, eps) * weight.clone().reshape(shape)
+}
+
+pub(crate) fn rms_norm_unscaled<const D: usize>(x: Tensor<D>, eps: f32) -> Tensor<D> {
+    let inv_rms = x.clone().square().mean_dim(D - 1).add_scalar(eps).sqrt().recip();
+    x * inv_rms
+}
+
+/// GELU with the tanh approximation (`gelu_pytorch_tanh`).
+pub(crate) fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    let inner = (x.clone() + x.clone().powi_scalar(3).mul_scalar(0.044_715)).mul_scalar(SQRT_2_OVER_PI);
+    x.mul_scalar(0.5) * inner.tanh().add_scalar(1.0)
+}
+
+/// Rotary embedding tables for one chunk and one head dimension.
+pub struct RopeTables {
+    /// [S, 1, d]
+    pub cos: Tensor<3>,
+    pub sin: Tensor<3>,
+}
+
+impl RopeTables {
+    pub fn new(inv_freq: &[f32], positions: std::ops::Range<usize>, device: &Device) -> Self {
+        let d = inv_freq.len() * 2;
+        let s = positions.len();
+        let (mut cos, mut sin) = (Vec::with_capacity(s * d), Vec::with_capacity(s * d));
+        for p in positions {
+            // cos(cat(f, f)): both halves of the head use the same frequencies.
+            for _ in 0..2 {
+                for &f in inv_freq {
+                    // f64 angles: positions reach 10⁵ and f32 would lose the phase.
+                    let angle = p as f64 * f64::from(f);
+                    cos.push(angle.cos() as f32);
+                    sin.push(angle.sin() as f32);
+                }
+            }
+        }
+        RopeTables {
+            cos: Tensor::from_data(TensorData::new(cos, [s, 1, d]), device),
+            sin: Tensor::from_data(TensorData::new(sin, [s, 1, d]), device),
+        }
+    }
+
+    /// `x·cos + rotate_half(x)·sin`, x: [S, heads, d].
+    pub fn apply(&self, x: Tensor<3>) -> Tensor<3> {
+        let [s, heads, d] = x.dims();
+        let first = x.clone().slice([0..s, 0..heads, 0..d / 2]);
+        let second = x.clone().slice([0..s, 0..heads, d / 2..d]);
+        let rotated = Tensor::cat(vec![second.neg(), first], 2);
+        x * self.cos.clone() + rotated * self.sin.clone()
+    }
+}
+
+impl LayerType {
+    pub(crate) fn index(self) -> usize {
+        match self {
+            LayerType::Sliding => 0,
+            LayerType::Full => 1,
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! GPU bring-up: Burn's wgpu runtime, asynchronously (the browser cannot block), plus a report of
+//! the adapter and of the limits that decide how tensors must be laid out.
+
+use burn::tensor::Device;
+use burn::tensor::wgpu::{WgpuInitError, WgpuSetup, wgpu};
+use hearth_protocol::{AdapterReport, EngineFailure, FailureKind};
+
+/// An initialised GPU: the Burn device to put tensors on, and what it is.
+pub struct Gpu {
+    pub device: Device,
+    pub adapter: AdapterReport,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error("no WebGPU adapter is available: {0}")]
+    NoAdapter(String),
+    #[error("the GPU refused to create a device: {0}")]
+    Device(String),
+}
+
+impl GpuError {
+    /// The failure as the overlay shows it, with the action that fixes it.
+    pub fn to_failure(&self) -> EngineFailure {
+        match self {
+            GpuError::NoAdapter(_) => EngineFailure {
+                kind: FailureKind::WebgpuUnavailable,
+                message: self.to_string(),
+                fix: "Hearth needs WebGPU. Use Chrome or Chromium 121 or newer with hardware acceleration on \
+                      (chrome://settings/system); check chrome://gpu shows \"WebGPU: Hardware accelerated\". \
+                      On Linux, start the browser with --enable-unsafe-webgpu."
+                    .into(),
+            },
+            GpuError::Device(_) => EngineFailure {
+                kind: FailureKind::GpuDevice,
+                message: self.to_string(),
+                fix: "Close other GPU-heavy tabs, update the graphics driver, then reload the extension.".into(),
+            },
+        }
+    }
+}
+
+impl From<WgpuInitError> for GpuError {
+    fn from(err: WgpuInitError) -> Self {
+        match err {
+            WgpuInitError::AdapterUnavailable { .. } => GpuError::NoAdapter(err.to_string()),
+            other => GpuError::Device(other.to_string()),
+        }
+    }
+}
+
+/// Initialises Burn on the default wgpu adapter. The only way in the browser; also works natively.
+pub async fn init_gpu() -> Result<Gpu, GpuError> {
+    let (device, setup) = Device::wgpu_options().init_with_setup_async().await?;
+    Ok(Gpu { device, adapter: describe(&setup) })
+}
+
+/// Native only: initialises Burn on the default wgpu adapter without an executor.
+#[cfg(not(target_family = "wasm"))]
+pub fn init_gpu_blocking() -> Result<Gpu, GpuError> {
+    let (device, setup) = Device::wgpu_options().init_with_setup()?;
+    Ok(Gpu { device, adapter: describe(&setup) })
+}
+
+fn describe(setup: &WgpuSetup) -> AdapterReport {
+    let info = setup.adapter.get_info();
+    let limits = setup.device.limits();
+    AdapterReport {
+        name: info.name.clone(),
+        // wgpu's web backend exposes neither; the offscreen document fills them from GPUAdapterInfo.
+        vendor: if info.vendor == 0 { String::new() } else { format!("{:#06x}", info.vendor) },
+        architecture: String::new(),
+        backend: format!("{:?}", info.backend),
+        device_type: format!("{:?}", info.device_type),
+        shader_f16: setup.device.features().contains(wgpu::Features::SHADER_F16),
+        max_buffer_size: limits.max_buffer_size,
+        max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size,
+        max_compute_workgroup_storage_size: limits.max_compute_workgroup_storage_size,
+    }
+}

@@ -1,0 +1,26 @@
+//! Burn compute for Hearth: the Gemma decoder and what it needs from the device.
+//!
+//! - [`gpu`]: brings up Burn's wgpu runtime (the browser's WebGPU in wasm, Vulkan/Metal/DX12
+//!   natively) and describes the adapter.
+//! - [`self_test`]: a computation whose answer is known, run on the device at start-up so that a
+//!   broken driver is caught before the user waits for a model.
+//! - [`config`] → [`gemma`] → [`cache`]: the model, as the spec reads: configuration, layers,
+//!   forward pass, KV cache.
+
+pub mod cache;
+pub mod config;
+pub mod gemma;
+pub mod gpu;
+#[cfg(not(target_family = "wasm"))]
+pub mod model_dir;
+pub mod sampling;
+pub mod self_test;
+pub mod session;
+pub mod tokenizer;
+
+pub use cache::{CacheOptions, KvCache};
+pub use config::TextConfig;
+pub use gemma::{Gemma, ModelError};
+pub use gpu::{Gpu, GpuError};
+pub use sampling::{Sampler, SamplingOptions};
+pub use session::{PrefillStats, Session};

@@ -1,0 +1,82 @@
+//! The engine's state as the UI sees it: which GPU, whether it computes correctly, or why not.
+
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+/// Where the engine is in its life.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum EngineStatus {
+    /// Nothing asked for the engine yet.
+    Idle,
+    /// Loading the wasm module and initialising the GPU.
+    Starting,
+    /// The GPU is initialised and passed its self-test.
+    Ready { adapter: AdapterReport, self_test: SelfTestReport },
+    /// The engine cannot run; `failure` says why and what to do.
+    Failed { failure: EngineFailure },
+}
+
+/// The GPU adapter Burn runs on, and the limits that shape how the model is laid out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct AdapterReport {
+    /// The adapter's description, e.g. "NVIDIA GeForce RTX 4070" or "SwiftShader Device".
+    pub name: String,
+    /// GPU vendor as the browser reports it (e.g. "nvidia", "apple", "google"); empty when unknown.
+    pub vendor: String,
+    /// GPU architecture as the browser reports it (e.g. "ampere", "swiftshader"); empty when unknown.
+    pub architecture: String,
+    /// The graphics API under wgpu: "BrowserWebGpu", "Vulkan", "Metal", "Dx12"…
+    pub backend: String,
+    /// "DiscreteGpu", "IntegratedGpu", "Cpu" (a software rasteriser such as SwiftShader or lavapipe)…
+    pub device_type: String,
+    /// Whether WGSL `f16` is available (half-precision kernels).
+    pub shader_f16: bool,
+    /// Largest single buffer, in bytes.
+    #[ts(type = "number")]
+    pub max_buffer_size: u64,
+    /// Largest storage-buffer binding, in bytes: no tensor may be bigger than this.
+    #[ts(type = "number")]
+    pub max_storage_buffer_binding_size: u64,
+    /// Workgroup shared memory, in bytes.
+    pub max_compute_workgroup_storage_size: u32,
+}
+
+/// The result of the known-answer computation run on the GPU at start-up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct SelfTestReport {
+    /// What was computed, in words.
+    pub computation: String,
+    /// Whether every value is within `tolerance` of the reference.
+    pub passed: bool,
+    /// The values read back from the GPU, row-major.
+    pub values: Vec<f32>,
+    /// Largest |GPU − reference| over all values.
+    pub max_abs_error: f32,
+    pub tolerance: f32,
+    /// Wall time of the computation including the read-back, in milliseconds.
+    pub elapsed_ms: f64,
+}
+
+/// Why the engine cannot run, with the action that fixes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct EngineFailure {
+    pub kind: FailureKind,
+    /// What happened, for a person.
+    pub message: String,
+    /// What they can do about it.
+    pub fix: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The browser exposes no WebGPU, or no adapter.
+    WebgpuUnavailable,
+    /// WebGPU exists but the device could not be created or was lost.
+    GpuDevice,
+    /// The GPU computed a wrong answer.
+    SelfTestFailed,
+    /// The wasm module failed to load.
+    EngineLoad,
+}

@@ -1,0 +1,88 @@
+//! Messages that cross the extension's process boundaries: offscreen document ⇄ service worker ⇄ tabs.
+//!
+//! This crate is the single source of truth for their shapes. The TypeScript side imports
+//! `extension/src/generated/protocol.ts`, generated from these types by
+//! `cargo xtask gen-types` (the `generated_typescript_is_fresh` test fails when it is stale).
+//!
+//! Every runtime message is a [`RuntimeMessage`]: `{ "to": <endpoint>, "msg": { "kind": …, … } }`.
+//! `chrome.runtime.sendMessage` reaches every extension page at once, so each receiver keeps only
+//! the messages addressed to it.
+
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+mod engine;
+pub mod typescript;
+
+pub use engine::{AdapterReport, EngineFailure, EngineStatus, FailureKind, SelfTestReport};
+
+/// A message on `chrome.runtime`, with the endpoint it is for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "to", content = "msg", rename_all = "snake_case")]
+pub enum RuntimeMessage {
+    /// For the offscreen document (the engine).
+    Offscreen(ToOffscreen),
+    /// For the service worker (the bus).
+    Worker(ToWorker),
+    /// For a tab's content script (the overlay).
+    Tab(ToTab),
+}
+
+/// Requests the service worker sends to the offscreen document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ToOffscreen {
+    /// Initialise the GPU and check it with a computation whose answer is known.
+    StartEngine,
+}
+
+/// What the service worker receives from the offscreen document and from tabs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ToWorker {
+    /// From the offscreen document: its script is loaded and listening.
+    OffscreenReady,
+    /// From the offscreen document: the engine's state changed.
+    EngineStatus { status: EngineStatus },
+    /// From a tab: send me the engine's state now and whenever it changes.
+    WatchEngine,
+}
+
+/// What the service worker pushes to a tab.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ToTab {
+    /// The engine's current state.
+    EngineStatus { status: EngineStatus },
+}
+
+impl RuntimeMessage {
+    /// Parses a message received from JavaScript; `None` when it is not one of ours.
+    pub fn from_json(json: &str) -> Option<Self> {
+        serde_json::from_str(json).ok()
+    }
+
+    pub fn to_json(&self) -> String {
+        // Serialising these plain enums cannot fail: no maps with non-string keys, no foreign types.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_format_is_tagged_by_endpoint_and_kind() {
+        let msg = RuntimeMessage::Offscreen(ToOffscreen::StartEngine);
+        assert_eq!(msg.to_json(), r#"{"to":"offscreen","msg":{"kind":"start_engine"}}"#);
+        let back = RuntimeMessage::from_json(r#"{"to":"worker","msg":{"kind":"watch_engine"}}"#);
+        assert_eq!(back, Some(RuntimeMessage::Worker(ToWorker::WatchEngine)));
+    }
+
+    #[test]
+    fn foreign_messages_are_ignored() {
+        assert_eq!(RuntimeMessage::from_json(r#"{"type":"something-else"}"#), None);
+        assert_eq!(RuntimeMessage::from_json("not json"), None);
+    }
+}

@@ -1,0 +1,33 @@
+//! Weight files, bytes to host tensors. The first step of the data path: nothing here knows about
+//! Burn or the GPU, so loaders can be tested on corrupt files quickly and reused natively and in wasm.
+//!
+//! - [`safetensors`]: the header of a `.safetensors` file, parsed and validated on its own so the
+//!   tensors can then be read one at a time (the whole file is never in memory).
+//! - [`checkpoint`]: a model folder (`model.safetensors` or sharded with
+//!   `model.safetensors.index.json`), read tensor by tensor as f32.
+
+pub mod checkpoint;
+pub mod safetensors;
+mod source;
+
+pub use checkpoint::{Checkpoint, HostTensor};
+pub use safetensors::{DType, Header, TensorInfo};
+pub use source::{ByteSource, FileSource, MemorySource};
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WeightsError {
+    #[error("cannot read {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{file} is not a valid safetensors file: {reason}. Download it again.")]
+    Corrupt { file: String, reason: String },
+    #[error("{file} is truncated: it has {actual} bytes but its header describes {expected}. Download it again.")]
+    Truncated { file: String, expected: u64, actual: u64 },
+    #[error("tensor `{name}` is missing from the checkpoint")]
+    Missing { name: String },
+    #[error("tensor `{name}` is stored as {dtype:?}, which cannot be read as f32")]
+    UnsupportedDType { name: String, dtype: DType },
+    #[error("{path} has neither model.safetensors nor model.safetensors.index.json")]
+    NoWeights { path: PathBuf },
+}

@@ -1,0 +1,122 @@
+// The overlay: a launcher button and a panel inside a *closed* shadow root, so the page can neither
+// read nor restyle it. Its state is mirrored as data-* attributes on the host element for tests.
+
+import type { EngineStatus, RuntimeMessage } from "../generated/protocol";
+import { isRuntimeMessage, sendToWorker } from "../shared/messages";
+import { OVERLAY_CSS } from "./overlay-style";
+
+const t = (key: string, ...substitutions: string[]): string => chrome.i18n.getMessage(key, substitutions) || key;
+
+/** Builds an element with text content only: page- or engine-supplied text never becomes HTML. */
+function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attrs: Record<string, string> = {},
+  text?: string,
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, value);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+export function mountOverlay(): void {
+  const host = document.createElement("hearth-overlay");
+  const shadow = host.attachShadow({ mode: "closed" });
+  const style = el("style", {}, OVERLAY_CSS);
+
+  const launcher = el("button", { class: "launcher", type: "button", "aria-label": t("launcherLabel"), "aria-expanded": "false" }, "H");
+  const panel = el("section", { class: "panel", role: "dialog", "aria-label": t("panelTitle"), hidden: "" });
+  const header = el("header");
+  const title = el("h2", {}, t("panelTitle"));
+  const close = el("button", { class: "close", type: "button", "aria-label": t("closeLabel") }, "×");
+  header.append(title, close);
+  const statusLine = el("p", { class: "status", role: "status", "aria-live": "polite" }, t("engineIdle"));
+  const details = el("div", { class: "details" });
+  panel.append(header, statusLine, details);
+  shadow.append(style, launcher, panel);
+
+  host.dataset.state = "closed";
+  host.dataset.engine = "idle";
+  // Keystrokes typed in the overlay belong to it, not to the page's shortcuts.
+  for (const type of ["keydown", "keyup", "keypress"]) host.addEventListener(type, (e) => e.stopPropagation());
+
+  let watching = false;
+  const setOpen = (open: boolean) => {
+    panel.hidden = !open;
+    launcher.setAttribute("aria-expanded", String(open));
+    host.dataset.state = open ? "open" : "closed";
+    if (open) {
+      close.focus();
+      // The engine starts on first use, not on every page load.
+      if (!watching) {
+        watching = true;
+        void sendToWorker({ kind: "watch_engine" });
+      }
+    } else {
+      launcher.focus();
+    }
+  };
+  launcher.addEventListener("click", () => setOpen(panel.hidden));
+  close.addEventListener("click", () => setOpen(false));
+
+  chrome.runtime.onMessage.addListener((message: unknown) => {
+    if (isRuntimeMessage(message) && message.to === "tab") onTabMessage(message);
+    return false;
+  });
+
+  function onTabMessage(message: Extract<RuntimeMessage, { to: "tab" }>): void {
+    if (message.msg.kind === "engine_status") render(message.msg.status);
+  }
+
+  function render(status: EngineStatus): void {
+    host.dataset.engine = status.state;
+    details.replaceChildren();
+    delete host.dataset.adapter;
+    delete host.dataset.selfTest;
+    delete host.dataset.values;
+    delete host.dataset.failure;
+    switch (status.state) {
+      case "idle":
+        statusLine.textContent = t("engineIdle");
+        break;
+      case "starting":
+        statusLine.textContent = t("engineStarting");
+        break;
+      case "ready": {
+        const { adapter, self_test: test } = status;
+        host.dataset.adapter = adapter.name;
+        host.dataset.selfTest = test.passed ? "passed" : "failed";
+        host.dataset.values = JSON.stringify(test.values);
+        statusLine.textContent = t("engineReady", adapter.name || adapter.backend);
+        const facts = el("dl");
+        const fact = (term: string, value: string) => facts.append(el("dt", {}, term), el("dd", {}, value));
+        fact("backend", `${adapter.backend} · ${adapter.device_type}`);
+        if (adapter.vendor || adapter.architecture) fact("gpu", `${adapter.vendor} ${adapter.architecture}`.trim());
+        fact("shader-f16", adapter.shader_f16 ? "yes" : "no");
+        fact("max binding", `${(adapter.max_storage_buffer_binding_size / 2 ** 20).toFixed(0)} MiB`);
+        fact("max buffer", `${(adapter.max_buffer_size / 2 ** 20).toFixed(0)} MiB`);
+        const result = el("p", { class: "self-test" }, t("selfTestPassed", test.max_abs_error.toExponential(1), test.elapsed_ms.toFixed(0)));
+        if (!test.passed) result.classList.add("bad");
+        const values = el("pre", { class: "values", "aria-label": test.computation }, formatMatrix(test.values, 6));
+        details.append(facts, result, el("p", { class: "caption" }, test.computation), values);
+        break;
+      }
+      case "failed": {
+        host.dataset.failure = status.failure.kind;
+        statusLine.textContent = t("engineFailed");
+        details.append(el("p", { class: "error" }, status.failure.message), el("p", { class: "fix" }, `${t("fixLabel")} ${status.failure.fix}`));
+        break;
+      }
+    }
+  }
+
+  document.documentElement.append(host);
+}
+
+function formatMatrix(values: number[], columns: number): string {
+  const rows: string[] = [];
+  for (let i = 0; i < values.length; i += columns) {
+    rows.push(values.slice(i, i + columns).map((v) => v.toFixed(4)).join("  "));
+  }
+  return rows.join("\n");
+}

@@ -1,0 +1,73 @@
+// Launches Debian's Chromium (or $CHROMIUM) with the built extension and connects Playwright over CDP.
+// Shared by the e2e tests and `cargo xtask run`.
+
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { chromium } from "playwright-core";
+import { ConsoleWatcher } from "./console-watcher.mjs";
+
+export const EXTENSION_DIR = resolve(import.meta.dirname, "../../../dist/extension");
+
+function chromiumPath() {
+  const candidates = [process.env.CHROMIUM, "/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"];
+  const found = candidates.find((p) => p && existsSync(p));
+  if (!found) throw new Error("Chromium not found: install it (Debian: `sudo apt-get install chromium`) or set CHROMIUM=/path/to/chrome");
+  return found;
+}
+
+/**
+ * @param {{ headless?: boolean, webgpu?: boolean, extensionDir?: string, url?: string }} options
+ */
+export async function launch({ headless = true, webgpu = true, extensionDir = EXTENSION_DIR, url = "about:blank" } = {}) {
+  if (!existsSync(join(extensionDir, "manifest.json"))) {
+    throw new Error(`${extensionDir} has no manifest.json: run \`cargo xtask build\` first`);
+  }
+  const profile = mkdtempSync(join(tmpdir(), "hearth-profile-"));
+  const args = [
+    `--user-data-dir=${profile}`,
+    "--remote-debugging-port=0",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--disable-gpu-sandbox",
+    `--disable-extensions-except=${extensionDir}`,
+    `--load-extension=${extensionDir}`,
+  ];
+  if (process.getuid?.() === 0) args.push("--no-sandbox");
+  if (headless) args.push("--headless=new");
+  // The one flag WebGPU needs on Linux; leaving it out is how the tests get a browser without WebGPU.
+  if (webgpu) args.push("--enable-unsafe-webgpu", "--enable-dawn-features=disable_robustness");
+  args.push(url);
+
+  const child = spawn(chromiumPath(), args, { stdio: ["ignore", "ignore", "pipe"] });
+  const wsEndpoint = await new Promise((resolveEndpoint, reject) => {
+    let stderr = "";
+    const timer = setTimeout(() => reject(new Error(`Chromium did not start in 30 s:\n${stderr}`)), 30_000);
+    child.stderr.on("data", (chunk) => {
+      stderr += chunk;
+      const match = /DevTools listening on (ws:\/\/\S+)/.exec(stderr);
+      if (match) {
+        clearTimeout(timer);
+        resolveEndpoint(match[1]);
+      }
+    });
+    child.on("exit", (code) => reject(new Error(`Chromium exited (${code}):\n${stderr}`)));
+  });
+
+  const console = await ConsoleWatcher.connect(wsEndpoint);
+  const browser = await chromium.connectOverCDP(wsEndpoint);
+  const context = browser.contexts()[0];
+  const close = async () => {
+    await console.close();
+    await browser.close().catch(() => {});
+    child.kill();
+    await new Promise((r) => (child.exitCode !== null ? r() : child.once("exit", r)));
+    rmSync(profile, { recursive: true, force: true });
+  };
+  return { browser, context, console, close, exited: new Promise((r) => child.once("exit", r)) };
+}

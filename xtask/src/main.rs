@@ -1,0 +1,72 @@
+//! `cargo xtask`: Hearth's build, run and test driver.
+//!
+//! - `build [--release]`  the extension into dist/extension (wasm + TypeScript + static files)
+//! - `run [--headless] [--no-build]`  build, then open Chromium with the extension on a demo page
+//! - `test`  everything CI checks: formatting, lints, native tests, wasm build, e2e in Chromium
+//! - `gen-types`  regenerate the TypeScript protocol from the Rust types
+
+mod build;
+mod process;
+mod test;
+mod toolchain;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (command, flags) = match args.split_first() {
+        Some((command, flags)) => (command.as_str(), flags),
+        None => ("help", &[][..]),
+    };
+    let has = |flag: &str| flags.iter().any(|f| f == flag);
+    let result = match command {
+        "build" => build::build(&build::Options { release: has("--release") }).map(|_| ()),
+        "run" | "demo" => run(has("--headless"), has("--no-build"), has("--release")),
+        "test" => test::test(),
+        "gen-types" => gen_types(),
+        "help" | "--help" | "-h" => {
+            println!("{}", HELP);
+            Ok(())
+        }
+        other => Err(format!("unknown command `{other}`\n\n{HELP}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+const HELP: &str = "usage: cargo xtask <command>
+  build [--release]                 build the extension into dist/extension
+  run [--headless] [--no-build]     build, then launch Chromium with the extension on a demo page
+  test                              formatting, lints, native tests, wasm build, e2e tests in Chromium
+  gen-types                         regenerate extension/src/generated/protocol.ts";
+
+/// The repository root (the parent of xtask/).
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().map(PathBuf::from).unwrap_or_default()
+}
+
+fn run(headless: bool, no_build: bool, release: bool) -> Result<(), String> {
+    if !no_build {
+        build::build(&build::Options { release })?;
+    }
+    let mut cmd = process::command("node", &["scripts/run-demo.mjs"]);
+    cmd.current_dir(root().join("extension"));
+    if headless {
+        cmd.arg("--headless");
+    }
+    process::run(cmd)
+}
+
+fn gen_types() -> Result<(), String> {
+    let path = root().join(hearth_protocol::typescript::GENERATED_PATH);
+    std::fs::write(&path, hearth_protocol::typescript::typescript_module())
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}

@@ -1,0 +1,62 @@
+//! `cargo xtask test`: every check CI runs, in order, with a summary line per step.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use crate::{build, process, root};
+
+/// The steps run so far, for the summary printed at the end.
+#[derive(Default)]
+struct Steps(Vec<String>);
+
+impl Steps {
+    fn time<T>(&mut self, name: &str, work: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+        let start = Instant::now();
+        let result = work();
+        let status = if result.is_ok() { "ok" } else { "FAIL" };
+        let line = format!("{name:<10} {status:<4} {:>7.1} s", start.elapsed().as_secs_f64());
+        eprintln!("xtask: {line}");
+        self.0.push(line);
+        result
+    }
+}
+
+pub fn test() -> Result<(), String> {
+    let root = root();
+    let mut steps = Steps::default();
+    let outcome = run_all(&root, &mut steps);
+    eprintln!("\nxtask test summary:");
+    for line in &steps.0 {
+        eprintln!("  {line}");
+    }
+    outcome.map(|()| eprintln!("xtask test: all steps passed"))
+}
+
+fn run_all(root: &Path, steps: &mut Steps) -> Result<(), String> {
+    let cargo = |args: &[&str]| {
+        let mut cmd = process::command("cargo", args);
+        cmd.current_dir(root);
+        cmd
+    };
+    let in_extension = |program: &str, args: &[&str]| {
+        let mut cmd = process::command(program, args);
+        cmd.current_dir(root.join("extension"));
+        cmd
+    };
+
+    steps.time("format", || process::run(cargo(&["fmt", "--all", "--check"])))?;
+    steps.time("lint", || {
+        process::run(cargo(&["clippy", "--release", "--workspace", "--all-targets", "--", "-D", "warnings"]))
+    })?;
+    let mut native: Command = cargo(&["test", "--release", "--workspace"]);
+    // GPU tests run on a real adapter or on lavapipe; skipping them silently would hide breakage.
+    if std::env::var_os("HEARTH_ALLOW_NO_GPU").is_none() {
+        native.env("HEARTH_REQUIRE_GPU", "1");
+    }
+    steps.time("native", || process::run(native))?;
+    steps.time("npm ci", || build::npm_ci_if_needed(root))?;
+    steps.time("typecheck", || process::run(in_extension("npx", &["--no-install", "tsc", "--noEmit"])))?;
+    steps.time("build", || build::build(&build::Options { release: false }))?;
+    steps.time("e2e", || process::run(in_extension("node", &["--test", "--test-concurrency=1", "tests/e2e/"])))
+}
