@@ -2,10 +2,13 @@
 // Usage: node build.mjs <out-dir>   (cargo xtask build calls this after wasm-bindgen)
 
 import { build } from "esbuild";
-import { cpSync, mkdirSync } from "node:fs";
-import { resolve } from "node:path";
+import { cpSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { basename, join, resolve } from "node:path";
 
+// Usage: node build.mjs <out-dir> [--bundle-model <model-dir>]
 const outdir = resolve(process.argv[2] ?? "../dist/extension");
+const modelFlag = process.argv.indexOf("--bundle-model");
+const bundledModelDir = modelFlag > 0 ? resolve(process.argv[modelFlag + 1]) : null;
 mkdirSync(outdir, { recursive: true });
 
 const common = { outdir, bundle: true, target: "chrome124", sourcemap: "linked", legalComments: "none", logLevel: "warning" };
@@ -18,4 +21,17 @@ await build({
 await build({ ...common, entryPoints: { content: "src/content/content.ts" }, format: "iife" });
 
 cpSync("static", outdir, { recursive: true });
+
+// Test builds carry a tiny model so the engine can be exercised end to end without a download.
+rmSync(join(outdir, "test-models"), { recursive: true, force: true });
+let bundled_model = null;
+if (bundledModelDir) {
+  bundled_model = `test-models/${basename(bundledModelDir)}`;
+  const target = join(outdir, bundled_model);
+  mkdirSync(target, { recursive: true });
+  for (const file of ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja"]) {
+    cpSync(join(bundledModelDir, file), join(target, file));
+  }
+}
+writeFileSync(join(outdir, "build-info.json"), JSON.stringify({ bundled_model }, null, 2) + "\n");
 console.log(`bundled into ${outdir}`);

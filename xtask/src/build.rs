@@ -7,20 +7,32 @@ use std::process::Command;
 use crate::{process, root, toolchain};
 
 pub struct Options {
-    /// Also run `wasm-opt -Oz` (slow: minutes) when binaryen is installed.
+    /// A release build: `wasm-opt -Oz` when binaryen is installed (slow: minutes), and no bundled
+    /// test model. Other builds carry crates/model/fixtures/tiny-chat for the end-to-end tests.
     pub release: bool,
 }
+
+/// The tiny model (random weights, real formats) that test builds bundle.
+pub const TEST_MODEL: &str = "crates/model/fixtures/tiny-chat";
 
 /// Builds the extension and returns the path of dist/extension.
 pub fn build(options: &Options) -> Result<PathBuf, String> {
     let root = root();
+    npm_ci_if_needed(&root)?;
+    let wasm = WasmBuild::start(&root, None)?.wait()?;
+    assemble(&root, &wasm, options)
+}
+
+/// wasm-bindgen, the TypeScript bundles and the static files around an already compiled module.
+pub fn assemble(root: &Path, wasm: &Path, options: &Options) -> Result<PathBuf, String> {
     let dist = root.join("dist/extension");
     std::fs::create_dir_all(&dist).map_err(|e| format!("creating {}: {e}", dist.display()))?;
-    npm_ci_if_needed(&root)?;
-    let wasm = build_wasm(&root)?;
-    bindgen(&root, &wasm, &dist.join("wasm"), options.release)?;
+    bindgen(root, wasm, &dist.join("wasm"), options.release)?;
     let mut bundle = process::command("node", &["build.mjs"]);
     bundle.arg(&dist).current_dir(root.join("extension"));
+    if !options.release {
+        bundle.arg("--bundle-model").arg(root.join(TEST_MODEL));
+    }
     process::run(bundle)?;
     println!("xtask: extension ready in {} (load it unpacked from chrome://extensions)", dist.display());
     Ok(dist)
@@ -45,8 +57,57 @@ pub fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"))
 }
 
-/// Compiles crates/offscreen for wasm32 in release mode and returns the .wasm path.
-fn build_wasm(root: &Path) -> Result<PathBuf, String> {
+/// A running compilation of crates/offscreen for wasm32 (release mode). `cargo xtask test` starts
+/// it first so that it shares the two cores with the native build instead of following it.
+pub struct WasmBuild {
+    /// None once waited for.
+    child: Option<std::process::Child>,
+    log: Option<PathBuf>,
+    wasm: PathBuf,
+}
+
+impl WasmBuild {
+    /// Starts the build; its output goes to `log` when given, else to the terminal.
+    pub fn start(root: &Path, log: Option<&Path>) -> Result<Self, String> {
+        let (mut cmd, wasm) = wasm_command(root)?;
+        if let Some(log) = log {
+            let file = std::fs::File::create(log).map_err(|e| format!("creating {}: {e}", log.display()))?;
+            let err = file.try_clone().map_err(|e| e.to_string())?;
+            cmd.stdout(file).stderr(err);
+        }
+        eprintln!("xtask: compiling the offscreen engine for wasm32{}", log.map(|l| format!(" (log: {})", l.display())).unwrap_or_default());
+        let child = cmd.spawn().map_err(|e| format!("could not start the wasm build: {e}"))?;
+        Ok(WasmBuild { child: Some(child), log: log.map(Path::to_path_buf), wasm })
+    }
+
+    /// Waits for the build and returns the .wasm path.
+    pub fn wait(mut self) -> Result<PathBuf, String> {
+        let mut child = self.child.take().ok_or("the wasm build was already waited for")?;
+        let status = child.wait().map_err(|e| e.to_string())?;
+        if status.success() {
+            return Ok(self.wasm.clone());
+        }
+        let tail = self
+            .log
+            .as_ref()
+            .and_then(|log| std::fs::read_to_string(log).ok())
+            .map(|text| text.lines().rev().take(60).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n"))
+            .unwrap_or_default();
+        Err(format!("the wasm build failed ({status})\n{tail}"))
+    }
+}
+
+impl Drop for WasmBuild {
+    /// A test run that fails early must not leave the compiler running.
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn wasm_command(root: &Path) -> Result<(Command, PathBuf), String> {
     // Its own target dir: a different target and often a different rustc than the native build.
     let target_dir = target_dir(root).join("wasm");
     let toolchain = toolchain::wasm_toolchain()?;
@@ -65,8 +126,7 @@ fn build_wasm(root: &Path) -> Result<PathBuf, String> {
         // rustup's proxies would otherwise pick their own toolchain for nested calls.
         cmd.env_remove("RUSTUP_TOOLCHAIN").env_remove("CARGO");
     }
-    process::run(cmd)?;
-    Ok(target_dir.join("wasm32-unknown-unknown/release/hearth_offscreen.wasm"))
+    Ok((cmd, target_dir.join("wasm32-unknown-unknown/release/hearth_offscreen.wasm")))
 }
 
 /// wasm-bindgen --target web, then wasm-opt when available.

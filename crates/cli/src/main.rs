@@ -9,7 +9,7 @@ use burn::tensor::{Device, Tensor};
 use clap::{Parser, Subcommand};
 use hearth_chat::{ChatTemplate, Message, RenderRequest, Tool};
 use hearth_model::model_dir::{load_model, load_tokenizer};
-use hearth_model::tokenizer::StreamDecoder;
+use hearth_model::generate::{self, GenerateOptions};
 use hearth_model::{CacheOptions, KvCache, Sampler, SamplingOptions, Session, gpu, self_test};
 use serde::Deserialize;
 
@@ -50,6 +50,9 @@ enum Command {
         top_p: f32,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Also print the generated token ids to stderr.
+        #[arg(long)]
+        print_ids: bool,
         #[command(flatten)]
         device: DeviceArgs,
     },
@@ -76,6 +79,13 @@ enum Command {
         #[arg(long)]
         template: Option<PathBuf>,
     },
+    /// Parse a raw model output read from stdin into
+    /// `{"content", "thinking", "tool_calls": [{"name", "arguments"}]}`.
+    Parse {
+        /// The prompt opened the thought channel (thinking on): output starts inside it.
+        #[arg(long)]
+        thinking: bool,
+    },
     /// Initialise the GPU, print the adapter, and check it with a computation whose answer is known.
     SelfTest {
         #[command(flatten)]
@@ -85,12 +95,13 @@ enum Command {
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
-        Command::Generate { model, prompt, chat, max_tokens, temperature, top_k, top_p, seed, device } => {
+        Command::Generate { model, prompt, chat, max_tokens, temperature, top_k, top_p, seed, print_ids, device } => {
             let sampling = SamplingOptions { temperature, top_k, top_p, seed };
-            generate(model, &prompt, chat, max_tokens, sampling, &device)
+            run_generate(model, &prompt, chat, max_tokens, sampling, print_ids, &device)
         }
         Command::Logits { model, tokens, step_by_step, device } => logits(model, &tokens, step_by_step, &device),
         Command::Render { model, template } => render(model, template),
+        Command::Parse { thinking } => parse(thinking),
         Command::SelfTest { device } => run_self_test(&device),
     };
     match result {
@@ -114,12 +125,13 @@ fn device(args: &DeviceArgs) -> Result<Device, String> {
     Ok(gpu.device)
 }
 
-fn generate(
+fn run_generate(
     dir: PathBuf,
     prompt: &str,
     chat: bool,
     max_tokens: usize,
     sampling: SamplingOptions,
+    ids_to_stderr: bool,
     args: &DeviceArgs,
 ) -> Result<(), String> {
     let device = device(args)?;
@@ -138,36 +150,36 @@ fn generate(
     if !chat && prompt_ids.first() != Some(&model.config.bos_token_id) {
         prompt_ids.insert(0, model.config.bos_token_id);
     }
-    let eos = model.config.eos_token_ids.clone();
+    let stop_tokens = model.config.eos_token_ids.clone();
     let mut session = Session::new(model, CacheOptions::default());
     let mut sampler = Sampler::new(sampling);
-    let mut decoder = StreamDecoder::default();
     let mut stdout = std::io::stdout().lock();
-
-    let start = Instant::now();
-    let (mut logits, _) = session.prefill(&prompt_ids).map_err(|e| e.to_string())?;
-    let mut next = pollster::block_on(sampler.sample(logits)).map_err(|e| e.to_string())?;
-    let prefill_time = start.elapsed();
-    let decode_start = Instant::now();
-    let mut generated = 0;
-    while generated < max_tokens && !eos.contains(&next) {
-        generated += 1;
-        let piece = decoder.push(&tokenizer, next).map_err(|e| e.to_string())?;
-        let _ = stdout.write_all(piece.as_bytes()).and_then(|()| stdout.flush());
-        if generated == max_tokens {
-            break;
-        }
-        logits = session.step(next).map_err(|e| e.to_string())?;
-        next = pollster::block_on(sampler.sample(logits)).map_err(|e| e.to_string())?;
-    }
+    let clock = Instant::now();
+    let options = GenerateOptions { max_tokens, stop_tokens: &stop_tokens };
+    let result = pollster::block_on(generate::generate(
+        &mut session,
+        &mut sampler,
+        &tokenizer,
+        &prompt_ids,
+        options,
+        || clock.elapsed().as_secs_f64() * 1e3,
+        |_, text| {
+            let _ = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush());
+        },
+    ))
+    .map_err(|e| e.to_string())?;
     let _ = writeln!(stdout);
-    let decode_time = decode_start.elapsed().as_secs_f64();
+    if ids_to_stderr {
+        eprintln!("hearth: token ids {:?}", result.token_ids);
+    }
     eprintln!(
-        "hearth: prefill {} tokens in {:.2} s ({:.1} tokens/s); decode {generated} tokens in {decode_time:.2} s ({:.1} tokens/s)",
-        prompt_ids.len(),
-        prefill_time.as_secs_f64(),
-        prompt_ids.len() as f64 / prefill_time.as_secs_f64(),
-        if decode_time > 0.0 { generated.saturating_sub(1) as f64 / decode_time } else { 0.0 },
+        "hearth: prefill {} tokens in {:.0} ms ({:.1} tokens/s); decode {} tokens in {:.0} ms ({:.1} tokens/s)",
+        result.prefilled_tokens,
+        result.prefill_ms,
+        result.prefill_tokens_per_s(),
+        result.token_ids.len(),
+        result.decode_ms,
+        result.decode_tokens_per_s(),
     );
     Ok(())
 }
@@ -188,7 +200,7 @@ fn logits(dir: PathBuf, tokens: &[u32], step_by_step: bool, args: &DeviceArgs) -
     let vocab = model.config.vocab_size;
     let all = Tensor::cat(rows, 0);
     let data = pollster::block_on(all.into_data_async()).map_err(|e| e.to_string())?;
-    let values: Vec<f32> = data.into_vec().map_err(|e| format!("{e:?}"))?;
+    let values: Vec<f32> = data.try_into_vec().map_err(|e| format!("{e:?}"))?;
     let logits: Vec<&[f32]> = values.chunks(vocab).collect();
     println!("{}", serde_json::json!({ "logits": logits }));
     Ok(())
@@ -225,6 +237,13 @@ fn render(model: Option<PathBuf>, template: Option<PathBuf>) -> Result<(), Strin
     };
     let text = template.render(&request).map_err(|e| e.to_string())?;
     print!("{text}");
+    Ok(())
+}
+
+fn parse(thinking: bool) -> Result<(), String> {
+    let mut raw = String::new();
+    std::io::stdin().read_to_string(&mut raw).map_err(|e| format!("reading stdin: {e}"))?;
+    println!("{}", hearth_agent::parse_to_json(&raw, thinking));
     Ok(())
 }
 

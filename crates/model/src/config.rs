@@ -255,6 +255,18 @@ impl TextConfig {
         })
     }
 
+    /// Takes the stop tokens from a `generation_config.json`, when it names any.
+    pub fn apply_generation_config(&mut self, json: &str) -> Result<(), ConfigError> {
+        let value: serde_json::Value = serde_json::from_str(json)?;
+        if let Some(eos) = value.get("eos_token_id") {
+            let ids = eos_ids(eos);
+            if !ids.is_empty() {
+                self.eos_token_ids = ids;
+            }
+        }
+        Ok(())
+    }
+
     /// How many positions each sliding layer must see.
     pub fn window(&self) -> usize {
         self.sliding_window

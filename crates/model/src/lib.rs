@@ -10,6 +10,7 @@
 pub mod cache;
 pub mod config;
 pub mod gemma;
+pub mod generate;
 pub mod gpu;
 #[cfg(not(target_family = "wasm"))]
 pub mod model_dir;

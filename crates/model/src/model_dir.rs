@@ -30,11 +30,18 @@ pub fn check_dir(dir: &Path) -> Result<(), ModelDirError> {
     if dir.is_dir() { Ok(()) } else { Err(ModelDirError::NotADirectory { path: dir.to_path_buf() }) }
 }
 
+/// `config.json`, with the stop tokens of `generation_config.json` when it has them (Gemma 4 -it
+/// stops on `<eos>`, `<turn|>` and `<|tool_response>`, which only that file lists).
 pub fn load_config(dir: &Path) -> Result<TextConfig, ModelDirError> {
     check_dir(dir)?;
     let json = read(&dir.join("config.json"))?;
-    let text = String::from_utf8_lossy(&json);
-    Ok(TextConfig::from_json(&text).map_err(ModelError::from)?)
+    let mut config = TextConfig::from_json(&String::from_utf8_lossy(&json)).map_err(ModelError::from)?;
+    let generation = dir.join("generation_config.json");
+    if generation.is_file() {
+        let text = String::from_utf8_lossy(&read(&generation)?).into_owned();
+        config.apply_generation_config(&text).map_err(ModelError::from)?;
+    }
+    Ok(config)
 }
 
 /// Loads the decoder's weights onto `device`, tensor by tensor.

@@ -47,7 +47,7 @@ fn devices() -> Vec<(&'static str, Device)> {
 
 fn read(t: Tensor<2>) -> Vec<Vec<f32>> {
     let [_, vocab] = t.dims();
-    let values: Vec<f32> = pollster::block_on(t.into_data_async()).unwrap().into_vec().unwrap();
+    let values: Vec<f32> = pollster::block_on(t.into_data_async()).unwrap().try_into_vec().unwrap();
     values.chunks(vocab).map(<[f32]>::to_vec).collect()
 }
 

@@ -1,77 +1,52 @@
 //! The offscreen document's engine, compiled to wasm32.
 //!
-//! JavaScript (extension/src/offscreen/) owns the messaging; this module owns the GPU. Every export
-//! returns a JSON string of a `hearth_protocol` type, so the shapes are defined once in Rust.
+//! JavaScript (extension/src/offscreen/) owns the messaging and fetching files; this module owns
+//! the GPU, the model and generation. Every export returns JSON of a `hearth_protocol` type, so the
+//! shapes are defined once, in Rust. Nothing here reads the GPU synchronously.
 
-use std::cell::RefCell;
+mod engine;
 
-use burn::tensor::Device;
-use hearth_model::{gpu, self_test};
-use hearth_protocol::{EngineFailure, EngineStatus, FailureKind};
+use hearth_model::gpu;
+use hearth_protocol::{EngineStatus, GenerateRequest, GenerationEvent};
 use wasm_bindgen::prelude::*;
 
-thread_local! {
-    /// Burn's wgpu runtime can be initialised once per page; later calls reuse it.
-    static GPU: RefCell<Option<(Device, hearth_protocol::AdapterReport)>> = const { RefCell::new(None) };
-}
+pub use engine::ModelFiles;
 
 #[wasm_bindgen(start)]
 pub fn on_load() {
     console_error_panic_hook::set_once();
 }
 
-/// Initialises Burn on the browser's WebGPU, runs the self-test, and returns the resulting
-/// `EngineStatus` as JSON (`ready` or `failed`; never throws).
+/// Initialises Burn on the browser's WebGPU (once), runs the self-test, loads `model` if given and
+/// none is loaded yet, and returns the resulting `EngineStatus` as JSON (`ready` or `failed`).
 ///
 /// `vendor` and `architecture` come from the page's `GPUAdapterInfo`, which wgpu does not expose.
 #[wasm_bindgen(js_name = startEngine)]
-pub async fn start_engine(vendor: String, architecture: String) -> String {
-    let status = match ensure_gpu(vendor, architecture).await {
-        Ok((device, adapter)) => match self_test::run(&device, js_sys::Date::now).await {
-            Ok(report) if report.passed => EngineStatus::Ready { adapter, self_test: report },
-            Ok(report) => EngineStatus::Failed {
-                failure: EngineFailure {
-                    kind: FailureKind::SelfTestFailed,
-                    message: format!(
-                        "The GPU ({}) computed a wrong answer: error {} > {}.",
-                        adapter.name, report.max_abs_error, report.tolerance
-                    ),
-                    fix: "Update the graphics driver, or disable hardware acceleration quirks in chrome://flags.".into(),
-                },
-            },
-            Err(err) => EngineStatus::Failed {
-                failure: EngineFailure {
-                    kind: FailureKind::GpuDevice,
-                    message: err.to_string(),
-                    fix: "Reload the extension; if it persists, restart the browser (the GPU device may be lost).".into(),
-                },
-            },
-        },
-        Err(err) => EngineStatus::Failed { failure: err.to_failure() },
-    };
-    serde_json::to_string(&status).unwrap_or_default()
+pub async fn start_engine(vendor: String, architecture: String, model: Option<ModelFiles>) -> String {
+    to_json(&engine::start(vendor, architecture, model).await)
 }
 
 /// The `failed` status for a browser without WebGPU (checked in JavaScript before Burn starts),
 /// so that the message and its fix are written once, here.
 #[wasm_bindgen(js_name = webgpuUnavailable)]
 pub fn webgpu_unavailable(detail: String) -> String {
-    let status = EngineStatus::Failed { failure: gpu::GpuError::NoAdapter(detail).to_failure() };
-    serde_json::to_string(&status).unwrap_or_default()
+    to_json(&EngineStatus::Failed { failure: gpu::GpuError::NoAdapter(detail).to_failure() })
 }
 
-async fn ensure_gpu(
-    vendor: String,
-    architecture: String,
-) -> Result<(Device, hearth_protocol::AdapterReport), gpu::GpuError> {
-    if let Some(ready) = GPU.with(|cell| cell.borrow().clone()) {
-        return Ok(ready);
+/// Generates a reply to `request` (a `GenerateRequest` as JSON), calling `on_event` with each
+/// `GenerationEvent` as JSON: tokens as they come, then `done` or `failed`.
+#[wasm_bindgen]
+pub async fn generate(request: String, on_event: js_sys::Function) {
+    let emit = |event: &GenerationEvent| {
+        let _ = on_event.call1(&JsValue::NULL, &JsValue::from_str(&to_json(event)));
+    };
+    match serde_json::from_str::<GenerateRequest>(&request) {
+        Ok(request) => emit(&engine::generate(&request, &emit).await),
+        Err(err) => emit(&GenerationEvent::Failed { request_id: 0, message: format!("malformed request: {err}") }),
     }
-    let gpu = gpu::init_gpu().await?;
-    let mut adapter = gpu.adapter;
-    adapter.vendor = vendor;
-    adapter.architecture = architecture;
-    let ready = (gpu.device, adapter);
-    GPU.with(|cell| *cell.borrow_mut() = Some(ready.clone()));
-    Ok(ready)
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> String {
+    // Protocol types are plain data: serialising them cannot fail.
+    serde_json::to_string(value).unwrap_or_default()
 }

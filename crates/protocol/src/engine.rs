@@ -11,8 +11,8 @@ pub enum EngineStatus {
     Idle,
     /// Loading the wasm module and initialising the GPU.
     Starting,
-    /// The GPU is initialised and passed its self-test.
-    Ready { adapter: AdapterReport, self_test: SelfTestReport },
+    /// The GPU is initialised and passed its self-test; `model` is loaded when one is installed.
+    Ready { adapter: AdapterReport, self_test: SelfTestReport, model: Option<ModelInfo> },
     /// The engine cannot run; `failure` says why and what to do.
     Failed { failure: EngineFailure },
 }
@@ -40,6 +40,19 @@ pub struct AdapterReport {
     pub max_storage_buffer_binding_size: u64,
     /// Workgroup shared memory, in bytes.
     pub max_compute_workgroup_storage_size: u32,
+}
+
+/// The model the engine has loaded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct ModelInfo {
+    /// A name for people, e.g. "Gemma 4 E2B (4-bit)".
+    pub name: String,
+    /// `model_type` from config.json.
+    pub architecture: String,
+    pub layers: u32,
+    pub vocab_size: u32,
+    /// Wall time to read the weights onto the GPU, in milliseconds.
+    pub load_ms: f64,
 }
 
 /// The result of the known-answer computation run on the GPU at start-up.
@@ -79,4 +92,6 @@ pub enum FailureKind {
     SelfTestFailed,
     /// The wasm module failed to load.
     EngineLoad,
+    /// The model's files are missing or invalid.
+    ModelLoad,
 }

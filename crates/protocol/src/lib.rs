@@ -12,9 +12,11 @@ use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 mod engine;
+mod generation;
 pub mod typescript;
 
-pub use engine::{AdapterReport, EngineFailure, EngineStatus, FailureKind, SelfTestReport};
+pub use engine::{AdapterReport, EngineFailure, EngineStatus, FailureKind, ModelInfo, SelfTestReport};
+pub use generation::{GenerateRequest, GenerationEvent, GenerationStats};
 
 /// A message on `chrome.runtime`, with the endpoint it is for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
@@ -32,8 +34,10 @@ pub enum RuntimeMessage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ToOffscreen {
-    /// Initialise the GPU and check it with a computation whose answer is known.
+    /// Initialise the GPU, check it with a computation whose answer is known, load the model.
     StartEngine,
+    /// Generate a reply to a prompt, streaming `generation` events back.
+    Generate { request: GenerateRequest },
 }
 
 /// What the service worker receives from the offscreen document and from tabs.
@@ -46,6 +50,10 @@ pub enum ToWorker {
     EngineStatus { status: EngineStatus },
     /// From a tab: send me the engine's state now and whenever it changes.
     WatchEngine,
+    /// From a tab: generate a reply to `prompt` (the worker assigns the request id).
+    Generate { prompt: String, max_tokens: u32 },
+    /// From the offscreen document: progress of a generation, for the tab that asked.
+    Generation { event: GenerationEvent },
 }
 
 /// What the service worker pushes to a tab.
@@ -54,6 +62,8 @@ pub enum ToWorker {
 pub enum ToTab {
     /// The engine's current state.
     EngineStatus { status: EngineStatus },
+    /// Progress of this tab's generation.
+    Generation { event: GenerationEvent },
 }
 
 impl RuntimeMessage {

@@ -21,5 +21,14 @@ dd { margin: 0; }
 .values { font: 12px ui-monospace, monospace; background: rgb(128 128 128 / .12); padding: 8px; border-radius: 6px; }
 .caption { font-size: 12px; opacity: .7; margin: 4px 0; }
 .self-test.bad, .error { color: #dc2626; }
+.output { border-top: 1px solid rgb(128 128 128 / .3); margin-top: 8px; padding-top: 8px; }
+.output[hidden], .ask[hidden] { display: none; }
+.reply { white-space: pre-wrap; margin: 0 0 4px; }
+.stats { font-size: 12px; opacity: .7; margin: 0; }
+.ask { display: flex; gap: 6px; margin-top: 8px; }
+.ask textarea { flex: 1; font: inherit; resize: vertical; padding: 6px; border-radius: 6px;
+  border: 1px solid rgb(128 128 128 / .5); background: Field; color: FieldText; }
+.ask button { border: none; border-radius: 6px; padding: 0 12px; background: #c2410c; color: #fff; cursor: pointer; }
+.ask button:disabled { opacity: .5; cursor: default; }
 @media (prefers-reduced-motion: no-preference) { .panel { transition: opacity .15s; } }
 `;

@@ -1,7 +1,7 @@
 // The overlay: a launcher button and a panel inside a *closed* shadow root, so the page can neither
 // read nor restyle it. Its state is mirrored as data-* attributes on the host element for tests.
 
-import type { EngineStatus, RuntimeMessage } from "../generated/protocol";
+import type { EngineStatus, GenerationEvent, RuntimeMessage } from "../generated/protocol";
 import { isRuntimeMessage, sendToWorker } from "../shared/messages";
 import { OVERLAY_CSS } from "./overlay-style";
 
@@ -32,7 +32,15 @@ export function mountOverlay(): void {
   header.append(title, close);
   const statusLine = el("p", { class: "status", role: "status", "aria-live": "polite" }, t("engineIdle"));
   const details = el("div", { class: "details" });
-  panel.append(header, statusLine, details);
+  const output = el("div", { class: "output", role: "log", "aria-live": "polite", hidden: "" });
+  const reply = el("p", { class: "reply" });
+  const stats = el("p", { class: "stats" });
+  output.append(reply, stats);
+  const form = el("form", { class: "ask", hidden: "" });
+  const input = el("textarea", { rows: "2", "aria-label": t("promptLabel"), placeholder: t("promptPlaceholder") });
+  const send = el("button", { type: "submit" }, t("sendLabel"));
+  form.append(input, send);
+  panel.append(header, statusLine, details, output, form);
   shadow.append(style, launcher, panel);
 
   host.dataset.state = "closed";
@@ -46,7 +54,7 @@ export function mountOverlay(): void {
     launcher.setAttribute("aria-expanded", String(open));
     host.dataset.state = open ? "open" : "closed";
     if (open) {
-      close.focus();
+      (form.hidden ? close : input).focus();
       // The engine starts on first use, not on every page load.
       if (!watching) {
         watching = true;
@@ -59,6 +67,26 @@ export function mountOverlay(): void {
   launcher.addEventListener("click", () => setOpen(panel.hidden));
   close.addEventListener("click", () => setOpen(false));
 
+  // Enter sends; Shift+Enter starts a new line.
+  input.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey) {
+      e.preventDefault();
+      form.requestSubmit();
+    }
+  });
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const prompt = input.value.trim();
+    if (!prompt || host.dataset.generation === "running") return;
+    host.dataset.generation = "running";
+    delete host.dataset.outputIds;
+    output.hidden = false;
+    reply.textContent = "";
+    stats.textContent = "";
+    send.disabled = true;
+    void sendToWorker({ kind: "generate", prompt, max_tokens: 24 });
+  });
+
   chrome.runtime.onMessage.addListener((message: unknown) => {
     if (isRuntimeMessage(message) && message.to === "tab") onTabMessage(message);
     return false;
@@ -66,6 +94,39 @@ export function mountOverlay(): void {
 
   function onTabMessage(message: Extract<RuntimeMessage, { to: "tab" }>): void {
     if (message.msg.kind === "engine_status") render(message.msg.status);
+    else if (message.msg.kind === "generation") onGeneration(message.msg.event);
+  }
+
+  const streamedIds: number[] = [];
+  function onGeneration(event: GenerationEvent): void {
+    switch (event.event) {
+      case "token":
+        if (reply.textContent === "") streamedIds.length = 0;
+        streamedIds.push(event.token_id);
+        reply.textContent += event.text;
+        break;
+      case "done":
+        host.dataset.generation = "done";
+        host.dataset.outputIds = JSON.stringify(event.token_ids);
+        host.dataset.streamedIds = JSON.stringify(streamedIds);
+        host.dataset.generationStats = JSON.stringify(event.stats);
+        reply.textContent = event.text;
+        stats.textContent = t(
+          "generationStats",
+          String(event.stats.prompt_tokens),
+          event.stats.prefill_tokens_per_s.toFixed(1),
+          String(event.stats.generated_tokens),
+          event.stats.decode_tokens_per_s.toFixed(1),
+        );
+        send.disabled = false;
+        break;
+      case "failed":
+        host.dataset.generation = "failed";
+        stats.textContent = event.message;
+        stats.classList.add("error");
+        send.disabled = false;
+        break;
+    }
   }
 
   function render(status: EngineStatus): void {
@@ -75,6 +136,7 @@ export function mountOverlay(): void {
     delete host.dataset.selfTest;
     delete host.dataset.values;
     delete host.dataset.failure;
+    delete host.dataset.model;
     switch (status.state) {
       case "idle":
         statusLine.textContent = t("engineIdle");
@@ -83,8 +145,11 @@ export function mountOverlay(): void {
         statusLine.textContent = t("engineStarting");
         break;
       case "ready": {
-        const { adapter, self_test: test } = status;
+        const { adapter, self_test: test, model } = status;
         host.dataset.adapter = adapter.name;
+        if (model) host.dataset.model = model.name;
+        form.hidden = !model;
+        if (model && !panel.hidden) input.focus();
         host.dataset.selfTest = test.passed ? "passed" : "failed";
         host.dataset.values = JSON.stringify(test.values);
         statusLine.textContent = t("engineReady", adapter.name || adapter.backend);
@@ -98,6 +163,7 @@ export function mountOverlay(): void {
         const result = el("p", { class: "self-test" }, t("selfTestPassed", test.max_abs_error.toExponential(1), test.elapsed_ms.toFixed(0)));
         if (!test.passed) result.classList.add("bad");
         const values = el("pre", { class: "values", "aria-label": test.computation }, formatMatrix(test.values, 6));
+        fact("model", model ? `${model.name} · ${model.layers} layers · loaded in ${model.load_ms.toFixed(0)} ms` : t("noModel"));
         details.append(facts, result, el("p", { class: "caption" }, test.computation), values);
         break;
       }

@@ -2,13 +2,13 @@
 
 export type RuntimeMessage = { "to": "offscreen", "msg": ToOffscreen } | { "to": "worker", "msg": ToWorker } | { "to": "tab", "msg": ToTab };
 
-export type ToOffscreen = { "kind": "start_engine" };
+export type ToOffscreen = { "kind": "start_engine" } | { "kind": "generate", request: GenerateRequest, };
 
-export type ToWorker = { "kind": "offscreen_ready" } | { "kind": "engine_status", status: EngineStatus, } | { "kind": "watch_engine" };
+export type ToWorker = { "kind": "offscreen_ready" } | { "kind": "engine_status", status: EngineStatus, } | { "kind": "watch_engine" } | { "kind": "generate", prompt: string, max_tokens: number, } | { "kind": "generation", event: GenerationEvent, };
 
-export type ToTab = { "kind": "engine_status", status: EngineStatus, };
+export type ToTab = { "kind": "engine_status", status: EngineStatus, } | { "kind": "generation", event: GenerationEvent, };
 
-export type EngineStatus = { "state": "idle" } | { "state": "starting" } | { "state": "ready", adapter: AdapterReport, self_test: SelfTestReport, } | { "state": "failed", failure: EngineFailure, };
+export type EngineStatus = { "state": "idle" } | { "state": "starting" } | { "state": "ready", adapter: AdapterReport, self_test: SelfTestReport, model: ModelInfo | null, } | { "state": "failed", failure: EngineFailure, };
 
 export type AdapterReport = { 
 /**
@@ -80,4 +80,32 @@ message: string,
  */
 fix: string, };
 
-export type FailureKind = "web_gpu_unavailable" | "gpu_device" | "self_test_failed" | "engine_load";
+export type FailureKind = "webgpu_unavailable" | "gpu_device" | "self_test_failed" | "engine_load" | "model_load";
+
+export type ModelInfo = { 
+/**
+ * A name for people, e.g. "Gemma 4 E2B (4-bit)".
+ */
+name: string, 
+/**
+ * `model_type` from config.json.
+ */
+architecture: string, layers: number, vocab_size: number, 
+/**
+ * Wall time to read the weights onto the GPU, in milliseconds.
+ */
+load_ms: number, };
+
+export type GenerateRequest = { 
+/**
+ * Chosen by the service worker; events carry it back so it can route them to the tab.
+ */
+request_id: number, 
+/**
+ * The user's message, rendered as a user turn with the model's chat template.
+ */
+prompt: string, max_tokens: number, };
+
+export type GenerationEvent = { "event": "token", request_id: number, token_id: number, text: string, } | { "event": "done", request_id: number, token_ids: Array<number>, text: string, stats: GenerationStats, } | { "event": "failed", request_id: number, message: string, };
+
+export type GenerationStats = { prompt_tokens: number, generated_tokens: number, prefill_tokens_per_s: number, decode_tokens_per_s: number, };

@@ -1,14 +1,30 @@
-// The offscreen document: loads the Rust engine (wasm) and answers the service worker.
-// All engine logic and every status shape live in Rust (crates/offscreen); this file only moves messages.
+// The offscreen document: loads the Rust engine (wasm), fetches model files, and answers the
+// service worker. All engine logic and every status shape live in Rust (crates/offscreen); this
+// file only moves bytes and messages.
 
-import type { EngineStatus } from "../generated/protocol";
+import type { EngineStatus, GenerateRequest, GenerationEvent } from "../generated/protocol";
 import { isRuntimeMessage, sendToWorker } from "../shared/messages";
 
 /** The exports of crates/offscreen, as wasm-bindgen generates them. */
 interface Engine {
   default(): Promise<unknown>;
-  startEngine(vendor: string, architecture: string): Promise<string>;
+  startEngine(vendor: string, architecture: string, model?: unknown): Promise<string>;
   webgpuUnavailable(detail: string): string;
+  generate(request: string, onEvent: (event: string) => void): Promise<void>;
+  ModelFiles: new (
+    name: string,
+    configJson: string,
+    generationConfigJson: string | undefined,
+    weights: Uint8Array,
+    tokenizerJson: Uint8Array,
+    chatTemplate: string,
+  ) => unknown;
+}
+
+/** What `cargo xtask build` wrote about this build (build-info.json). */
+interface BuildInfo {
+  /** Folder of a small model bundled for tests, or null in release builds. */
+  bundled_model: string | null;
 }
 
 /** The slice of the WebGPU API used here (the DOM typings do not include WebGPU yet). */
@@ -27,17 +43,42 @@ function loadEngine(): Promise<Engine> {
   return engine;
 }
 
+async function fetchBytes(url: string): Promise<Uint8Array> {
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
+  return new Uint8Array(await response.arrayBuffer());
+}
+
+/** The model bundled with a test build, if any. */
+async function bundledModel(wasm: Engine): Promise<unknown> {
+  const info = (await (await fetch(chrome.runtime.getURL("build-info.json"))).json()) as BuildInfo;
+  if (!info.bundled_model) return undefined;
+  const base = chrome.runtime.getURL(`${info.bundled_model}/`);
+  const text = async (file: string) => new TextDecoder().decode(await fetchBytes(base + file));
+  const name = info.bundled_model.split("/").pop() ?? "model";
+  return new wasm.ModelFiles(
+    `${name} (test model, random weights)`,
+    await text("config.json"),
+    await text("generation_config.json"),
+    await fetchBytes(`${base}model.safetensors`),
+    await fetchBytes(`${base}tokenizer.json`),
+    await text("chat_template.jinja"),
+  );
+}
+
 async function engineStatus(): Promise<EngineStatus> {
   let wasm: Engine;
+  let model: unknown;
   try {
     wasm = await loadEngine();
+    model = await bundledModel(wasm);
   } catch (error) {
     engine = null;
     return {
       state: "failed",
       failure: {
         kind: "engine_load",
-        message: `The engine's WebAssembly module failed to load: ${String(error)}`,
+        message: `The engine failed to load: ${String(error)}`,
         fix: "Reload Hearth from chrome://extensions; if it persists, reinstall it.",
       },
     };
@@ -47,12 +88,23 @@ async function engineStatus(): Promise<EngineStatus> {
   const adapter = await gpu.requestAdapter();
   if (!adapter) return JSON.parse(wasm.webgpuUnavailable("requestAdapter() found no adapter")) as EngineStatus;
   const info = adapter.info ?? { vendor: "", architecture: "" };
-  return JSON.parse(await wasm.startEngine(info.vendor, info.architecture)) as EngineStatus;
+  return JSON.parse(await wasm.startEngine(info.vendor, info.architecture, model)) as EngineStatus;
+}
+
+async function generate(request: GenerateRequest): Promise<void> {
+  const wasm = await loadEngine();
+  await wasm.generate(JSON.stringify(request), (json) => {
+    void sendToWorker({ kind: "generation", event: JSON.parse(json) as GenerationEvent });
+  });
 }
 
 chrome.runtime.onMessage.addListener((message: unknown) => {
-  if (isRuntimeMessage(message) && message.to === "offscreen" && message.msg.kind === "start_engine") {
+  if (!isRuntimeMessage(message) || message.to !== "offscreen") return false;
+  const msg = message.msg;
+  if (msg.kind === "start_engine") {
     void engineStatus().then((status) => sendToWorker({ kind: "engine_status", status }));
+  } else if (msg.kind === "generate") {
+    void generate(msg.request);
   }
   return false;
 });

@@ -2,7 +2,7 @@
 // the engine's state to the tabs that watch it. It keeps no state that cannot be rebuilt: Chrome
 // may stop it at any time.
 
-import type { EngineStatus, RuntimeMessage, ToWorker } from "../generated/protocol";
+import type { EngineStatus, GenerationEvent, RuntimeMessage, ToWorker } from "../generated/protocol";
 import { isRuntimeMessage } from "../shared/messages";
 
 const OFFSCREEN_URL = "offscreen.html";
@@ -11,6 +11,9 @@ let status: EngineStatus = { state: "idle" };
 const watchers = new Set<number>();
 let offscreenStarting: Promise<void> | null = null;
 let onOffscreenReady: (() => void) | null = null;
+/** Which tab asked for each generation in flight. */
+const generations = new Map<number, number>();
+let nextRequestId = 1;
 
 chrome.runtime.onMessage.addListener((message: unknown, sender) => {
   if (isRuntimeMessage(message) && message.to === "worker") handle(message.msg, sender);
@@ -34,7 +37,33 @@ function handle(msg: ToWorker, sender: chrome.runtime.MessageSender): void {
       if (status.state === "idle" || status.state === "failed") void startEngine();
       break;
     }
+    case "generate": {
+      const tabId = sender.tab?.id;
+      if (tabId === undefined) return;
+      const requestId = nextRequestId++;
+      generations.set(requestId, tabId);
+      const message: RuntimeMessage = {
+        to: "offscreen",
+        msg: { kind: "generate", request: { request_id: requestId, prompt: msg.prompt, max_tokens: msg.max_tokens } },
+      };
+      chrome.runtime.sendMessage(message).catch((error: unknown) =>
+        routeGeneration({ event: "failed", request_id: requestId, message: `The engine is not running: ${String(error)}` }),
+      );
+      break;
+    }
+    case "generation":
+      routeGeneration(msg.event);
+      break;
   }
+}
+
+/** Sends a generation event to the tab that asked for it. */
+function routeGeneration(event: GenerationEvent): void {
+  const tabId = generations.get(event.request_id);
+  if (tabId === undefined) return;
+  if (event.event !== "token") generations.delete(event.request_id);
+  const message: RuntimeMessage = { to: "tab", msg: { kind: "generation", event } };
+  chrome.tabs.sendMessage(tabId, message).catch(() => generations.delete(event.request_id));
 }
 
 function setStatus(next: EngineStatus): void {

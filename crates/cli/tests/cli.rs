@@ -1,0 +1,117 @@
+//! The `hearth` command as a user runs it: parity of `logits` with transformers, `render` with
+//! jinja2, `generate` with transformers' greedy ids, `parse`, and clear errors on bad input.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn hearth(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("hearth runs");
+    child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("write stdin");
+    child.wait_with_output().expect("hearth finishes")
+}
+
+fn json(path: PathBuf) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture")).expect("fixture parses")
+}
+
+fn max_diff(actual: &serde_json::Value, expected: &serde_json::Value) -> f64 {
+    let rows = |v: &serde_json::Value| -> Vec<Vec<f64>> {
+        v.as_array()
+            .expect("rows")
+            .iter()
+            .map(|r| r.as_array().expect("row").iter().map(|x| x.as_f64().expect("number")).collect())
+            .collect()
+    };
+    let (a, e) = (rows(actual), rows(expected));
+    assert_eq!(a.len(), e.len());
+    a.iter().zip(&e).flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs())).fold(0.0, f64::max)
+}
+
+#[test]
+fn logits_match_transformers_full_and_step_by_step() {
+    let dir = repo().join("crates/model/fixtures/gemma4-text");
+    let expected = json(dir.join("expected.json"));
+    let tokens: Vec<String> =
+        expected["tokens"].as_array().expect("tokens").iter().map(|t| t.to_string()).collect();
+    let tokens = tokens.join(",");
+    for extra in [&[][..], &["--step-by-step"][..]] {
+        let mut args = vec!["logits", "--model", dir.to_str().expect("utf-8 path"), "--tokens", &tokens, "--cpu"];
+        args.extend(extra);
+        let out = hearth(&args, "");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let printed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+        let diff = max_diff(&printed["logits"], &expected["logits"]);
+        assert!(diff <= 1e-3, "{extra:?}: max |Δlogit| {diff}");
+    }
+}
+
+#[test]
+fn render_is_byte_exact_with_jinja2() {
+    let fixtures = repo().join("crates/chat/fixtures");
+    let template = fixtures.join("gemma4-e2b-chat-template.jinja");
+    let cases = json(fixtures.join("conversations.json"));
+    for case in cases.as_array().expect("cases") {
+        let out = hearth(&["render", "--template", template.to_str().expect("utf-8 path")], &case.to_string());
+        assert!(out.status.success(), "{}: {}", case["name"], String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), case["expected"].as_str().expect("expected"), "{}", case["name"]);
+    }
+}
+
+#[test]
+fn generate_streams_transformers_greedy_tokens() {
+    let dir = repo().join("crates/model/fixtures/tiny-chat");
+    let expected = json(dir.join("expected.json"));
+    let args = ["generate", "--model", dir.to_str().expect("utf-8 path"), "--chat", "--max-tokens", "24", "--print-ids", "--cpu"];
+    let mut args = args.to_vec();
+    args.extend(["--prompt", "Say hello to the lantern shop."]);
+    let out = hearth(&args, "");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let ids = stderr.lines().find_map(|l| l.strip_prefix("hearth: token ids ")).expect("ids printed");
+    let ids: Vec<u64> = serde_json::from_str(ids).expect("ids parse");
+    let greedy: Vec<u64> = expected["greedy"].as_array().expect("greedy").iter().filter_map(|v| v.as_u64()).collect();
+    assert_eq!(ids, greedy);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), expected["greedy_text"].as_str().expect("text").trim_end());
+    assert!(stderr.contains("tokens/s"), "speed is reported: {stderr}");
+}
+
+#[test]
+fn parse_prints_content_thinking_and_calls() {
+    let raw = "<|channel>thought\nFill the name first.<channel|>On it.<|tool_call>call:type{index:3,text:<|\"|>Ada \"the\" Lovelace<|\"|>}<tool_call|>";
+    let out = hearth(&["parse"], raw);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let parsed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(parsed["thinking"], "Fill the name first.");
+    assert_eq!(parsed["content"], "On it.");
+    assert_eq!(parsed["tool_calls"][0]["name"], "type");
+    assert_eq!(parsed["tool_calls"][0]["arguments"], serde_json::json!({"index": 3, "text": "Ada \"the\" Lovelace"}));
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_not_a_panic() {
+    let out = hearth(&["logits", "--model", "/nonexistent/model", "--tokens", "2,3", "--cpu"], "");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/nonexistent/model") && !stderr.contains("panicked"), "{stderr}");
+
+    let template = repo().join("crates/chat/fixtures/gemma4-e2b-chat-template.jinja");
+    let out = hearth(&["render", "--template", template.to_str().expect("utf-8 path")], "{not json");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a valid conversation"));
+
+    let dir = repo().join("crates/model/fixtures/gemma4-text");
+    let out = hearth(&["logits", "--model", dir.to_str().expect("utf-8 path"), "--tokens", "2,999999", "--cpu"], "");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("outside the vocabulary"));
+}

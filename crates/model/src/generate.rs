@@ -1,0 +1,92 @@
+//! The generation loop shared by the CLI and the browser: prefill, then sample → append → repeat
+//! until an end-of-turn token or the token limit, streaming text as it becomes final.
+
+use crate::gemma::ModelError;
+use crate::sampling::{SampleError, Sampler};
+use crate::session::Session;
+use crate::tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Sample(#[from] SampleError),
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    /// Generated ids, without the end-of-turn token.
+    pub token_ids: Vec<u32>,
+    pub text: String,
+    pub prompt_tokens: usize,
+    /// Prompt tokens actually computed (the rest came from the session's cache).
+    pub prefilled_tokens: usize,
+    /// Milliseconds from the start to the first sampled token.
+    pub prefill_ms: f64,
+    /// Milliseconds for the remaining tokens.
+    pub decode_ms: f64,
+}
+
+impl Generation {
+    pub fn prefill_tokens_per_s(&self) -> f64 {
+        per_second(self.prefilled_tokens, self.prefill_ms)
+    }
+
+    /// Tokens after the first (which the prefill produced) per second of decoding.
+    pub fn decode_tokens_per_s(&self) -> f64 {
+        per_second(self.token_ids.len().saturating_sub(1), self.decode_ms)
+    }
+}
+
+fn per_second(count: usize, ms: f64) -> f64 {
+    if ms > 0.0 { count as f64 * 1e3 / ms } else { 0.0 }
+}
+
+pub struct GenerateOptions<'a> {
+    pub max_tokens: usize,
+    /// Any of these ends the reply (Gemma 4 -it: `<eos>`, `<turn|>`, `<|tool_response>`).
+    pub stop_tokens: &'a [u32],
+}
+
+/// Generates a continuation of `prompt`. `on_token(id, text)` is called for every token with the
+/// text that became final; `now_ms` is the caller's clock (wasm has no `Instant`).
+pub async fn generate(
+    session: &mut Session,
+    sampler: &mut Sampler,
+    tokenizer: &Tokenizer,
+    prompt: &[u32],
+    options: GenerateOptions<'_>,
+    now_ms: impl Fn() -> f64,
+    mut on_token: impl FnMut(u32, &str),
+) -> Result<Generation, GenerateError> {
+    let start = now_ms();
+    let mut decoder = StreamDecoder::default();
+    let mut token_ids = Vec::new();
+    let mut text = String::new();
+
+    let (logits, stats) = session.prefill(prompt)?;
+    let mut next = sampler.sample(logits).await?;
+    let first_token_at = now_ms();
+    while token_ids.len() < options.max_tokens && !options.stop_tokens.contains(&next) {
+        token_ids.push(next);
+        let piece = decoder.push(tokenizer, next)?;
+        text.push_str(&piece);
+        on_token(next, &piece);
+        if token_ids.len() == options.max_tokens {
+            break;
+        }
+        let logits = session.step(next)?;
+        next = sampler.sample(logits).await?;
+    }
+    Ok(Generation {
+        token_ids,
+        text,
+        prompt_tokens: prompt.len(),
+        prefilled_tokens: stats.computed,
+        prefill_ms: first_token_at - start,
+        decode_ms: now_ms() - first_token_at,
+    })
+}

@@ -1,0 +1,198 @@
+//! The engine's state in the offscreen document: one GPU device, at most one model, one
+//! generation at a time.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use burn::tensor::Device;
+use hearth_chat::{ChatTemplate, Message, RenderRequest};
+use hearth_model::generate::{self, GenerateOptions};
+use hearth_model::tokenizer::Tokenizer;
+use hearth_model::{CacheOptions, Gemma, Sampler, SamplingOptions, Session, TextConfig, gpu, self_test};
+use hearth_protocol::{
+    AdapterReport, EngineFailure, EngineStatus, FailureKind, GenerateRequest, GenerationEvent, GenerationStats,
+    ModelInfo,
+};
+use hearth_weights::{Checkpoint, MemorySource};
+use wasm_bindgen::prelude::*;
+
+/// A model folder's files, fetched by JavaScript.
+#[wasm_bindgen]
+pub struct ModelFiles {
+    name: String,
+    config_json: String,
+    generation_config_json: Option<String>,
+    weights: Vec<u8>,
+    tokenizer_json: Vec<u8>,
+    chat_template: String,
+}
+
+#[wasm_bindgen]
+impl ModelFiles {
+    #[wasm_bindgen(constructor)]
+    pub fn new(
+        name: String,
+        config_json: String,
+        generation_config_json: Option<String>,
+        weights: Vec<u8>,
+        tokenizer_json: Vec<u8>,
+        chat_template: String,
+    ) -> ModelFiles {
+        ModelFiles { name, config_json, generation_config_json, weights, tokenizer_json, chat_template }
+    }
+}
+
+struct LoadedModel {
+    /// Taken out while a generation runs (the borrow cannot be held across awaits).
+    session: Option<Session>,
+    tokenizer: Rc<Tokenizer>,
+    template: Rc<ChatTemplate>,
+    stop_tokens: Vec<u32>,
+    info: ModelInfo,
+}
+
+#[derive(Default)]
+struct Engine {
+    gpu: Option<(Device, AdapterReport)>,
+    model: Option<LoadedModel>,
+}
+
+thread_local! {
+    static ENGINE: RefCell<Engine> = RefCell::new(Engine::default());
+}
+
+fn now_ms() -> f64 {
+    js_sys::Date::now()
+}
+
+pub async fn start(vendor: String, architecture: String, files: Option<ModelFiles>) -> EngineStatus {
+    let (device, adapter) = match ensure_gpu(vendor, architecture).await {
+        Ok(ready) => ready,
+        Err(err) => return EngineStatus::Failed { failure: err.to_failure() },
+    };
+    let report = match self_test::run(&device, now_ms).await {
+        Ok(report) if report.passed => report,
+        Ok(report) => {
+            return failed(
+                FailureKind::SelfTestFailed,
+                format!(
+                    "The GPU ({}) computed a wrong answer: error {} > {}.",
+                    adapter.name, report.max_abs_error, report.tolerance
+                ),
+                "Update the graphics driver, or try another browser profile without GPU flags.",
+            );
+        }
+        Err(err) => {
+            return failed(
+                FailureKind::GpuDevice,
+                err.to_string(),
+                "Reload the extension; if it persists, restart the browser (the GPU device may be lost).",
+            );
+        }
+    };
+    let loaded = ENGINE.with(|e| e.borrow().model.as_ref().map(|m| m.info.clone()));
+    let model = match (loaded, files) {
+        (Some(info), _) => Some(info),
+        (None, Some(files)) => match load_model(files, &device) {
+            Ok(model) => {
+                let info = model.info.clone();
+                ENGINE.with(|e| e.borrow_mut().model = Some(model));
+                Some(info)
+            }
+            Err(message) => {
+                return failed(FailureKind::ModelLoad, message, "Reinstall the model (its files are invalid).");
+            }
+        },
+        (None, None) => None,
+    };
+    EngineStatus::Ready { adapter, self_test: report, model }
+}
+
+fn failed(kind: FailureKind, message: String, fix: &str) -> EngineStatus {
+    EngineStatus::Failed { failure: EngineFailure { kind, message, fix: fix.into() } }
+}
+
+async fn ensure_gpu(vendor: String, architecture: String) -> Result<(Device, AdapterReport), gpu::GpuError> {
+    if let Some(ready) = ENGINE.with(|e| e.borrow().gpu.clone()) {
+        return Ok(ready);
+    }
+    let gpu = gpu::init_gpu().await?;
+    let adapter = AdapterReport { vendor, architecture, ..gpu.adapter };
+    let ready = (gpu.device, adapter);
+    ENGINE.with(|e| e.borrow_mut().gpu = Some(ready.clone()));
+    Ok(ready)
+}
+
+fn load_model(files: ModelFiles, device: &Device) -> Result<LoadedModel, String> {
+    let start = now_ms();
+    let mut config = TextConfig::from_json(&files.config_json).map_err(|e| e.to_string())?;
+    if let Some(generation) = &files.generation_config_json {
+        config.apply_generation_config(generation).map_err(|e| e.to_string())?;
+    }
+    let architecture = format!("{:?}", config.family).to_lowercase();
+    let (layers, vocab_size) = (config.num_layers as u32, config.vocab_size as u32);
+    let stop_tokens = config.eos_token_ids.clone();
+    let source = MemorySource::new(format!("{}/model.safetensors", files.name), files.weights);
+    let mut checkpoint = Checkpoint::from_sources(vec![Box::new(source)]).map_err(|e| e.to_string())?;
+    let model = Gemma::load(config, &mut checkpoint, device).map_err(|e| e.to_string())?;
+    let tokenizer = Tokenizer::from_bytes(&files.tokenizer_json).map_err(|e| e.to_string())?;
+    let template = ChatTemplate::from_str(&files.chat_template, "<bos>").map_err(|e| e.to_string())?;
+    let info = ModelInfo { name: files.name, architecture, layers, vocab_size, load_ms: now_ms() - start };
+    Ok(LoadedModel {
+        session: Some(Session::new(model, CacheOptions::default())),
+        tokenizer: Rc::new(tokenizer),
+        template: Rc::new(template),
+        stop_tokens,
+        info,
+    })
+}
+
+/// Runs one generation and returns its final event (`done` or `failed`); `emit` gets the tokens.
+pub async fn generate(request: &GenerateRequest, emit: &impl Fn(&GenerationEvent)) -> GenerationEvent {
+    let request_id = request.request_id;
+    let fail = |message: String| GenerationEvent::Failed { request_id, message };
+    let taken = ENGINE.with(|e| {
+        let mut engine = e.borrow_mut();
+        let model = engine.model.as_mut()?;
+        Some((model.session.take(), model.tokenizer.clone(), model.template.clone(), model.stop_tokens.clone()))
+    });
+    let Some((session, tokenizer, template, stop_tokens)) = taken else {
+        return fail("No model is installed yet.".into());
+    };
+    let Some(mut session) = session else {
+        return fail("The engine is busy with another reply; try again when it finishes.".into());
+    };
+
+    let messages = [Message::user(request.prompt.clone())];
+    let render = RenderRequest { messages: &messages, tools: &[], enable_thinking: false, add_generation_prompt: true };
+    let result = async {
+        let prompt = template.render(&render).map_err(|e| e.to_string())?;
+        let ids = tokenizer.encode(&prompt).map_err(|e| e.to_string())?;
+        let mut sampler = Sampler::new(SamplingOptions::greedy());
+        let options = GenerateOptions { max_tokens: request.max_tokens as usize, stop_tokens: &stop_tokens };
+        let on_token = |token_id, text: &str| emit(&GenerationEvent::Token { request_id, token_id, text: text.into() });
+        generate::generate(&mut session, &mut sampler, &tokenizer, &ids, options, now_ms, on_token)
+            .await
+            .map_err(|e| e.to_string())
+    }
+    .await;
+    ENGINE.with(|e| {
+        if let Some(model) = e.borrow_mut().model.as_mut() {
+            model.session = Some(session);
+        }
+    });
+    match result {
+        Ok(generation) => GenerationEvent::Done {
+            request_id,
+            stats: GenerationStats {
+                prompt_tokens: generation.prompt_tokens as u32,
+                generated_tokens: generation.token_ids.len() as u32,
+                prefill_tokens_per_s: generation.prefill_tokens_per_s(),
+                decode_tokens_per_s: generation.decode_tokens_per_s(),
+            },
+            token_ids: generation.token_ids,
+            text: generation.text,
+        },
+        Err(message) => fail(message),
+    }
+}
