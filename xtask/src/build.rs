@@ -75,7 +75,10 @@ impl WasmBuild {
             let err = file.try_clone().map_err(|e| e.to_string())?;
             cmd.stdout(file).stderr(err);
         }
-        eprintln!("xtask: compiling the offscreen engine for wasm32{}", log.map(|l| format!(" (log: {})", l.display())).unwrap_or_default());
+        eprintln!(
+            "xtask: compiling the offscreen engine for wasm32{}",
+            log.map(|l| format!(" (log: {})", l.display())).unwrap_or_default()
+        );
         let child = cmd.spawn().map_err(|e| format!("could not start the wasm build: {e}"))?;
         Ok(WasmBuild { child: Some(child), log: log.map(Path::to_path_buf), wasm })
     }
@@ -91,7 +94,9 @@ impl WasmBuild {
             .log
             .as_ref()
             .and_then(|log| std::fs::read_to_string(log).ok())
-            .map(|text| text.lines().rev().take(60).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n"))
+            .map(|text| {
+                text.lines().rev().take(60).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+            })
             .unwrap_or_default();
         Err(format!("the wasm build failed ({status})\n{tail}"))
     }
@@ -134,9 +139,16 @@ fn bindgen(root: &Path, wasm: &Path, out_dir: &Path, release: bool) -> Result<()
     let wasm_bindgen = toolchain::wasm_bindgen(root)?;
     let mut cmd = Command::new(&wasm_bindgen);
     // The name section is half the module and only helps debuggers; panics still carry messages.
-    cmd.args(["--target", "web", "--no-typescript", "--remove-name-section", "--remove-producers-section", "--out-dir"])
-        .arg(out_dir)
-        .arg(wasm);
+    cmd.args([
+        "--target",
+        "web",
+        "--no-typescript",
+        "--remove-name-section",
+        "--remove-producers-section",
+        "--out-dir",
+    ])
+    .arg(out_dir)
+    .arg(wasm);
     process::run(cmd)?;
     let module = out_dir.join("hearth_offscreen_bg.wasm");
     if release {

@@ -28,9 +28,8 @@ pub fn wasm_toolchain() -> Result<WasmToolchain, String> {
     // Debian's rustc-web + rust-web-src (+ lld for wasm-ld).
     let debian = Path::new("/usr");
     if debian.join("bin/rustc").is_file() && debian.join("bin/cargo").is_file() && has_std_sources(debian) {
-        let linker = find_wasm_ld().ok_or(
-            "Debian's rustc-web is installed but no wasm-ld was found: `sudo apt-get install lld-19`",
-        )?;
+        let linker = find_wasm_ld()
+            .ok_or("Debian's rustc-web is installed but no wasm-ld was found: `sudo apt-get install lld-19`")?;
         return Ok(WasmToolchain::BuildStd {
             cargo: debian.join("bin/cargo"),
             rustc: debian.join("bin/rustc"),
@@ -64,9 +63,7 @@ fn find_wasm_ld() -> Option<PathBuf> {
 }
 
 fn llvm_major(path: &Path) -> u32 {
-    path.components()
-        .find_map(|c| c.as_os_str().to_str()?.strip_prefix("llvm-")?.parse().ok())
-        .unwrap_or(0)
+    path.components().find_map(|c| c.as_os_str().to_str()?.strip_prefix("llvm-")?.parse().ok()).unwrap_or(0)
 }
 
 /// Where Hearth keeps tools it installs itself (wasm-bindgen-cli): `$HEARTH_CACHE` or ~/.cache/hearth.
@@ -92,9 +89,10 @@ pub fn wasm_bindgen(root: &Path) -> Result<PathBuf, String> {
     let wanted = locked_version(root, "wasm-bindgen")?;
     let cached = cache_dir().join(format!("wasm-bindgen-{wanted}/bin/wasm-bindgen"));
     let mut seen = Vec::new();
-    for candidate in [std::env::var_os("HEARTH_WASM_BINDGEN").map(PathBuf::from), Some(cached.clone()), Some("wasm-bindgen".into())]
-        .into_iter()
-        .flatten()
+    for candidate in
+        [std::env::var_os("HEARTH_WASM_BINDGEN").map(PathBuf::from), Some(cached.clone()), Some("wasm-bindgen".into())]
+            .into_iter()
+            .flatten()
     {
         if let Some(version) = process::output(&candidate.to_string_lossy(), &["--version"]) {
             if version.split_whitespace().nth(1) == Some(wanted.as_str()) {
@@ -122,7 +120,5 @@ pub fn wasm_bindgen(root: &Path) -> Result<PathBuf, String> {
 /// wasm-opt (binaryen) if it is installed; optional.
 pub fn wasm_opt(root: &Path) -> Option<PathBuf> {
     let local = root.join("extension/node_modules/.bin/wasm-opt");
-    [local, "wasm-opt".into()]
-        .into_iter()
-        .find(|p| process::output(&p.to_string_lossy(), &["--version"]).is_some())
+    [local, "wasm-opt".into()].into_iter().find(|p| process::output(&p.to_string_lossy(), &["--version"]).is_some())
 }

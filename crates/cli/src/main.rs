@@ -8,8 +8,8 @@ use std::time::Instant;
 use burn::tensor::{Device, Tensor};
 use clap::{Parser, Subcommand};
 use hearth_chat::{ChatTemplate, Message, RenderRequest, Tool};
-use hearth_model::model_dir::{load_model, load_tokenizer};
 use hearth_model::generate::{self, GenerateOptions};
+use hearth_model::model_dir::{load_model, load_tokenizer};
 use hearth_model::{CacheOptions, KvCache, Sampler, SamplingOptions, Session, gpu, self_test};
 use serde::Deserialize;
 
@@ -139,7 +139,8 @@ fn run_generate(
     let text = if chat {
         let template = ChatTemplate::from_model_dir(&dir).map_err(|e| e.to_string())?;
         let messages = [Message::user(prompt)];
-        let request = RenderRequest { messages: &messages, tools: &[], enable_thinking: false, add_generation_prompt: true };
+        let request =
+            RenderRequest { messages: &messages, tools: &[], enable_thinking: false, add_generation_prompt: true };
         template.render(&request).map_err(|e| e.to_string())?
     } else {
         prompt.to_string()
@@ -187,7 +188,8 @@ fn run_generate(
 fn logits(dir: PathBuf, tokens: &[u32], step_by_step: bool, args: &DeviceArgs) -> Result<(), String> {
     let device = device(args)?;
     let model = load_model(&dir, &device).map_err(|e| e.to_string())?;
-    let mut cache = KvCache::new(&model.config, CacheOptions { max_context: tokens.len().max(1), ..Default::default() }, &device);
+    let mut cache =
+        KvCache::new(&model.config, CacheOptions { max_context: tokens.len().max(1), ..Default::default() }, &device);
     let rows: Vec<Tensor<2>> = if step_by_step {
         tokens
             .iter()
@@ -228,7 +230,8 @@ fn render(model: Option<PathBuf>, template: Option<PathBuf>) -> Result<(), Strin
     };
     let mut input = String::new();
     std::io::stdin().read_to_string(&mut input).map_err(|e| format!("reading stdin: {e}"))?;
-    let input: RenderInput = serde_json::from_str(&input).map_err(|e| format!("stdin is not a valid conversation: {e}"))?;
+    let input: RenderInput =
+        serde_json::from_str(&input).map_err(|e| format!("stdin is not a valid conversation: {e}"))?;
     let request = RenderRequest {
         messages: &input.messages,
         tools: &input.tools,
@@ -250,7 +253,12 @@ fn parse(thinking: bool) -> Result<(), String> {
 fn run_self_test(args: &DeviceArgs) -> Result<(), String> {
     let device = device(args)?;
     let clock = Instant::now();
-    let report = pollster::block_on(self_test::run(&device, || clock.elapsed().as_secs_f64() * 1e3)).map_err(|e| e.to_string())?;
+    let report = pollster::block_on(self_test::run(&device, || clock.elapsed().as_secs_f64() * 1e3))
+        .map_err(|e| e.to_string())?;
     println!("{}", serde_json::to_string(&report).unwrap_or_default());
-    if report.passed { Ok(()) } else { Err(format!("the device computed a wrong answer (error {})", report.max_abs_error)) }
+    if report.passed {
+        Ok(())
+    } else {
+        Err(format!("the device computed a wrong answer (error {})", report.max_abs_error))
+    }
 }

@@ -42,8 +42,7 @@ fn max_diff(actual: &serde_json::Value, expected: &serde_json::Value) -> f64 {
 fn logits_match_transformers_full_and_step_by_step() {
     let dir = repo().join("crates/model/fixtures/gemma4-text");
     let expected = json(dir.join("expected.json"));
-    let tokens: Vec<String> =
-        expected["tokens"].as_array().expect("tokens").iter().map(|t| t.to_string()).collect();
+    let tokens: Vec<String> = expected["tokens"].as_array().expect("tokens").iter().map(|t| t.to_string()).collect();
     let tokens = tokens.join(",");
     for extra in [&[][..], &["--step-by-step"][..]] {
         let mut args = vec!["logits", "--model", dir.to_str().expect("utf-8 path"), "--tokens", &tokens, "--cpu"];
@@ -64,7 +63,12 @@ fn render_is_byte_exact_with_jinja2() {
     for case in cases.as_array().expect("cases") {
         let out = hearth(&["render", "--template", template.to_str().expect("utf-8 path")], &case.to_string());
         assert!(out.status.success(), "{}: {}", case["name"], String::from_utf8_lossy(&out.stderr));
-        assert_eq!(String::from_utf8_lossy(&out.stdout), case["expected"].as_str().expect("expected"), "{}", case["name"]);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            case["expected"].as_str().expect("expected"),
+            "{}",
+            case["name"]
+        );
     }
 }
 
@@ -72,7 +76,16 @@ fn render_is_byte_exact_with_jinja2() {
 fn generate_streams_transformers_greedy_tokens() {
     let dir = repo().join("crates/model/fixtures/tiny-chat");
     let expected = json(dir.join("expected.json"));
-    let args = ["generate", "--model", dir.to_str().expect("utf-8 path"), "--chat", "--max-tokens", "24", "--print-ids", "--cpu"];
+    let args = [
+        "generate",
+        "--model",
+        dir.to_str().expect("utf-8 path"),
+        "--chat",
+        "--max-tokens",
+        "24",
+        "--print-ids",
+        "--cpu",
+    ];
     let mut args = args.to_vec();
     args.extend(["--prompt", "Say hello to the lantern shop."]);
     let out = hearth(&args, "");
@@ -82,7 +95,10 @@ fn generate_streams_transformers_greedy_tokens() {
     let ids: Vec<u64> = serde_json::from_str(ids).expect("ids parse");
     let greedy: Vec<u64> = expected["greedy"].as_array().expect("greedy").iter().filter_map(|v| v.as_u64()).collect();
     assert_eq!(ids, greedy);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), expected["greedy_text"].as_str().expect("text").trim_end());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim_end(),
+        expected["greedy_text"].as_str().expect("text").trim_end()
+    );
     assert!(stderr.contains("tokens/s"), "speed is reported: {stderr}");
 }
 

@@ -86,7 +86,11 @@ impl KvCache {
                     LayerType::Sliding => ring_capacity,
                 };
                 let shape = [layer.num_kv_heads, capacity, layer.head_dim];
-                Some(LayerKv { kind: layer.kind, keys: Tensor::zeros(shape, device), values: Tensor::zeros(shape, device) })
+                Some(LayerKv {
+                    kind: layer.kind,
+                    keys: Tensor::zeros(shape, device),
+                    values: Tensor::zeros(shape, device),
+                })
             })
             .collect();
         KvCache {
@@ -111,11 +115,7 @@ impl KvCache {
 
     /// The largest chunk for which every query still finds its whole window in the ring.
     pub fn max_chunk(&self) -> usize {
-        if self.ring_capacity >= self.full_capacity {
-            self.full_capacity
-        } else {
-            self.ring_capacity - self.window + 1
-        }
+        if self.ring_capacity >= self.full_capacity { self.full_capacity } else { self.ring_capacity - self.window + 1 }
     }
 
     /// Forgets everything.

@@ -326,7 +326,9 @@ fn rope_for(family: Family, raw: &RawConfig, kind: LayerType, head_dim: usize) -
     }
     // Older Gemma 3 spelling: rope_theta for global layers, rope_local_base_freq for local ones.
     match (family, kind) {
-        (Family::Gemma3, LayerType::Sliding) => Ok(Rope::default(raw.rope_local_base_freq.unwrap_or(10_000.0), head_dim, 1.0)),
+        (Family::Gemma3, LayerType::Sliding) => {
+            Ok(Rope::default(raw.rope_local_base_freq.unwrap_or(10_000.0), head_dim, 1.0))
+        }
         _ => {
             let factor = raw
                 .rope_scaling

@@ -257,7 +257,10 @@ impl Gemma {
 
             let residual = x.clone();
             let m = rms_norm(x, &layer.pre_feedforward_norm, c.rms_norm_eps);
-            let m = layer.mlp.down_proj.forward(gelu_tanh(layer.mlp.gate_proj.forward(m.clone())) * layer.mlp.up_proj.forward(m));
+            let m = layer
+                .mlp
+                .down_proj
+                .forward(gelu_tanh(layer.mlp.gate_proj.forward(m.clone())) * layer.mlp.up_proj.forward(m));
             x = residual + rms_norm(m, &layer.post_feedforward_norm, c.rms_norm_eps);
 
             if let (Some(pli), Some(inputs)) = (&layer.per_layer_input, &per_layer_inputs) {

@@ -29,9 +29,8 @@ pub fn reference() -> Vec<f32> {
     let (a, b) = (lhs(), rhs());
     let mut out = Vec::with_capacity(M * N);
     for i in 0..M {
-        let row: Vec<f64> = (0..N)
-            .map(|j| (0..K).map(|k| f64::from(a[i * K + k]) * f64::from(b[k * N + j])).sum())
-            .collect();
+        let row: Vec<f64> =
+            (0..N).map(|j| (0..K).map(|k| f64::from(a[i * K + k]) * f64::from(b[k * N + j])).sum()).collect();
         let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let exps: Vec<f64> = row.iter().map(|x| (x - max).exp()).collect();
         let total: f64 = exps.iter().sum();
@@ -59,7 +58,11 @@ fn report(values: Vec<f32>, elapsed_ms: f64) -> SelfTestReport {
     let expected = reference();
     let max_abs_error = if values.len() == expected.len() {
         // Unlike f32::max, this keeps a NaN: a NaN anywhere must fail the test.
-        values.iter().zip(&expected).map(|(v, e)| (v - e).abs()).fold(0.0, |m, d| if d > m || d.is_nan() { d } else { m })
+        values
+            .iter()
+            .zip(&expected)
+            .map(|(v, e)| (v - e).abs())
+            .fold(0.0, |m, d| if d > m || d.is_nan() { d } else { m })
     } else {
         f32::INFINITY
     };

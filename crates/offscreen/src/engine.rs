@@ -117,7 +117,12 @@ async fn ensure_gpu(vendor: String, architecture: String) -> Result<(Device, Ada
         return Ok(ready);
     }
     let gpu = gpu::init_gpu().await?;
-    let adapter = AdapterReport { vendor, architecture, ..gpu.adapter };
+    // Browsers often leave the description empty; name the GPU by vendor and architecture then.
+    let name = match gpu.adapter.name.trim() {
+        "" => format!("{vendor} {architecture}").trim().to_string(),
+        name => name.to_string(),
+    };
+    let adapter = AdapterReport { name, vendor, architecture, ..gpu.adapter };
     let ready = (gpu.device, adapter);
     ENGINE.with(|e| e.borrow_mut().gpu = Some(ready.clone()));
     Ok(ready)

@@ -39,7 +39,8 @@ impl Checkpoint {
         if !index.is_file() {
             return Err(WeightsError::NoWeights { path: dir.to_path_buf() });
         }
-        let text = std::fs::read_to_string(&index).map_err(|source| WeightsError::Io { path: index.clone(), source })?;
+        let text =
+            std::fs::read_to_string(&index).map_err(|source| WeightsError::Io { path: index.clone(), source })?;
         let parsed: ShardIndex = serde_json::from_str(&text)
             .map_err(|e| WeightsError::Corrupt { file: index.display().to_string(), reason: e.to_string() })?;
         let shards: BTreeSet<&String> = parsed.weight_map.values().collect();
@@ -129,8 +130,10 @@ mod tests {
     fn shards_are_merged_and_the_index_is_checked() {
         let dir = std::env::temp_dir().join(format!("hearth-shards-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("a.safetensors"), build(&[("x", "F32", vec![1], 1f32.to_le_bytes().to_vec())])).unwrap();
-        std::fs::write(dir.join("b.safetensors"), build(&[("y", "F32", vec![1], 2f32.to_le_bytes().to_vec())])).unwrap();
+        std::fs::write(dir.join("a.safetensors"), build(&[("x", "F32", vec![1], 1f32.to_le_bytes().to_vec())]))
+            .unwrap();
+        std::fs::write(dir.join("b.safetensors"), build(&[("y", "F32", vec![1], 2f32.to_le_bytes().to_vec())]))
+            .unwrap();
         let index = r#"{"weight_map": {"x": "a.safetensors", "y": "b.safetensors"}}"#;
         std::fs::write(dir.join("model.safetensors.index.json"), index).unwrap();
         let mut ckpt = Checkpoint::open_dir(&dir).unwrap();

@@ -165,7 +165,8 @@ pub(crate) mod tests {
 
     #[test]
     fn reads_offsets_shapes_and_dtypes() {
-        let bytes = build(&[("a", "F32", vec![2, 2], f32_bytes(&[1.0, 2.0, 3.0, 4.0])), ("b", "BF16", vec![3], vec![0; 6])]);
+        let bytes =
+            build(&[("a", "F32", vec![2, 2], f32_bytes(&[1.0, 2.0, 3.0, 4.0])), ("b", "BF16", vec![3], vec![0; 6])]);
         let header = Header::read(&mut MemorySource::new("t", bytes.clone())).unwrap();
         let a = &header.tensors["a"];
         assert_eq!((a.dtype, a.shape.clone(), a.len), (DType::F32, vec![2, 2], 16));
