@@ -63,8 +63,9 @@ fn run_all(root: &Path, steps: &mut Steps) -> Result<(), String> {
     steps.time("typecheck", || process::run(in_extension("npx", &["--no-install", "tsc", "--noEmit"])))?;
     let wasm = steps.time("wasm", || wasm_build.wait())?;
     steps.time("build", || build::assemble(root, &wasm, &build::Options { release: false }))?;
-    // The e2e suite compares the browser's tokens with the native CLI's.
-    steps.time("cli", || process::run(cargo(&["build", "--release", "--bin", "hearth"])))?;
+    // The e2e suite compares the browser's tokens with the native CLI's; `cargo test` built the
+    // binary for the CLI's own tests (a separate `cargo build` could resolve features differently
+    // and rebuild Burn).
     let mut e2e = in_extension("node", &["--test", "--test-concurrency=1", "tests/e2e/"]);
     e2e.env("HEARTH_CLI", build::target_dir(root).join("release/hearth"));
     steps.time("e2e", || process::run(e2e))

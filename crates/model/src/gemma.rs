@@ -281,7 +281,7 @@ impl Gemma {
         // Tied head: logits = x · Eᵀ.  [rows, vocab]
         let logits = x.matmul(self.embed_tokens.clone().transpose());
         Ok(match c.final_logit_softcap {
-            Some(cap) => logits.div_scalar(cap).tanh().mul_scalar(cap),
+            Some(cap) => bounded_tanh(logits.div_scalar(cap)).mul_scalar(cap),
             None => logits,
         })
     }
@@ -345,7 +345,7 @@ impl Gemma {
         let q = q.reshape([kv_heads, group * s, d]);
         let scores = q.matmul(keys.swap_dims(1, 2)).mul_scalar(c.attention_scale); // [Hkv, group·S, n]
         let scores = match c.attention_logit_softcap {
-            Some(cap) => scores.div_scalar(cap).tanh().mul_scalar(cap),
+            Some(cap) => bounded_tanh(scores.div_scalar(cap)).mul_scalar(cap),
             None => scores,
         };
         let mask = geometry.mask(spec.kind).reshape([1, 1, s, n]);
@@ -373,8 +373,16 @@ pub(crate) fn rms_norm_unscaled<const D: usize>(x: Tensor<D>, eps: f32) -> Tenso
 /// GELU with the tanh approximation (`gelu_pytorch_tanh`).
 pub(crate) fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    let inner = (x.clone() + x.clone().powi_scalar(3).mul_scalar(0.044_715)).mul_scalar(SQRT_2_OVER_PI);
-    x.mul_scalar(0.5) * inner.tanh().add_scalar(1.0)
+    // x·x·x, not pow(x, 3): WGSL's pow is undefined for negative bases (NaN on SwiftShader).
+    let cube = x.clone() * x.clone() * x.clone();
+    let inner = (x.clone() + cube.mul_scalar(0.044_715)).mul_scalar(SQRT_2_OVER_PI);
+    x.mul_scalar(0.5) * bounded_tanh(inner).add_scalar(1.0)
+}
+
+/// tanh with its input clamped to ±15, where it is ±1 in f32 anyway: some GPU implementations
+/// compute tanh from exponentials and return NaN for large inputs.
+pub(crate) fn bounded_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    x.clamp(-15.0, 15.0).tanh()
 }
 
 /// Rotary embedding tables for one chunk and one head dimension.
