@@ -59,15 +59,23 @@ export async function launch({ headless = true, webgpu = true, extensionDir = EX
     child.on("exit", (code) => reject(new Error(`Chromium exited (${code}):\n${stderr}`)));
   });
 
-  const console = await ConsoleWatcher.connect(wsEndpoint);
+  const watcher = await ConsoleWatcher.connect(wsEndpoint);
   const browser = await chromium.connectOverCDP(wsEndpoint);
   const context = browser.contexts()[0];
+  const exited = new Promise((r) => (child.exitCode !== null ? r() : child.once("exit", r)));
   const close = async () => {
-    await console.close();
     await browser.close().catch(() => {});
-    child.kill();
-    await new Promise((r) => (child.exitCode !== null ? r() : child.once("exit", r)));
-    rmSync(profile, { recursive: true, force: true });
+    // Browser.close shuts Chromium down with its helper processes; kill it if it hangs.
+    await watcher.closeBrowser();
+    const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
+    await exited;
+    clearTimeout(timer);
+    // Chromium's helper processes may still be writing the profile for a moment.
+    try {
+      rmSync(profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 200 });
+    } catch (error) {
+      console.warn(`could not remove ${profile}: ${error}`);
+    }
   };
-  return { browser, context, console, close, exited: new Promise((r) => child.once("exit", r)) };
+  return { browser, context, console: watcher, close, exited };
 }

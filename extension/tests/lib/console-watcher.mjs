@@ -84,7 +84,10 @@ export class ConsoleWatcher {
     return [...this.targets.values()].filter((t) => t.url.endsWith(suffix));
   }
 
-  async close() {
+  /** Asks Chromium to quit (cleanly, helpers included), then disconnects. */
+  async closeBrowser() {
+    if (this.#ws.readyState !== WebSocket.OPEN) return;
+    await Promise.race([this.#send("Browser.close"), new Promise((r) => setTimeout(r, 5_000))]);
     this.#ws.close();
   }
 }
