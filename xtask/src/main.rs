@@ -46,9 +46,11 @@ const HELP: &str = "usage: cargo xtask <command>
   test                              formatting, lints, native tests, wasm build, e2e tests in Chromium
   gen-types                         regenerate extension/src/generated/protocol.ts";
 
-/// The repository root (the parent of xtask/).
+/// The repository root (the parent of xtask/). `cargo run` sets CARGO_MANIFEST_DIR at run time;
+/// prefer it to the compile-time value, which names whichever checkout built a shared target dir.
 pub fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().map(PathBuf::from).unwrap_or_default()
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    PathBuf::from(manifest_dir).parent().map(PathBuf::from).unwrap_or_default()
 }
 
 fn run(headless: bool, no_build: bool, release: bool) -> Result<(), String> {

@@ -5,6 +5,9 @@ import type { EngineStatus, GenerationEvent, RuntimeMessage } from "../generated
 import { isRuntimeMessage, sendToWorker } from "../shared/messages";
 import { OVERLAY_CSS } from "./overlay-style";
 
+/** Tokens per reply until the settings page lets people choose (and the agent loop stops on `done`). */
+const REPLY_TOKEN_LIMIT = 24;
+
 const t = (key: string, ...substitutions: string[]): string => chrome.i18n.getMessage(key, substitutions) || key;
 
 /** Builds an element with text content only: page- or engine-supplied text never becomes HTML. */
@@ -67,6 +70,8 @@ export function mountOverlay(): void {
   launcher.addEventListener("click", () => setOpen(panel.hidden));
   close.addEventListener("click", () => setOpen(false));
 
+  /** Token ids of the reply being streamed, for tests to compare with the final list. */
+  const streamedIds: number[] = [];
   // Enter sends; Shift+Enter starts a new line.
   input.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey) {
@@ -80,11 +85,12 @@ export function mountOverlay(): void {
     if (!prompt || host.dataset.generation === "running") return;
     host.dataset.generation = "running";
     delete host.dataset.outputIds;
+    streamedIds.length = 0;
     output.hidden = false;
     reply.textContent = "";
     stats.textContent = "";
     send.disabled = true;
-    void sendToWorker({ kind: "generate", prompt, max_tokens: 24 });
+    void sendToWorker({ kind: "generate", prompt, max_tokens: REPLY_TOKEN_LIMIT });
   });
 
   chrome.runtime.onMessage.addListener((message: unknown) => {
@@ -97,11 +103,9 @@ export function mountOverlay(): void {
     else if (message.msg.kind === "generation") onGeneration(message.msg.event);
   }
 
-  const streamedIds: number[] = [];
   function onGeneration(event: GenerationEvent): void {
     switch (event.event) {
       case "token":
-        if (reply.textContent === "") streamedIds.length = 0;
         streamedIds.push(event.token_id);
         reply.textContent += event.text;
         break;

@@ -33,7 +33,7 @@ before(async () => {
 });
 after(() => server?.close());
 
-test("the browser generates the native CLI's greedy tokens", { timeout: 300_000 }, async () => {
+test("the browser generates the native CLI's greedy tokens", { timeout: 600_000 }, async () => {
   const native = nativeGreedy();
   // The CLI itself matches transformers (crates/model/fixtures/tiny-chat/expected.json).
   const reference = JSON.parse(readFileSync(resolve(MODEL_DIR, "expected.json"), "utf8")).greedy;
@@ -53,7 +53,7 @@ test("the browser generates the native CLI's greedy tokens", { timeout: 300_000 
     await page.waitForFunction(
       () => ["done", "failed"].includes(document.querySelector("hearth-overlay")?.dataset.generation),
       null,
-      { timeout: 240_000, polling: 250 },
+      { timeout: 540_000, polling: 250 },
     );
     await screenshot(page, "overlay-generation-done");
     assert.equal(await host.getAttribute("data-generation"), "done");
