@@ -15,7 +15,7 @@ const common = { outdir, bundle: true, target: "chrome124", sourcemap: "linked",
 // The worker and the offscreen document are ES modules; the content script is a classic script.
 await build({
   ...common,
-  entryPoints: { "service-worker": "src/worker/service-worker.ts", offscreen: "src/offscreen/offscreen.ts" },
+  entryPoints: { "service-worker": "src/worker/service-worker.ts", offscreen: "src/offscreen/offscreen.ts", options: "src/options/options.ts" },
   format: "esm",
 });
 await build({ ...common, entryPoints: { content: "src/content/content.ts" }, format: "iife" });

@@ -19,7 +19,7 @@ pub const TEST_MODEL: &str = "crates/model/fixtures/tiny-chat";
 pub fn build(options: &Options) -> Result<PathBuf, String> {
     let root = root();
     npm_ci_if_needed(&root)?;
-    let wasm = WasmBuild::start(&root, None)?.wait()?;
+    let wasm = WasmBuild::start(&root, None, options.release)?.wait()?;
     assemble(&root, &wasm, options)
 }
 
@@ -68,8 +68,8 @@ pub struct WasmBuild {
 
 impl WasmBuild {
     /// Starts the build; its output goes to `log` when given, else to the terminal.
-    pub fn start(root: &Path, log: Option<&Path>) -> Result<Self, String> {
-        let (mut cmd, wasm) = wasm_command(root)?;
+    pub fn start(root: &Path, log: Option<&Path>, release: bool) -> Result<Self, String> {
+        let (mut cmd, wasm) = wasm_command(root, release)?;
         if let Some(log) = log {
             let file = std::fs::File::create(log).map_err(|e| format!("creating {}: {e}", log.display()))?;
             let err = file.try_clone().map_err(|e| e.to_string())?;
@@ -112,7 +112,13 @@ impl Drop for WasmBuild {
     }
 }
 
-fn wasm_command(root: &Path) -> Result<(Command, PathBuf), String> {
+/// Cargo features of the offscreen module: test builds add the scripted model that the
+/// end-to-end agent suite drives; release builds have none.
+pub fn wasm_features(release: bool) -> &'static [&'static str] {
+    if release { &[] } else { &["scripted"] }
+}
+
+fn wasm_command(root: &Path, release: bool) -> Result<(Command, PathBuf), String> {
     // Its own target dir: a different target and often a different rustc than the native build.
     let target_dir = target_dir(root).join("wasm");
     let toolchain = toolchain::wasm_toolchain()?;
@@ -123,6 +129,10 @@ fn wasm_command(root: &Path) -> Result<(Command, PathBuf), String> {
     cmd.current_dir(root)
         .args(["build", "--release", "--target", "wasm32-unknown-unknown", "-p", "hearth-offscreen", "--target-dir"])
         .arg(&target_dir);
+    let features = wasm_features(release);
+    if !features.is_empty() {
+        cmd.arg("--features").arg(features.join(","));
+    }
     if let toolchain::WasmToolchain::BuildStd { rustc, linker, .. } = &toolchain {
         cmd.arg("-Zbuild-std=std,panic_abort").env("RUSTC", rustc).env("RUSTC_BOOTSTRAP", "1");
         if let Some(linker) = linker {
@@ -150,6 +160,13 @@ fn bindgen(root: &Path, wasm: &Path, out_dir: &Path, release: bool) -> Result<()
     .arg(out_dir)
     .arg(wasm);
     process::run(cmd)?;
+    if release {
+        // Belt and braces for wasm_features: the test model's export must not ship.
+        let glue = std::fs::read_to_string(out_dir.join("hearth_offscreen.js")).map_err(|e| e.to_string())?;
+        if glue.contains("useScriptedModel") {
+            return Err("the release module exports the scripted test model; check wasm_features".into());
+        }
+    }
     let module = out_dir.join("hearth_offscreen_bg.wasm");
     if release {
         match toolchain::wasm_opt(root) {
@@ -164,4 +181,16 @@ fn bindgen(root: &Path, wasm: &Path, out_dir: &Path, release: bool) -> Result<()
     let size = std::fs::metadata(&module).map(|m| m.len()).unwrap_or(0);
     println!("xtask: {} is {:.1} MB", module.display(), size as f64 / 1e6);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scripted model is a test tool: it must never reach a release build.
+    #[test]
+    fn release_builds_have_no_test_features() {
+        assert!(wasm_features(true).is_empty());
+        assert_eq!(wasm_features(false), ["scripted"]);
+    }
 }

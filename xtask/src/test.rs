@@ -49,7 +49,7 @@ fn run_all(root: &Path, steps: &mut Steps) -> Result<(), String> {
     // The wasm build runs beside the native steps: two cargo processes keep both cores busy.
     let wasm_log = build::target_dir(root).join("wasm-build.log");
     std::fs::create_dir_all(build::target_dir(root)).map_err(|e| e.to_string())?;
-    let wasm_build = build::WasmBuild::start(root, Some(&wasm_log))?;
+    let wasm_build = build::WasmBuild::start(root, Some(&wasm_log), false)?;
     steps.time("lint", || {
         process::run(cargo(&["clippy", "--release", "--workspace", "--all-targets", "--", "-D", "warnings"]))
     })?;
@@ -61,6 +61,7 @@ fn run_all(root: &Path, steps: &mut Steps) -> Result<(), String> {
     steps.time("native", || process::run(native))?;
     steps.time("npm ci", || build::npm_ci_if_needed(root))?;
     steps.time("typecheck", || process::run(in_extension("npx", &["--no-install", "tsc", "--noEmit"])))?;
+    steps.time("unit (ts)", || process::run(in_extension("node", &["--test", "tests/unit/"])))?;
     let wasm = steps.time("wasm", || wasm_build.wait())?;
     steps.time("build", || build::assemble(root, &wasm, &build::Options { release: false }))?;
     // The e2e suite compares the browser's tokens with the native CLI's; `cargo test` built the

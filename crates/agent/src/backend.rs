@@ -11,6 +11,7 @@ use std::task::{Context, Poll, Waker};
 use futures::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use ts_rs::TS;
 
 use crate::page::{PageInfo, Snapshot};
 
@@ -116,7 +117,7 @@ pub struct ToolInvocation {
 }
 
 /// A tool's result.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
 pub struct ToolOutput {
     /// Text for the model. For snapshots it is generated from `snapshot` instead.
     pub text: String,

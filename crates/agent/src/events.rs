@@ -2,38 +2,32 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use ts_rs::TS;
 
 use crate::policy::RiskReason;
 use crate::tools::RiskLevel;
 
 /// An event of a running task, in order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum AgentEvent {
     /// Visible answer text, streamed.
-    Token {
-        text: String,
-    },
+    Token { text: String },
     /// Reasoning text, streamed.
-    Thinking {
-        text: String,
-    },
+    Thinking { text: String },
     ToolStart {
         call_id: String,
         name: String,
+        #[ts(type = "Record<string, unknown>")]
         arguments: Map<String, Value>,
     },
     /// `output` is what the model sees (or the error it is told).
-    ToolResult {
-        call_id: String,
-        name: String,
-        ok: bool,
-        output: String,
-    },
+    ToolResult { call_id: String, name: String, ok: bool, output: String },
     /// The task waits for [`Decision`](crate::policy::Decision) on this action.
     ConfirmRequest {
         call_id: String,
         name: String,
+        #[ts(type = "Record<string, unknown>")]
         arguments: Map<String, Value>,
         risk: RiskLevel,
         reasons: Vec<RiskReason>,
@@ -41,21 +35,11 @@ pub enum AgentEvent {
         message: String,
     },
     /// The task waits for the user's answer.
-    AskUser {
-        call_id: String,
-        question: String,
-        options: Vec<String>,
-    },
+    AskUser { call_id: String, question: String, options: Vec<String> },
     /// The task is finished; `result` is the full deliverable.
-    Done {
-        result: String,
-        success: bool,
-    },
+    Done { result: String, success: bool },
     /// Something went wrong; `recoverable` tasks can be continued.
-    Error {
-        message: String,
-        recoverable: bool,
-    },
+    Error { message: String, recoverable: bool },
     /// After each generation.
     Usage {
         prompt_tokens: usize,
@@ -65,20 +49,15 @@ pub enum AgentEvent {
         tokens_per_second: Option<f64>,
     },
     /// The task paused and keeps its state; continue it to go on.
-    Paused {
-        reason: PauseReason,
-    },
+    Paused { reason: PauseReason },
     /// Older history was shortened to fit the budget.
-    Compacted {
-        before_tokens: usize,
-        after_tokens: usize,
-    },
+    Compacted { before_tokens: usize, after_tokens: usize },
     /// The user stopped the task.
     Stopped,
 }
 
 /// Why a task paused.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum PauseReason {
     /// The step limit was reached.

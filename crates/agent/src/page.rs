@@ -4,9 +4,10 @@
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 
 /// The page a tool ran on.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
 pub struct PageInfo {
     pub url: String,
     #[serde(default)]
@@ -15,7 +16,7 @@ pub struct PageInfo {
 
 /// An interactive element, as the content script reports it. `index` is stable for the life of
 /// the element on the page, so the model can refer to it across snapshots.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
 pub struct ElementInfo {
     pub index: u32,
     /// Tag name, lower case (`button`, `input`, `a`, `select`…).
@@ -45,7 +46,7 @@ impl ElementInfo {
 }
 
 /// The form an element belongs to.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
 pub struct FormInfo {
     #[serde(default)]
     pub action: String,
@@ -57,7 +58,7 @@ pub struct FormInfo {
 }
 
 /// A snapshot of the page's interactive elements.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
 pub struct Snapshot {
     pub page: PageInfo,
     pub elements: Vec<ElementInfo>,

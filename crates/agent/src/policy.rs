@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use ts_rs::TS;
 
 use crate::page::{ElementInfo, PageInfo};
 use crate::tools::{NAVIGATE, RUN_JAVASCRIPT, RiskLevel, ToolDefinition};
@@ -40,7 +41,7 @@ const SENSITIVE_URL_WORDS: &[&str] = &[
 ];
 
 /// Why an action needs confirmation.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RiskReason {
     /// The target's text or attributes contain a committing word ("Place order", "删除").
@@ -221,7 +222,7 @@ fn site_of(host: &str) -> String {
 }
 
 /// The user's answer to a confirmation request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(rename_all = "snake_case")]
 pub enum Decision {
     Deny,

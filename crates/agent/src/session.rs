@@ -14,6 +14,7 @@ use futures::StreamExt;
 use futures::future::{Either, select};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use ts_rs::TS;
 
 use hearth_chat::{ChatError, ChatTemplate, Message, MessageContent, RenderRequest, Tool, ToolCall};
 
@@ -61,7 +62,7 @@ impl Default for AgentConfig {
 }
 
 /// Why `run` returned.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Outcome {
     Done {
@@ -235,6 +236,11 @@ impl Agent {
 
     pub fn config(&self) -> &AgentConfig {
         &self.config
+    }
+
+    /// Changed settings apply from the next model call.
+    pub fn config_mut(&mut self) -> &mut AgentConfig {
+        &mut self.config
     }
 
     /// The conversation as the template sees it (without the system message).

@@ -9,7 +9,7 @@ use burn::tensor::{Device, Tensor};
 use clap::{Parser, Subcommand};
 use hearth_chat::{ChatTemplate, Message, RenderRequest, Tool};
 use hearth_model::generate::{self, GenerateOptions};
-use hearth_model::model_dir::{load_model, load_tokenizer};
+use hearth_model::model_dir::{ModelFiles, load_model, load_tokenizer};
 use hearth_model::{CacheOptions, KvCache, Sampler, SamplingOptions, Session, gpu, self_test};
 use serde::Deserialize;
 
@@ -31,11 +31,18 @@ struct DeviceArgs {
 enum Command {
     /// Generate text: streams it to stdout, then prints prefill and decode speed to stderr.
     Generate {
-        /// A model folder (config.json, model.safetensors or shards, tokenizer.json, chat template).
+        /// A model folder (config.json, model.safetensors or shards, tokenizer.json, chat template)
+        /// or a GGUF file (dequantized to f32 at load).
         #[arg(long)]
         model: PathBuf,
+        /// A tokenizer.json to use instead of the model's (a GGUF file's is built from its metadata).
         #[arg(long)]
-        prompt: String,
+        tokenizer: Option<PathBuf>,
+        /// The prompt (or give it as the last argument).
+        #[arg(long = "prompt", conflicts_with = "prompt_text", required_unless_present = "prompt_text")]
+        prompt: Option<String>,
+        #[arg(value_name = "PROMPT")]
+        prompt_text: Option<String>,
         /// Wrap the prompt in the model's chat template as a user turn.
         #[arg(long)]
         chat: bool,
@@ -58,6 +65,7 @@ enum Command {
     },
     /// Print `{"logits": [[…], …]}`: the final logits (after the softcap) for every input position.
     Logits {
+        /// A model folder or a GGUF file.
         #[arg(long)]
         model: PathBuf,
         /// Comma-separated token ids, e.g. 2,105,17.
@@ -95,9 +103,24 @@ enum Command {
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
-        Command::Generate { model, prompt, chat, max_tokens, temperature, top_k, top_p, seed, print_ids, device } => {
+        Command::Generate {
+            model,
+            tokenizer,
+            prompt,
+            prompt_text,
+            chat,
+            max_tokens,
+            temperature,
+            top_k,
+            top_p,
+            seed,
+            print_ids,
+            device,
+        } => {
             let sampling = SamplingOptions { temperature, top_k, top_p, seed };
-            run_generate(model, &prompt, chat, max_tokens, sampling, print_ids, &device)
+            let prompt = prompt.or(prompt_text).unwrap_or_default();
+            let files = ModelInput { model, tokenizer };
+            run_generate(files, &prompt, chat, max_tokens, sampling, print_ids, &device)
         }
         Command::Logits { model, tokens, step_by_step, device } => logits(model, &tokens, step_by_step, &device),
         Command::Render { model, template } => render(model, template),
@@ -125,8 +148,14 @@ fn device(args: &DeviceArgs) -> Result<Device, String> {
     Ok(gpu.device)
 }
 
+/// What `generate` reads: a model folder or GGUF file, and optionally a separate tokenizer.json.
+struct ModelInput {
+    model: PathBuf,
+    tokenizer: Option<PathBuf>,
+}
+
 fn run_generate(
-    dir: PathBuf,
+    input: ModelInput,
     prompt: &str,
     chat: bool,
     max_tokens: usize,
@@ -135,9 +164,26 @@ fn run_generate(
     args: &DeviceArgs,
 ) -> Result<(), String> {
     let device = device(args)?;
-    let tokenizer = load_tokenizer(&dir).map_err(|e| e.to_string())?;
+    let load_clock = Instant::now();
+    let files = ModelFiles::open(&input.model).map_err(|e| e.to_string())?;
+    let tokenizer = match &input.tokenizer {
+        Some(path) => load_tokenizer(path),
+        None => files.tokenizer(),
+    }
+    .map_err(|e| e.to_string())?;
     let text = if chat {
-        let template = ChatTemplate::from_model_dir(&dir).map_err(|e| e.to_string())?;
+        let template = match files.gguf_chat_template() {
+            Some(source) => {
+                let bos = files.config().map_err(|e| e.to_string())?.bos_token_id;
+                let bos = tokenizer.decode(&[bos]).map_err(|e| e.to_string())?;
+                ChatTemplate::from_str(source, &bos)
+            }
+            None if files.is_gguf() => {
+                return Err("this GGUF file has no chat template (tokenizer.chat_template)".into());
+            }
+            None => ChatTemplate::from_model_dir(files.folder()),
+        }
+        .map_err(|e| e.to_string())?;
         let messages = [Message::user(prompt)];
         let request =
             RenderRequest { messages: &messages, tools: &[], enable_thinking: false, add_generation_prompt: true };
@@ -145,7 +191,8 @@ fn run_generate(
     } else {
         prompt.to_string()
     };
-    let model = load_model(&dir, &device).map_err(|e| e.to_string())?;
+    let model = files.load(&device).map_err(|e| e.to_string())?;
+    eprintln!("hearth: model and tokenizer loaded in {:.2} s", load_clock.elapsed().as_secs_f64());
     let mut prompt_ids = tokenizer.encode(&text).map_err(|e| e.to_string())?;
     // Raw text gets the BOS token the chat template would have written.
     if !chat && prompt_ids.first() != Some(&model.config.bos_token_id) {
@@ -166,6 +213,7 @@ fn run_generate(
         || clock.elapsed().as_secs_f64() * 1e3,
         |_, text| {
             let _ = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush());
+            std::ops::ControlFlow::Continue(())
         },
     ))
     .map_err(|e| e.to_string())?;

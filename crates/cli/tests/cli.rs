@@ -103,6 +103,26 @@ fn generate_streams_transformers_greedy_tokens() {
 }
 
 #[test]
+fn generate_reads_a_gguf_file_with_its_own_tokenizer() {
+    let dir = repo().join("crates/model/fixtures/gemma3-gguf");
+    let expected = json(dir.join("expected.json"));
+    let model = dir.join("model.gguf");
+    let prompt = expected["tokenizer"][0]["text"].as_str().expect("prompt");
+    let args =
+        ["generate", "--model", model.to_str().expect("utf-8 path"), "--max-tokens", "8", "--print-ids", "--cpu"];
+    let mut args = args.to_vec();
+    args.push(prompt);
+    let out = hearth(&args, "");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let ids = stderr.lines().find_map(|l| l.strip_prefix("hearth: token ids ")).expect("ids printed");
+    let ids: Vec<u64> = serde_json::from_str(ids).expect("ids parse");
+    let greedy: Vec<u64> = expected["greedy"].as_array().expect("greedy").iter().filter_map(|v| v.as_u64()).collect();
+    assert_eq!(ids, greedy);
+    assert!(stderr.contains("loaded in"), "load time is reported: {stderr}");
+}
+
+#[test]
 fn parse_prints_content_thinking_and_calls() {
     let raw = "<|channel>thought\nFill the name first.<channel|>On it.<|tool_call>call:type{index:3,text:<|\"|>Ada \"the\" Lovelace<|\"|>}<tool_call|>";
     let out = hearth(&["parse"], raw);

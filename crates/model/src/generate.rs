@@ -1,6 +1,8 @@
 //! The generation loop shared by the CLI and the browser: prefill, then sample → append → repeat
 //! until an end-of-turn token or the token limit, streaming text as it becomes final.
 
+use std::ops::ControlFlow;
+
 use crate::gemma::ModelError;
 use crate::sampling::{SampleError, Sampler};
 use crate::session::Session;
@@ -52,7 +54,8 @@ pub struct GenerateOptions<'a> {
 }
 
 /// Generates a continuation of `prompt`. `on_token(id, text)` is called for every token with the
-/// text that became final; `now_ms` is the caller's clock (wasm has no `Instant`).
+/// text that became final and may return `ControlFlow::Break` to stop early (the user pressed
+/// stop); `now_ms` is the caller's clock (wasm has no `Instant`).
 pub async fn generate(
     session: &mut Session,
     sampler: &mut Sampler,
@@ -60,7 +63,7 @@ pub async fn generate(
     prompt: &[u32],
     options: GenerateOptions<'_>,
     now_ms: impl Fn() -> f64,
-    mut on_token: impl FnMut(u32, &str),
+    mut on_token: impl FnMut(u32, &str) -> ControlFlow<()>,
 ) -> Result<Generation, GenerateError> {
     let start = now_ms();
     let mut decoder = StreamDecoder::default();
@@ -74,8 +77,7 @@ pub async fn generate(
         token_ids.push(next);
         let piece = decoder.push(tokenizer, next)?;
         text.push_str(&piece);
-        on_token(next, &piece);
-        if token_ids.len() == options.max_tokens {
+        if on_token(next, &piece).is_break() || token_ids.len() == options.max_tokens {
             break;
         }
         let logits = session.step(next)?;

@@ -1,10 +1,11 @@
-//! A model folder as Hugging Face ships it: `config.json`, weights (`model.safetensors` or shards),
-//! `tokenizer.json`, and a chat template.
+//! A model on disk: a folder as Hugging Face ships it (`config.json`, weights as
+//! `model.safetensors` or shards, `tokenizer.json`, a chat template), or one GGUF file whose
+//! metadata holds the configuration, the tokenizer and possibly a chat template.
 
 use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
-use hearth_weights::Checkpoint;
+use hearth_weights::{Checkpoint, MetadataValue};
 
 use crate::config::TextConfig;
 use crate::gemma::{Gemma, ModelError};
@@ -14,6 +15,8 @@ use crate::tokenizer::{Tokenizer, TokenizerError};
 pub enum ModelDirError {
     #[error("{path} does not exist or is not a folder")]
     NotADirectory { path: PathBuf },
+    #[error("{path} does not exist or is neither a model folder nor a GGUF file")]
+    NotAModel { path: PathBuf },
     #[error("cannot read {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
@@ -30,6 +33,60 @@ pub fn check_dir(dir: &Path) -> Result<(), ModelDirError> {
     if dir.is_dir() { Ok(()) } else { Err(ModelDirError::NotADirectory { path: dir.to_path_buf() }) }
 }
 
+/// A model folder or GGUF file with its weights' headers read (once: a GGUF's metadata holds the
+/// 262k-piece vocabulary).
+pub struct ModelFiles {
+    path: PathBuf,
+    checkpoint: Checkpoint,
+}
+
+impl ModelFiles {
+    /// Opens `path`: a folder, or a file (GGUF, or a lone `.safetensors` next to a config.json).
+    pub fn open(path: &Path) -> Result<Self, ModelDirError> {
+        if !path.exists() {
+            return Err(ModelDirError::NotAModel { path: path.to_path_buf() });
+        }
+        let checkpoint = Checkpoint::open(path).map_err(ModelError::from)?;
+        Ok(ModelFiles { path: path.to_path_buf(), checkpoint })
+    }
+
+    pub fn is_gguf(&self) -> bool {
+        self.checkpoint.gguf().is_some()
+    }
+
+    /// The folder's config.json (+ generation_config.json), or the GGUF metadata's.
+    pub fn config(&self) -> Result<TextConfig, ModelDirError> {
+        match self.checkpoint.gguf() {
+            Some(gguf) => Ok(TextConfig::from_gguf(gguf).map_err(ModelError::from)?),
+            None => load_config(self.folder()),
+        }
+    }
+
+    /// The folder's tokenizer.json, or the tokenizer the GGUF metadata describes.
+    pub fn tokenizer(&self) -> Result<Tokenizer, ModelDirError> {
+        match self.checkpoint.gguf() {
+            Some(gguf) => Ok(Tokenizer::from_gguf(gguf)?),
+            None => load_tokenizer(self.folder()),
+        }
+    }
+
+    /// A GGUF file's own chat template (`tokenizer.chat_template`), if it has one.
+    pub fn gguf_chat_template(&self) -> Option<&str> {
+        self.checkpoint.gguf()?.get("tokenizer.chat_template").and_then(MetadataValue::as_str)
+    }
+
+    /// The folder holding config.json and the chat template (the path itself, or a file's parent).
+    pub fn folder(&self) -> &Path {
+        if self.path.is_file() { self.path.parent().unwrap_or(Path::new(".")) } else { &self.path }
+    }
+
+    /// Loads the decoder's weights onto `device`, tensor by tensor (dequantizing GGUF blocks to f32).
+    pub fn load(mut self, device: &Device) -> Result<Gemma, ModelDirError> {
+        let config = self.config()?;
+        Ok(Gemma::load(config, &mut self.checkpoint, device)?)
+    }
+}
+
 /// `config.json`, with the stop tokens of `generation_config.json` when it has them (Gemma 4 -it
 /// stops on `<eos>`, `<turn|>` and `<|tool_response>`, which only that file lists).
 pub fn load_config(dir: &Path) -> Result<TextConfig, ModelDirError> {
@@ -44,14 +101,16 @@ pub fn load_config(dir: &Path) -> Result<TextConfig, ModelDirError> {
     Ok(config)
 }
 
-/// Loads the decoder's weights onto `device`, tensor by tensor.
-pub fn load_model(dir: &Path, device: &Device) -> Result<Gemma, ModelDirError> {
-    let config = load_config(dir)?;
-    let mut checkpoint = Checkpoint::open_dir(dir).map_err(ModelError::from)?;
-    Ok(Gemma::load(config, &mut checkpoint, device)?)
+/// Loads the decoder's weights onto `device`, tensor by tensor, from a folder or a GGUF file.
+pub fn load_model(path: &Path, device: &Device) -> Result<Gemma, ModelDirError> {
+    ModelFiles::open(path)?.load(device)
 }
 
-pub fn load_tokenizer(dir: &Path) -> Result<Tokenizer, ModelDirError> {
-    check_dir(dir)?;
-    Ok(Tokenizer::from_bytes(&read(&dir.join("tokenizer.json"))?)?)
+/// A folder's `tokenizer.json`, or a `tokenizer.json` file itself.
+pub fn load_tokenizer(path: &Path) -> Result<Tokenizer, ModelDirError> {
+    if path.is_file() {
+        return Ok(Tokenizer::from_bytes(&read(path)?)?);
+    }
+    check_dir(path)?;
+    Ok(Tokenizer::from_bytes(&read(&path.join("tokenizer.json"))?)?)
 }

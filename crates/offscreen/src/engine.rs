@@ -1,8 +1,11 @@
 //! The engine's state in the offscreen document: one GPU device, at most one model, one
-//! generation at a time.
+//! generation at a time (others wait their turn on the session's lock).
 
 use std::cell::RefCell;
+use std::ops::ControlFlow;
 use std::rc::Rc;
+
+use futures::lock::Mutex;
 
 use burn::tensor::Device;
 use hearth_chat::{ChatTemplate, Message, RenderRequest};
@@ -42,13 +45,24 @@ impl ModelFiles {
     }
 }
 
+/// The loaded model, shared by chat replies and agent tasks.
+#[derive(Clone)]
+pub struct ModelHandles {
+    /// Locked for a whole generation: requests from several tabs queue here.
+    pub session: Rc<Mutex<Session>>,
+    pub tokenizer: Rc<Tokenizer>,
+    pub template: Rc<ChatTemplate>,
+    pub stop_tokens: Rc<[u32]>,
+}
+
 struct LoadedModel {
-    /// Taken out while a generation runs (the borrow cannot be held across awaits).
-    session: Option<Session>,
-    tokenizer: Rc<Tokenizer>,
-    template: Rc<ChatTemplate>,
-    stop_tokens: Vec<u32>,
+    handles: ModelHandles,
     info: ModelInfo,
+}
+
+/// The loaded model, if any.
+pub fn model() -> Option<ModelHandles> {
+    ENGINE.with(|e| e.borrow().model.as_ref().map(|m| m.handles.clone()))
 }
 
 #[derive(Default)]
@@ -61,7 +75,7 @@ thread_local! {
     static ENGINE: RefCell<Engine> = RefCell::new(Engine::default());
 }
 
-fn now_ms() -> f64 {
+pub fn now_ms() -> f64 {
     js_sys::Date::now()
 }
 
@@ -143,30 +157,24 @@ fn load_model(files: ModelFiles, device: &Device) -> Result<LoadedModel, String>
     let tokenizer = Tokenizer::from_bytes(&files.tokenizer_json).map_err(|e| e.to_string())?;
     let template = ChatTemplate::from_str(&files.chat_template, "<bos>").map_err(|e| e.to_string())?;
     let info = ModelInfo { name: files.name, architecture, layers, vocab_size, load_ms: now_ms() - start };
-    Ok(LoadedModel {
-        session: Some(Session::new(model, CacheOptions::default())),
+    let handles = ModelHandles {
+        session: Rc::new(Mutex::new(Session::new(model, CacheOptions::default()))),
         tokenizer: Rc::new(tokenizer),
         template: Rc::new(template),
-        stop_tokens,
-        info,
-    })
+        stop_tokens: stop_tokens.into(),
+    };
+    Ok(LoadedModel { handles, info })
 }
 
 /// Runs one generation and returns its final event (`done` or `failed`); `emit` gets the tokens.
 pub async fn generate(request: &GenerateRequest, emit: &impl Fn(&GenerationEvent)) -> GenerationEvent {
     let request_id = request.request_id;
     let fail = |message: String| GenerationEvent::Failed { request_id, message };
-    let taken = ENGINE.with(|e| {
-        let mut engine = e.borrow_mut();
-        let model = engine.model.as_mut()?;
-        Some((model.session.take(), model.tokenizer.clone(), model.template.clone(), model.stop_tokens.clone()))
-    });
-    let Some((session, tokenizer, template, stop_tokens)) = taken else {
+    let Some(model) = model() else {
         return fail("No model is installed yet.".into());
     };
-    let Some(mut session) = session else {
-        return fail("The engine is busy with another reply; try again when it finishes.".into());
-    };
+    let mut session = model.session.lock().await;
+    let (tokenizer, template, stop_tokens) = (&model.tokenizer, &model.template, &model.stop_tokens);
 
     let messages = [Message::user(request.prompt.clone())];
     let render = RenderRequest { messages: &messages, tools: &[], enable_thinking: false, add_generation_prompt: true };
@@ -174,18 +182,17 @@ pub async fn generate(request: &GenerateRequest, emit: &impl Fn(&GenerationEvent
         let prompt = template.render(&render).map_err(|e| e.to_string())?;
         let ids = tokenizer.encode(&prompt).map_err(|e| e.to_string())?;
         let mut sampler = Sampler::new(SamplingOptions::greedy());
-        let options = GenerateOptions { max_tokens: request.max_tokens as usize, stop_tokens: &stop_tokens };
-        let on_token = |token_id, text: &str| emit(&GenerationEvent::Token { request_id, token_id, text: text.into() });
-        generate::generate(&mut session, &mut sampler, &tokenizer, &ids, options, now_ms, on_token)
+        let options = GenerateOptions { max_tokens: request.max_tokens as usize, stop_tokens };
+        let on_token = |token_id, text: &str| {
+            emit(&GenerationEvent::Token { request_id, token_id, text: text.into() });
+            ControlFlow::Continue(())
+        };
+        generate::generate(&mut session, &mut sampler, tokenizer, &ids, options, now_ms, on_token)
             .await
             .map_err(|e| e.to_string())
     }
     .await;
-    ENGINE.with(|e| {
-        if let Some(model) = e.borrow_mut().model.as_mut() {
-            model.session = Some(session);
-        }
-    });
+    drop(session);
     match result {
         Ok(generation) => GenerationEvent::Done {
             request_id,

@@ -5,9 +5,10 @@
 //! shapes are defined once, in Rust. Nothing here reads the GPU synchronously.
 
 mod engine;
+mod tasks;
 
 use hearth_model::gpu;
-use hearth_protocol::{EngineStatus, GenerateRequest, GenerationEvent};
+use hearth_protocol::{EngineStatus, GenerateRequest, GenerationEvent, ToOffscreen};
 use wasm_bindgen::prelude::*;
 
 pub use engine::ModelFiles;
@@ -44,6 +45,46 @@ pub async fn generate(request: String, on_event: js_sys::Function) {
         Ok(request) => emit(&engine::generate(&request, &emit).await),
         Err(err) => emit(&GenerationEvent::Failed { request_id: 0, message: format!("malformed request: {err}") }),
     }
+}
+
+/// Connects agent tasks to JavaScript: `on_update(tabId, taskUpdateJson)` receives every
+/// `TaskUpdate`; `run_tool(toolRequestJson)` returns a Promise of a `ToolReply` as JSON.
+#[wasm_bindgen(js_name = setTaskHost)]
+pub fn set_task_host(on_update: js_sys::Function, run_tool: js_sys::Function) {
+    tasks::set_host(tasks::TaskHost { on_update, run_tool });
+}
+
+/// Handles a `ToOffscreen` task message (`start_task`, `task_control`) as JSON. Resolves when the
+/// run it starts returns (the task waits for the user, or is over); updates stream meanwhile.
+#[wasm_bindgen(js_name = taskMessage)]
+pub async fn task_message(message: String) -> Result<(), JsError> {
+    match serde_json::from_str::<ToOffscreen>(&message) {
+        Ok(ToOffscreen::StartTask { tab_id, text, page, settings }) => {
+            tasks::start_task(tab_id, text, page, settings).await
+        }
+        Ok(ToOffscreen::TaskControl { tab_id, action }) => tasks::control(tab_id, action).await,
+        Ok(other) => return Err(JsError::new(&format!("not a task message: {other:?}"))),
+        Err(err) => return Err(JsError::new(&format!("malformed task message: {err}"))),
+    }
+    Ok(())
+}
+
+/// Test builds only: the next agent tasks replay these outputs (a JSON array of strings) instead
+/// of running the model; `null` goes back to the model.
+#[cfg(feature = "scripted")]
+#[wasm_bindgen(js_name = useScriptedModel)]
+pub fn use_scripted_model(replies: String) -> Result<(), JsError> {
+    let replies: Option<Vec<String>> = serde_json::from_str(&replies)
+        .map_err(|e| JsError::new(&format!("the script must be a JSON array of strings or null: {e}")))?;
+    tasks::scripted::load(replies);
+    Ok(())
+}
+
+/// Test builds only: the prompts the scripted model received, as a JSON array.
+#[cfg(feature = "scripted")]
+#[wasm_bindgen(js_name = scriptedPrompts)]
+pub fn scripted_prompts() -> String {
+    to_json(&tasks::scripted::prompts())
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> String {

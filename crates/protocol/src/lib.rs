@@ -13,10 +13,15 @@ use ts_rs::TS;
 
 mod engine;
 mod generation;
+mod task;
 pub mod typescript;
 
 pub use engine::{AdapterReport, EngineFailure, EngineStatus, FailureKind, ModelInfo, SelfTestReport};
 pub use generation::{GenerateRequest, GenerationEvent, GenerationStats};
+pub use task::{
+    AgentEvent, Decision, ElementInfo, FormInfo, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason, Snapshot,
+    TaskAction, TaskSettings, TaskUpdate, ToolOutput, ToolReply, ToolRequest,
+};
 
 /// A message on `chrome.runtime`, with the endpoint it is for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
@@ -38,6 +43,10 @@ pub enum ToOffscreen {
     StartEngine,
     /// Generate a reply to a prompt, streaming `generation` events back.
     Generate { request: GenerateRequest },
+    /// Start a task in the tab's conversation (created on first use).
+    StartTask { tab_id: u32, text: String, page: Option<PageInfo>, settings: TaskSettings },
+    /// The user acted on the tab's task.
+    TaskControl { tab_id: u32, action: TaskAction },
 }
 
 /// What the service worker receives from the offscreen document and from tabs.
@@ -54,6 +63,14 @@ pub enum ToWorker {
     Generate { prompt: String, max_tokens: u32 },
     /// From the offscreen document: progress of a generation, for the tab that asked.
     Generation { event: GenerationEvent },
+    /// From a tab: start a task with this message (the worker adds the tab and the settings).
+    StartTask { text: String, page: Option<PageInfo> },
+    /// From a tab: the user acted on its task.
+    TaskControl { action: TaskAction },
+    /// From the offscreen document: progress of a tab's task.
+    TaskUpdate { tab_id: u32, update: TaskUpdate },
+    /// From the offscreen document: run a tool; the message's response is a `ToolReply`.
+    RunTool { request: ToolRequest },
 }
 
 /// What the service worker pushes to a tab.
@@ -64,6 +81,14 @@ pub enum ToTab {
     EngineStatus { status: EngineStatus },
     /// Progress of this tab's generation.
     Generation { event: GenerationEvent },
+    /// Progress of this tab's task.
+    TaskUpdate { update: TaskUpdate },
+    /// Run a page tool (snapshot, click, type…); the message's response is a `ToolReply`.
+    RunTool { request: ToolRequest },
+    /// Abort the tools running in this tab (the user pressed stop).
+    CancelTools,
+    /// Open the overlay with the page's selection as context (the keyboard shortcut).
+    OpenOverlay,
 }
 
 impl RuntimeMessage {

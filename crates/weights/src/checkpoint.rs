@@ -1,5 +1,6 @@
-//! A model's weights: one `model.safetensors`, or shards listed by `model.safetensors.index.json`.
-//! Tensors are read one at a time and converted to f32 on the host.
+//! A model's weights: one `model.safetensors`, shards listed by `model.safetensors.index.json`, or
+//! one GGUF file. Tensors are read one at a time, by their Hugging Face names, and converted to f32
+//! on the host.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -7,6 +8,8 @@ use std::path::Path;
 use half::{bf16, f16};
 use serde::Deserialize;
 
+use crate::gguf::{GgufFile, read_tensor_f32};
+use crate::gguf_names::hf_tensor;
 use crate::safetensors::{DType, Header, TensorInfo};
 use crate::{ByteSource, FileSource, WeightsError};
 
@@ -18,9 +21,22 @@ pub struct HostTensor {
 }
 
 pub struct Checkpoint {
-    files: Vec<(Box<dyn ByteSource>, Header)>,
-    /// Tensor name → index into `files`.
-    location: BTreeMap<String, usize>,
+    format: Format,
+}
+
+enum Format {
+    Safetensors {
+        files: Vec<(Box<dyn ByteSource>, Header)>,
+        /// Tensor name → index into `files`.
+        location: BTreeMap<String, usize>,
+    },
+    Gguf {
+        source: Box<dyn ByteSource>,
+        file: GgufFile,
+        /// Hugging Face name (or the GGUF name, for tensors without one) → (GGUF name, value to
+        /// subtract).
+        names: BTreeMap<String, (String, f32)>,
+    },
 }
 
 #[derive(Deserialize)]
@@ -29,6 +45,19 @@ struct ShardIndex {
 }
 
 impl Checkpoint {
+    /// Opens a model folder, a GGUF file or a single safetensors file (headers only).
+    pub fn open(path: &Path) -> Result<Self, WeightsError> {
+        if !path.is_file() {
+            return Self::open_dir(path);
+        }
+        let mut source = FileSource::open(path)?;
+        if GgufFile::sniff(&mut source) {
+            Self::from_gguf(Box::new(source))
+        } else {
+            Self::from_sources(vec![Box::new(source)])
+        }
+    }
+
     /// Opens the weights in a model folder (headers only).
     pub fn open_dir(dir: &Path) -> Result<Self, WeightsError> {
         let single = dir.join("model.safetensors");
@@ -50,7 +79,7 @@ impl Checkpoint {
         }
         let checkpoint = Self::from_sources(sources)?;
         for name in parsed.weight_map.keys() {
-            if !checkpoint.location.contains_key(name) {
+            if !checkpoint.contains(name) {
                 return Err(WeightsError::Corrupt {
                     file: index.display().to_string(),
                     reason: format!("it lists `{name}` but no shard holds it"),
@@ -60,7 +89,7 @@ impl Checkpoint {
         Ok(checkpoint)
     }
 
-    /// A checkpoint over already-opened files (shards in any order).
+    /// A checkpoint over already-opened safetensors files (shards in any order).
     pub fn from_sources(sources: Vec<Box<dyn ByteSource>>) -> Result<Self, WeightsError> {
         let mut files = Vec::new();
         let mut location = BTreeMap::new();
@@ -71,33 +100,86 @@ impl Checkpoint {
             }
             files.push((source, header));
         }
-        Ok(Self { files, location })
+        Ok(Self { format: Format::Safetensors { files, location } })
     }
 
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.location.keys().map(String::as_str)
+    /// A checkpoint over one GGUF file. Its tensors go by their Hugging Face names where the
+    /// architecture has a mapping ([`crate::gguf_names`]), by their GGUF names otherwise.
+    pub fn from_gguf(mut source: Box<dyn ByteSource>) -> Result<Self, WeightsError> {
+        let file = GgufFile::read(source.as_mut())?;
+        let arch = file.architecture().unwrap_or_default().to_string();
+        let mut names = BTreeMap::new();
+        for gguf_name in file.tensors.keys() {
+            let (name, subtract) = match hf_tensor(&arch, gguf_name) {
+                Some(hf) => (hf.name, hf.subtract),
+                None => (gguf_name.clone(), 0.0),
+            };
+            if let Some((other, _)) = names.insert(name.clone(), (gguf_name.clone(), subtract)) {
+                return Err(WeightsError::Corrupt {
+                    file: source.name(),
+                    reason: format!("tensors `{other}` and `{gguf_name}` both map to `{name}`"),
+                });
+            }
+        }
+        Ok(Self { format: Format::Gguf { source, file, names } })
     }
 
+    /// The GGUF header (metadata: config and tokenizer) when this checkpoint is a GGUF file.
+    pub fn gguf(&self) -> Option<&GgufFile> {
+        match &self.format {
+            Format::Gguf { file, .. } => Some(file),
+            Format::Safetensors { .. } => None,
+        }
+    }
+
+    pub fn names(&self) -> Box<dyn Iterator<Item = &str> + '_> {
+        match &self.format {
+            Format::Safetensors { location, .. } => Box::new(location.keys().map(String::as_str)),
+            Format::Gguf { names, .. } => Box::new(names.keys().map(String::as_str)),
+        }
+    }
+
+    /// Where a safetensors tensor lies (`None` for a GGUF checkpoint: see [`Self::gguf`]).
     pub fn info(&self, name: &str) -> Option<&TensorInfo> {
-        self.location.get(name).and_then(|&i| self.files[i].1.tensors.get(name))
+        match &self.format {
+            Format::Safetensors { files, location } => location.get(name).and_then(|&i| files[i].1.tensors.get(name)),
+            Format::Gguf { .. } => None,
+        }
     }
 
     pub fn contains(&self, name: &str) -> bool {
-        self.location.contains_key(name)
+        match &self.format {
+            Format::Safetensors { location, .. } => location.contains_key(name),
+            Format::Gguf { names, .. } => names.contains_key(name),
+        }
     }
 
-    /// The raw bytes of one tensor, as stored.
+    /// The raw bytes of one safetensors tensor, as stored.
     pub fn read_raw(&mut self, name: &str) -> Result<(TensorInfo, Vec<u8>), WeightsError> {
         let missing = || WeightsError::Missing { name: name.to_string() };
-        let &file = self.location.get(name).ok_or_else(missing)?;
-        let (source, header) = &mut self.files[file];
-        let info = header.tensors.get(name).ok_or_else(missing)?.clone();
-        let bytes = source.read_at(info.offset, info.len)?;
-        Ok((info, bytes))
+        match &mut self.format {
+            Format::Safetensors { files, location } => {
+                let &file = location.get(name).ok_or_else(missing)?;
+                let (source, header) = &mut files[file];
+                let info = header.tensors.get(name).ok_or_else(missing)?.clone();
+                let bytes = source.read_at(info.offset, info.len)?;
+                Ok((info, bytes))
+            }
+            Format::Gguf { .. } => Err(WeightsError::NotSafetensors { name: name.to_string() }),
+        }
     }
 
-    /// One tensor converted to f32 (from f32, f16 or bf16).
+    /// One tensor converted to f32 (from f32, f16 or bf16; from any ggml type Hearth dequantizes).
     pub fn read_f32(&mut self, name: &str) -> Result<HostTensor, WeightsError> {
+        if let Format::Gguf { source, file, names } = &mut self.format {
+            let (gguf_name, subtract) =
+                names.get(name).ok_or_else(|| WeightsError::Missing { name: name.to_string() })?;
+            let mut tensor = read_tensor_f32(source.as_mut(), gguf_name, &file.tensors[gguf_name])?;
+            if *subtract != 0.0 {
+                tensor.data.iter_mut().for_each(|v| *v -= *subtract);
+            }
+            return Ok(tensor);
+        }
         let (info, bytes) = self.read_raw(name)?;
         let data = match info.dtype {
             DType::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
@@ -144,5 +226,30 @@ mod tests {
         std::fs::write(dir.join("model.safetensors.index.json"), wrong).unwrap();
         assert!(Checkpoint::open_dir(&dir).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn gguf_tensors_go_by_hugging_face_names() {
+        use crate::gguf::tests::Builder;
+        use crate::quant::GgmlType;
+        let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let bytes = Builder::new()
+            .kv("general.architecture", 8, crate::gguf::tests::string_bytes("gemma3"))
+            .tensor("token_embd.weight", vec![2, 3], GgmlType::F32, f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]))
+            .tensor("blk.0.attn_norm.weight", vec![2], GgmlType::F32, f32s(&[1.5, 0.25]))
+            .tensor("rope_freqs.weight", vec![1], GgmlType::F32, f32s(&[9.0]))
+            .build();
+        let mut ckpt = Checkpoint::from_gguf(Box::new(MemorySource::new("m.gguf", bytes))).unwrap();
+        assert_eq!(
+            ckpt.names().collect::<Vec<_>>(),
+            ["model.embed_tokens.weight", "model.layers.0.input_layernorm.weight", "rope_freqs.weight"]
+        );
+        let embed = ckpt.read_f32("model.embed_tokens.weight").unwrap();
+        assert_eq!(embed, HostTensor { shape: vec![3, 2], data: vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0] });
+        // Gemma 3 norms are stored as 1 + w.
+        assert_eq!(ckpt.read_f32("model.layers.0.input_layernorm.weight").unwrap().data, vec![0.5, -0.75]);
+        assert_eq!(ckpt.gguf().and_then(|g| g.architecture()), Some("gemma3"));
+        assert!(ckpt.info("rope_freqs.weight").is_none());
+        assert!(matches!(ckpt.read_raw("rope_freqs.weight"), Err(WeightsError::NotSafetensors { .. })));
     }
 }

@@ -3,14 +3,22 @@
 //!
 //! - [`safetensors`]: the header of a `.safetensors` file, parsed and validated on its own so the
 //!   tensors can then be read one at a time (the whole file is never in memory).
+//! - [`gguf`]: llama.cpp's GGUF file (header, metadata, tensor table), with [`quant`] for its
+//!   block formats (dequantized to f32) and [`gguf_names`] for Hugging Face tensor names.
 //! - [`checkpoint`]: a model folder (`model.safetensors` or sharded with
-//!   `model.safetensors.index.json`), read tensor by tensor as f32.
+//!   `model.safetensors.index.json`) or one GGUF file, read tensor by tensor as f32 under Hugging
+//!   Face's tensor names.
 
 pub mod checkpoint;
+pub mod gguf;
+pub mod gguf_names;
+pub mod quant;
 pub mod safetensors;
 mod source;
 
 pub use checkpoint::{Checkpoint, HostTensor};
+pub use gguf::{GgufError, GgufFile, GgufTensor, MetadataValue};
+pub use quant::GgmlType;
 pub use safetensors::{DType, Header, TensorInfo};
 pub use source::{ByteSource, FileSource, MemorySource};
 
@@ -30,4 +38,8 @@ pub enum WeightsError {
     UnsupportedDType { name: String, dtype: DType },
     #[error("{path} has neither model.safetensors nor model.safetensors.index.json")]
     NoWeights { path: PathBuf },
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error("tensor `{name}` is in a GGUF file: its raw bytes are ggml blocks, not a safetensors dtype")]
+    NotSafetensors { name: String },
 }

@@ -1,192 +1,496 @@
 // The overlay: a launcher button and a panel inside a *closed* shadow root, so the page can neither
-// read nor restyle it. Its state is mirrored as data-* attributes on the host element for tests.
+// read nor restyle it. Its state is mirrored as data-* attributes on the host element for tests:
+// data-state (open/closed), data-view (chat/settings), data-engine, data-adapter, data-self-test,
+// data-values, data-failure, data-model, data-task, data-answer, data-cards, data-pending-call.
+//
+// The pieces live in ./ui: transcript.ts (the conversation as data), cards.ts (entries → DOM),
+// markdown.ts (safe rendering), composer.ts, engine-view.ts, settings-view.ts, persist.ts.
 
-import type { EngineStatus, GenerationEvent, RuntimeMessage } from "../generated/protocol";
+import type { Decision, EngineStatus, TaskAction, ToTab, ToWorker } from "../generated/protocol";
 import { isRuntimeMessage, sendToWorker } from "../shared/messages";
+import { isSiteDisabled, loadSettings, onSettingsChanged, saveSettings, siteOf, type Settings } from "../shared/settings";
 import { OVERLAY_CSS } from "./overlay-style";
+import { renderEntry } from "./ui/cards";
+import { createComposer } from "./ui/composer";
+import { button, clip, el } from "./ui/dom";
+import { engineView } from "./ui/engine-view";
+import { formatNumber, t } from "./ui/i18n";
+import { TranscriptStore } from "./ui/persist";
+import { settingsForm } from "./ui/settings-view";
+import {
+  answer,
+  applyUpdate,
+  continued,
+  decide,
+  emptyTranscript,
+  localError,
+  markSent,
+  pendingAsk,
+  toolCardCount,
+  userMessage,
+  type Touched,
+  type Transcript,
+} from "./ui/transcript";
 
-/** Tokens per reply until the settings page lets people choose (and the agent loop stops on `done`). */
-const REPLY_TOKEN_LIMIT = 24;
+/**
+ * Not in the generated protocol yet (asked of crates/protocol): the worker's answer to
+ * `watch_engine`, telling the tab its id so the transcript can be stored per tab.
+ */
+type TabInfo = { kind: "tab_info"; tab_id: number };
 
-const t = (key: string, ...substitutions: string[]): string => chrome.i18n.getMessage(key, substitutions) || key;
+/** Events a closed shadow root would still let bubble to the page's listeners. */
+const ISOLATED_EVENTS = [
+  "keydown",
+  "keyup",
+  "keypress",
+  "beforeinput",
+  "input",
+  "compositionstart",
+  "compositionupdate",
+  "compositionend",
+  "paste",
+  "copy",
+  "cut",
+];
 
-/** Builds an element with text content only: page- or engine-supplied text never becomes HTML. */
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  attrs: Record<string, string> = {},
-  text?: string,
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, value);
-  if (text !== undefined) node.textContent = text;
-  return node;
+/** The most page text `openWithSelection` quotes into the composer. */
+const MAX_QUOTE = 4000;
+
+interface Overlay {
+  openWithSelection(): void;
+  settingsChanged(settings: Settings): void;
+  unmount(): void;
 }
 
+let overlay: Overlay | null = null;
+let watchingSettings = false;
+
+/**
+ * Mounts the overlay (synchronously, so a second injection of the content script sees it). The
+ * worker registers the content script only for sites the user has not disabled; the check here
+ * also covers a site disabled since, and brings the overlay back when it is enabled again.
+ */
 export function mountOverlay(): void {
+  if (overlay) return;
+  overlay = createOverlay();
+  if (!watchingSettings) {
+    watchingSettings = true;
+    onSettingsChanged((next) => {
+      if (isSiteDisabled(next, location.href)) unmountOverlay();
+      else if (!overlay) overlay = createOverlay();
+      else overlay.settingsChanged(next);
+    });
+  }
+  loadSettings().then(
+    (settings) => {
+      if (isSiteDisabled(settings, location.href)) unmountOverlay();
+    },
+    () => {},
+  );
+}
+
+/** Opens the panel with the page's selection (if any) quoted in the composer: the keyboard shortcut. */
+export function openWithSelection(): void {
+  overlay?.openWithSelection();
+}
+
+/** Removes the overlay from the page (Hearth was disabled on this site). */
+export function unmountOverlay(): void {
+  overlay?.unmount();
+  overlay = null;
+}
+
+function createOverlay(): Overlay {
   const host = document.createElement("hearth-overlay");
   const shadow = host.attachShadow({ mode: "closed" });
-  const style = el("style", {}, OVERLAY_CSS);
+  const data = host.dataset;
 
-  const launcher = el("button", { class: "launcher", type: "button", "aria-label": t("launcherLabel"), "aria-expanded": "false" }, "H");
-  const panel = el("section", { class: "panel", role: "dialog", "aria-label": t("panelTitle"), hidden: "" });
-  const header = el("header");
-  const title = el("h2", {}, t("panelTitle"));
-  const close = el("button", { class: "close", type: "button", "aria-label": t("closeLabel") }, "×");
-  header.append(title, close);
-  const statusLine = el("p", { class: "status", role: "status", "aria-live": "polite" }, t("engineIdle"));
-  const details = el("div", { class: "details" });
-  const output = el("div", { class: "output", role: "log", "aria-live": "polite", hidden: "" });
-  const reply = el("p", { class: "reply" });
-  const stats = el("p", { class: "stats" });
-  output.append(reply, stats);
-  const form = el("form", { class: "ask", hidden: "" });
-  const input = el("textarea", { rows: "2", "aria-label": t("promptLabel"), placeholder: t("promptPlaceholder") });
-  const send = el("button", { type: "submit" }, t("sendLabel"));
-  form.append(input, send);
-  panel.append(header, statusLine, details, output, form);
-  shadow.append(style, launcher, panel);
+  // --- structure -------------------------------------------------------------------------------
+  const launcher = button("launcher", "H", t("launcherLabel"), { "aria-expanded": "false", "aria-controls": "hearth-panel" });
+  const titleId = "hearth-title";
+  const settingsToggle = button("settings", "⚙", t("settingsLabel"), { "aria-expanded": "false", "aria-controls": "hearth-settings" });
+  const close = button("close", "×", t("closeLabel"));
+  const engine = engineView(() => connect());
 
-  host.dataset.state = "closed";
-  host.dataset.engine = "idle";
-  // Keystrokes typed in the overlay belong to it, not to the page's shortcuts.
-  for (const type of ["keydown", "keyup", "keypress"]) host.addEventListener(type, (e) => e.stopPropagation());
+  const log = el("div", { class: "transcript", role: "log", "aria-live": "polite", "aria-label": t("transcriptLabel"), tabindex: "0" });
+  const empty = el("div", { class: "empty" }, el("p", {}, t("emptyTitle")), el("p", { class: "meta" }, t("emptyHint")));
+  const usage = el("p", { class: "usage", "aria-live": "off" });
+  const continueButton = button("continue", t("continueLabel"), t("continueHint"));
+  continueButton.hidden = true;
+  const taskbar = el("div", { class: "taskbar" }, usage, continueButton);
+  const composer = createComposer({ submit, stop });
+  const chat = el("div", { class: "chat" }, empty, log, taskbar, composer.element);
 
-  let watching = false;
-  const setOpen = (open: boolean) => {
+  const form = settingsForm((patch) => void saveSettings(patch).then((s) => {
+    form.show(s);
+    saved.textContent = t("settingsSaved");
+  }));
+  const saved = el("p", { class: "meta saved", role: "status" });
+  const site = siteOf(location.href) ?? location.origin;
+  const disableSite = button("disable-site danger", t("disableSite", location.host));
+  const clear = button("clear", t("clearConversation"));
+  const settingsView = el(
+    "div",
+    { class: "settings-view", id: "hearth-settings", hidden: true },
+    el("h3", {}, t("settingsTitle")),
+    form.element,
+    el("div", { class: "settings-actions" }, clear, disableSite),
+    el("p", { class: "help" }, t("disableSiteHelp")),
+    saved,
+  );
+
+  const panel = el(
+    "section",
+    { class: "panel", id: "hearth-panel", role: "dialog", "aria-modal": "false", "aria-labelledby": titleId, hidden: true },
+    el("header", {}, el("h2", { id: titleId }, t("panelTitle")), el("div", { class: "header-buttons" }, settingsToggle, close)),
+    engine.element,
+    chat,
+    settingsView,
+  );
+  shadow.append(el("style", {}, OVERLAY_CSS), launcher, panel);
+
+  data.state = "closed";
+  data.view = "chat";
+  data.engine = "idle";
+  // Keystrokes (and text input) in the overlay belong to it, not to the page's shortcuts.
+  for (const type of ISOLATED_EVENTS) host.addEventListener(type, (e) => e.stopPropagation());
+  shadow.addEventListener("keydown", (e) => {
+    if (e instanceof KeyboardEvent && e.key === "Escape" && !e.isComposing && !panel.hidden) {
+      e.preventDefault();
+      setOpen(false);
+    }
+  });
+
+  // --- state -----------------------------------------------------------------------------------
+  let transcript: Transcript = emptyTranscript();
+  let status: EngineStatus = { state: "idle" };
+  /** Messages typed before the model was ready, sent when it is. */
+  const queued: ToWorker[] = [];
+  const store = new TranscriptStore();
+  let restored = false;
+  let cutOff = false;
+  let connected = false;
+  const nodes = new Map<number, HTMLElement>();
+  const dirty = new Set<number>();
+  let flushTimer: ReturnType<typeof setTimeout> | null = null;
+
+  const engineReady = () => status.state === "ready" && status.model !== null;
+
+  // --- opening and closing ---------------------------------------------------------------------
+  function setOpen(open: boolean, focus = true): void {
+    if (open === !panel.hidden) return;
     panel.hidden = !open;
     launcher.setAttribute("aria-expanded", String(open));
-    host.dataset.state = open ? "open" : "closed";
+    data.state = open ? "open" : "closed";
+    transcript.open = open;
+    store.schedule(transcript);
     if (open) {
-      (form.hidden ? close : input).focus();
-      // The engine starts on first use, not on every page load.
-      if (!watching) {
-        watching = true;
-        void sendToWorker({ kind: "watch_engine" });
-      }
-    } else {
+      connect();
+      flush();
+      scrollToEnd();
+      if (focus) (settingsView.hidden ? composer.textarea : settingsToggle).focus();
+    } else if (focus) {
       launcher.focus();
     }
-  };
+  }
+
+  /**
+   * Watches the engine (starting it on first use, retrying a failed one) and learns the tab id:
+   * the worker tells it with a `tab_info` message, or in its answer to `watch_engine`.
+   */
+  function connect(): void {
+    connected = true;
+    send({ kind: "watch_engine" }, (reply) => {
+      const tabId = (reply as { tab_id?: unknown } | undefined)?.tab_id;
+      if (typeof tabId === "number") void restore(tabId);
+    });
+  }
+
+  function showSettings(show: boolean): void {
+    settingsView.hidden = !show;
+    chat.hidden = show;
+    data.view = show ? "settings" : "chat";
+    settingsToggle.setAttribute("aria-expanded", String(show));
+    saved.textContent = "";
+    if (show) {
+      void loadSettings().then((s) => form.show(s));
+      settingsView.querySelector<HTMLElement>("select, input, button")?.focus();
+    } else {
+      composer.focus();
+    }
+  }
+
   launcher.addEventListener("click", () => setOpen(panel.hidden));
   close.addEventListener("click", () => setOpen(false));
+  settingsToggle.addEventListener("click", () => showSettings(settingsView.hidden));
 
-  /** Token ids of the reply being streamed, for tests to compare with the final list. */
-  const streamedIds: number[] = [];
-  // Enter sends; Shift+Enter starts a new line.
-  input.addEventListener("keydown", (e) => {
-    if (e.key === "Enter" && !e.shiftKey) {
-      e.preventDefault();
-      form.requestSubmit();
+  // --- talking to the worker -------------------------------------------------------------------
+  function send(msg: ToWorker, onReply?: (reply: unknown) => void): void {
+    const failed = () => {
+      // The extension was reloaded or updated under this page: its old content script is cut off.
+      if (!cutOff) commit(localError(transcript, t("extensionReloaded")));
+      cutOff = true;
+    };
+    try {
+      sendToWorker(msg).then(onReply, failed);
+    } catch {
+      failed();
     }
-  });
-  form.addEventListener("submit", (e) => {
-    e.preventDefault();
-    const prompt = input.value.trim();
-    if (!prompt || host.dataset.generation === "running") return;
-    host.dataset.generation = "running";
-    delete host.dataset.outputIds;
-    streamedIds.length = 0;
-    output.hidden = false;
-    reply.textContent = "";
-    stats.textContent = "";
-    send.disabled = true;
-    void sendToWorker({ kind: "generate", prompt, max_tokens: REPLY_TOKEN_LIMIT });
-  });
+  }
 
-  chrome.runtime.onMessage.addListener((message: unknown) => {
-    if (isRuntimeMessage(message) && message.to === "tab") onTabMessage(message);
+  function control(action: TaskAction): void {
+    send({ kind: "task_control", action });
+  }
+
+  const listener = (message: unknown) => {
+    if (isRuntimeMessage(message) && message.to === "tab") onTabMessage(message.msg as ToTab | TabInfo);
     return false;
+  };
+  chrome.runtime.onMessage.addListener(listener);
+
+  function onTabMessage(msg: ToTab | TabInfo): void {
+    switch (msg.kind) {
+      case "engine_status":
+        status = msg.status;
+        engine.render(status, data);
+        if (engineReady() && queued.length) {
+          for (const m of queued.splice(0)) send(m);
+          commit(markSent(transcript));
+        }
+        updateChrome();
+        break;
+      case "tab_info":
+        void restore(msg.tab_id);
+        break;
+      case "task_update": {
+        // After a navigation the task goes on: this page's overlay picks the conversation up.
+        if (!connected) connect();
+        const touched = applyUpdate(transcript, msg.update);
+        commit(touched);
+        if (msg.update.update === "event") {
+          const type = msg.update.event.type;
+          if (type === "confirm_request" || type === "ask_user") needsUser(touched[0]);
+        }
+        break;
+      }
+    }
+  }
+
+  /** A card waits for the user: open the panel and move focus to it. */
+  function needsUser(entryId: number | undefined): void {
+    if (settingsView.hidden === false) showSettings(false);
+    setOpen(true, false);
+    flush();
+    const node = entryId === undefined ? undefined : nodes.get(entryId);
+    const target = node?.querySelector<HTMLElement>('button[data-decision="deny"], button.option') ?? composer.textarea;
+    node?.scrollIntoView({ block: "nearest" });
+    target.focus();
+  }
+
+  // --- user actions ----------------------------------------------------------------------------
+  function submit(text: string): boolean {
+    const ask = pendingAsk(transcript);
+    if (ask) {
+      commit(answer(transcript, ask.id, text));
+      control({ action: "answer", text });
+      return true;
+    }
+    const message: ToWorker = { kind: "start_task", text, page: { url: location.href, title: document.title } };
+    const ready = engineReady();
+    commit(userMessage(transcript, text, !ready));
+    if (ready) send(message);
+    else {
+      queued.push(message);
+      connect();
+    }
+    return true;
+  }
+
+  function stop(): void {
+    control({ action: "stop" });
+    composer.setRunning(true, true);
+  }
+
+  const actions = {
+    decide(entryId: number, decision: Decision) {
+      const touched = decide(transcript, entryId, decision);
+      if (!touched.length) return;
+      commit(touched);
+      control({ action: "confirm", decision });
+      composer.focus();
+    },
+    choose(entryId: number, option: string) {
+      const touched = answer(transcript, entryId, option);
+      if (!touched.length) return;
+      commit(touched);
+      control({ action: "answer", text: option });
+      composer.focus();
+    },
+  };
+
+  continueButton.addEventListener("click", () => {
+    commit(continued(transcript));
+    control({ action: "continue" });
+    composer.focus();
   });
 
-  function onTabMessage(message: Extract<RuntimeMessage, { to: "tab" }>): void {
-    if (message.msg.kind === "engine_status") render(message.msg.status);
-    else if (message.msg.kind === "generation") onGeneration(message.msg.event);
+  clear.addEventListener("click", () => {
+    control({ action: "forget" });
+    queued.length = 0;
+    const open = transcript.open;
+    transcript = emptyTranscript();
+    transcript.open = open;
+    redrawAll();
+    void store.clear().then(() => store.schedule(transcript));
+    saved.textContent = t("conversationCleared");
+  });
+
+  disableSite.addEventListener("click", () => {
+    if (transcript.task === "running") control({ action: "stop" });
+    void loadSettings().then((s) => {
+      const sites = s.disabledSites.includes(site) ? s.disabledSites : [...s.disabledSites, site];
+      unmountOverlay();
+      return saveSettings({ disabledSites: sites });
+    });
+  });
+
+  // --- rendering -------------------------------------------------------------------------------
+  /** Records what changed; the DOM follows shortly (tokens arrive faster than frames). */
+  function commit(touched: Touched): void {
+    for (const id of touched) dirty.add(id);
+    updateChrome();
+    store.schedule(transcript);
+    if (flushTimer === null && !panel.hidden) flushTimer = setTimeout(flush, 16);
   }
 
-  function onGeneration(event: GenerationEvent): void {
-    switch (event.event) {
-      case "token":
-        streamedIds.push(event.token_id);
-        reply.textContent += event.text;
-        break;
-      case "done":
-        host.dataset.generation = "done";
-        host.dataset.outputIds = JSON.stringify(event.token_ids);
-        host.dataset.streamedIds = JSON.stringify(streamedIds);
-        host.dataset.generationStats = JSON.stringify(event.stats);
-        reply.textContent = event.text;
-        stats.textContent = t(
-          "generationStats",
-          String(event.stats.prompt_tokens),
-          event.stats.prefill_tokens_per_s.toFixed(1),
-          String(event.stats.generated_tokens),
-          event.stats.decode_tokens_per_s.toFixed(1),
-        );
-        send.disabled = false;
-        break;
-      case "failed":
-        host.dataset.generation = "failed";
-        stats.textContent = event.message;
-        stats.classList.add("error");
-        send.disabled = false;
-        break;
-    }
-  }
-
-  function render(status: EngineStatus): void {
-    host.dataset.engine = status.state;
-    details.replaceChildren();
-    delete host.dataset.adapter;
-    delete host.dataset.selfTest;
-    delete host.dataset.values;
-    delete host.dataset.failure;
-    delete host.dataset.model;
-    switch (status.state) {
-      case "idle":
-        statusLine.textContent = t("engineIdle");
-        break;
-      case "starting":
-        statusLine.textContent = t("engineStarting");
-        break;
-      case "ready": {
-        const { adapter, self_test: test, model } = status;
-        host.dataset.adapter = adapter.name;
-        if (model) host.dataset.model = model.name;
-        form.hidden = !model;
-        if (model && !panel.hidden) input.focus();
-        host.dataset.selfTest = test.passed ? "passed" : "failed";
-        host.dataset.values = JSON.stringify(test.values);
-        statusLine.textContent = t("engineReady", adapter.name || adapter.backend);
-        const facts = el("dl");
-        const fact = (term: string, value: string) => facts.append(el("dt", {}, term), el("dd", {}, value));
-        fact("backend", `${adapter.backend} · ${adapter.device_type}`);
-        if (adapter.vendor || adapter.architecture) fact("gpu", `${adapter.vendor} ${adapter.architecture}`.trim());
-        fact("shader-f16", adapter.shader_f16 ? "yes" : "no");
-        fact("max binding", `${(adapter.max_storage_buffer_binding_size / 2 ** 20).toFixed(0)} MiB`);
-        fact("max buffer", `${(adapter.max_buffer_size / 2 ** 20).toFixed(0)} MiB`);
-        const result = el("p", { class: "self-test" }, t("selfTestPassed", test.max_abs_error.toExponential(1), test.elapsed_ms.toFixed(0)));
-        if (!test.passed) result.classList.add("bad");
-        const values = el("pre", { class: "values", "aria-label": test.computation }, formatMatrix(test.values, 6));
-        fact("model", model ? `${model.name} · ${model.layers} layers · loaded in ${model.load_ms.toFixed(0)} ms` : t("noModel"));
-        details.append(facts, result, el("p", { class: "caption" }, test.computation), values);
-        break;
-      }
-      case "failed": {
-        host.dataset.failure = status.failure.kind;
-        statusLine.textContent = t("engineFailed");
-        details.append(el("p", { class: "error" }, status.failure.message), el("p", { class: "fix" }, `${t("fixLabel")} ${status.failure.fix}`));
-        break;
+  function flush(): void {
+    if (flushTimer !== null) clearTimeout(flushTimer);
+    flushTimer = null;
+    if (!dirty.size) return;
+    const stuck = log.scrollTop + log.clientHeight >= log.scrollHeight - 48;
+    const firstId = transcript.entries[0]?.id ?? Infinity;
+    for (const [id, node] of nodes) {
+      if (id < firstId) {
+        node.remove();
+        nodes.delete(id);
       }
     }
+    for (const entry of transcript.entries) {
+      if (!dirty.has(entry.id)) continue;
+      const fresh = renderEntry(entry, actions);
+      const old = nodes.get(entry.id);
+      if (old) {
+        keepDisclosures(old, fresh);
+        const hadFocus = old.contains(shadow.activeElement);
+        old.replaceWith(fresh);
+        if (hadFocus) composer.focus();
+      } else {
+        log.append(fresh);
+      }
+      nodes.set(entry.id, fresh);
+    }
+    dirty.clear();
+    empty.hidden = transcript.entries.length > 0;
+    if (stuck) scrollToEnd();
   }
 
+  function redrawAll(): void {
+    for (const node of nodes.values()) node.remove();
+    nodes.clear();
+    for (const entry of transcript.entries) dirty.add(entry.id);
+    flush();
+    updateChrome();
+    scrollToEnd();
+  }
+
+  function scrollToEnd(): void {
+    log.scrollTop = log.scrollHeight;
+  }
+
+  /** The state around the transcript: composer mode, Stop/Continue, usage, test hooks, launcher. */
+  function updateChrome(): void {
+    const task = transcript.task;
+    data.task = task;
+    data.cards = String(toolCardCount(transcript));
+    if (transcript.answer !== null) data.answer = transcript.answer;
+    else delete data.answer;
+    // The call a confirmation card or a question waits on (tests wait for it to change).
+    const waiting = [...transcript.entries].reverse().find((e) => (e.kind === "confirm" && e.decision === undefined) || (e.kind === "ask" && e.answer === undefined));
+    if ((task === "confirm" || task === "ask") && waiting && "callId" in waiting) data.pendingCall = waiting.callId;
+    else delete data.pendingCall;
+    const running = task === "running";
+    composer.setMode(pendingAsk(transcript) ? "answer" : running ? "steer" : "task");
+    if (running !== composer.running) composer.setRunning(running);
+    continueButton.hidden = !(transcript.canContinue && (task === "paused" || task === "stopped" || task === "failed"));
+    log.setAttribute("aria-busy", String(running));
+    empty.hidden = transcript.entries.length > 0;
+    const u = transcript.usage;
+    usage.textContent = !u
+      ? ""
+      : u.tokensPerSecond !== null
+        ? t("usageLine", formatNumber(u.promptTokens), formatNumber(u.prefillTokens), formatNumber(u.completionTokens), formatNumber(u.tokensPerSecond, 1))
+        : t("usageLineNoRate", formatNumber(u.promptTokens), formatNumber(u.prefillTokens), formatNumber(u.completionTokens));
+    const attention = task === "confirm" || task === "ask" ? "needs-you" : running ? "running" : "";
+    if (attention) launcher.dataset.attention = attention;
+    else delete launcher.dataset.attention;
+    launcher.setAttribute("aria-label", attention === "needs-you" ? t("launcherLabelNeedsYou") : t("launcherLabel"));
+    if (!engineReady() && status.state === "ready") composer.textarea.placeholder = t("noModelYet");
+  }
+
+  /** Restores this tab's stored conversation before what arrived since the page loaded. */
+  async function restore(tabId: number): Promise<void> {
+    if (restored) return;
+    restored = true;
+    const stored = await store.open(tabId);
+    if (stored && stored.entries.length) {
+      const live = transcript;
+      const merged = stored;
+      for (const entry of live.entries) merged.entries.push({ ...entry, id: merged.nextId++ });
+      if (live.entries.length) {
+        merged.task = live.task;
+        merged.canContinue = live.canContinue;
+        merged.answer = live.answer ?? merged.answer;
+        merged.usage = live.usage ?? merged.usage;
+      }
+      merged.open = !panel.hidden;
+      const wasOpen = stored.open;
+      transcript = merged;
+      redrawAll();
+      // The panel was open on the previous page of this tab while its task ran: keep it open.
+      if (wasOpen && panel.hidden && (transcript.task === "running" || live.entries.length)) setOpen(true, false);
+    }
+    store.schedule(transcript);
+  }
+
+  updateChrome();
   document.documentElement.append(host);
+
+  return {
+    openWithSelection() {
+      const selection = document.getSelection();
+      const inside = selection?.anchorNode ? host.contains(selection.anchorNode) || selection.anchorNode === host : false;
+      const quote = inside ? "" : (selection?.toString().trim() ?? "");
+      if (!settingsView.hidden) showSettings(false);
+      setOpen(true);
+      if (quote) composer.insertQuote(clip(quote, MAX_QUOTE));
+      else composer.focus();
+    },
+    settingsChanged(settings) {
+      if (!settingsView.hidden) form.show(settings);
+    },
+    unmount() {
+      void store.flush();
+      chrome.runtime.onMessage.removeListener(listener);
+      host.remove();
+    },
+  };
 }
 
-function formatMatrix(values: number[], columns: number): string {
-  const rows: string[] = [];
-  for (let i = 0; i < values.length; i += columns) {
-    rows.push(values.slice(i, i + columns).map((v) => v.toFixed(4)).join("  "));
-  }
-  return rows.join("\n");
+/** Keeps <details> the user opened open when their card is redrawn. */
+function keepDisclosures(old: HTMLElement, fresh: HTMLElement): void {
+  const before = [...old.querySelectorAll("details")].map((d) => d.open);
+  if (old instanceof HTMLDetailsElement) before.unshift(old.open);
+  const after = [...fresh.querySelectorAll("details")];
+  if (fresh instanceof HTMLDetailsElement) after.unshift(fresh);
+  after.forEach((d, i) => (d.open = before[i] ?? d.open));
 }

@@ -2,11 +2,11 @@
 
 export type RuntimeMessage = { "to": "offscreen", "msg": ToOffscreen } | { "to": "worker", "msg": ToWorker } | { "to": "tab", "msg": ToTab };
 
-export type ToOffscreen = { "kind": "start_engine" } | { "kind": "generate", request: GenerateRequest, };
+export type ToOffscreen = { "kind": "start_engine" } | { "kind": "generate", request: GenerateRequest, } | { "kind": "start_task", tab_id: number, text: string, page: PageInfo | null, settings: TaskSettings, } | { "kind": "task_control", tab_id: number, action: TaskAction, };
 
-export type ToWorker = { "kind": "offscreen_ready" } | { "kind": "engine_status", status: EngineStatus, } | { "kind": "watch_engine" } | { "kind": "generate", prompt: string, max_tokens: number, } | { "kind": "generation", event: GenerationEvent, };
+export type ToWorker = { "kind": "offscreen_ready" } | { "kind": "engine_status", status: EngineStatus, } | { "kind": "watch_engine" } | { "kind": "generate", prompt: string, max_tokens: number, } | { "kind": "generation", event: GenerationEvent, } | { "kind": "start_task", text: string, page: PageInfo | null, } | { "kind": "task_control", action: TaskAction, } | { "kind": "task_update", tab_id: number, update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, };
 
-export type ToTab = { "kind": "engine_status", status: EngineStatus, } | { "kind": "generation", event: GenerationEvent, };
+export type ToTab = { "kind": "engine_status", status: EngineStatus, } | { "kind": "generation", event: GenerationEvent, } | { "kind": "task_update", update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, } | { "kind": "cancel_tools" } | { "kind": "open_overlay" };
 
 export type EngineStatus = { "state": "idle" } | { "state": "starting" } | { "state": "ready", adapter: AdapterReport, self_test: SelfTestReport, model: ModelInfo | null, } | { "state": "failed", failure: EngineFailure, };
 
@@ -109,3 +109,104 @@ prompt: string, max_tokens: number, };
 export type GenerationEvent = { "event": "token", request_id: number, token_id: number, text: string, } | { "event": "done", request_id: number, token_ids: Array<number>, text: string, stats: GenerationStats, } | { "event": "failed", request_id: number, message: string, };
 
 export type GenerationStats = { prompt_tokens: number, generated_tokens: number, prefill_tokens_per_s: number, decode_tokens_per_s: number, };
+
+export type TaskSettings = { 
+/**
+ * Model calls per run before the task pauses (it can be continued).
+ */
+max_iterations: number, enable_thinking: boolean, 
+/**
+ * 0 samples greedily.
+ */
+temperature: number, 
+/**
+ * Tokens per model call.
+ */
+max_new_tokens: number, };
+
+export type TaskAction = { "action": "confirm", decision: Decision, } | { "action": "answer", text: string, } | { "action": "stop" } | { "action": "steer", text: string, } | { "action": "continue" } | { "action": "forget" };
+
+export type TaskUpdate = { "update": "event", event: AgentEvent, } | { "update": "ended", outcome: Outcome, };
+
+export type ToolRequest = { 
+/**
+ * Chosen by the offscreen document; `cancel_tool` refers to it.
+ */
+request_id: number, tab_id: number, name: string, arguments: Record<string, unknown>, };
+
+export type ToolReply = { "status": "ok", output: ToolOutput, } | { "status": "failed", message: string, };
+
+export type AgentEvent = { "type": "token", text: string, } | { "type": "thinking", text: string, } | { "type": "tool_start", call_id: string, name: string, arguments: Record<string, unknown>, } | { "type": "tool_result", call_id: string, name: string, ok: boolean, output: string, } | { "type": "confirm_request", call_id: string, name: string, arguments: Record<string, unknown>, risk: RiskLevel, reasons: Array<RiskReason>, 
+/**
+ * One sentence for the dialog.
+ */
+message: string, } | { "type": "ask_user", call_id: string, question: string, options: Array<string>, } | { "type": "done", result: string, success: boolean, } | { "type": "error", message: string, recoverable: boolean, } | { "type": "usage", prompt_tokens: number, 
+/**
+ * Prompt tokens after the common prefix with the previous prompt.
+ */
+prefill_tokens: number, completion_tokens: number, tokens_per_second: number | null, } | { "type": "paused", reason: PauseReason, } | { "type": "compacted", before_tokens: number, after_tokens: number, } | { "type": "stopped" };
+
+export type Outcome = { "kind": "done", result: string, success: boolean, } | { "kind": "needs_confirmation", call_id: string, } | { "kind": "needs_answer", call_id: string, } | { "kind": "paused", reason: PauseReason, } | { "kind": "stopped" } | { "kind": "failed", message: string, } | { "kind": "idle" };
+
+export type PauseReason = { "kind": "max_iterations", limit: number, } | { "kind": "repetition", name: string, times: number, };
+
+export type Decision = "deny" | "allow_once" | "allow_for_task";
+
+export type RiskLevel = "low" | "medium" | "high" | "critical";
+
+export type RiskReason = { "kind": "dangerous_word", word: string, } | { "kind": "sensitive_page", host: string, } | { "kind": "password_field" } | { "kind": "payment_field" } | { "kind": "runs_javascript" } | { "kind": "off_site", host: string, };
+
+export type ToolOutput = { 
+/**
+ * Text for the model. For snapshots it is generated from `snapshot` instead.
+ */
+text: string, 
+/**
+ * For `snapshot`: the elements; the agent renders them with stable indices and marks.
+ */
+snapshot: Snapshot | null, 
+/**
+ * The page after the action (URL and title), if the executor knows it.
+ */
+page: PageInfo | null, 
+/**
+ * The text comes from the page (untrusted): it is fenced and labelled for the model.
+ */
+from_page: boolean, };
+
+export type Snapshot = { page: PageInfo, elements: Array<ElementInfo>, };
+
+export type ElementInfo = { index: number, 
+/**
+ * Tag name, lower case (`button`, `input`, `a`, `select`…).
+ */
+tag: string, 
+/**
+ * ARIA role if any (`button`, `link`, `checkbox`…).
+ */
+role?: string | null, 
+/**
+ * Accessible name / visible text.
+ */
+text: string, 
+/**
+ * Attributes the model or the safety policy needs: type, name, id, placeholder,
+ * autocomplete, aria-label, href, value (never a password's value).
+ */
+attributes?: Array<[string, string]>, 
+/**
+ * The enclosing form, if any.
+ */
+form?: FormInfo | null, 
+/**
+ * Nesting depth, for indentation.
+ */
+depth: number, };
+
+export type FormInfo = { action: string, method: string, 
+/**
+ * id / name / aria-label of the form.
+ */
+name: string, };
+
+export type PageInfo = { url: string, title: string, };

@@ -2,7 +2,7 @@
 // service worker. All engine logic and every status shape live in Rust (crates/offscreen); this
 // file only moves bytes and messages.
 
-import type { EngineStatus, GenerateRequest, GenerationEvent } from "../generated/protocol";
+import type { EngineStatus, GenerateRequest, GenerationEvent, TaskUpdate, ToOffscreen, ToolReply, ToolRequest } from "../generated/protocol";
 import { isRuntimeMessage, sendToWorker } from "../shared/messages";
 
 /** The exports of crates/offscreen, as wasm-bindgen generates them. */
@@ -11,6 +11,8 @@ interface Engine {
   startEngine(vendor: string, architecture: string, model?: unknown): Promise<string>;
   webgpuUnavailable(detail: string): string;
   generate(request: string, onEvent: (event: string) => void): Promise<void>;
+  setTaskHost(onUpdate: (tabId: number, update: string) => void, runTool: (request: string) => Promise<string>): void;
+  taskMessage(message: string): Promise<void>;
   ModelFiles: new (
     name: string,
     configJson: string,
@@ -38,6 +40,10 @@ function loadEngine(): Promise<Engine> {
   engine ??= (async () => {
     const module = (await import(chrome.runtime.getURL("wasm/hearth_offscreen.js"))) as Engine;
     await module.default();
+    module.setTaskHost(
+      (tabId, update) => void sendToWorker({ kind: "task_update", tab_id: tabId, update: JSON.parse(update) as TaskUpdate }),
+      (request) => runTool(JSON.parse(request) as ToolRequest),
+    );
     return module;
   })();
   return engine;
@@ -98,13 +104,46 @@ async function generate(request: GenerateRequest): Promise<void> {
   });
 }
 
-chrome.runtime.onMessage.addListener((message: unknown) => {
+/** Asks the service worker to run a tool; resolves to a `ToolReply` as JSON (never rejects). */
+async function runTool(request: ToolRequest): Promise<string> {
+  let reply: ToolReply;
+  try {
+    reply = ((await sendToWorker({ kind: "run_tool", request })) as ToolReply | undefined) ?? {
+      status: "failed",
+      message: "The extension did not answer the tool call; try again.",
+    };
+  } catch (error) {
+    reply = { status: "failed", message: `The tool call was lost: ${String(error)}` };
+  }
+  return JSON.stringify(reply);
+}
+
+/** Runs a task message; a failure is reported to the tab rather than lost. */
+async function taskMessage(msg: Extract<ToOffscreen, { kind: "start_task" | "task_control" }>): Promise<void> {
+  try {
+    const wasm = await loadEngine();
+    await wasm.taskMessage(JSON.stringify(msg));
+  } catch (error) {
+    const update: TaskUpdate = { update: "ended", outcome: { kind: "failed", message: `The engine failed: ${String(error)}` } };
+    void sendToWorker({ kind: "task_update", tab_id: msg.tab_id, update });
+  }
+}
+
+chrome.runtime.onMessage.addListener((message: unknown, _sender, sendResponse) => {
   if (!isRuntimeMessage(message) || message.to !== "offscreen") return false;
   const msg = message.msg;
-  if (msg.kind === "start_engine") {
-    void engineStatus().then((status) => sendToWorker({ kind: "engine_status", status }));
-  } else if (msg.kind === "generate") {
-    void generate(msg.request);
+  switch (msg.kind) {
+    case "start_engine":
+      // The worker waits for the answer.
+      void engineStatus().then(sendResponse);
+      return true;
+    case "generate":
+      void generate(msg.request);
+      break;
+    case "start_task":
+    case "task_control":
+      void taskMessage(msg);
+      break;
   }
   return false;
 });

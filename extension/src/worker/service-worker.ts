@@ -1,9 +1,13 @@
-// The service worker: Hearth's message bus. It owns the offscreen document (the engine) and relays
-// the engine's state to the tabs that watch it. It keeps no state that cannot be rebuilt: Chrome
-// may stop it at any time.
+// The service worker: Hearth's message bus. It owns the offscreen document (the engine), relays
+// the engine's state and each tab's task updates to the tabs, and routes tool calls from the
+// engine to the task's own tab (or runs the browser-level tools itself: navigation, screenshot,
+// run_javascript). It keeps no state that cannot be rebuilt: Chrome may stop it at any time.
 
-import type { EngineStatus, GenerationEvent, RuntimeMessage, ToWorker } from "../generated/protocol";
+import type { EngineStatus, GenerationEvent, RuntimeMessage, TaskAction, ToWorker } from "../generated/protocol";
 import { isRuntimeMessage } from "../shared/messages";
+import { loadSettings, onSettingsChanged, isSiteDisabled, taskSettings } from "../shared/settings";
+import { registerContentScript } from "./content-script";
+import { runTool } from "./tools";
 
 const OFFSCREEN_URL = "offscreen.html";
 
@@ -15,12 +19,43 @@ let onOffscreenReady: (() => void) | null = null;
 const generations = new Map<number, number>();
 let nextRequestId = 1;
 
-chrome.runtime.onMessage.addListener((message: unknown, sender) => {
-  if (isRuntimeMessage(message) && message.to === "worker") handle(message.msg, sender);
-  return false;
+// The overlay keeps its tab's transcript in storage.session (memory only, gone when the browser
+// quits) so that it survives reloads and worker restarts. Content scripts may only use it once the
+// worker opens it to them; pages themselves never can.
+void chrome.storage.session.setAccessLevel({ accessLevel: "TRUSTED_AND_UNTRUSTED_CONTEXTS" });
+
+chrome.runtime.onInstalled.addListener(() => void registerContentScript());
+chrome.runtime.onStartup.addListener(() => void registerContentScript());
+onSettingsChanged(() => void registerContentScript());
+
+chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) => {
+  if (!isRuntimeMessage(message) || message.to !== "worker") return false;
+  const reply = handle(message.msg, sender);
+  if (!reply) return false;
+  // Keeps the channel open until the answer is ready (tool calls take a while).
+  void reply.then(sendResponse);
+  return true;
 });
 
-function handle(msg: ToWorker, sender: chrome.runtime.MessageSender): void {
+// The keyboard shortcut (manifest `commands`) opens the overlay of the active tab.
+chrome.commands.onCommand.addListener((command, tab) => {
+  if (command === "open-overlay" && tab?.id !== undefined) toTab(tab.id, { kind: "open_overlay" });
+});
+// So does the toolbar button (there is no popup).
+chrome.action.onClicked.addListener((tab) => {
+  if (tab.id !== undefined) toTab(tab.id, { kind: "open_overlay" });
+});
+
+// A task belongs to its tab: when the tab goes away, so does its conversation.
+chrome.tabs.onRemoved.addListener((tabId) => {
+  watchers.delete(tabId);
+  void toOffscreen({ kind: "task_control", tab_id: tabId, action: { action: "forget" } }).catch(() => {});
+  void chrome.storage.session.remove(`transcript:${tabId}`);
+});
+
+/** Handles a message; returns a promise when the sender waits for an answer. */
+function handle(msg: ToWorker, sender: chrome.runtime.MessageSender): Promise<unknown> | undefined {
+  const tabId = sender.tab?.id;
   switch (msg.kind) {
     case "offscreen_ready":
       onOffscreenReady?.();
@@ -28,25 +63,20 @@ function handle(msg: ToWorker, sender: chrome.runtime.MessageSender): void {
     case "engine_status":
       setStatus(msg.status);
       break;
-    case "watch_engine": {
-      const tabId = sender.tab?.id;
+    case "watch_engine":
       if (tabId === undefined) return;
       watchers.add(tabId);
       pushStatus(tabId);
       // A failed engine is retried when someone asks again: the cause (a lost device, a driver) may be gone.
       if (status.state === "idle" || status.state === "failed") void startEngine();
-      break;
-    }
+      // The overlay keys its stored transcript by tab; a content script cannot learn its tab id.
+      return Promise.resolve({ tab_id: tabId });
     case "generate": {
-      const tabId = sender.tab?.id;
       if (tabId === undefined) return;
       const requestId = nextRequestId++;
       generations.set(requestId, tabId);
-      const message: RuntimeMessage = {
-        to: "offscreen",
-        msg: { kind: "generate", request: { request_id: requestId, prompt: msg.prompt, max_tokens: msg.max_tokens } },
-      };
-      chrome.runtime.sendMessage(message).catch((error: unknown) =>
+      const request = { request_id: requestId, prompt: msg.prompt, max_tokens: msg.max_tokens };
+      toOffscreen({ kind: "generate", request }).catch((error: unknown) =>
         routeGeneration({ event: "failed", request_id: requestId, message: `The engine is not running: ${String(error)}` }),
       );
       break;
@@ -54,7 +84,49 @@ function handle(msg: ToWorker, sender: chrome.runtime.MessageSender): void {
     case "generation":
       routeGeneration(msg.event);
       break;
+    case "start_task":
+      if (tabId !== undefined) void startTask(tabId, sender.tab?.url, msg.text, msg.page);
+      break;
+    case "task_control":
+      if (tabId !== undefined) void controlTask(tabId, msg.action);
+      break;
+    case "task_update":
+      toTab(msg.tab_id, { kind: "task_update", update: msg.update });
+      break;
+    case "run_tool":
+      return runTool(msg.request);
   }
+  return undefined;
+}
+
+async function startTask(tabId: number, url: string | undefined, text: string, page: { url: string; title: string } | null) {
+  const settings = await loadSettings();
+  if (isSiteDisabled(settings, url)) return;
+  try {
+    await ensureEngine();
+    await toOffscreen({ kind: "start_task", tab_id: tabId, text, page, settings: taskSettings(settings) });
+  } catch (error) {
+    toTab(tabId, { kind: "task_update", update: { update: "ended", outcome: { kind: "failed", message: `The engine is not running: ${String(error)}` } } });
+  }
+}
+
+async function controlTask(tabId: number, action: TaskAction) {
+  // Stop reaches the running tool at once, whatever the engine is doing.
+  if (action.action === "stop" || action.action === "forget") {
+    toTab(tabId, { kind: "cancel_tools" });
+  }
+  await toOffscreen({ kind: "task_control", tab_id: tabId, action }).catch(() => {});
+}
+
+function toOffscreen(msg: Extract<RuntimeMessage, { to: "offscreen" }>["msg"]): Promise<unknown> {
+  const message: RuntimeMessage = { to: "offscreen", msg };
+  return chrome.runtime.sendMessage(message);
+}
+
+function toTab(tabId: number, msg: Extract<RuntimeMessage, { to: "tab" }>["msg"]): void {
+  const message: RuntimeMessage = { to: "tab", msg };
+  // Only the top frame's content script shows the overlay.
+  chrome.tabs.sendMessage(tabId, message, { frameId: 0 }).catch(() => {});
 }
 
 /** Sends a generation event to the tab that asked for it. */
@@ -77,12 +149,19 @@ function pushStatus(tabId: number): void {
   chrome.tabs.sendMessage(tabId, message).catch(() => watchers.delete(tabId));
 }
 
+/** Makes sure the engine runs (a restarted worker or a torn-down offscreen document start it again). */
+async function ensureEngine(): Promise<void> {
+  if (status.state === "ready" && (await chrome.offscreen.hasDocument())) return;
+  await startEngine();
+}
+
 async function startEngine(): Promise<void> {
   setStatus({ state: "starting" });
   try {
     await ensureOffscreenDocument();
-    const start: RuntimeMessage = { to: "offscreen", msg: { kind: "start_engine" } };
-    await chrome.runtime.sendMessage(start);
+    // The offscreen document answers once the engine is ready (or failed) and also reports it.
+    const next = (await toOffscreen({ kind: "start_engine" })) as EngineStatus | undefined;
+    if (next) setStatus(next);
   } catch (error) {
     setStatus({
       state: "failed",

@@ -1,6 +1,6 @@
 // The tiny test model (real formats, random weights) generates in the browser on WebGPU through the
-// offscreen document, streams its tokens to the overlay, and produces exactly the tokens the native
-// CLI produces for the same model and prompt (greedy).
+// offscreen document, streams its tokens, and produces exactly the tokens the native CLI produces
+// for the same model and prompt (greedy).
 
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -9,11 +9,11 @@ import { after, before, test } from "node:test";
 import { resolve } from "node:path";
 import { launch } from "../lib/browser.mjs";
 import { serve } from "../lib/server.mjs";
-import { clickLauncher, overlayHost, screenshot, waitForEngine } from "../lib/overlay.mjs";
+import { clickLauncher, overlayHost, waitForEngine } from "../lib/overlay.mjs";
 
 const MODEL_DIR = resolve(import.meta.dirname, "../../../crates/model/fixtures/tiny-chat");
 const PROMPT = "Say hello to the lantern shop.";
-const MAX_TOKENS = 24; // the overlay asks for 24 tokens
+const MAX_TOKENS = 24;
 
 /** Greedy ids from the native CLI (`hearth generate --print-ids`) on the CPU backend. */
 function nativeGreedy() {
@@ -47,20 +47,24 @@ test("the browser generates the native CLI's greedy tokens", { timeout: 600_000 
     await clickLauncher(page);
     assert.equal(await waitForEngine(page, ["ready", "failed"]), "ready");
     assert.match(await host.getAttribute("data-model"), /tiny-chat/);
-    // The prompt box has focus once the model is ready; typing goes to the overlay, not the page.
-    await page.keyboard.type(PROMPT);
-    await page.keyboard.press("Enter");
-    await page.waitForFunction(
-      () => ["done", "failed"].includes(document.querySelector("hearth-overlay")?.dataset.generation),
-      null,
-      { timeout: 540_000, polling: 250 },
+    // Generation runs in the offscreen document's wasm module, called as the engine calls it.
+    const events = await chrome.console.evaluate(
+      "/offscreen.html",
+      `(async () => {
+        const engine = await import(chrome.runtime.getURL("wasm/hearth_offscreen.js"));
+        const events = [];
+        const request = { request_id: 7, prompt: ${JSON.stringify(PROMPT)}, max_tokens: ${MAX_TOKENS} };
+        await engine.generate(JSON.stringify(request), (json) => events.push(JSON.parse(json)));
+        return events;
+      })()`,
+      540_000,
     );
-    await screenshot(page, "overlay-generation-done");
-    assert.equal(await host.getAttribute("data-generation"), "done");
-    const browser = JSON.parse(await host.getAttribute("data-output-ids"));
-    assert.deepEqual(JSON.parse(await host.getAttribute("data-streamed-ids")), browser, "every token was streamed");
-    console.log(`browser: ${browser.length} tokens, ${await host.getAttribute("data-generation-stats")}`);
-    assert.deepEqual(browser, native, "browser tokens equal the native CLI's");
+    const done = events.at(-1);
+    assert.equal(done.event, "done", `generation failed: ${JSON.stringify(done)}`);
+    const streamed = events.filter((e) => e.event === "token").map((e) => e.token_id);
+    assert.deepEqual(streamed, done.token_ids, "every token was streamed");
+    console.log(`browser: ${done.token_ids.length} tokens, ${JSON.stringify(done.stats)}`);
+    assert.deepEqual(done.token_ids, native, "browser tokens equal the native CLI's");
     assert.deepEqual(chrome.console.errors, []);
   } finally {
     await chrome.close();

@@ -8,7 +8,8 @@ import { join, resolve } from "node:path";
 import { chromium } from "playwright-core";
 import { ConsoleWatcher } from "./console-watcher.mjs";
 
-export const EXTENSION_DIR = resolve(import.meta.dirname, "../../../dist/extension");
+/** The unpacked extension: dist/extension, or $HEARTH_EXTENSION_DIR (a build elsewhere). */
+export const EXTENSION_DIR = resolve(process.env.HEARTH_EXTENSION_DIR ?? resolve(import.meta.dirname, "../../../dist/extension"));
 
 function chromiumPath() {
   const candidates = [process.env.CHROMIUM, "/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"];
@@ -18,9 +19,10 @@ function chromiumPath() {
 }
 
 /**
- * @param {{ headless?: boolean, webgpu?: boolean, extensionDir?: string, url?: string }} options
+ * @param {{ headless?: boolean, webgpu?: boolean, extensionDir?: string, url?: string, args?: string[], env?: Record<string, string> }} options
+ *   `args` are extra Chromium flags; `env` extra environment variables (e.g. LANGUAGE for the UI language).
  */
-export async function launch({ headless = true, webgpu = true, extensionDir = EXTENSION_DIR, url = "about:blank" } = {}) {
+export async function launch({ headless = true, webgpu = true, extensionDir = EXTENSION_DIR, url = "about:blank", args: extraArgs = [], env } = {}) {
   if (!existsSync(join(extensionDir, "manifest.json"))) {
     throw new Error(`${extensionDir} has no manifest.json: run \`cargo xtask build\` first`);
   }
@@ -42,9 +44,9 @@ export async function launch({ headless = true, webgpu = true, extensionDir = EX
   if (headless) args.push("--headless=new");
   // The one flag WebGPU needs on Linux; leaving it out is how the tests get a browser without WebGPU.
   if (webgpu) args.push("--enable-unsafe-webgpu", "--enable-dawn-features=disable_robustness");
-  args.push(url);
+  args.push(...extraArgs, url);
 
-  const child = spawn(chromiumPath(), args, { stdio: ["ignore", "ignore", "pipe"] });
+  const child = spawn(chromiumPath(), args, { stdio: ["ignore", "ignore", "pipe"], env: env ? { ...process.env, ...env } : process.env });
   const wsEndpoint = await new Promise((resolveEndpoint, reject) => {
     let stderr = "";
     const timer = setTimeout(() => reject(new Error(`Chromium did not start in 30 s:\n${stderr}`)), 30_000);
@@ -60,6 +62,22 @@ export async function launch({ headless = true, webgpu = true, extensionDir = EX
   });
 
   const watcher = await ConsoleWatcher.connect(wsEndpoint);
+  // The worker registers the content script when installed; pages opened before that get none.
+  // (Right after start the worker's global may not have its `chrome` bindings yet: retry.)
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await watcher.evaluate(
+        "/service-worker.js",
+        `(async () => {
+          while ((await chrome.scripting.getRegisteredContentScripts()).length === 0) await new Promise((r) => setTimeout(r, 50));
+        })()`,
+      );
+      break;
+    } catch (error) {
+      if (attempt >= 50) throw error;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
   const browser = await chromium.connectOverCDP(wsEndpoint);
   const context = browser.contexts()[0];
   const exited = new Promise((r) => (child.exitCode !== null ? r() : child.once("exit", r)));

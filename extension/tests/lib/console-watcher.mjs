@@ -44,6 +44,8 @@ export class ConsoleWatcher {
       if (!known && this.#watched(url)) void this.#attach(targetId, url);
     } else if (method === "Target.targetDestroyed") {
       this.targets.delete(params.targetId);
+    } else if (method === "Target.detachedFromTarget") {
+      this.#sessions.delete(params.sessionId);
     } else if (method === "Runtime.exceptionThrown") {
       const d = params.exceptionDetails;
       this.#record(sessionId, `${d.text} ${d.exception?.description ?? ""}`.trim());
@@ -82,6 +84,24 @@ export class ConsoleWatcher {
   /** Targets whose URL ends with `suffix`. */
   find(suffix) {
     return [...this.targets.values()].filter((t) => t.url.endsWith(suffix));
+  }
+
+  /**
+   * Evaluates `expression` (awaiting a promise result) in the first target whose URL ends with
+   * `suffix`, e.g. "/offscreen.html" or "/service-worker.js"; returns its value (JSON-able).
+   */
+  async evaluate(suffix, expression, timeoutMs = 30_000) {
+    const deadline = Date.now() + timeoutMs;
+    let sessionId;
+    while (!(sessionId = [...this.#sessions].find(([, url]) => url.endsWith(suffix))?.[0])) {
+      if (Date.now() > deadline) throw new Error(`no target ending with ${suffix} to evaluate in`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const result = await this.#send("Runtime.evaluate", { expression, awaitPromise: true, returnByValue: true }, sessionId);
+    if (result?.exceptionDetails) {
+      throw new Error(`${suffix}: ${result.exceptionDetails.exception?.description ?? result.exceptionDetails.text}`);
+    }
+    return result?.result?.value;
   }
 
   /** Asks Chromium to quit (cleanly, helpers included), then disconnects. */

@@ -1,0 +1,422 @@
+//! Agent tasks: one conversation per tab, driven by the Rust agent loop (crates/agent) with the
+//! loaded Burn model as its backend. Tool calls go to the service worker through the host's
+//! `runTool` (which runs them itself or in the tab) and come back as a `ToolReply`.
+//!
+//! A conversation's `Agent` is taken out of the table while its loop runs (no borrow is held
+//! across an await); stop and steering reach it through its `AgentControl` meanwhile.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+use std::pin::pin;
+use std::rc::Rc;
+
+use futures::future::{Either, select};
+use futures::stream::{self, LocalBoxStream, StreamExt};
+use hearth_agent::{
+    Agent, AgentConfig, AgentControl, ApproxTokenCounter, Clock, GenerationRequest, GenerationStats, ModelBackend,
+    ModelChunk, ModelError, TokenCounter, ToolError, ToolExecutor, ToolInvocation, ToolOutput, builtin_tools,
+};
+use hearth_model::generate::{self, GenerateOptions};
+use hearth_model::tokenizer::Tokenizer;
+use hearth_model::{Sampler, SamplingOptions};
+use hearth_protocol::{Outcome, PageInfo, TaskAction, TaskSettings, TaskUpdate, ToolReply, ToolRequest};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+use crate::engine::{self, ModelHandles};
+
+/// The JavaScript side of the offscreen document.
+pub struct TaskHost {
+    /// `(tabId: number, updateJson: string) => void`
+    pub on_update: js_sys::Function,
+    /// `(requestJson: string) => Promise<string>`: resolves to a `ToolReply` as JSON.
+    pub run_tool: js_sys::Function,
+}
+
+struct Conversation {
+    /// None while the loop runs.
+    agent: Option<Agent>,
+    control: AgentControl,
+    settings: TaskSettings,
+}
+
+#[derive(Default)]
+struct Tasks {
+    host: Option<Rc<TaskHost>>,
+    conversations: HashMap<u32, Conversation>,
+    next_tool_request: u32,
+    /// Replies of the scripted test model; tasks use the Burn model while this is None.
+    #[cfg(feature = "scripted")]
+    script: Option<std::collections::VecDeque<String>>,
+    /// Every prompt the scripted model received, for the tests to inspect.
+    #[cfg(feature = "scripted")]
+    script_prompts: Vec<String>,
+}
+
+thread_local! {
+    static TASKS: RefCell<Tasks> = RefCell::new(Tasks::default());
+}
+
+pub fn set_host(host: TaskHost) {
+    TASKS.with(|t| t.borrow_mut().host = Some(Rc::new(host)));
+}
+
+fn emit(tab_id: u32, update: &TaskUpdate) {
+    let Some(host) = TASKS.with(|t| t.borrow().host.clone()) else { return };
+    let json = serde_json::to_string(update).unwrap_or_default();
+    let _ = host.on_update.call2(&JsValue::NULL, &JsValue::from(tab_id), &JsValue::from_str(&json));
+}
+
+fn ended(tab_id: u32, outcome: Outcome) {
+    emit(tab_id, &TaskUpdate::Ended { outcome });
+}
+
+/// Starts a task in the tab's conversation; while one runs there, the text steers it instead.
+pub async fn start_task(tab_id: u32, text: String, page: Option<PageInfo>, settings: TaskSettings) {
+    let Some(model) = engine::model() else {
+        return ended(
+            tab_id,
+            Outcome::Failed {
+                message: "No model is loaded yet: wait until Hearth says it is ready, then try again.".into(),
+            },
+        );
+    };
+    let started = TASKS.with(|t| {
+        let mut tasks = t.borrow_mut();
+        let conversation = tasks.conversations.entry(tab_id).or_insert_with(|| new_conversation(&model, &settings));
+        let Some(agent) = conversation.agent.as_mut() else {
+            conversation.control.steer(text.clone());
+            return false;
+        };
+        apply_settings(agent.config_mut(), &settings);
+        agent.start_task(&text, page.clone());
+        conversation.settings = settings.clone();
+        true
+    });
+    if started {
+        run(tab_id, model).await;
+    }
+}
+
+/// The user acted on the tab's task.
+pub async fn control(tab_id: u32, action: TaskAction) {
+    enum Next {
+        Run,
+        Nothing,
+        Refused(String),
+    }
+    let next = TASKS.with(|t| {
+        let mut tasks = t.borrow_mut();
+        if action == TaskAction::Forget {
+            if let Some(c) = tasks.conversations.remove(&tab_id) {
+                c.control.stop();
+            }
+            return Next::Nothing;
+        }
+        let Some(conversation) = tasks.conversations.get_mut(&tab_id) else {
+            return Next::Refused("There is no task in this tab.".into());
+        };
+        let control = conversation.control.clone();
+        let Some(agent) = conversation.agent.as_mut() else {
+            // Running: only stop and steering apply now.
+            return match action {
+                TaskAction::Stop => (control.stop(), Next::Nothing).1,
+                TaskAction::Steer { text } => (control.steer(text), Next::Nothing).1,
+                _ => Next::Nothing,
+            };
+        };
+        match action {
+            TaskAction::Confirm { decision } => {
+                agent.confirm(decision).map_or_else(|e| Next::Refused(e.to_string()), |()| Next::Run)
+            }
+            TaskAction::Answer { text } => {
+                agent.answer(&text).map_or_else(|e| Next::Refused(e.to_string()), |()| Next::Run)
+            }
+            TaskAction::Continue => {
+                agent.continue_task();
+                Next::Run
+            }
+            TaskAction::Steer { text } => {
+                agent.start_task(&text, None);
+                Next::Run
+            }
+            TaskAction::Stop | TaskAction::Forget => Next::Nothing,
+        }
+    });
+    match next {
+        Next::Run => match engine::model() {
+            Some(model) => run(tab_id, model).await,
+            None => {
+                ended(tab_id, Outcome::Failed { message: "The model is not loaded any more; reopen the panel.".into() })
+            }
+        },
+        Next::Refused(message) => ended(tab_id, Outcome::Failed { message }),
+        Next::Nothing => {}
+    }
+}
+
+fn new_conversation(model: &ModelHandles, settings: &TaskSettings) -> Conversation {
+    let mut config = AgentConfig::default();
+    apply_settings(&mut config, settings);
+    let counter = Box::new(TokenizerCounter(model.tokenizer.clone()));
+    let agent = Agent::new((*model.template).clone(), builtin_tools(), config, counter, Box::new(BrowserClock));
+    Conversation { control: agent.control(), agent: Some(agent), settings: settings.clone() }
+}
+
+fn apply_settings(config: &mut AgentConfig, settings: &TaskSettings) {
+    config.max_iterations = settings.max_iterations.max(1) as usize;
+    config.enable_thinking = settings.enable_thinking;
+    config.max_new_tokens = settings.max_new_tokens.max(1) as usize;
+}
+
+/// Runs the loop until it needs the user or ends, then reports the outcome.
+async fn run(tab_id: u32, model: ModelHandles) {
+    let taken = TASKS.with(|t| {
+        let mut tasks = t.borrow_mut();
+        let host = tasks.host.clone()?;
+        let conversation = tasks.conversations.get_mut(&tab_id)?;
+        Some((conversation.agent.take()?, conversation.settings.clone(), host))
+    });
+    let Some((mut agent, settings, host)) = taken else { return };
+    let mut backend = TaskModel::new(model, &settings);
+    let mut tools = TabTools { tab_id, host };
+    let outcome = agent.run(&mut backend, &mut tools, &mut |event| emit(tab_id, &TaskUpdate::Event { event })).await;
+    TASKS.with(|t| {
+        // Forgotten meanwhile (tab closed, new chat): drop the agent.
+        if let Some(conversation) = t.borrow_mut().conversations.get_mut(&tab_id) {
+            conversation.agent = Some(agent);
+        }
+    });
+    ended(tab_id, outcome);
+}
+
+/// Exact token counts from the model's own tokenizer (the budget is in model tokens).
+struct TokenizerCounter(Rc<Tokenizer>);
+
+impl TokenCounter for TokenizerCounter {
+    fn count(&self, text: &str) -> usize {
+        self.0.encode(text).map_or_else(|_| ApproxTokenCounter.count(text), |ids| ids.len())
+    }
+}
+
+struct BrowserClock;
+
+impl Clock for BrowserClock {
+    fn now_ms(&self) -> u64 {
+        engine::now_ms() as u64
+    }
+}
+
+/// The model behind a task: the loaded Burn model, or in test builds the scripted one.
+enum TaskModel {
+    Burn {
+        model: ModelHandles,
+        sampling: SamplingOptions,
+    },
+    #[cfg(feature = "scripted")]
+    Scripted,
+}
+
+impl TaskModel {
+    fn new(model: ModelHandles, settings: &TaskSettings) -> Self {
+        #[cfg(feature = "scripted")]
+        if TASKS.with(|t| t.borrow().script.is_some()) {
+            return TaskModel::Scripted;
+        }
+        let sampling = if settings.temperature > 0.0 {
+            SamplingOptions { temperature: settings.temperature, top_k: 64, top_p: 0.95, seed: engine::now_ms() as u64 }
+        } else {
+            SamplingOptions::greedy()
+        };
+        TaskModel::Burn { model, sampling }
+    }
+}
+
+impl ModelBackend for TaskModel {
+    fn generate(&mut self, request: GenerationRequest) -> impl futures::Stream<Item = Result<ModelChunk, ModelError>> {
+        match self {
+            TaskModel::Burn { model, sampling } => burn_generate(model.clone(), *sampling, request),
+            #[cfg(feature = "scripted")]
+            TaskModel::Scripted => scripted::generate(request),
+        }
+    }
+}
+
+/// Streams the Burn model's tokens for `request`. The generation runs inside the stream (polled
+/// with it), so dropping the stream stops it; stop is checked between tokens.
+fn burn_generate(
+    model: ModelHandles,
+    sampling: SamplingOptions,
+    request: GenerationRequest,
+) -> LocalBoxStream<'static, Result<ModelChunk, ModelError>> {
+    let (sender, receiver) = futures::channel::mpsc::unbounded();
+    let run = async move {
+        let mut session = model.session.lock().await;
+        let result = async {
+            let ids = model.tokenizer.encode(&request.prompt).map_err(|e| e.to_string())?;
+            let mut sampler = Sampler::new(sampling);
+            let options = GenerateOptions { max_tokens: request.max_new_tokens, stop_tokens: &model.stop_tokens };
+            let on_token = |_, text: &str| {
+                if !text.is_empty() {
+                    let _ = sender.unbounded_send(Ok(ModelChunk::Text(text.to_owned())));
+                }
+                if request.cancel.is_cancelled() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+            };
+            generate::generate(&mut session, &mut sampler, &model.tokenizer, &ids, options, engine::now_ms, on_token)
+                .await
+                .map_err(|e| e.to_string())
+        }
+        .await;
+        let last = match result {
+            Ok(g) => Ok(ModelChunk::Finished(GenerationStats {
+                prompt_tokens: g.prompt_tokens,
+                cached_prompt_tokens: g.prompt_tokens - g.prefilled_tokens,
+                completion_tokens: g.token_ids.len(),
+                prefill_ms: g.prefill_ms,
+                decode_ms: g.decode_ms,
+            })),
+            Err(message) => Err(ModelError(message)),
+        };
+        let _ = sender.unbounded_send(last);
+    };
+    // The driver yields nothing; it ends when the generation does, and so does the channel.
+    let driver = stream::once(run).filter_map(|()| async { None });
+    stream::select(receiver, driver).boxed_local()
+}
+
+/// Runs tools through the service worker, for one tab.
+struct TabTools {
+    tab_id: u32,
+    host: Rc<TaskHost>,
+}
+
+impl ToolExecutor for TabTools {
+    async fn execute(&mut self, call: &ToolInvocation) -> Result<ToolOutput, ToolError> {
+        let request_id = TASKS.with(|t| {
+            let mut tasks = t.borrow_mut();
+            tasks.next_tool_request = tasks.next_tool_request.wrapping_add(1);
+            tasks.next_tool_request
+        });
+        let request =
+            ToolRequest { request_id, tab_id: self.tab_id, name: call.name.clone(), arguments: call.arguments.clone() };
+        let json = serde_json::to_string(&request).unwrap_or_default();
+        let promise = self
+            .host
+            .run_tool
+            .call1(&JsValue::NULL, &JsValue::from_str(&json))
+            .ok()
+            .and_then(|p| p.dyn_into::<js_sys::Promise>().ok())
+            .ok_or_else(|| ToolError("The extension could not send the tool call (reload the tab).".into()))?;
+        let reply = pin!(JsFuture::from(promise));
+        match select(reply, call.cancel.cancelled()).await {
+            Either::Left((Ok(value), _)) => parse_reply(value.as_string().as_deref()),
+            Either::Left((Err(err), _)) => Err(ToolError(format!(
+                "The tool did not answer: {}. The tab may have closed or navigated; take a new snapshot.",
+                js_error_message(&err)
+            ))),
+            Either::Right(((), _)) => Err(ToolError("Stopped by the user.".into())),
+        }
+    }
+}
+
+fn parse_reply(json: Option<&str>) -> Result<ToolOutput, ToolError> {
+    match json.map(serde_json::from_str::<ToolReply>) {
+        Some(Ok(ToolReply::Ok { output })) => Ok(output),
+        Some(Ok(ToolReply::Failed { message })) => Err(ToolError(message)),
+        Some(Err(err)) => Err(ToolError(format!("The tool's answer was malformed: {err}"))),
+        None => Err(ToolError("The tool gave no answer.".into())),
+    }
+}
+
+fn js_error_message(err: &JsValue) -> String {
+    err.dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| err.as_string())
+        .unwrap_or_else(|| format!("{err:?}"))
+}
+
+/// The scripted test model: replays outputs set by the end-to-end tests. `{{index:TEXT}}` in a
+/// reply becomes the number of the latest snapshot line containing TEXT, as a policy reading the
+/// snapshot would choose it (indices depend on the page, so scripts name elements instead).
+#[cfg(feature = "scripted")]
+pub mod scripted {
+    use super::*;
+
+    /// Replaces the script (the next tasks use it until it runs out), or removes it.
+    pub fn load(replies: Option<Vec<String>>) {
+        TASKS.with(|t| {
+            let mut tasks = t.borrow_mut();
+            tasks.script = replies.map(Into::into);
+            tasks.script_prompts.clear();
+        });
+    }
+
+    /// The prompts received since the script was loaded.
+    pub fn prompts() -> Vec<String> {
+        TASKS.with(|t| t.borrow().script_prompts.clone())
+    }
+
+    pub(super) fn generate(request: GenerationRequest) -> LocalBoxStream<'static, Result<ModelChunk, ModelError>> {
+        let reply = TASKS.with(|t| {
+            let mut tasks = t.borrow_mut();
+            tasks.script_prompts.push(request.prompt.clone());
+            tasks.script.as_mut().and_then(|s| s.pop_front())
+        });
+        let Some(reply) = reply else {
+            return stream::iter([Err(ModelError("the test script has no reply left".into()))]).boxed_local();
+        };
+        let text = match resolve_indices(&reply, &request.prompt) {
+            Ok(text) => text,
+            Err(message) => return stream::iter([Err(ModelError(message))]).boxed_local(),
+        };
+        let chars: Vec<char> = text.chars().collect();
+        let mut items: Vec<_> = chars.chunks(7).map(|c| Ok(ModelChunk::Text(c.iter().collect::<String>()))).collect();
+        let counter = ApproxTokenCounter;
+        items.push(Ok(ModelChunk::Finished(GenerationStats {
+            prompt_tokens: counter.count(&request.prompt),
+            completion_tokens: counter.count(&text),
+            ..GenerationStats::default()
+        })));
+        stream::iter(items).boxed_local()
+    }
+
+    pub(crate) fn resolve_indices(reply: &str, prompt: &str) -> Result<String, String> {
+        let mut out = String::new();
+        let mut rest = reply;
+        while let Some(start) = rest.find("{{index:") {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + "{{index:".len()..];
+            let end = after.find("}}").ok_or("unclosed {{index: in the test script")?;
+            let needle = &after[..end];
+            let index =
+                prompt.lines().rev().filter(|line| line.contains(needle)).find_map(line_index).ok_or_else(|| {
+                    format!("the test script wants an element with {needle:?}, but no snapshot line has it")
+                })?;
+            out.push_str(&index.to_string());
+            rest = &after[end + 2..];
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+
+    /// `12` from a snapshot line such as `  *[12] button "Place order"`.
+    fn line_index(line: &str) -> Option<u32> {
+        let line = line.trim_start().trim_start_matches('*');
+        let digits = line.strip_prefix('[')?.split(']').next()?;
+        digits.parse().ok()
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::resolve_indices;
+
+        #[test]
+        fn placeholders_become_the_latest_matching_index() {
+            let prompt = "[1] button \"Old\"\n[3] button \"Place order\"\nlater:\n  *[7] button \"Place order\"\n";
+            assert_eq!(resolve_indices("click{index:{{index:Place order}}}", prompt).unwrap(), "click{index:7}");
+            assert!(resolve_indices("{{index:Missing}}", prompt).is_err());
+            assert!(resolve_indices("{{index:Place", prompt).is_err());
+        }
+    }
+}

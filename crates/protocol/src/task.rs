@@ -1,0 +1,82 @@
+//! Agent tasks: a conversation per tab, run by the offscreen document; tool calls travel
+//! offscreen → service worker → the task's tab and back.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use ts_rs::TS;
+
+pub use hearth_agent::{
+    AgentEvent, Decision, ElementInfo, FormInfo, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason, Snapshot,
+    ToolOutput,
+};
+
+/// The user's settings a task runs with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(default)]
+pub struct TaskSettings {
+    /// Model calls per run before the task pauses (it can be continued).
+    pub max_iterations: u32,
+    pub enable_thinking: bool,
+    /// 0 samples greedily.
+    pub temperature: f32,
+    /// Tokens per model call.
+    pub max_new_tokens: u32,
+}
+
+impl Default for TaskSettings {
+    fn default() -> Self {
+        Self { max_iterations: 25, enable_thinking: false, temperature: 0.0, max_new_tokens: 1024 }
+    }
+}
+
+/// What the user does to the task of their tab.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum TaskAction {
+    /// Answers the confirmation card.
+    Confirm { decision: Decision },
+    /// Answers an `ask_user` question.
+    Answer { text: String },
+    /// Stops generation and the running tool; the conversation is kept.
+    Stop,
+    /// A message for the running task, read before its next model call.
+    Steer { text: String },
+    /// Resumes a paused, stopped or failed task.
+    Continue,
+    /// Forgets the conversation (new chat, or the tab was closed).
+    Forget,
+}
+
+/// A tool call for the service worker to run (itself, or in the task's tab).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct ToolRequest {
+    /// Chosen by the offscreen document; `cancel_tool` refers to it.
+    pub request_id: u32,
+    pub tab_id: u32,
+    pub name: String,
+    #[ts(type = "Record<string, unknown>")]
+    pub arguments: Map<String, Value>,
+}
+
+/// The answer to a [`ToolRequest`] (the response of the message that carried it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum ToolReply {
+    Ok {
+        output: ToolOutput,
+    },
+    /// An actionable message for the model ("No element [12]; take a new snapshot.").
+    Failed {
+        message: String,
+    },
+}
+
+/// Progress of a tab's task, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "update", rename_all = "snake_case")]
+pub enum TaskUpdate {
+    /// Something the loop did (tokens, tool cards, questions…).
+    Event { event: AgentEvent },
+    /// The run returned: the task waits for the user, or is over.
+    Ended { outcome: Outcome },
+}

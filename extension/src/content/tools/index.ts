@@ -1,0 +1,39 @@
+// The DOM tools the content script runs for the agent: snapshot, click, type, select, scroll,
+// wait_for and read_page. Tools that leave the page (navigate, go_back, screenshot…) belong to the
+// service worker.
+
+import type { ToolOutput } from "../../generated/protocol";
+import { click, scroll, select, typeText, type Args } from "./actions";
+import { ToolFailure } from "./errors";
+import { readPage } from "./read-page";
+import { takeSnapshot } from "./snapshot";
+import { waitFor } from "./wait-for";
+
+export { ToolFailure } from "./errors";
+
+const TOOLS: Record<string, (args: Args, signal: AbortSignal) => ToolOutput | Promise<ToolOutput>> = {
+  snapshot: () => {
+    const snapshot = takeSnapshot();
+    return { text: "", snapshot, page: snapshot.page, from_page: true };
+  },
+  click,
+  type: typeText,
+  select,
+  scroll,
+  wait_for: waitFor,
+  read_page: readPage,
+};
+
+/** Runs a page tool. Failures the model can act on are thrown as ToolFailure; so are unexpected
+ * errors, with the tool's name, so one broken page never breaks the agent loop. */
+export async function executeTool(name: string, args: Record<string, unknown>, signal: AbortSignal): Promise<ToolOutput> {
+  const tool = Object.hasOwn(TOOLS, name) ? TOOLS[name] : undefined;
+  if (!tool) throw new ToolFailure(`unknown tool \`${name}\` for the page; it runs ${Object.keys(TOOLS).join(", ")}.`);
+  if (signal.aborted) throw new ToolFailure("Cancelled before it started.");
+  try {
+    return await tool(args ?? {}, signal);
+  } catch (error) {
+    if (error instanceof ToolFailure) throw error;
+    throw new ToolFailure(`${name} failed: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+  }
+}

@@ -1,0 +1,204 @@
+// One DOM node per transcript entry: messages, answers, thinking, tool cards, the confirmation and
+// question cards, errors and notices. Model and page text go through the Markdown renderer (DOM
+// calls only) or textContent.
+
+import type { Decision, RiskLevel, RiskReason } from "../../generated/protocol";
+import { button, clip, el, uid } from "./dom";
+import { formatNumber, t } from "./i18n";
+import { renderMarkdown } from "./markdown";
+import type { Entry, Notice } from "./transcript";
+
+export interface CardActions {
+  decide(entryId: number, decision: Decision): void;
+  choose(entryId: number, option: string): void;
+}
+
+export function renderEntry(entry: Entry, actions: CardActions): HTMLElement {
+  const node = build(entry, actions);
+  node.dataset.entry = String(entry.id);
+  return node;
+}
+
+function build(entry: Entry, actions: CardActions): HTMLElement {
+  switch (entry.kind) {
+    case "user":
+      return el(
+        "div",
+        { class: entry.queued ? "msg user queued" : "msg user" },
+        el("span", { class: "sr-only" }, t("youSaid")),
+        el("div", { class: "bubble" }, renderMarkdown(entry.text)),
+        entry.queued ? el("p", { class: "meta" }, t("waitingForEngine")) : null,
+      );
+    case "answer":
+      return el("div", { class: "msg answer" }, renderMarkdown(entry.text));
+    case "thinking":
+      return el(
+        "details",
+        { class: "thinking" },
+        el("summary", {}, t("thinkingLabel")),
+        el("div", { class: "thinking-text" }, entry.text),
+      );
+    case "result":
+      return el(
+        "div",
+        { class: entry.success ? "msg answer result" : "msg answer result unsuccessful" },
+        entry.success ? null : el("p", { class: "badge bad" }, t("taskUnsuccessful")),
+        renderMarkdown(entry.text),
+      );
+    case "tool":
+      return toolCard(entry);
+    case "confirm":
+      return confirmCard(entry, actions);
+    case "ask":
+      return askCard(entry, actions);
+    case "error":
+      return el("div", { class: "card error-card", role: "alert" }, el("p", { class: "error" }, entry.message));
+    case "notice":
+      return el("p", { class: "notice" }, noticeText(entry.notice));
+  }
+}
+
+/** `index: 3, text: "hello"` */
+export function summarizeArgs(args: Record<string, unknown>): string {
+  return clip(
+    Object.entries(args)
+      .map(([key, value]) => `${key}: ${JSON.stringify(value)}`)
+      .join(", "),
+    240,
+  );
+}
+
+function toolCard(entry: Extract<Entry, { kind: "tool" }>): HTMLElement {
+  const running = entry.ok === undefined && entry.ms === undefined;
+  const state = running ? "running" : entry.ok === undefined ? "interrupted" : entry.ok ? "ok" : "failed";
+  const statusText = {
+    running: t("toolRunning"),
+    interrupted: t("toolInterrupted"),
+    ok: t("toolOk"),
+    failed: t("toolFailed"),
+  }[state];
+  const duration = entry.ms !== undefined && entry.ms >= 0 ? t("durationMs", formatNumber(entry.ms)) : null;
+  const args = summarizeArgs(entry.args);
+  const details = el("details", { class: "tool-details" }, el("summary", {}, t("toolDetails")));
+  if (Object.keys(entry.args).length) {
+    details.append(el("p", { class: "label" }, t("toolArguments")), el("pre", { class: "args" }, JSON.stringify(entry.args, null, 2)));
+  }
+  if (entry.output !== undefined) details.append(el("p", { class: "label" }, t("toolResult")), el("pre", { class: "output" }, entry.output));
+  return el(
+    "article",
+    { class: `card tool ${state}`, "data-call-id": entry.callId, "data-tool": entry.name, "aria-label": t("toolCardLabel", entry.name) },
+    el(
+      "div",
+      { class: "card-head" },
+      el("code", { class: "tool-name" }, entry.name),
+      el("span", { class: "tool-status" }, statusText, duration ? ` · ${duration}` : ""),
+    ),
+    args ? el("p", { class: "tool-args" }, args) : null,
+    entry.output !== undefined || Object.keys(entry.args).length ? details : null,
+  );
+}
+
+function confirmCard(entry: Extract<Entry, { kind: "confirm" }>, actions: CardActions): HTMLElement {
+  const titleId = uid("confirm-title");
+  const reasonsId = uid("confirm-reasons");
+  const decisions: [Decision, string][] = [
+    ["deny", t("decisionDeny")],
+    ["allow_once", t("decisionAllowOnce")],
+    ["allow_for_task", t("decisionAllowForTask")],
+  ];
+  const buttons = decisions.map(([decision, label]) => {
+    const b = button(`decision ${decision}`, label, undefined, { "data-decision": decision });
+    b.disabled = entry.decision !== undefined;
+    if (entry.decision === decision) b.setAttribute("aria-pressed", "true");
+    b.addEventListener("click", () => actions.decide(entry.id, decision));
+    return b;
+  });
+  const chosen = decisions.find(([d]) => d === entry.decision);
+  return el(
+    "section",
+    {
+      class: `card confirm risk-${entry.risk}`,
+      role: "group",
+      "aria-labelledby": titleId,
+      "aria-describedby": reasonsId,
+      "data-call-id": entry.callId,
+      "data-decision": entry.decision,
+    },
+    el("h3", { id: titleId }, entry.message),
+    el("p", { class: "risk" }, el("span", { class: `badge risk-${entry.risk}` }, riskLabel(entry.risk))),
+    el("div", { class: "action" }, el("code", { class: "tool-name" }, entry.name), " ", summarizeArgs(entry.args)),
+    el(
+      "div",
+      { id: reasonsId },
+      entry.reasons.length ? el("p", { class: "label" }, t("confirmBecause")) : null,
+      entry.reasons.length ? el("ul", { class: "reasons" }, ...entry.reasons.map((r) => el("li", {}, reasonText(r)))) : null,
+    ),
+    el("div", { class: "actions" }, ...buttons),
+    chosen ? el("p", { class: "meta", role: "status" }, t("youChose", chosen[1])) : null,
+  );
+}
+
+function askCard(entry: Extract<Entry, { kind: "ask" }>, actions: CardActions): HTMLElement {
+  const titleId = uid("ask-title");
+  const options = entry.options.map((option) => {
+    const b = button("option", option, undefined, { "data-option": option });
+    b.disabled = entry.answer !== undefined;
+    if (entry.answer === option) b.setAttribute("aria-pressed", "true");
+    b.addEventListener("click", () => actions.choose(entry.id, option));
+    return b;
+  });
+  return el(
+    "section",
+    { class: "card ask", role: "group", "aria-labelledby": titleId, "data-call-id": entry.callId },
+    el("h3", { id: titleId }, entry.question),
+    options.length ? el("div", { class: "options" }, ...options) : null,
+    entry.answer === undefined
+      ? el("p", { class: "meta" }, options.length ? t("askHintOptions") : t("askHint"))
+      : el("p", { class: "meta" }, t("youAnswered", entry.answer)),
+  );
+}
+
+export function riskLabel(risk: RiskLevel): string {
+  switch (risk) {
+    case "low":
+      return t("riskLow");
+    case "medium":
+      return t("riskMedium");
+    case "high":
+      return t("riskHigh");
+    case "critical":
+      return t("riskCritical");
+  }
+}
+
+export function reasonText(reason: RiskReason): string {
+  switch (reason.kind) {
+    case "dangerous_word":
+      return t("reasonDangerousWord", reason.word);
+    case "sensitive_page":
+      return t("reasonSensitivePage", reason.host);
+    case "password_field":
+      return t("reasonPasswordField");
+    case "payment_field":
+      return t("reasonPaymentField");
+    case "runs_javascript":
+      return t("reasonRunsJavascript");
+    case "off_site":
+      return t("reasonOffSite", reason.host);
+  }
+}
+
+function noticeText(notice: Notice): string {
+  switch (notice.kind) {
+    case "paused":
+      return notice.reason.kind === "max_iterations"
+        ? t("pausedMaxIterations", String(notice.reason.limit))
+        : t("pausedRepetition", notice.reason.name, String(notice.reason.times));
+    case "stopped":
+      return t("stoppedNotice");
+    case "compacted":
+      return t("compactedNotice", formatNumber(notice.before), formatNumber(notice.after));
+    case "continued":
+      return t("continuedNotice");
+  }
+}

@@ -1,0 +1,68 @@
+// The settings form shared by the overlay's settings view and the options page. Values are saved
+// to chrome.storage.sync through shared/settings.ts (which clamps them) as soon as they change.
+
+import type { Settings } from "../../shared/settings";
+import { el, uid } from "./dom";
+import { t } from "./i18n";
+
+export interface SettingsForm {
+  element: HTMLElement;
+  /** Shows `settings` in the controls. */
+  show(settings: Settings): void;
+}
+
+export function settingsForm(onChange: (patch: Partial<Settings>) => void): SettingsForm {
+  const field = (control: HTMLElement, label: string, help: string) => {
+    const id = uid("setting");
+    const helpId = uid("setting-help");
+    control.id = id;
+    control.setAttribute("aria-describedby", helpId);
+    const isCheckbox = control instanceof HTMLInputElement && control.type === "checkbox";
+    return el(
+      "div",
+      { class: isCheckbox ? "field check" : "field" },
+      isCheckbox ? control : null,
+      el("label", { for: id }, label),
+      isCheckbox ? null : control,
+      el("p", { class: "help", id: helpId }, help),
+    );
+  };
+
+  const model = el(
+    "select",
+    { class: "setting-model", name: "model" },
+    el("option", { value: "e2b" }, t("modelE2B")),
+    el("option", { value: "e4b" }, t("modelE4B")),
+  );
+  const thinking = el("input", { class: "setting-thinking", name: "thinking", type: "checkbox" });
+  const maxIterations = el("input", { class: "setting-max-iterations", name: "maxIterations", type: "number", min: "1", max: "100", step: "1", inputmode: "numeric" });
+  const temperature = el("input", { class: "setting-temperature", name: "temperature", type: "number", min: "0", max: "2", step: "0.1", inputmode: "decimal" });
+
+  model.addEventListener("change", () => onChange({ model: model.value === "e4b" ? "e4b" : "e2b" }));
+  thinking.addEventListener("change", () => onChange({ thinking: thinking.checked }));
+  const numeric = (input: HTMLInputElement, key: "maxIterations" | "temperature") =>
+    input.addEventListener("change", () => {
+      const value = input.valueAsNumber;
+      if (Number.isFinite(value)) onChange({ [key]: value });
+    });
+  numeric(maxIterations, "maxIterations");
+  numeric(temperature, "temperature");
+
+  const element = el(
+    "div",
+    { class: "settings-form" },
+    field(model, t("modelSetting"), t("modelHelp")),
+    field(thinking, t("thinkingSetting"), t("thinkingHelp")),
+    field(maxIterations, t("maxIterationsSetting"), t("maxIterationsHelp")),
+    field(temperature, t("temperatureSetting"), t("temperatureHelp")),
+  );
+  return {
+    element,
+    show(settings) {
+      model.value = settings.model;
+      thinking.checked = settings.thinking;
+      maxIterations.value = String(settings.maxIterations);
+      temperature.value = String(settings.temperature);
+    },
+  };
+}

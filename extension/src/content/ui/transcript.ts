@@ -1,0 +1,314 @@
+// What the overlay shows, as data: the entries of the conversation and the task's state. Pure
+// (no DOM, no chrome.*) so it can be persisted per tab and rebuilt after a reload.
+
+import type { AgentEvent, Decision, Outcome, PauseReason, RiskLevel, RiskReason, TaskUpdate } from "../../generated/protocol";
+
+export type TaskState = "idle" | "running" | "confirm" | "ask" | "done" | "failed" | "stopped" | "paused";
+
+export type Entry = { id: number } & (
+  | { kind: "user"; text: string; queued?: boolean }
+  /** Answer text streamed by the model (may precede tool calls). */
+  | { kind: "answer"; text: string }
+  | { kind: "thinking"; text: string }
+  | {
+      kind: "tool";
+      callId: string;
+      name: string;
+      args: Record<string, unknown>;
+      /** Date.now() at tool_start (absent when the result came without a start: denied, invalid). */
+      started?: number;
+      ms?: number;
+      ok?: boolean;
+      output?: string;
+    }
+  | {
+      kind: "confirm";
+      callId: string;
+      name: string;
+      args: Record<string, unknown>;
+      risk: RiskLevel;
+      reasons: RiskReason[];
+      message: string;
+      decision?: Decision;
+    }
+  | { kind: "ask"; callId: string; question: string; options: string[]; answer?: string }
+  /** The task's deliverable (`done`). */
+  | { kind: "result"; text: string; success: boolean }
+  | { kind: "error"; message: string; recoverable: boolean }
+  | { kind: "notice"; notice: Notice }
+);
+
+export type Notice =
+  | { kind: "paused"; reason: PauseReason }
+  | { kind: "stopped" }
+  | { kind: "compacted"; before: number; after: number }
+  | { kind: "continued" };
+
+export interface Usage {
+  promptTokens: number;
+  prefillTokens: number;
+  completionTokens: number;
+  tokensPerSecond: number | null;
+}
+
+export interface Transcript {
+  version: 1;
+  entries: Entry[];
+  task: TaskState;
+  /** Whether Continue applies (paused, stopped, or failed with a recoverable error). */
+  canContinue: boolean;
+  /** The last `done` result of the current task. */
+  answer: string | null;
+  usage: Usage | null;
+  /** Whether the panel was open (restored after a navigation in the same tab). */
+  open: boolean;
+  nextId: number;
+}
+
+/** Entries kept (older ones are dropped) and the longest text kept per field. */
+export const MAX_ENTRIES = 300;
+export const MAX_TEXT = 20_000;
+const MAX_TOOL_OUTPUT = 4_000;
+
+export function emptyTranscript(): Transcript {
+  return { version: 1, entries: [], task: "idle", canContinue: false, answer: null, usage: null, open: false, nextId: 1 };
+}
+
+/** A stored transcript if it has the right shape (storage outlives code versions). */
+export function reviveTranscript(value: unknown): Transcript | null {
+  if (typeof value !== "object" || value === null) return null;
+  const t = value as Partial<Transcript>;
+  if (t.version !== 1 || !Array.isArray(t.entries) || typeof t.task !== "string" || typeof t.nextId !== "number") return null;
+  // A message that waited for the engine was never sent: it is gone with the page that held it.
+  const entries = t.entries.filter((e) => typeof e === "object" && e !== null && !(e.kind === "user" && e.queued));
+  return { ...emptyTranscript(), ...t, entries } as Transcript;
+}
+
+/** Entries changed or added by one step, for the view to redraw. */
+export type Touched = number[];
+
+function add(t: Transcript, entry: DistributiveOmit<Entry, "id">): Entry {
+  const full = { ...entry, id: t.nextId++ } as Entry;
+  t.entries.push(full);
+  if (t.entries.length > MAX_ENTRIES) t.entries.splice(0, t.entries.length - MAX_ENTRIES);
+  return full;
+}
+
+type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
+
+const last = (t: Transcript): Entry | undefined => t.entries[t.entries.length - 1];
+
+function findTool(t: Transcript, callId: string): Extract<Entry, { kind: "tool" }> | undefined {
+  for (let i = t.entries.length - 1; i >= 0; i--) {
+    const e = t.entries[i];
+    if (e.kind === "tool" && e.callId === callId) return e;
+  }
+  return undefined;
+}
+
+/** Tools whose calls are shown otherwise (the answer, the question card), not as tool cards. */
+export const HIDDEN_TOOLS = new Set(["done", "ask_user"]);
+
+export function toolCardCount(t: Transcript): number {
+  return t.entries.filter((e) => e.kind === "tool").length;
+}
+
+/** The user sent a message: a new task, or steering of the running one. */
+export function userMessage(t: Transcript, text: string, queued = false): Touched {
+  const steering = t.task === "running";
+  if (!steering) {
+    t.answer = null;
+    t.canContinue = false;
+  }
+  t.task = "running";
+  return [add(t, { kind: "user", text: text.slice(0, MAX_TEXT), ...(queued ? { queued } : {}) }).id];
+}
+
+/** Messages that waited for the engine have been sent. */
+export function markSent(t: Transcript): Touched {
+  const touched: Touched = [];
+  for (const e of t.entries) {
+    if (e.kind === "user" && e.queued) {
+      delete e.queued;
+      touched.push(e.id);
+    }
+  }
+  return touched;
+}
+
+export function decide(t: Transcript, id: number, decision: Decision): Touched {
+  const e = t.entries.find((x) => x.id === id);
+  if (e?.kind !== "confirm" || e.decision) return [];
+  e.decision = decision;
+  t.task = "running";
+  return [id];
+}
+
+export function answer(t: Transcript, id: number | null, text: string): Touched {
+  const e = id === null ? [...t.entries].reverse().find((x) => x.kind === "ask" && !x.answer) : t.entries.find((x) => x.id === id);
+  if (e?.kind !== "ask" || e.answer !== undefined) return [];
+  e.answer = text.slice(0, MAX_TEXT);
+  t.task = "running";
+  return [e.id];
+}
+
+/** The open question, if the task waits for an answer. */
+export function pendingAsk(t: Transcript): Extract<Entry, { kind: "ask" }> | undefined {
+  if (t.task !== "ask") return undefined;
+  const e = [...t.entries].reverse().find((x) => x.kind === "ask");
+  return e?.kind === "ask" && e.answer === undefined ? e : undefined;
+}
+
+/** An error of the overlay itself (the extension was reloaded under the page…). */
+export function localError(t: Transcript, message: string): Touched {
+  return [add(t, { kind: "error", message, recoverable: false }).id];
+}
+
+export function continued(t: Transcript): Touched {
+  t.task = "running";
+  t.canContinue = false;
+  return [add(t, { kind: "notice", notice: { kind: "continued" } }).id];
+}
+
+/** One update from the worker. */
+export function applyUpdate(t: Transcript, update: TaskUpdate, now = Date.now()): Touched {
+  return update.update === "event" ? applyEvent(t, update.event, now) : applyOutcome(t, update.outcome);
+}
+
+function applyEvent(t: Transcript, event: AgentEvent, now: number): Touched {
+  switch (event.type) {
+    case "token":
+    case "thinking": {
+      t.task = "running";
+      const kind = event.type === "token" ? "answer" : "thinking";
+      const previous = last(t);
+      if (previous?.kind === kind) {
+        if (previous.text.length < MAX_TEXT) previous.text += event.text;
+        return [previous.id];
+      }
+      if (kind === "answer" && !event.text.trim()) return []; // whitespace between a tool call and the next turn
+      return [add(t, { kind, text: event.text }).id];
+    }
+    case "tool_start": {
+      t.task = "running";
+      if (HIDDEN_TOOLS.has(event.name)) return [];
+      return [add(t, { kind: "tool", callId: event.call_id, name: event.name, args: clipArgs(event.arguments), started: now }).id];
+    }
+    case "tool_result": {
+      if (HIDDEN_TOOLS.has(event.name)) return [];
+      const output = event.output.length > MAX_TOOL_OUTPUT ? `${event.output.slice(0, MAX_TOOL_OUTPUT)}\n…` : event.output;
+      const card = findTool(t, event.call_id);
+      if (card && card.ok === undefined) {
+        card.ok = event.ok;
+        card.output = output;
+        if (card.started !== undefined) card.ms = Math.max(0, now - card.started);
+        return [card.id];
+      }
+      return [add(t, { kind: "tool", callId: event.call_id, name: event.name, args: {}, ok: event.ok, output }).id];
+    }
+    case "confirm_request":
+      t.task = "confirm";
+      return [
+        add(t, {
+          kind: "confirm",
+          callId: event.call_id,
+          name: event.name,
+          args: clipArgs(event.arguments),
+          risk: event.risk,
+          reasons: event.reasons,
+          message: event.message,
+        }).id,
+      ];
+    case "ask_user":
+      t.task = "ask";
+      return [add(t, { kind: "ask", callId: event.call_id, question: event.question, options: event.options.slice(0, 12) }).id];
+    case "done": {
+      t.task = "done";
+      t.canContinue = false;
+      t.answer = event.result;
+      const previous = last(t);
+      // A direct answer was streamed already: that entry becomes the result.
+      if (previous?.kind === "answer" && previous.text.trim() === event.result.trim()) {
+        const index = t.entries.length - 1;
+        t.entries[index] = { id: previous.id, kind: "result", text: event.result, success: event.success };
+        return [previous.id];
+      }
+      return [add(t, { kind: "result", text: event.result.slice(0, MAX_TEXT), success: event.success }).id];
+    }
+    case "error":
+      t.canContinue = event.recoverable;
+      return [add(t, { kind: "error", message: event.message, recoverable: event.recoverable }).id];
+    case "usage":
+      t.usage = {
+        promptTokens: event.prompt_tokens,
+        prefillTokens: event.prefill_tokens,
+        completionTokens: event.completion_tokens,
+        tokensPerSecond: event.tokens_per_second,
+      };
+      return [];
+    case "paused":
+      t.task = "paused";
+      t.canContinue = true;
+      return [add(t, { kind: "notice", notice: { kind: "paused", reason: event.reason } }).id];
+    case "compacted":
+      return [add(t, { kind: "notice", notice: { kind: "compacted", before: event.before_tokens, after: event.after_tokens } }).id];
+    case "stopped":
+      t.task = "stopped";
+      t.canContinue = true;
+      return [add(t, { kind: "notice", notice: { kind: "stopped" } }).id];
+  }
+}
+
+function applyOutcome(t: Transcript, outcome: Outcome): Touched {
+  // A tool that never reported back (stopped, failed) is no longer running.
+  const touched: Touched = [];
+  if (outcome.kind !== "needs_confirmation" && outcome.kind !== "needs_answer") {
+    for (const e of t.entries) {
+      if (e.kind === "tool" && e.ok === undefined && e.started !== undefined && e.ms === undefined) {
+        e.ms = -1;
+        touched.push(e.id);
+      }
+    }
+  }
+  switch (outcome.kind) {
+    case "done":
+      if (t.task !== "done") touched.push(...applyEvent(t, { type: "done", result: outcome.result, success: outcome.success }, 0));
+      break;
+    case "needs_confirmation":
+      t.task = "confirm";
+      break;
+    case "needs_answer":
+      t.task = "ask";
+      break;
+    case "paused":
+      if (t.task !== "paused") touched.push(...applyEvent(t, { type: "paused", reason: outcome.reason }, 0));
+      break;
+    case "stopped":
+      if (t.task !== "stopped") touched.push(...applyEvent(t, { type: "stopped" }, 0));
+      break;
+    case "failed": {
+      const previous = last(t);
+      // The loop reported its error as an event already; a refused action (no task in this tab) did not.
+      if (previous?.kind !== "error" || previous.message !== outcome.message) {
+        t.canContinue = false;
+        touched.push(add(t, { kind: "error", message: outcome.message, recoverable: false }).id);
+      }
+      t.task = "failed";
+      break;
+    }
+    case "idle":
+      t.task = "idle";
+      t.canContinue = false;
+      break;
+  }
+  return touched;
+}
+
+/** Arguments as shown and stored: long strings cut. */
+function clipArgs(args: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(args ?? {})) {
+    out[key] = typeof value === "string" && value.length > 2000 ? `${value.slice(0, 2000)}…` : value;
+  }
+  return out;
+}

@@ -1,0 +1,87 @@
+// The user's settings, in chrome.storage.sync (they follow the user's Chrome profile). Read by the
+// overlay, the options page and the service worker; written by the overlay and the options page.
+
+import type { TaskSettings } from "../generated/protocol";
+
+export interface Settings {
+  /** Which Gemma 4 model to download and run. */
+  model: "e2b" | "e4b";
+  /** Let the model think before it answers (slower, often better on multi-step tasks). */
+  thinking: boolean;
+  /** Model calls per task before it pauses and asks to continue. */
+  maxIterations: number;
+  /** 0 answers deterministically. */
+  temperature: number;
+  /** Origins (https://example.com) where Hearth injects nothing and runs no tool. */
+  disabledSites: string[];
+}
+
+export const DEFAULT_SETTINGS: Settings = {
+  model: "e2b",
+  thinking: false,
+  maxIterations: 25,
+  temperature: 0,
+  disabledSites: [],
+};
+
+/** Tokens per model call: enough for a long answer in `done`. */
+const MAX_NEW_TOKENS = 1024;
+
+const KEY = "settings";
+
+/** The settings, with defaults for anything missing or malformed (storage is user-editable). */
+export async function loadSettings(): Promise<Settings> {
+  const stored = (await chrome.storage.sync.get(KEY))[KEY] as Partial<Settings> | undefined;
+  return sanitize({ ...DEFAULT_SETTINGS, ...(stored ?? {}) });
+}
+
+export async function saveSettings(patch: Partial<Settings>): Promise<Settings> {
+  const next = sanitize({ ...(await loadSettings()), ...patch });
+  await chrome.storage.sync.set({ [KEY]: next });
+  return next;
+}
+
+/** Calls `listener` whenever the settings change (in any context). */
+export function onSettingsChanged(listener: (settings: Settings) => void): void {
+  chrome.storage.onChanged.addListener((changes, area) => {
+    if (area === "sync" && KEY in changes) void loadSettings().then(listener);
+  });
+}
+
+function sanitize(s: Settings): Settings {
+  const number = (value: unknown, fallback: number, min: number, max: number) =>
+    typeof value === "number" && Number.isFinite(value) ? Math.min(max, Math.max(min, value)) : fallback;
+  return {
+    model: s.model === "e4b" ? "e4b" : "e2b",
+    thinking: s.thinking === true,
+    maxIterations: Math.round(number(s.maxIterations, DEFAULT_SETTINGS.maxIterations, 1, 100)),
+    temperature: number(s.temperature, DEFAULT_SETTINGS.temperature, 0, 2),
+    disabledSites: Array.isArray(s.disabledSites) ? s.disabledSites.filter((o) => typeof o === "string") : [],
+  };
+}
+
+/** The origin settings are keyed by, or null for pages Hearth never runs on. */
+export function siteOf(url: string | undefined): string | null {
+  if (!url) return null;
+  try {
+    const { protocol, origin } = new URL(url);
+    return protocol === "http:" || protocol === "https:" ? origin : null;
+  } catch {
+    return null;
+  }
+}
+
+export function isSiteDisabled(settings: Settings, url: string | undefined): boolean {
+  const site = siteOf(url);
+  return site === null || settings.disabledSites.includes(site);
+}
+
+/** What a task runs with. */
+export function taskSettings(settings: Settings): TaskSettings {
+  return {
+    max_iterations: settings.maxIterations,
+    enable_thinking: settings.thinking,
+    temperature: settings.temperature,
+    max_new_tokens: MAX_NEW_TOKENS,
+  };
+}

@@ -1,0 +1,141 @@
+// Tool calls from the engine. Page tools (snapshot, click, type…) run in the task's tab, in its
+// top frame's content script; navigation, screenshots and run_javascript need browser APIs and
+// run here. Every failure becomes a `failed` reply whose message tells the model what to do.
+
+import type { PageInfo, RuntimeMessage, ToolReply, ToolRequest } from "../generated/protocol";
+import { isSiteDisabled, loadSettings } from "../shared/settings";
+
+/** How long a page may take to load after navigate / go_back. */
+const LOAD_TIMEOUT_MS = 30_000;
+/** How much of run_javascript's result goes back to the model. */
+const SCRIPT_RESULT_LIMIT = 4_000;
+
+const failed = (message: string): ToolReply => ({ status: "failed", message });
+const ok = (text: string, page: PageInfo | null, fromPage = false): ToolReply => ({
+  status: "ok",
+  output: { text, snapshot: null, page, from_page: fromPage },
+});
+
+export async function runTool(request: ToolRequest): Promise<ToolReply> {
+  const tab = await chrome.tabs.get(request.tab_id).catch(() => null);
+  if (!tab?.id) return failed("The task's tab was closed; the task cannot go on.");
+  // Checked on every call: the user may disable the site while the task runs.
+  if (isSiteDisabled(await loadSettings(), tab.url)) {
+    return failed("Hearth is disabled on this site by the user, or the page is not a web page: no tool runs here. Tell the user.");
+  }
+  const args = request.arguments;
+  try {
+    switch (request.name) {
+      case "navigate":
+        return await navigate(tab.id, String(args.url ?? ""));
+      case "go_back":
+        return await afterLoad(tab.id, () => chrome.tabs.goBack(tab.id as number), "Went back.");
+      case "screenshot":
+        return await screenshot(tab);
+      case "run_javascript":
+        return await runJavascript(tab.id, String(args.code ?? ""));
+      default:
+        return await inTab(tab.id, request);
+    }
+  } catch (error) {
+    return failed(`${request.name} failed: ${error instanceof Error ? error.message : String(error)}`);
+  }
+}
+
+/** Runs a page tool in the tab's content script. */
+async function inTab(tabId: number, request: ToolRequest): Promise<ToolReply> {
+  const message: RuntimeMessage = { to: "tab", msg: { kind: "run_tool", request } };
+  try {
+    const reply = (await chrome.tabs.sendMessage(tabId, message, { frameId: 0 })) as ToolReply | undefined;
+    return reply ?? failed("The page did not answer; it may still be loading. Wait, then take a new snapshot.");
+  } catch {
+    return failed("The page is not reachable (it navigated, reloaded or is still loading). Take a new snapshot.");
+  }
+}
+
+async function navigate(tabId: number, url: string): Promise<ToolReply> {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return failed(`"${url}" is not a full address; use one starting with https:// or http://.`);
+  }
+  if (parsed.protocol !== "https:" && parsed.protocol !== "http:") {
+    return failed("Only http:// and https:// addresses can be opened.");
+  }
+  return afterLoad(tabId, () => chrome.tabs.update(tabId, { url: parsed.href }), `Opened ${parsed.href}.`);
+}
+
+/** Starts a navigation and waits until the tab has loaded and its content script answers. */
+async function afterLoad(tabId: number, start: () => Promise<unknown>, text: string): Promise<ToolReply> {
+  const loaded = new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      chrome.tabs.onUpdated.removeListener(listener);
+      reject(new Error(`the page did not finish loading in ${LOAD_TIMEOUT_MS / 1000} s`));
+    }, LOAD_TIMEOUT_MS);
+    const listener = (id: number, change: chrome.tabs.OnUpdatedInfo) => {
+      if (id !== tabId || change.status !== "complete") return;
+      clearTimeout(timer);
+      chrome.tabs.onUpdated.removeListener(listener);
+      resolve();
+    };
+    chrome.tabs.onUpdated.addListener(listener);
+  });
+  await start();
+  await loaded;
+  const tab = await chrome.tabs.get(tabId);
+  return ok(`${text} The page is "${tab.title ?? ""}". Take a snapshot before acting on it.`, {
+    url: tab.url ?? "",
+    title: tab.title ?? "",
+  });
+}
+
+async function screenshot(tab: chrome.tabs.Tab): Promise<ToolReply> {
+  const dataUrl = await chrome.tabs.captureVisibleTab(tab.windowId, { format: "png" });
+  const kb = Math.round((dataUrl.length * 3) / 4 / 1024);
+  // The text model cannot look at pixels yet: say so instead of pretending.
+  return ok(
+    `Captured the visible part of the page (${kb} KB PNG). This model cannot see images; use snapshot or read_page to know what is on the page.`,
+    { url: tab.url ?? "", title: tab.title ?? "" },
+  );
+}
+
+/** Runs in the page's MAIN world (the agent's policy has asked the user first). */
+function evaluateInPage(code: string): Promise<{ ok: boolean; value: string }> {
+  const describe = (value: unknown): string => {
+    if (value === undefined) return "undefined";
+    if (typeof value === "string") return value;
+    try {
+      return JSON.stringify(value) ?? String(value);
+    } catch {
+      return String(value);
+    }
+  };
+  try {
+    // Indirect eval: global scope, the value of the last expression.
+    const result: unknown = (0, eval)(code);
+    return Promise.resolve(result).then(
+      (value) => ({ ok: true, value: describe(value) }),
+      (error: unknown) => ({ ok: false, value: String(error) }),
+    );
+  } catch (error) {
+    return Promise.resolve({ ok: false, value: String(error) });
+  }
+}
+
+async function runJavascript(tabId: number, code: string): Promise<ToolReply> {
+  const [injection] = await chrome.scripting.executeScript({
+    target: { tabId },
+    world: "MAIN",
+    func: evaluateInPage,
+    args: [code],
+  });
+  const result = injection?.result as { ok: boolean; value: string } | undefined;
+  if (!result) return failed("The script produced no result (the page may block scripts with its Content-Security-Policy).");
+  if (!result.ok) return failed(`The script threw: ${result.value.slice(0, 500)}`);
+  const tab = await chrome.tabs.get(tabId);
+  const value = result.value.length > SCRIPT_RESULT_LIMIT ? `${result.value.slice(0, SCRIPT_RESULT_LIMIT)}… (cut)` : result.value;
+  return ok(value, { url: tab.url ?? "", title: tab.title ?? "" }, true);
+}
+
+

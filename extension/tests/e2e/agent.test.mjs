@@ -1,0 +1,207 @@
+// The agent on real pages, end to end: the overlay sends the task, the Rust loop in the offscreen
+// document runs it with the scripted model of test builds (deterministic replies that name elements
+// by their snapshot text, as a policy reading the snapshot would), tool calls travel to the tab's
+// content script through the service worker, and every test asserts on the page's own state.
+
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { launch } from "../lib/browser.mjs";
+import { servePages } from "../lib/pages.mjs";
+import { screenshot } from "../lib/overlay.mjs";
+import { answer, ask, call, chooseOption, decide, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
+
+const done = (result, success = true) => call("done", `result:${str(result)},success:${success}`);
+
+let pages;
+let chrome;
+before(async () => {
+  pages = await servePages();
+  chrome = await launch();
+});
+after(async () => {
+  await chrome?.close();
+  await pages?.close();
+});
+
+const text = (page, selector) => page.locator(selector).textContent();
+
+test("a long React form: typed values, select and checkbox reach React's state", { timeout: 120_000 }, async () => {
+  const page = await openAgentPage(chrome, `${pages.url}/agent/react-form.html`);
+  await useScript(chrome, [
+    call("snapshot"),
+    call("type", `index:${indexOf('"Full name"')},text:${str("Grace Hopper")}`),
+    call("type", `index:${indexOf('"Email"')},text:${str("grace@example.com")}`),
+    call("type", `index:${indexOf('"Password"')},text:${str("correct horse")}`),
+    call("type", `index:${indexOf('"Street address"')},text:${str("1 Navy Way")}`),
+    call("type", `index:${indexOf('"City"')},text:${str("Arlington")}`),
+    call("select", `index:${indexOf('"Country"')},option:${str("United States")}`),
+    call("click", `index:${indexOf("Subscribe to the newsletter")}`),
+    call("type", `index:${indexOf('"Notes for the team"')},text:${str("Call me Amazing Grace.")}`),
+    call("click", `index:${indexOf('"Create account"')}`),
+    done("Your account form is filled in and submitted."),
+  ]);
+  await ask(page, "Sign me up: Grace Hopper, grace@example.com, password 'correct horse', 1 Navy Way, Arlington, United States; subscribe me, and leave the team a note.");
+  await decide(page, "allow_once"); // a password field
+  await decide(page, "allow_once"); // "subscribe"
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  await screenshot(page, "agent-react-form-done");
+  const state = JSON.parse(await text(page, "#result"));
+  assert.deepEqual(state, {
+    name: "Grace Hopper",
+    email: "grace@example.com",
+    address: "1 Navy Way",
+    city: "Arlington",
+    country: "united-states",
+    subscribe: true,
+    notes: "Call me Amazing Grace.",
+    password_length: 13,
+  });
+  assert.match(await answer(page), /submitted/);
+});
+
+test("a custom combobox and a native select", { timeout: 90_000 }, async () => {
+  const page = await openAgentPage(chrome, `${pages.url}/agent/combobox.html`);
+  await useScript(chrome, [
+    call("snapshot"),
+    call("select", `index:${indexOf('"Fruit"')},option:${str("Mango")}`),
+    call("select", `index:${indexOf('"Size"')},option:${str("Large")}`),
+    done("Mango, large."),
+  ]);
+  await ask(page, "A large mango smoothie please.");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  assert.equal(await text(page, "#result"), "fruit=Mango; colour=; size=Large");
+});
+
+test("a contenteditable editor", { timeout: 90_000 }, async () => {
+  const page = await openAgentPage(chrome, `${pages.url}/agent/editor.html`);
+  await useScript(chrome, [call("snapshot"), call("type", `index:${indexOf('"Note"')},text:${str("Buy bread and eggs")}`), done("Written.")]);
+  await ask(page, "Write 'Buy bread and eggs' in the note.");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  assert.equal(await text(page, "#result"), "Buy bread and eggs");
+});
+
+test("a web component's open shadow root", { timeout: 90_000 }, async () => {
+  const page = await openAgentPage(chrome, `${pages.url}/agent/shadow.html`);
+  await useScript(chrome, [
+    call("snapshot"),
+    call("type", `index:${indexOf('"Your email"')},text:${str("ada@example.com")}`),
+    call("click", `index:${indexOf('"Sign up"')}`),
+    done("Signed up."),
+  ]);
+  await ask(page, "Sign up with ada@example.com.");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  assert.equal(await text(page, "#result"), "Signed up: ada@example.com");
+});
+
+test("a same-origin iframe", { timeout: 90_000 }, async () => {
+  const page = await openAgentPage(chrome, `${pages.url}/agent/iframe.html`);
+  await useScript(chrome, [
+    call("snapshot"),
+    call("type", `index:${indexOf('"Email"')},text:${str("lin@example.com")}`),
+    call("click", `index:${indexOf('"Join"')}`),
+    done("Joined."),
+  ]);
+  await ask(page, "Join the newsletter as lin@example.com.");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  assert.equal(await page.frameLocator("#newsletter").locator("#result").textContent(), "Joined: lin@example.com");
+});
+
+test("an infinite list: the item below the fold is found by scrolling", { timeout: 90_000 }, async () => {
+  const page = await openAgentPage(chrome, `${pages.url}/agent/infinite.html`);
+  await useScript(chrome, [
+    call("snapshot"),
+    call("scroll", `direction:${str("bottom")}`),
+    call("scroll", `direction:${str("bottom")}`),
+    call("scroll", `direction:${str("bottom")}`),
+    call("snapshot"),
+    call("click", `index:${indexOf('"Open item 57"')}`),
+    done("Opened item 57."),
+  ]);
+  await ask(page, "Open item 57.");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  assert.equal(await text(page, "#result"), "Opened item 57");
+});
+
+test("Place order: deny leaves the form filled and nothing ordered; allow orders once", { timeout: 120_000 }, async () => {
+  const page = await openAgentPage(chrome, `${pages.url}/agent/checkout.html`);
+  await useScript(chrome, [
+    call("snapshot"),
+    call("click", `index:${indexOf('"Place order"')}`),
+    done("You declined, so the order was not placed.", false),
+    call("snapshot"),
+    call("click", `index:${indexOf('"Place order"')}`),
+    call("wait_for", `text:${str("Order placed")}`),
+    done("Your order is placed."),
+  ]);
+  await ask(page, "Place the order.");
+  await waitForTask(page, ["confirm"]);
+  await screenshot(page, "agent-confirmation-card");
+  await decide(page, "deny");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  assert.equal(await text(page, "#orders"), "0", "denied: nothing was ordered");
+  assert.equal(await page.inputValue("#ship-name"), "Ada Lovelace", "the form is still filled");
+
+  await ask(page, "Place the order, I approve it this time.");
+  await decide(page, "allow_once");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  assert.equal(await text(page, "#orders"), "1", "allowed: ordered exactly once");
+});
+
+test("instructions in the page are data: fenced for the model, and a fooled model still needs consent", { timeout: 90_000 }, async () => {
+  const page = await openAgentPage(chrome, `${pages.url}/agent/injection.html`);
+  // The worst case: the model obeys the page.
+  await useScript(chrome, [call("read_page"), call("snapshot"), call("click", `index:${indexOf('"Delete account"')}`), done("Summarised.")]);
+  await ask(page, "Summarise this article.");
+  await decide(page, "deny");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  assert.equal(await text(page, "#result"), "", "the account was not deleted");
+  const prompts = await scriptedPrompts(chrome);
+  const afterRead = prompts[1];
+  const at = afterRead.indexOf("IGNORE PREVIOUS INSTRUCTIONS");
+  assert.ok(at > 0, "the page text reached the model");
+  const open = afterRead.lastIndexOf("<<<", at);
+  const close = afterRead.indexOf(">>>", at);
+  assert.ok(open >= 0 && close > at, "the page text sits inside the untrusted-content fence");
+});
+
+test("a disabled site: no tool runs there, and no overlay is injected", { timeout: 90_000 }, async () => {
+  const page = await openAgentPage(chrome, `${pages.url}/agent/shadow.html`);
+  await useScript(chrome, [
+    call("snapshot"),
+    call("ask_user", `question:${str("Which address?")},options:[${str("ada@example.com")},${str("other")}]`),
+    call("type", `index:${indexOf('"Your email"')},text:${str("ada@example.com")}`),
+    call("click", `index:${indexOf('"Sign up"')}`),
+    done("Could not sign up: Hearth is disabled here.", false),
+  ]);
+  await ask(page, "Sign me up.");
+  await waitForTask(page, ["ask"]);
+  // The user disables the site while the task waits for their answer.
+  const origin = new URL(pages.url).origin;
+  await chrome.console.evaluate(
+    "/service-worker.js",
+    `chrome.storage.sync.set({ settings: { disabledSites: [${JSON.stringify(origin)}] } })`,
+  );
+  await chooseOption(page, "ada@example.com");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  assert.equal(await text(page, "#result"), "", "no tool ran on the disabled site");
+  assert.equal(await page.evaluate(() => document.querySelector("signup-card").shadowRoot.getElementById("email").value), "");
+
+  // The worker re-registers the content script without this host; then a reload gets nothing.
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const excluded = await chrome.console.evaluate(
+      "/service-worker.js",
+      `chrome.scripting.getRegisteredContentScripts().then((s) => s[0]?.excludeMatches ?? [])`,
+    );
+    if (excluded.includes(`http://${new URL(pages.url).hostname}/*`)) break;
+    assert.ok(Date.now() < deadline, `the content script was not re-registered: ${excluded}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await page.reload({ waitUntil: "load" });
+  assert.equal(await page.locator("hearth-overlay").count(), 0, "nothing is injected on a disabled site");
+  await chrome.console.evaluate("/service-worker.js", `chrome.storage.sync.set({ settings: { disabledSites: [] } })`);
+});
+
+test("the console stayed clean", () => {
+  assert.deepEqual(chrome.console.errors, []);
+});

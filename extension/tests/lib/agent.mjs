@@ -1,0 +1,91 @@
+// Driving agent tasks end to end: the test page's overlay is used as a person would (composer,
+// confirmation and answer buttons), and the model is the scripted one of test builds, loaded
+// into the offscreen document's engine.
+
+import { clickInOverlay, clickLauncher, overlayHost, waitForEngine } from "./overlay.mjs";
+
+/** A tool call as Gemma 4 writes it. */
+export const call = (name, args = "") => `<|tool_call>call:${name}{${args}}<tool_call|>`;
+/** A string argument in Gemma 4's call syntax. */
+export const str = (text) => `<|"|>${text}<|"|>`;
+/** The number of the latest snapshot line containing `text` (resolved by the scripted model). */
+export const indexOf = (text) => `{{index:${text}}}`;
+
+/** Opens `url` in a new tab, opens the overlay and waits for the engine. */
+export async function openAgentPage(chrome, url) {
+  const page = await chrome.context.newPage();
+  await page.goto(url);
+  await overlayHost(page);
+  await clickLauncher(page);
+  const state = await waitForEngine(page, ["ready", "failed"]);
+  if (state !== "ready") throw new Error(`engine failed: ${await page.locator("hearth-overlay").getAttribute("data-failure")}`);
+  return page;
+}
+
+/** The next tasks replay `replies` (model outputs) instead of running the model. */
+export async function useScript(chrome, replies) {
+  await chrome.console.evaluate(
+    "/offscreen.html",
+    `import(chrome.runtime.getURL("wasm/hearth_offscreen.js")).then((engine) => engine.useScriptedModel(${JSON.stringify(JSON.stringify(replies))}))`,
+  );
+}
+
+/** The prompts the scripted model received since `useScript`. */
+export async function scriptedPrompts(chrome) {
+  const json = await chrome.console.evaluate(
+    "/offscreen.html",
+    `import(chrome.runtime.getURL("wasm/hearth_offscreen.js")).then((engine) => engine.scriptedPrompts())`,
+  );
+  return JSON.parse(json);
+}
+
+/** Types a message into the overlay's composer and sends it. */
+export async function ask(page, text) {
+  await clickInOverlay(page, "textarea.composer");
+  await page.keyboard.type(text);
+  await page.keyboard.press("Enter");
+}
+
+/** Waits until the overlay's task state is one of `states`; returns it. */
+export async function waitForTask(page, states, timeout = 60_000) {
+  const handle = await page.waitForFunction(
+    (wanted) => {
+      const state = document.querySelector("hearth-overlay")?.dataset.task;
+      return wanted.includes(state) ? state : null;
+    },
+    states,
+    { timeout, polling: 100 },
+  );
+  return handle.jsonValue();
+}
+
+/** The overlay's final answer (`done`'s result). */
+export async function answer(page) {
+  return (await overlayHost(page)).getAttribute("data-answer");
+}
+
+/** Answers the confirmation card and waits until the overlay has moved past it. */
+export async function decide(page, decision) {
+  await waitForTask(page, ["confirm"]);
+  const host = await overlayHost(page);
+  const callId = await host.getAttribute("data-pending-call");
+  await clickInOverlay(page, `.card.confirm[data-call-id="${callId}"] button[data-decision="${decision}"]`);
+  await page.waitForFunction(
+    (id) => document.querySelector("hearth-overlay")?.dataset.pendingCall !== id,
+    callId,
+    { timeout: 10_000, polling: 50 },
+  );
+}
+
+/** Picks an `ask_user` option and waits until the overlay has moved past the question. */
+export async function chooseOption(page, text) {
+  await waitForTask(page, ["ask"]);
+  const host = await overlayHost(page);
+  const callId = await host.getAttribute("data-pending-call");
+  await clickInOverlay(page, `.card.ask[data-call-id="${callId}"] button.option[data-option="${text}"]`);
+  await page.waitForFunction(
+    (id) => document.querySelector("hearth-overlay")?.dataset.pendingCall !== id,
+    callId,
+    { timeout: 10_000, polling: 50 },
+  );
+}
