@@ -76,7 +76,11 @@ thread_local! {
 }
 
 pub fn now_ms() -> f64 {
-    js_sys::Date::now()
+    #[cfg(target_arch = "wasm32")]
+    return js_sys::Date::now();
+    // Native builds (tests): wall-clock milliseconds.
+    #[cfg(not(target_arch = "wasm32"))]
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1e3)
 }
 
 pub async fn start(vendor: String, architecture: String, files: Option<ModelFiles>) -> EngineStatus {

@@ -420,3 +420,99 @@ pub mod scripted {
         }
     }
 }
+
+/// The agent loop driven by the real Burn model (the tiny test model: real tokenizer and chat
+/// template, random weights) on the CPU. Whatever the model writes, the loop must stay
+/// well-formed. (The browser runs the same code; on SwiftShader a 5,000-token agent prompt takes
+/// too long for CI, so the browser suite drives the loop with the scripted model.)
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod real_model_tests {
+    use std::path::Path;
+
+    use burn::tensor::Device;
+    use futures::lock::Mutex;
+    use hearth_agent::{AgentEvent, ElementInfo, Snapshot};
+    use hearth_chat::ChatTemplate;
+    use hearth_model::model_dir::{load_model, load_tokenizer};
+    use hearth_model::{CacheOptions, Session};
+
+    use super::*;
+
+    /// Every tool answers with the same small page.
+    struct OnePage;
+
+    impl ToolExecutor for OnePage {
+        async fn execute(&mut self, _call: &ToolInvocation) -> Result<ToolOutput, ToolError> {
+            let page = PageInfo { url: "http://127.0.0.1/".into(), title: "Test".into() };
+            let go = ElementInfo { index: 1, tag: "button".into(), text: "Go".into(), ..Default::default() };
+            Ok(ToolOutput::snapshot(Snapshot { page, elements: vec![go] }))
+        }
+    }
+
+    #[test]
+    fn the_real_model_drives_the_loop_and_it_stays_well_formed() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/fixtures/tiny-chat");
+        let device = Device::flex();
+        let model = load_model(&dir, &device).expect("the tiny model loads");
+        let stop_tokens: Rc<[u32]> = model.config.eos_token_ids.clone().into();
+        let template = std::fs::read_to_string(dir.join("chat_template.jinja")).expect("template");
+        let handles = ModelHandles {
+            session: Rc::new(Mutex::new(Session::new(model, CacheOptions::default()))),
+            tokenizer: Rc::new(load_tokenizer(&dir).expect("tokenizer")),
+            template: Rc::new(ChatTemplate::from_str(&template, "<bos>").expect("template parses")),
+            stop_tokens,
+        };
+        let settings = TaskSettings { max_iterations: 3, enable_thinking: false, temperature: 0.0, max_new_tokens: 24 };
+        let mut agent = new_conversation(&handles, &settings).agent.expect("a new conversation has its agent");
+        agent.start_task(
+            "Click the Go button.",
+            Some(PageInfo { url: "http://127.0.0.1/".into(), title: "Test".into() }),
+        );
+        let mut backend = TaskModel::new(handles.clone(), &settings);
+        let mut events = Vec::new();
+        let outcome = pollster::block_on(agent.run(&mut backend, &mut OnePage, &mut |e| events.push(e)));
+
+        // One usage report per model call, each within the token limit, prompts counted by the
+        // model's own tokenizer.
+        let usages: Vec<_> = events
+            .iter()
+            .filter_map(|e| match e {
+                AgentEvent::Usage { prompt_tokens, completion_tokens, .. } => {
+                    Some((*prompt_tokens, *completion_tokens))
+                }
+                _ => None,
+            })
+            .collect();
+        assert!(!usages.is_empty() && usages.len() <= 3, "{events:?}");
+        let prompt = agent.last_prompt().expect("a prompt was rendered");
+        assert!(prompt.starts_with("<bos>"), "rendered with the model's own template");
+        for (prompt_tokens, completion_tokens) in &usages {
+            assert!(*prompt_tokens > 1000, "the system prompt and tools are in the prompt");
+            assert!(*completion_tokens <= 24);
+        }
+        // Every tool that started has its result, in order.
+        let starts: Vec<_> = events
+            .iter()
+            .filter_map(|e| match e {
+                AgentEvent::ToolStart { call_id, .. } => Some(call_id),
+                _ => None,
+            })
+            .collect();
+        let results: Vec<_> = events
+            .iter()
+            .filter_map(|e| match e {
+                AgentEvent::ToolResult { call_id, .. } => Some(call_id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(starts, results);
+        // Random weights write anything; the run ends in a state the overlay can show.
+        match &outcome {
+            Outcome::Done { result, .. } => assert!(!result.is_empty()),
+            Outcome::Failed { message } => assert!(!message.is_empty()),
+            Outcome::Paused { .. } | Outcome::NeedsConfirmation { .. } | Outcome::NeedsAnswer { .. } => {}
+            other => panic!("unexpected outcome {other:?}"),
+        }
+        println!("outcome: {outcome:?}; model calls: {}; usage: {usages:?}", usages.len());
+    }
+}

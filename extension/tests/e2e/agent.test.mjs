@@ -59,15 +59,17 @@ test("a long React form: typed values, select and checkbox reach React's state",
   assert.match(await answer(page), /submitted/);
 });
 
-test("a custom combobox and a native select", { timeout: 90_000 }, async () => {
+test("a custom combobox, a question for the user, and a native select", { timeout: 90_000 }, async () => {
   const page = await openAgentPage(chrome, `${pages.url}/agent/combobox.html`);
   await useScript(chrome, [
     call("snapshot"),
     call("select", `index:${indexOf('"Fruit"')},option:${str("Mango")}`),
+    call("ask_user", `question:${str("Which size?")},options:[${str("Medium")},${str("Large")}]`),
     call("select", `index:${indexOf('"Size"')},option:${str("Large")}`),
     done("Mango, large."),
   ]);
-  await ask(page, "A large mango smoothie please.");
+  await ask(page, "A mango smoothie please.");
+  await chooseOption(page, "Large");
   assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
   assert.equal(await text(page, "#result"), "fruit=Mango; colour=; size=Large");
 });
@@ -168,21 +170,26 @@ test("a disabled site: no tool runs there, and no overlay is injected", { timeou
   const page = await openAgentPage(chrome, `${pages.url}/agent/shadow.html`);
   await useScript(chrome, [
     call("snapshot"),
-    call("ask_user", `question:${str("Which address?")},options:[${str("ada@example.com")},${str("other")}]`),
+    call("wait_for", `text:${str("Go ahead")},timeout_seconds:30`),
     call("type", `index:${indexOf('"Your email"')},text:${str("ada@example.com")}`),
     call("click", `index:${indexOf('"Sign up"')}`),
     done("Could not sign up: Hearth is disabled here.", false),
   ]);
-  await ask(page, "Sign me up.");
-  await waitForTask(page, ["ask"]);
-  // The user disables the site while the task waits for their answer.
+  await ask(page, "Sign me up with ada@example.com.");
+  // While the task waits for the page, the user disables Hearth on this site.
+  await page.waitForFunction(() => document.querySelector("hearth-overlay")?.dataset.cards === "2", null, { timeout: 30_000 });
   const origin = new URL(pages.url).origin;
-  await chrome.console.evaluate(
-    "/service-worker.js",
-    `chrome.storage.sync.set({ settings: { disabledSites: [${JSON.stringify(origin)}] } })`,
-  );
-  await chooseOption(page, "ada@example.com");
-  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  await chrome.console.evaluate("/service-worker.js", `chrome.storage.sync.set({ settings: { disabledSites: [${JSON.stringify(origin)}] } })`);
+  await page.waitForFunction(() => !document.querySelector("hearth-overlay"), null, { timeout: 10_000 });
+  await page.evaluate(() => document.body.append("Go ahead"));
+  // The task runs to its end: every later tool call is refused by the worker.
+  let prompts = [];
+  for (const deadline = Date.now() + 30_000; prompts.length < 5; ) {
+    assert.ok(Date.now() < deadline, `the task did not finish: ${prompts.length} model calls`);
+    await new Promise((r) => setTimeout(r, 200));
+    prompts = await scriptedPrompts(chrome);
+  }
+  assert.match(prompts[3], /disabled on this site/, "the model is told why the tool did not run");
   assert.equal(await text(page, "#result"), "", "no tool ran on the disabled site");
   assert.equal(await page.evaluate(() => document.querySelector("signup-card").shadowRoot.getElementById("email").value), "");
 

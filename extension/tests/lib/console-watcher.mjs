@@ -39,9 +39,12 @@ export class ConsoleWatcher {
     const { method, params, sessionId } = message;
     if (method === "Target.targetCreated" || method === "Target.targetInfoChanged") {
       const { targetId, type, url } = params.targetInfo;
-      const known = this.targets.has(targetId);
       this.targets.set(targetId, { type, url });
-      if (!known && this.#watched(url)) void this.#attach(targetId, url);
+      // A target may get its URL after creation (about:blank first): attach once it is watched.
+      if (!this.#attached.has(targetId) && this.#watched(url)) {
+        this.#attached.add(targetId);
+        void this.#attach(targetId, url);
+      }
     } else if (method === "Target.targetDestroyed") {
       this.targets.delete(params.targetId);
     } else if (method === "Target.detachedFromTarget") {
@@ -57,6 +60,7 @@ export class ConsoleWatcher {
   }
 
   #sessions = new Map();
+  #attached = new Set();
 
   #watched(url) {
     return url.startsWith("chrome-extension://") || url.startsWith("http://127.0.0.1");

@@ -9,6 +9,8 @@ const TYPES = { ".html": "text/html; charset=utf-8", ".js": "text/javascript", "
 /** Serves `root`; resolves to { url, close }. */
 export async function serve(root) {
   const server = createServer(async (req, res) => {
+    // Browsers ask for a favicon on every page; a 404 would show as a console error.
+    if (req.url === "/favicon.ico") return void res.writeHead(204).end();
     const path = normalize(decodeURIComponent(new URL(req.url, "http://x").pathname)).replace(/^(\.\.[/\\])+/, "");
     try {
       const body = await readFile(join(root, path.endsWith("/") ? `${path}index.html` : path));

@@ -84,9 +84,10 @@ type Aim = { target: Element; x: number; y: number } | { cover: Element };
 /**
  * Where to click `el` (coordinates in its own frame) and what receives the click there. Points are
  * tried in order: on its first visible text (see textBox), the centre of its box and of each of
- * its boxes (lines of a link), then a grid over its first box, all clipped to the viewport. Landing on `el` or inside it is a hit. Landing on an ancestor (`el` lets the pointer
- * through) or on the label of a checkbox sends the click to `el` itself, as does an element with
- * no area to aim at (a checkbox hidden behind its styled label).
+ * its boxes (lines of a link), then a grid over its first box, all clipped to the viewport.
+ * Landing on `el` or inside it is a hit. Landing on an ancestor (`el` lets the pointer through) or
+ * on the label of a checkbox sends the click to `el` itself, as does an element with no area to
+ * aim at (a checkbox hidden behind its styled label). Anything else at every point covers it.
  */
 function aimAt(el: Element): Aim {
   const view = el.ownerDocument.defaultView ?? window;
