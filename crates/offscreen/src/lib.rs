@@ -69,13 +69,15 @@ pub async fn task_message(message: String) -> Result<(), JsError> {
     Ok(())
 }
 
-/// Test builds only: the next agent tasks replay these outputs (a JSON array of strings) instead
-/// of running the model; `null` goes back to the model.
+/// Test builds only: the next agent tasks replay these outputs instead of running the model: a
+/// JSON array of strings for every task, or an object of such arrays keyed by a marker that the
+/// task's prompt contains; `null` goes back to the model.
 #[cfg(feature = "scripted")]
 #[wasm_bindgen(js_name = useScriptedModel)]
 pub fn use_scripted_model(replies: String) -> Result<(), JsError> {
-    let replies: Option<Vec<String>> = serde_json::from_str(&replies)
-        .map_err(|e| JsError::new(&format!("the script must be a JSON array of strings or null: {e}")))?;
+    let replies: Option<tasks::scripted::Script> = serde_json::from_str(&replies).map_err(|e| {
+        JsError::new(&format!("the script must be null, an array of strings, or an object of such arrays: {e}"))
+    })?;
     tasks::scripted::load(replies);
     Ok(())
 }

@@ -46,9 +46,10 @@ struct Tasks {
     host: Option<Rc<TaskHost>>,
     conversations: HashMap<u32, Conversation>,
     next_tool_request: u32,
-    /// Replies of the scripted test model; tasks use the Burn model while this is None.
+    /// Replies of the scripted test model, in queues keyed by a marker ("" for any task); tasks
+    /// use the Burn model while this is None.
     #[cfg(feature = "scripted")]
-    script: Option<std::collections::VecDeque<String>>,
+    script: Option<Vec<(String, std::collections::VecDeque<String>)>>,
     /// Every prompt the scripted model received, for the tests to inspect.
     #[cfg(feature = "scripted")]
     script_prompts: Vec<String>,
@@ -343,11 +344,24 @@ fn js_error_message(err: &JsValue) -> String {
 pub mod scripted {
     use super::*;
 
+    /// A script: one queue for every task, or queues keyed by a marker that the task's prompt
+    /// contains (tests running tasks in several tabs at once put the marker in the user's message).
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    pub enum Script {
+        Shared(Vec<String>),
+        ByMarker(std::collections::BTreeMap<String, Vec<String>>),
+    }
+
     /// Replaces the script (the next tasks use it until it runs out), or removes it.
-    pub fn load(replies: Option<Vec<String>>) {
+    pub fn load(script: Option<Script>) {
+        let queues = script.map(|s| match s {
+            Script::Shared(replies) => vec![(String::new(), replies.into())],
+            Script::ByMarker(map) => map.into_iter().map(|(marker, replies)| (marker, replies.into())).collect(),
+        });
         TASKS.with(|t| {
             let mut tasks = t.borrow_mut();
-            tasks.script = replies.map(Into::into);
+            tasks.script = queues;
             tasks.script_prompts.clear();
         });
     }
@@ -361,7 +375,12 @@ pub mod scripted {
         let reply = TASKS.with(|t| {
             let mut tasks = t.borrow_mut();
             tasks.script_prompts.push(request.prompt.clone());
-            tasks.script.as_mut().and_then(|s| s.pop_front())
+            let queues = tasks.script.as_mut()?;
+            let chosen = queues
+                .iter()
+                .position(|(marker, _)| !marker.is_empty() && request.prompt.contains(marker.as_str()))
+                .or_else(|| queues.iter().position(|(marker, _)| marker.is_empty()))?;
+            queues[chosen].1.pop_front()
         });
         let Some(reply) = reply else {
             return stream::iter([Err(ModelError("the test script has no reply left".into()))]).boxed_local();

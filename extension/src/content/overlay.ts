@@ -147,7 +147,12 @@ function createOverlay(): Overlay {
     chat,
     settingsView,
   );
-  shadow.append(el("style", {}, OVERLAY_CSS), launcher, panel);
+  // A constructed stylesheet, not a <style> element: a page's strict CSP (style-src) would block
+  // the element's inline CSS, but does not apply to stylesheets built through the CSSOM.
+  const sheet = new CSSStyleSheet();
+  sheet.replaceSync(OVERLAY_CSS);
+  shadow.adoptedStyleSheets = [sheet];
+  shadow.append(launcher, panel);
 
   data.state = "closed";
   data.view = "chat";

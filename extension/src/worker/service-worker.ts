@@ -69,6 +69,8 @@ function handle(msg: ToWorker, sender: chrome.runtime.MessageSender): Promise<un
       pushStatus(tabId);
       // A failed engine is retried when someone asks again: the cause (a lost device, a driver) may be gone.
       if (status.state === "idle" || status.state === "failed") void startEngine();
+      // Chrome may have torn the offscreen document down: bring the engine back (the overlay shows it starting).
+      else if (status.state === "ready") void restartIfGone();
       // The overlay keys its stored transcript by tab; a content script cannot learn its tab id.
       return Promise.resolve({ tab_id: tabId });
     case "generate": {
@@ -147,6 +149,10 @@ function pushStatus(tabId: number): void {
   const message: RuntimeMessage = { to: "tab", msg: { kind: "engine_status", status } };
   // A closed or navigated tab has no listener any more: stop telling it.
   chrome.tabs.sendMessage(tabId, message).catch(() => watchers.delete(tabId));
+}
+
+async function restartIfGone(): Promise<void> {
+  if (!(await chrome.offscreen.hasDocument())) await startEngine();
 }
 
 /** Makes sure the engine runs (a restarted worker or a torn-down offscreen document start it again). */

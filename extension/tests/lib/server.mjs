@@ -13,8 +13,11 @@ export async function serve(root) {
     if (req.url === "/favicon.ico") return void res.writeHead(204).end();
     const path = normalize(decodeURIComponent(new URL(req.url, "http://x").pathname)).replace(/^(\.\.[/\\])+/, "");
     try {
-      const body = await readFile(join(root, path.endsWith("/") ? `${path}index.html` : path));
-      res.writeHead(200, { "content-type": TYPES[extname(path)] ?? "application/octet-stream" });
+      const file = join(root, path.endsWith("/") ? `${path}index.html` : path);
+      const body = await readFile(file);
+      // A page may come with response headers of its own (a strict CSP…): `<page>.headers.json`.
+      const extra = await readFile(`${file}.headers.json`, "utf8").then(JSON.parse, () => ({}));
+      res.writeHead(200, { "content-type": TYPES[extname(path)] ?? "application/octet-stream", ...extra });
       res.end(body);
     } catch {
       res.writeHead(404).end("not found");

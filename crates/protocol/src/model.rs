@@ -1,0 +1,133 @@
+//! Downloadable models: the manifest schema of `models/*.json` (documented in models/README.md)
+//! and what the UI is told while a model is offered and installed.
+
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+/// One model that can be downloaded and checked: where it comes from and what its files must be.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(deny_unknown_fields)]
+pub struct ModelManifest {
+    /// Stable id, also the manifest's file name: `gemma-4-e2b-it-4bit`.
+    pub id: String,
+    /// A name for people: "Gemma 4 E2B (4-bit)".
+    pub name: String,
+    /// The Hugging Face repository, `owner/name`.
+    pub repo: String,
+    /// The pinned commit of `repo` (files are fetched at this revision, never at `main`); `None`
+    /// until someone pins the manifest with models/pin.mjs.
+    pub revision: Option<String>,
+    pub format: ModelFormat,
+    pub files: Vec<ManifestFile>,
+}
+
+/// How the weights are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+pub enum ModelFormat {
+    /// A Hugging Face folder with f32/f16/bf16 safetensors: what the engine loads today.
+    #[serde(rename = "safetensors")]
+    Safetensors,
+    /// MLX's 4-bit affine quantization (weights, scales and biases per group of 64) in safetensors.
+    #[serde(rename = "mlx-4bit")]
+    Mlx4Bit,
+}
+
+/// One file of a model; `size` and `sha256` are `None` until the manifest is pinned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestFile {
+    /// Path inside the repository, with `/`.
+    pub path: String,
+    #[ts(type = "number | null")]
+    pub size: Option<u64>,
+    /// Lowercase hex SHA-256 of the whole file.
+    pub sha256: Option<String>,
+}
+
+/// A model the user can install, as the overlay shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct ModelOffer {
+    /// The manifest id.
+    pub id: String,
+    pub name: String,
+    /// Everything to download, in bytes.
+    #[ts(type = "number")]
+    pub total_bytes: u64,
+    /// Bytes already stored from an interrupted download (they are not downloaded again).
+    #[ts(type = "number")]
+    pub stored_bytes: u64,
+}
+
+/// How far an installation is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct ModelProgress {
+    pub model_id: String,
+    /// The file being downloaded or checked.
+    pub file: String,
+    /// Bytes stored so far, over all files (including those kept from an earlier attempt).
+    #[ts(type = "number")]
+    pub bytes: u64,
+    #[ts(type = "number")]
+    pub total: u64,
+    /// Recent download speed.
+    pub bytes_per_s: f64,
+    /// Seconds left at that speed; `None` until there is a speed to go by.
+    pub eta_s: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::{Path, PathBuf};
+
+    fn manifests() -> Vec<(PathBuf, ModelManifest)> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models");
+        let mut found = vec![];
+        for dir in [root.clone(), root.join("test")] {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.extension().is_some_and(|e| e == "json") {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    let manifest = serde_json::from_str(&text)
+                        .unwrap_or_else(|e| panic!("{} does not follow the schema: {e}", path.display()));
+                    found.push((path, manifest));
+                }
+            }
+        }
+        found
+    }
+
+    /// Every manifest follows the schema of models/README.md.
+    #[test]
+    fn manifests_follow_the_schema() {
+        let all = manifests();
+        assert!(all.len() >= 3, "models/ should hold the Gemma manifests and models/test the test model");
+        for (path, m) in &all {
+            let where_ = path.display();
+            assert_eq!(path.file_stem().unwrap().to_str(), Some(m.id.as_str()), "{where_}: id ≠ file name");
+            assert!(m.repo.split('/').count() == 2, "{where_}: repo must be owner/name");
+            if let Some(revision) = &m.revision {
+                assert!(is_hex(revision, 40), "{where_}: revision must be a 40-hex commit");
+            }
+            assert!(!m.files.is_empty(), "{where_}: no files");
+            for f in &m.files {
+                assert!(
+                    !f.path.is_empty() && !f.path.starts_with('/') && !f.path.split('/').any(|p| p == ".." || p == "."),
+                    "{where_}: bad path {}",
+                    f.path
+                );
+                if let Some(sha) = &f.sha256 {
+                    assert!(is_hex(sha, 64), "{where_}: {} sha256 must be 64 lowercase hex", f.path);
+                }
+            }
+        }
+        let tiny = all.iter().find(|(_, m)| m.id == "tiny-chat").expect("models/test/tiny-chat.json");
+        let pinned = tiny.1.revision.is_some() && tiny.1.files.iter().all(|f| f.size.is_some() && f.sha256.is_some());
+        assert!(pinned, "the test model's manifest is pinned");
+        assert_eq!(tiny.1.format, ModelFormat::Safetensors);
+    }
+
+    fn is_hex(s: &str, len: usize) -> bool {
+        s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    }
+}
