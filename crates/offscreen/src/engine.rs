@@ -108,10 +108,12 @@ pub async fn start(vendor: String, architecture: String, files: Option<ModelFile
             );
         }
     };
+    // Files replace the loaded model (the settings chose another one); without files the loaded
+    // model, if any, stays.
     let loaded = ENGINE.with(|e| e.borrow().model.as_ref().map(|m| m.info.clone()));
     let model = match (loaded, files) {
-        (Some(info), _) => Some(info),
-        (None, Some(files)) => match load_model(files, &device) {
+        (loaded, None) => loaded,
+        (_, Some(files)) => match load_model(files, &device) {
             Ok(model) => {
                 let info = model.info.clone();
                 ENGINE.with(|e| e.borrow_mut().model = Some(model));
@@ -121,7 +123,6 @@ pub async fn start(vendor: String, architecture: String, files: Option<ModelFile
                 return failed(FailureKind::ModelLoad, message, "Reinstall the model (its files are invalid).");
             }
         },
-        (None, None) => None,
     };
     EngineStatus::Ready { adapter, self_test: report, model }
 }

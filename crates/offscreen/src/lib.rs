@@ -5,6 +5,7 @@
 //! shapes are defined once, in Rust. Nothing here reads the GPU synchronously.
 
 mod engine;
+mod sha256;
 mod tasks;
 
 use hearth_model::gpu;
@@ -12,14 +13,15 @@ use hearth_protocol::{EngineStatus, GenerateRequest, GenerationEvent, ToOffscree
 use wasm_bindgen::prelude::*;
 
 pub use engine::ModelFiles;
+pub use sha256::Sha256;
 
 #[wasm_bindgen(start)]
 pub fn on_load() {
     console_error_panic_hook::set_once();
 }
 
-/// Initialises Burn on the browser's WebGPU (once), runs the self-test, loads `model` if given and
-/// none is loaded yet, and returns the resulting `EngineStatus` as JSON (`ready` or `failed`).
+/// Initialises Burn on the browser's WebGPU (once), runs the self-test, loads `model` if given (in
+/// place of any loaded one), and returns the resulting `EngineStatus` as JSON (`ready` or `failed`).
 ///
 /// `vendor` and `architecture` come from the page's `GPUAdapterInfo`, which wgpu does not expose.
 #[wasm_bindgen(js_name = startEngine)]

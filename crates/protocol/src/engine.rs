@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
+use crate::model::{ModelOffer, ModelProgress};
+
 /// Where the engine is in its life.
 // A message, built a few times per session: boxing the large variant would only complicate it.
 #[allow(clippy::large_enum_variant)]
@@ -15,6 +17,11 @@ pub enum EngineStatus {
     Starting,
     /// The GPU is initialised and passed its self-test; `model` is loaded when one is installed.
     Ready { adapter: AdapterReport, self_test: SelfTestReport, model: Option<ModelInfo> },
+    /// The GPU works but the chosen model is not installed: the overlay offers to download it
+    /// (or it can be loaded from a folder in the options page).
+    NeedsModel { model: ModelOffer },
+    /// Downloading and checking the model's files.
+    Installing { model: ModelOffer, progress: ModelProgress },
     /// The engine cannot run; `failure` says why and what to do.
     Failed { failure: EngineFailure },
 }
@@ -96,4 +103,12 @@ pub enum FailureKind {
     EngineLoad,
     /// The model's files are missing or invalid.
     ModelLoad,
+    /// The model could not be downloaded (network, server); what was stored so far is kept.
+    ModelDownload,
+    /// A downloaded or chosen file does not match the SHA-256 in the model's manifest.
+    ModelCorrupt,
+    /// The browser has not enough storage for the model.
+    StorageQuota,
+    /// The model's manifest has no pinned revision or hashes yet: nothing unverified is installed.
+    ModelUnpinned,
 }

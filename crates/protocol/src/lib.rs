@@ -13,11 +13,13 @@ use ts_rs::TS;
 
 mod engine;
 mod generation;
+mod model;
 mod task;
 pub mod typescript;
 
 pub use engine::{AdapterReport, EngineFailure, EngineStatus, FailureKind, ModelInfo, SelfTestReport};
 pub use generation::{GenerateRequest, GenerationEvent, GenerationStats};
+pub use model::{ManifestFile, ModelFormat, ModelManifest, ModelOffer, ModelProgress};
 pub use task::{
     AgentEvent, Decision, ElementInfo, FormInfo, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason, Snapshot,
     TaskAction, TaskSettings, TaskUpdate, ToolOutput, ToolReply, ToolRequest,
@@ -39,8 +41,14 @@ pub enum RuntimeMessage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ToOffscreen {
-    /// Initialise the GPU, check it with a computation whose answer is known, load the model.
-    StartEngine,
+    /// Initialise the GPU, check it with a computation whose answer is known, load the model:
+    /// `model_id` is a manifest id from the settings, or `None` for the build's default (the
+    /// bundled test model in test builds). The response is the resulting `EngineStatus`, which is
+    /// `needs_model` when the model is not installed.
+    StartEngine { model_id: Option<String> },
+    /// Download, verify and store a model, then load it; `installing` statuses stream meanwhile
+    /// and the response is the final `EngineStatus`.
+    InstallModel { model_id: String },
     /// Generate a reply to a prompt, streaming `generation` events back.
     Generate { request: GenerateRequest },
     /// Start a task in the tab's conversation (created on first use).
@@ -59,6 +67,11 @@ pub enum ToWorker {
     EngineStatus { status: EngineStatus },
     /// From a tab: send me the engine's state now and whenever it changes.
     WatchEngine,
+    /// From a tab: the user agreed to download this model (the one a `needs_model` status offered).
+    InstallModel { model_id: String },
+    /// From the options page: a model was installed from a folder; start the engine again if it
+    /// was waiting for one.
+    ModelInstalled { model_id: String },
     /// From a tab: generate a reply to `prompt` (the worker assigns the request id).
     Generate { prompt: String, max_tokens: u32 },
     /// From the offscreen document: progress of a generation, for the tab that asked.
@@ -109,8 +122,8 @@ mod tests {
 
     #[test]
     fn wire_format_is_tagged_by_endpoint_and_kind() {
-        let msg = RuntimeMessage::Offscreen(ToOffscreen::StartEngine);
-        assert_eq!(msg.to_json(), r#"{"to":"offscreen","msg":{"kind":"start_engine"}}"#);
+        let msg = RuntimeMessage::Offscreen(ToOffscreen::StartEngine { model_id: None });
+        assert_eq!(msg.to_json(), r#"{"to":"offscreen","msg":{"kind":"start_engine","model_id":null}}"#);
         let back = RuntimeMessage::from_json(r#"{"to":"worker","msg":{"kind":"watch_engine"}}"#);
         assert_eq!(back, Some(RuntimeMessage::Worker(ToWorker::WatchEngine)));
     }

@@ -4,9 +4,9 @@ use ts_rs::{Config, TS};
 
 use crate::{
     AdapterReport, AgentEvent, Decision, ElementInfo, EngineFailure, EngineStatus, FailureKind, FormInfo,
-    GenerateRequest, GenerationEvent, GenerationStats, ModelInfo, Outcome, PageInfo, PauseReason, RiskLevel,
-    RiskReason, RuntimeMessage, SelfTestReport, Snapshot, TaskAction, TaskSettings, TaskUpdate, ToOffscreen, ToTab,
-    ToWorker, ToolOutput, ToolReply, ToolRequest,
+    GenerateRequest, GenerationEvent, GenerationStats, ManifestFile, ModelFormat, ModelInfo, ModelManifest, ModelOffer,
+    ModelProgress, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason, RuntimeMessage, SelfTestReport, Snapshot,
+    TaskAction, TaskSettings, TaskUpdate, ToOffscreen, ToTab, ToWorker, ToolOutput, ToolReply, ToolRequest,
 };
 
 /// Path of the generated file, relative to the repository root.
@@ -26,6 +26,11 @@ pub fn typescript_module() -> String {
         EngineFailure::decl(&cfg),
         FailureKind::decl(&cfg),
         ModelInfo::decl(&cfg),
+        ModelOffer::decl(&cfg),
+        ModelProgress::decl(&cfg),
+        ModelManifest::decl(&cfg),
+        ModelFormat::decl(&cfg),
+        ManifestFile::decl(&cfg),
         GenerateRequest::decl(&cfg),
         GenerationEvent::decl(&cfg),
         GenerationStats::decl(&cfg),

@@ -46,6 +46,15 @@ h3 { margin: 0 0 6px; font-size: 14px; }
 .engine .loading { width: 100%; height: 6px; margin: 6px 0 2px; accent-color: var(--accent); }
 .engine .error { color: var(--danger); margin: 6px 0 2px; }
 .engine .fix { margin: 2px 0 6px; color: var(--fg); }
+.engine[data-state="needs_model"] .status, .engine[data-state="installing"] .status { color: var(--fg); font-weight: 600; }
+.engine .offer { margin: 6px 0 2px; color: var(--fg); font-size: 13px; }
+.engine .download { width: 100%; height: 8px; margin: 6px 0 2px; accent-color: var(--accent); }
+.engine .download-amounts, .engine .download-rate, .engine .download-file { margin: 2px 0; }
+.engine .download-amounts { color: var(--fg); font-variant-numeric: tabular-nums; }
+.download-model { margin: 6px 0 4px; border: 1px solid var(--accent); border-radius: 6px; padding: 5px 12px;
+  background: var(--accent); color: var(--accent-fg); font-weight: 600; }
+.download-model:hover:not(:disabled) { background: var(--accent-hover); }
+.download-model:disabled { opacity: .6; }
 .engine-details summary { cursor: pointer; margin-top: 2px; }
 dl { display: grid; grid-template-columns: auto 1fr; gap: 2px 10px; margin: 6px 0; }
 dt { opacity: .75; }

@@ -1,7 +1,7 @@
 // The overlay: a launcher button and a panel inside a *closed* shadow root, so the page can neither
 // read nor restyle it. Its state is mirrored as data-* attributes on the host element for tests:
 // data-state (open/closed), data-view (chat/settings), data-engine, data-adapter, data-self-test,
-// data-values, data-failure, data-model, data-task, data-answer, data-cards, data-pending-call.
+// data-values, data-failure, data-model, data-offer, data-download, data-task, data-answer, data-cards, data-pending-call.
 //
 // The pieces live in ./ui: transcript.ts (the conversation as data), cards.ts (entries → DOM),
 // markdown.ts (safe rendering), composer.ts, engine-view.ts, settings-view.ts, persist.ts.
@@ -110,7 +110,10 @@ function createOverlay(): Overlay {
   const titleId = "hearth-title";
   const settingsToggle = button("settings", "⚙", t("settingsLabel"), { "aria-expanded": "false", "aria-controls": "hearth-settings" });
   const close = button("close", "×", t("closeLabel"));
-  const engine = engineView(() => connect());
+  const engine = engineView(
+    () => connect(),
+    (modelId) => send({ kind: "install_model", model_id: modelId }),
+  );
 
   const log = el("div", { class: "transcript", role: "log", "aria-live": "polite", "aria-label": t("transcriptLabel"), tabindex: "0" });
   const empty = el("div", { class: "empty" }, el("p", {}, t("emptyTitle")), el("p", { class: "meta" }, t("emptyHint")));

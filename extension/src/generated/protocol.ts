@@ -2,13 +2,13 @@
 
 export type RuntimeMessage = { "to": "offscreen", "msg": ToOffscreen } | { "to": "worker", "msg": ToWorker } | { "to": "tab", "msg": ToTab };
 
-export type ToOffscreen = { "kind": "start_engine" } | { "kind": "generate", request: GenerateRequest, } | { "kind": "start_task", tab_id: number, text: string, page: PageInfo | null, settings: TaskSettings, } | { "kind": "task_control", tab_id: number, action: TaskAction, };
+export type ToOffscreen = { "kind": "start_engine", model_id: string | null, } | { "kind": "install_model", model_id: string, } | { "kind": "generate", request: GenerateRequest, } | { "kind": "start_task", tab_id: number, text: string, page: PageInfo | null, settings: TaskSettings, } | { "kind": "task_control", tab_id: number, action: TaskAction, };
 
-export type ToWorker = { "kind": "offscreen_ready" } | { "kind": "engine_status", status: EngineStatus, } | { "kind": "watch_engine" } | { "kind": "generate", prompt: string, max_tokens: number, } | { "kind": "generation", event: GenerationEvent, } | { "kind": "start_task", text: string, page: PageInfo | null, } | { "kind": "task_control", action: TaskAction, } | { "kind": "task_update", tab_id: number, update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, };
+export type ToWorker = { "kind": "offscreen_ready" } | { "kind": "engine_status", status: EngineStatus, } | { "kind": "watch_engine" } | { "kind": "install_model", model_id: string, } | { "kind": "model_installed", model_id: string, } | { "kind": "generate", prompt: string, max_tokens: number, } | { "kind": "generation", event: GenerationEvent, } | { "kind": "start_task", text: string, page: PageInfo | null, } | { "kind": "task_control", action: TaskAction, } | { "kind": "task_update", tab_id: number, update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, };
 
 export type ToTab = { "kind": "engine_status", status: EngineStatus, } | { "kind": "generation", event: GenerationEvent, } | { "kind": "task_update", update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, } | { "kind": "cancel_tools" } | { "kind": "open_overlay" };
 
-export type EngineStatus = { "state": "idle" } | { "state": "starting" } | { "state": "ready", adapter: AdapterReport, self_test: SelfTestReport, model: ModelInfo | null, } | { "state": "failed", failure: EngineFailure, };
+export type EngineStatus = { "state": "idle" } | { "state": "starting" } | { "state": "ready", adapter: AdapterReport, self_test: SelfTestReport, model: ModelInfo | null, } | { "state": "needs_model", model: ModelOffer, } | { "state": "installing", model: ModelOffer, progress: ModelProgress, } | { "state": "failed", failure: EngineFailure, };
 
 export type AdapterReport = { 
 /**
@@ -80,7 +80,7 @@ message: string,
  */
 fix: string, };
 
-export type FailureKind = "webgpu_unavailable" | "gpu_device" | "self_test_failed" | "engine_load" | "model_load";
+export type FailureKind = "webgpu_unavailable" | "gpu_device" | "self_test_failed" | "engine_load" | "model_load" | "model_download" | "model_corrupt" | "storage_quota" | "model_unpinned";
 
 export type ModelInfo = { 
 /**
@@ -95,6 +95,69 @@ architecture: string, layers: number, vocab_size: number,
  * Wall time to read the weights onto the GPU, in milliseconds.
  */
 load_ms: number, };
+
+export type ModelOffer = { 
+/**
+ * The manifest id.
+ */
+id: string, name: string, 
+/**
+ * Everything to download, in bytes.
+ */
+total_bytes: number, 
+/**
+ * Bytes already stored from an interrupted download (they are not downloaded again).
+ */
+stored_bytes: number, };
+
+export type ModelProgress = { model_id: string, 
+/**
+ * The file being downloaded or checked.
+ */
+file: string, 
+/**
+ * Bytes stored so far, over all files (including those kept from an earlier attempt).
+ */
+bytes: number, total: number, 
+/**
+ * Recent download speed.
+ */
+bytes_per_s: number, 
+/**
+ * Seconds left at that speed; `None` until there is a speed to go by.
+ */
+eta_s: number | null, };
+
+export type ModelManifest = { 
+/**
+ * Stable id, also the manifest's file name: `gemma-4-e2b-it-4bit`.
+ */
+id: string, 
+/**
+ * A name for people: "Gemma 4 E2B (4-bit)".
+ */
+name: string, 
+/**
+ * The Hugging Face repository, `owner/name`.
+ */
+repo: string, 
+/**
+ * The pinned commit of `repo` (files are fetched at this revision, never at `main`); `None`
+ * until someone pins the manifest with models/pin.mjs.
+ */
+revision: string | null, format: ModelFormat, files: Array<ManifestFile>, };
+
+export type ModelFormat = "safetensors" | "mlx-4bit";
+
+export type ManifestFile = { 
+/**
+ * Path inside the repository, with `/`.
+ */
+path: string, size: number | null, 
+/**
+ * Lowercase hex SHA-256 of the whole file.
+ */
+sha256: string | null, };
 
 export type GenerateRequest = { 
 /**

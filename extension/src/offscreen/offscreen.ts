@@ -1,45 +1,26 @@
-// The offscreen document: loads the Rust engine (wasm), fetches model files, and answers the
-// service worker. All engine logic and every status shape live in Rust (crates/offscreen); this
-// file only moves bytes and messages.
+// The offscreen document: loads the Rust engine (wasm), finds the model's files (bundled with a
+// test build, or installed in the model store), downloads models, and answers the service
+// worker. Engine logic lives in Rust (crates/offscreen); model files live in ./model-store.ts.
 
-import type { EngineStatus, GenerateRequest, GenerationEvent, TaskUpdate, ToOffscreen, ToolReply, ToolRequest } from "../generated/protocol";
+import type { EngineFailure, EngineStatus, GenerateRequest, GenerationEvent, ModelManifest, ModelOffer, TaskUpdate, ToOffscreen, ToolReply, ToolRequest } from "../generated/protocol";
 import { isRuntimeMessage, sendToWorker } from "../shared/messages";
-
-/** The exports of crates/offscreen, as wasm-bindgen generates them. */
-interface Engine {
-  default(): Promise<unknown>;
-  startEngine(vendor: string, architecture: string, model?: unknown): Promise<string>;
-  webgpuUnavailable(detail: string): string;
-  generate(request: string, onEvent: (event: string) => void): Promise<void>;
-  setTaskHost(onUpdate: (tabId: number, update: string) => void, runTool: (request: string) => Promise<string>): void;
-  taskMessage(message: string): Promise<void>;
-  ModelFiles: new (
-    name: string,
-    configJson: string,
-    generationConfigJson: string | undefined,
-    weights: Uint8Array,
-    tokenizerJson: Uint8Array,
-    chatTemplate: string,
-  ) => unknown;
-}
-
-/** What `cargo xtask build` wrote about this build (build-info.json). */
-interface BuildInfo {
-  /** Folder of a small model bundled for tests, or null in release builds. */
-  bundled_model: string | null;
-}
+import { buildInfo, DEFAULT_MODEL_ID, loadManifest, totalBytes, unpinnedReason } from "../shared/models";
+import * as store from "./model-store";
+import { loadWasm, type Wasm } from "./wasm";
 
 /** The slice of the WebGPU API used here (the DOM typings do not include WebGPU yet). */
 interface Gpu {
   requestAdapter(): Promise<{ info?: { vendor: string; architecture: string } } | null>;
 }
 
-let engine: Promise<Engine> | null = null;
+let engine: Promise<Wasm> | null = null;
+/** Which model the engine holds: `bundled:<folder>` or `store:<id>@<revision>`. */
+let loadedModel: string | null = null;
+let installing: Promise<EngineStatus> | null = null;
 
-function loadEngine(): Promise<Engine> {
+function loadEngine(): Promise<Wasm> {
   engine ??= (async () => {
-    const module = (await import(chrome.runtime.getURL("wasm/hearth_offscreen.js"))) as Engine;
-    await module.default();
+    const module = await loadWasm();
     module.setTaskHost(
       (tabId, update) => void sendToWorker({ kind: "task_update", tab_id: tabId, update: JSON.parse(update) as TaskUpdate }),
       (request) => runTool(JSON.parse(request) as ToolRequest),
@@ -49,19 +30,42 @@ function loadEngine(): Promise<Engine> {
   return engine;
 }
 
+/**
+ * Test builds only (the code is not in release bundles): tests set `globalThis.hearthTestHooks`
+ * in this document over the DevTools protocol to download from a local server, to store smaller
+ * parts, or to make the store see a tiny quota.
+ */
+interface TestHooks {
+  downloadBase?: string;
+  partBytes?: number;
+  backoffMs?: number;
+  quotaBytes?: number;
+}
+
+function downloadOptions(): store.DownloadOptions {
+  if (!__HEARTH_TEST_BUILD__) return store.DEFAULT_DOWNLOAD;
+  const hooks: TestHooks = (globalThis as { hearthTestHooks?: TestHooks }).hearthTestHooks ?? {};
+  const quota = hooks.quotaBytes;
+  return {
+    ...store.DEFAULT_DOWNLOAD,
+    baseUrl: hooks.downloadBase ?? store.DEFAULT_DOWNLOAD.baseUrl,
+    partBytes: hooks.partBytes ?? store.DEFAULT_DOWNLOAD.partBytes,
+    backoffMs: hooks.backoffMs ?? store.DEFAULT_DOWNLOAD.backoffMs,
+    estimate: quota === undefined ? store.DEFAULT_DOWNLOAD.estimate : async () => ({ quota, usage: 0 }),
+  };
+}
+
 async function fetchBytes(url: string): Promise<Uint8Array> {
   const response = await fetch(url);
   if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
   return new Uint8Array(await response.arrayBuffer());
 }
 
-/** The model bundled with a test build, if any. */
-async function bundledModel(wasm: Engine): Promise<unknown> {
-  const info = (await (await fetch(chrome.runtime.getURL("build-info.json"))).json()) as BuildInfo;
-  if (!info.bundled_model) return undefined;
-  const base = chrome.runtime.getURL(`${info.bundled_model}/`);
+/** The model bundled with a test build, from the extension's own files. */
+async function bundledModel(wasm: Wasm, folder: string): Promise<unknown> {
+  const base = chrome.runtime.getURL(`${folder}/`);
   const text = async (file: string) => new TextDecoder().decode(await fetchBytes(base + file));
-  const name = info.bundled_model.split("/").pop() ?? "model";
+  const name = folder.split("/").pop() ?? "model";
   return new wasm.ModelFiles(
     `${name} (test model, random weights)`,
     await text("config.json"),
@@ -72,29 +76,132 @@ async function bundledModel(wasm: Engine): Promise<unknown> {
   );
 }
 
-async function engineStatus(): Promise<EngineStatus> {
-  let wasm: Engine;
-  let model: unknown;
-  try {
-    wasm = await loadEngine();
-    model = await bundledModel(wasm);
-  } catch (error) {
-    engine = null;
-    return {
-      state: "failed",
-      failure: {
-        kind: "engine_load",
-        message: `The engine failed to load: ${String(error)}`,
-        fix: "Reload Hearth from chrome://extensions; if it persists, reinstall it.",
-      },
-    };
+/** An installed model, read from the store only: no network request. */
+async function storedModel(wasm: Wasm, m: ModelManifest): Promise<unknown> {
+  const has = (path: string) => m.files.some((f) => f.path === path);
+  const text = async (path: string) => new TextDecoder().decode(await store.readFile(m, path));
+  if (!has("model.safetensors") || !has("config.json") || !has("tokenizer.json")) {
+    throw new store.InstallError(
+      "model_load",
+      `${m.name} has no config.json, tokenizer.json and single model.safetensors; the engine cannot load sharded weights yet.`,
+      "Choose another model in Hearth's settings.",
+    );
   }
+  let template: string;
+  if (has("chat_template.jinja")) template = await text("chat_template.jinja");
+  else if (has("tokenizer_config.json")) template = String((JSON.parse(await text("tokenizer_config.json")) as { chat_template?: unknown }).chat_template ?? "");
+  else template = "";
+  if (!template) throw new store.InstallError("model_load", `${m.name} has no chat template.`, "Choose another model in Hearth's settings.");
+  return new wasm.ModelFiles(
+    m.name,
+    await text("config.json"),
+    has("generation_config.json") ? await text("generation_config.json") : undefined,
+    await store.readFile(m, "model.safetensors"),
+    await store.readFile(m, "tokenizer.json"),
+    template,
+  );
+}
+
+/** Why `m` cannot be offered at all, as a status, or null. */
+function manifestProblem(m: ModelManifest): EngineStatus | null {
+  const unpinned = unpinnedReason(m);
+  if (unpinned) return failed("model_unpinned", unpinned, "Choose another model in Hearth's settings, or update Hearth once this model is pinned.");
+  if (m.format !== "safetensors") {
+    return failed("model_load", `The engine cannot read ${m.name}'s ${m.format} weights yet.`, "Choose another model in Hearth's settings.");
+  }
+  return null;
+}
+
+async function offerOf(m: ModelManifest): Promise<ModelOffer> {
+  return { id: m.id, name: m.name, total_bytes: totalBytes(m), stored_bytes: await store.storedBytes(m) };
+}
+
+function failed(kind: EngineFailure["kind"], message: string, fix: string): EngineStatus {
+  return { state: "failed", failure: { kind, message, fix } };
+}
+
+function failureOf(error: unknown): EngineStatus {
+  if (error instanceof store.InstallError) return failed(error.kind, error.message, error.fix);
+  return failed("model_load", `The model could not be read: ${String(error)}`, "Press Retry; if it persists, delete the model in Hearth's options and install it again.");
+}
+
+/** The GPU's vendor and architecture, or the status saying there is no WebGPU. */
+async function adapterOf(wasm: Wasm): Promise<{ vendor: string; architecture: string } | EngineStatus> {
   const gpu = (navigator as Navigator & { gpu?: Gpu }).gpu;
   if (!gpu) return JSON.parse(wasm.webgpuUnavailable("navigator.gpu is undefined")) as EngineStatus;
   const adapter = await gpu.requestAdapter();
   if (!adapter) return JSON.parse(wasm.webgpuUnavailable("requestAdapter() found no adapter")) as EngineStatus;
-  const info = adapter.info ?? { vendor: "", architecture: "" };
-  return JSON.parse(await wasm.startEngine(info.vendor, info.architecture, model)) as EngineStatus;
+  return adapter.info ?? { vendor: "", architecture: "" };
+}
+
+/**
+ * Starts the engine with `modelId` (a manifest id; null is the build's default: its bundled test
+ * model, else DEFAULT_MODEL_ID). A model that is not installed yet gives `needs_model`, once the
+ * GPU has shown it works.
+ */
+async function engineStatus(modelId: string | null): Promise<EngineStatus> {
+  let wasm: Wasm;
+  let bundled: string | null;
+  try {
+    wasm = await loadEngine();
+    bundled = (await buildInfo()).bundled_model;
+  } catch (error) {
+    engine = null;
+    return failed("engine_load", `The engine failed to load: ${String(error)}`, "Reload Hearth from chrome://extensions; if it persists, reinstall it.");
+  }
+  const adapter = await adapterOf(wasm);
+  if ("state" in adapter) return adapter;
+  const start = async (files?: unknown) => JSON.parse(await wasm.startEngine(adapter.vendor, adapter.architecture, files)) as EngineStatus;
+
+  let key: string;
+  let files: unknown;
+  try {
+    if (modelId === null && bundled) {
+      key = `bundled:${bundled}`;
+      if (loadedModel !== key) files = await bundledModel(wasm, bundled);
+    } else {
+      const manifest = await loadManifest(modelId ?? DEFAULT_MODEL_ID);
+      const problem = manifestProblem(manifest);
+      if (problem) return problem;
+      key = `store:${manifest.id}@${manifest.revision}`;
+      if (loadedModel !== key) {
+        if (!(await store.isInstalled(manifest))) {
+          // No download before the GPU has shown that it can run the model.
+          const status = await start();
+          return status.state === "ready" ? { state: "needs_model", model: await offerOf(manifest) } : status;
+        }
+        files = await storedModel(wasm, manifest);
+      }
+    }
+  } catch (error) {
+    return failureOf(error);
+  }
+  const status = await start(files);
+  if (status.state === "ready" && files !== undefined) loadedModel = key;
+  return status;
+}
+
+/** Downloads and installs `modelId`, streaming `installing` statuses, then starts the engine with it. */
+function installModel(modelId: string): Promise<EngineStatus> {
+  installing ??= (async () => {
+    try {
+      const wasm = await loadEngine();
+      const manifest = await loadManifest(modelId);
+      const problem = manifestProblem(manifest);
+      if (problem) return problem;
+      const model = await offerOf(manifest);
+      await store.download(
+        manifest,
+        () => new wasm.Sha256(),
+        (progress) => void sendToWorker({ kind: "engine_status", status: { state: "installing", model, progress } }),
+        downloadOptions(),
+      );
+    } catch (error) {
+      return failureOf(error);
+    }
+    return engineStatus(modelId);
+  })().finally(() => (installing = null));
+  return installing;
 }
 
 async function generate(request: GenerateRequest): Promise<void> {
@@ -135,7 +242,10 @@ chrome.runtime.onMessage.addListener((message: unknown, _sender, sendResponse) =
   switch (msg.kind) {
     case "start_engine":
       // The worker waits for the answer.
-      void engineStatus().then(sendResponse);
+      void engineStatus(msg.model_id).then(sendResponse);
+      return true;
+    case "install_model":
+      void installModel(msg.model_id).then(sendResponse);
       return true;
     case "generate":
       void generate(msg.request);

@@ -2,10 +2,15 @@
 // overlay, the options page and the service worker; written by the overlay and the options page.
 
 import type { TaskSettings } from "../generated/protocol";
+import { CHOOSABLE_MODELS, DEFAULT_MODEL_ID } from "./models";
 
 export interface Settings {
-  /** Which Gemma 4 model to download and run. */
-  model: "e2b" | "e4b";
+  /**
+   * The model to run: a manifest id (models/*.json), or "" for the build's default, which is the
+   * bundled test model in test builds and DEFAULT_MODEL_ID otherwise. A model named here always
+   * comes from the model store (downloaded, or installed from a folder).
+   */
+  model: string;
   /** Let the model think before it answers (slower, often better on multi-step tasks). */
   thinking: boolean;
   /** Model calls per task before it pauses and asks to continue. */
@@ -17,7 +22,7 @@ export interface Settings {
 }
 
 export const DEFAULT_SETTINGS: Settings = {
-  model: "e2b",
+  model: "",
   thinking: false,
   maxIterations: 25,
   temperature: 0,
@@ -52,12 +57,20 @@ function sanitize(s: Settings): Settings {
   const number = (value: unknown, fallback: number, min: number, max: number) =>
     typeof value === "number" && Number.isFinite(value) ? Math.min(max, Math.max(min, value)) : fallback;
   return {
-    model: s.model === "e4b" ? "e4b" : "e2b",
+    model: modelId(s.model),
     thinking: s.thinking === true,
     maxIterations: Math.round(number(s.maxIterations, DEFAULT_SETTINGS.maxIterations, 1, 100)),
     temperature: number(s.temperature, DEFAULT_SETTINGS.temperature, 0, 2),
     disabledSites: Array.isArray(s.disabledSites) ? s.disabledSites.filter((o) => typeof o === "string") : [],
   };
+}
+
+/** A well-formed model id or "" (the manifest itself is checked where the model is loaded). */
+function modelId(value: unknown): string {
+  // Versions before model downloads stored "e2b" or "e4b".
+  if (value === "e2b") return DEFAULT_MODEL_ID;
+  if (value === "e4b") return CHOOSABLE_MODELS[1];
+  return typeof value === "string" && /^[a-z0-9][a-z0-9._-]{0,99}$/.test(value) ? value : "";
 }
 
 /** The origin settings are keyed by, or null for pages Hearth never runs on. */

@@ -12,6 +12,10 @@ import { runTool } from "./tools";
 const OFFSCREEN_URL = "offscreen.html";
 
 let status: EngineStatus = { state: "idle" };
+/** The model the engine was last started with (settings.model; null: the build's default). */
+let engineModel: string | null = null;
+/** A download runs in the offscreen document: its `installing` statuses are current. */
+let installInFlight = false;
 const watchers = new Set<number>();
 let offscreenStarting: Promise<void> | null = null;
 let onOffscreenReady: (() => void) | null = null;
@@ -26,7 +30,13 @@ void chrome.storage.session.setAccessLevel({ accessLevel: "TRUSTED_AND_UNTRUSTED
 
 chrome.runtime.onInstalled.addListener(() => void registerContentScript());
 chrome.runtime.onStartup.addListener(() => void registerContentScript());
-onSettingsChanged(() => void registerContentScript());
+onSettingsChanged((settings) => {
+  void registerContentScript();
+  // Another model was chosen: start the engine again with it (it is offered for download if it
+  // is not installed). An engine nobody asked for yet, or one busy starting, picks it up itself.
+  const model = settings.model || null;
+  if (model !== engineModel && !["idle", "starting", "installing"].includes(status.state)) void startEngine();
+});
 
 chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) => {
   if (!isRuntimeMessage(message) || message.to !== "worker") return false;
@@ -61,7 +71,8 @@ function handle(msg: ToWorker, sender: chrome.runtime.MessageSender): Promise<un
       onOffscreenReady?.();
       break;
     case "engine_status":
-      setStatus(msg.status);
+      // Progress that arrives after the download ended (messages may cross) is stale.
+      if (msg.status.state !== "installing" || installInFlight) setStatus(msg.status);
       break;
     case "watch_engine":
       if (tabId === undefined) return;
@@ -73,6 +84,13 @@ function handle(msg: ToWorker, sender: chrome.runtime.MessageSender): Promise<un
       else if (status.state === "ready") void restartIfGone();
       // The overlay keys its stored transcript by tab; a content script cannot learn its tab id.
       return Promise.resolve({ tab_id: tabId });
+    case "install_model":
+      if (status.state === "needs_model" && status.model.id === msg.model_id) void installModel(msg.model_id);
+      break;
+    case "model_installed":
+      // Installed from a folder in the options page: an engine waiting for a model can load it now.
+      if (status.state === "needs_model" || status.state === "failed") void startEngine();
+      break;
     case "generate": {
       if (tabId === undefined) return;
       const requestId = nextRequestId++;
@@ -157,16 +175,19 @@ async function restartIfGone(): Promise<void> {
 
 /** Makes sure the engine runs (a restarted worker or a torn-down offscreen document start it again). */
 async function ensureEngine(): Promise<void> {
-  if (status.state === "ready" && (await chrome.offscreen.hasDocument())) return;
-  await startEngine();
+  if (!(status.state === "ready" && (await chrome.offscreen.hasDocument()))) await startEngine();
+  const now = status as EngineStatus;
+  if (now.state === "needs_model") throw new Error(`${now.model.name} is not installed yet: open Hearth and download it`);
+  if (now.state === "failed") throw new Error(now.failure.message);
 }
 
 async function startEngine(): Promise<void> {
   setStatus({ state: "starting" });
   try {
     await ensureOffscreenDocument();
-    // The offscreen document answers once the engine is ready (or failed) and also reports it.
-    const next = (await toOffscreen({ kind: "start_engine" })) as EngineStatus | undefined;
+    engineModel = (await loadSettings()).model || null;
+    // The offscreen document answers once the engine is ready (or failed), or with the model to install.
+    const next = (await toOffscreen({ kind: "start_engine", model_id: engineModel })) as EngineStatus | undefined;
     if (next) setStatus(next);
   } catch (error) {
     setStatus({
@@ -178,6 +199,30 @@ async function startEngine(): Promise<void> {
       },
     });
   }
+}
+
+/** Downloads a model in the offscreen document (it streams `installing` statuses), then loads it. */
+async function installModel(modelId: string): Promise<void> {
+  if (installInFlight) return;
+  installInFlight = true;
+  const offered = status.state === "needs_model" ? status.model : null;
+  if (offered) {
+    const progress = { model_id: modelId, file: "", bytes: offered.stored_bytes, total: offered.total_bytes, bytes_per_s: 0, eta_s: null };
+    setStatus({ state: "installing", model: offered, progress });
+  }
+  let next: EngineStatus | undefined;
+  try {
+    await ensureOffscreenDocument();
+    next = (await toOffscreen({ kind: "install_model", model_id: modelId })) as EngineStatus | undefined;
+  } catch (error) {
+    next = {
+      state: "failed",
+      failure: { kind: "model_download", message: `The download stopped: ${String(error)}`, fix: "Press Retry; the download resumes from what is already stored." },
+    };
+  } finally {
+    installInFlight = false;
+  }
+  if (next) setStatus(next);
 }
 
 /** Creates the offscreen document once and waits until its script listens. */

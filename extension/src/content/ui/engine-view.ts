@@ -1,18 +1,20 @@
 // The engine's state above the conversation: starting (with a progress bar), ready (a one-line
-// summary, GPU details folded away), or failed (what happened, what fixes it, and Retry). The
-// state is mirrored on the host element (data-engine, data-adapter, data-self-test, data-values,
-// data-failure, data-model) for tests.
+// summary, GPU details folded away), needs_model (the model to download, its size, Download),
+// installing (bytes, %, speed, time left), or failed (what happened, what fixes it, and Retry).
+// The state is mirrored on the host element (data-engine, data-adapter, data-self-test,
+// data-values, data-failure, data-model, data-offer, data-download) for tests.
 
 import type { EngineStatus } from "../../generated/protocol";
 import { button, el } from "./dom";
-import { formatNumber, t } from "./i18n";
+import { formatBytes, formatDuration, formatNumber, t } from "./i18n";
 
 export interface EngineView {
   element: HTMLElement;
   render(status: EngineStatus, data: DOMStringMap): void;
 }
 
-export function engineView(retry: () => void): EngineView {
+/** `retry` starts the engine again; `install` downloads the offered model. */
+export function engineView(retry: () => void, install: (modelId: string) => void): EngineView {
   const line = el("p", { class: "status", role: "status", "aria-live": "polite" }, t("engineIdle"));
   const body = el("div", { class: "engine-body" });
   const element = el("div", { class: "engine" }, line, body);
@@ -27,6 +29,8 @@ export function engineView(retry: () => void): EngineView {
       delete data.values;
       delete data.failure;
       delete data.model;
+      delete data.offer;
+      delete data.download;
       data.engine = status.state;
       switch (status.state) {
         case "idle":
@@ -76,6 +80,43 @@ export function engineView(retry: () => void): EngineView {
             ),
           );
           if (!test.passed) body.append(el("p", { class: "error" }, t("selfTestFailedHelp")));
+          break;
+        }
+        case "needs_model": {
+          const { model } = status;
+          data.offer = model.id;
+          line.textContent = t("modelNeeded");
+          const resume = model.stored_bytes > 0;
+          const question = resume
+            ? t("downloadResumePrompt", model.name, formatBytes(model.stored_bytes), formatBytes(model.total_bytes))
+            : t("downloadPrompt", model.name, formatBytes(model.total_bytes));
+          const download = button("download-model", resume ? t("resumeButton") : t("downloadButton"));
+          download.dataset.model = model.id;
+          download.addEventListener("click", () => {
+            download.disabled = true;
+            install(model.id);
+          });
+          body.append(el("p", { class: "offer" }, question), el("p", { class: "help" }, t("downloadHelp")), download);
+          break;
+        }
+        case "installing": {
+          const { model, progress } = status;
+          const percent = progress.total > 0 ? Math.min(100, (100 * progress.bytes) / progress.total) : 0;
+          data.offer = model.id;
+          data.download = percent.toFixed(1);
+          line.textContent = t("modelInstalling", model.name);
+          const bar = el("progress", { class: "download", max: "100", value: percent.toFixed(1), "aria-label": t("modelInstalling", model.name) });
+          const amounts = t("downloadProgress", formatBytes(progress.bytes), formatBytes(progress.total), formatNumber(percent, 0));
+          const rate =
+            progress.bytes_per_s > 0 && progress.eta_s !== null
+              ? t("downloadSpeed", formatBytes(progress.bytes_per_s), formatDuration(progress.eta_s))
+              : t("downloadSpeedUnknown");
+          body.append(
+            bar,
+            el("p", { class: "download-amounts" }, amounts),
+            el("p", { class: "download-rate meta" }, rate),
+            progress.file ? el("p", { class: "download-file meta" }, t("downloadFile", progress.file)) : null,
+          );
           break;
         }
         case "failed": {

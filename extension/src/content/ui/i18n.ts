@@ -10,3 +10,23 @@ export function formatNumber(value: number, fractionDigits = 0): string {
     maximumFractionDigits: fractionDigits,
   });
 }
+
+/** A size for people: "326 KB", "1.4 GB" (decimal units, as browsers' download lists show them). */
+export function formatBytes(bytes: number): string {
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1000 && unit < units.length - 1) {
+    value /= 1000;
+    unit++;
+  }
+  return `${formatNumber(value, unit > 0 && value < 10 ? 1 : 0)} ${units[unit]}`;
+}
+
+/** A time left for people: "40 s", "3 min 5 s", "1 h 12 min". */
+export function formatDuration(seconds: number): string {
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return t("durationSeconds", String(s));
+  if (s < 3600) return t("durationMinutes", String(Math.floor(s / 60)), String(s % 60));
+  return t("durationHours", String(Math.floor(s / 3600)), String(Math.floor((s % 3600) / 60)));
+}

@@ -1,6 +1,7 @@
 // The settings form shared by the overlay's settings view and the options page. Values are saved
 // to chrome.storage.sync through shared/settings.ts (which clamps them) as soon as they change.
 
+import { CHOOSABLE_MODELS, DEFAULT_MODEL_ID } from "../../shared/models";
 import type { Settings } from "../../shared/settings";
 import { el, uid } from "./dom";
 import { t } from "./i18n";
@@ -31,14 +32,14 @@ export function settingsForm(onChange: (patch: Partial<Settings>) => void): Sett
   const model = el(
     "select",
     { class: "setting-model", name: "model" },
-    el("option", { value: "e2b" }, t("modelE2B")),
-    el("option", { value: "e4b" }, t("modelE4B")),
+    el("option", { value: CHOOSABLE_MODELS[0] }, t("modelE2B")),
+    el("option", { value: CHOOSABLE_MODELS[1] }, t("modelE4B")),
   );
   const thinking = el("input", { class: "setting-thinking", name: "thinking", type: "checkbox" });
   const maxIterations = el("input", { class: "setting-max-iterations", name: "maxIterations", type: "number", min: "1", max: "100", step: "1", inputmode: "numeric" });
   const temperature = el("input", { class: "setting-temperature", name: "temperature", type: "number", min: "0", max: "2", step: "0.1", inputmode: "decimal" });
 
-  model.addEventListener("change", () => onChange({ model: model.value === "e4b" ? "e4b" : "e2b" }));
+  model.addEventListener("change", () => onChange({ model: model.value }));
   thinking.addEventListener("change", () => onChange({ thinking: thinking.checked }));
   const numeric = (input: HTMLInputElement, key: "maxIterations" | "temperature") =>
     input.addEventListener("change", () => {
@@ -59,7 +60,10 @@ export function settingsForm(onChange: (patch: Partial<Settings>) => void): Sett
   return {
     element,
     show(settings) {
-      model.value = settings.model;
+      // "" is the build's default; a model chosen elsewhere (a test model) is shown as it is.
+      const id = settings.model || DEFAULT_MODEL_ID;
+      if (![...model.options].some((o) => o.value === id)) model.append(el("option", { value: id }, id));
+      model.value = id;
       thinking.checked = settings.thinking;
       maxIterations.value = String(settings.maxIterations);
       temperature.value = String(settings.temperature);

@@ -1,0 +1,27 @@
+// The exports of crates/offscreen, as wasm-bindgen generates them, and loading the module. Used
+// by the offscreen document (the engine) and the options page (only `Sha256`, to check a folder).
+
+export interface Wasm {
+  default(): Promise<unknown>;
+  startEngine(vendor: string, architecture: string, model?: unknown): Promise<string>;
+  webgpuUnavailable(detail: string): string;
+  generate(request: string, onEvent: (event: string) => void): Promise<void>;
+  setTaskHost(onUpdate: (tabId: number, update: string) => void, runTool: (request: string) => Promise<string>): void;
+  taskMessage(message: string): Promise<void>;
+  ModelFiles: new (
+    name: string,
+    configJson: string,
+    generationConfigJson: string | undefined,
+    weights: Uint8Array,
+    tokenizerJson: Uint8Array,
+    chatTemplate: string,
+  ) => unknown;
+  Sha256: new () => { update(bytes: Uint8Array): void; finalize(): string; free(): void };
+}
+
+/** Imports and instantiates the module (once per page). */
+export async function loadWasm(): Promise<Wasm> {
+  const module = (await import(chrome.runtime.getURL("wasm/hearth_offscreen.js"))) as Wasm;
+  await module.default();
+  return module;
+}
