@@ -2,7 +2,7 @@
 // Usage: node build.mjs <out-dir>   (cargo xtask build calls this after wasm-bindgen)
 
 import { build } from "esbuild";
-import { cpSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { basename, join, resolve } from "node:path";
 
 // Usage: node build.mjs <out-dir> [--bundle-model <model-dir>]
@@ -11,7 +11,20 @@ const modelFlag = process.argv.indexOf("--bundle-model");
 const bundledModelDir = modelFlag > 0 ? resolve(process.argv[modelFlag + 1]) : null;
 mkdirSync(outdir, { recursive: true });
 
-const common = { outdir, bundle: true, target: "chrome124", sourcemap: "linked", legalComments: "none", logLevel: "warning" };
+// A test build is one that bundles a test model: it also gets the test model's manifest and the
+// test-only hooks (`__HEARTH_TEST_BUILD__`; release bundles leave that code out).
+const testBuild = bundledModelDir !== null;
+const common = {
+  outdir,
+  bundle: true,
+  target: "chrome124",
+  sourcemap: "linked",
+  legalComments: "none",
+  logLevel: "warning",
+  define: { __HEARTH_TEST_BUILD__: String(testBuild) },
+  // Drops the `if (!__HEARTH_TEST_BUILD__)` branches it can decide (identifiers stay readable).
+  minifySyntax: true,
+};
 // The worker and the offscreen document are ES modules; the content script is a classic script.
 await build({
   ...common,
@@ -33,5 +46,16 @@ if (bundledModelDir) {
     cpSync(join(bundledModelDir, file), join(target, file));
   }
 }
-writeFileSync(join(outdir, "build-info.json"), JSON.stringify({ bundled_model }, null, 2) + "\n");
+// The model manifests (models/README.md): the downloadable models, plus models/test/ in test builds.
+const modelsDir = resolve(import.meta.dirname, "../models");
+rmSync(join(outdir, "models"), { recursive: true, force: true });
+mkdirSync(join(outdir, "models"));
+const models = [];
+for (const dir of testBuild ? [modelsDir, join(modelsDir, "test")] : [modelsDir]) {
+  for (const name of readdirSync(dir).filter((n) => n.endsWith(".json")).sort()) {
+    cpSync(join(dir, name), join(outdir, "models", name));
+    models.push(name.slice(0, -".json".length));
+  }
+}
+writeFileSync(join(outdir, "build-info.json"), JSON.stringify({ bundled_model, models }, null, 2) + "\n");
 console.log(`bundled into ${outdir}`);

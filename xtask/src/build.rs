@@ -34,8 +34,24 @@ pub fn assemble(root: &Path, wasm: &Path, options: &Options) -> Result<PathBuf, 
         bundle.arg("--bundle-model").arg(root.join(TEST_MODEL));
     }
     process::run(bundle)?;
+    if options.release {
+        check_release_bundle(&dist)?;
+    }
     println!("xtask: extension ready in {} (load it unpacked from chrome://extensions)", dist.display());
     Ok(dist)
+}
+
+/// Belt and braces for build.mjs's `__HEARTH_TEST_BUILD__`: the test hooks of the model store
+/// (download from another server, a fake quota) and the test model's manifest must not ship.
+fn check_release_bundle(dist: &Path) -> Result<(), String> {
+    let offscreen = std::fs::read_to_string(dist.join("offscreen.js")).map_err(|e| e.to_string())?;
+    if offscreen.contains("hearthTestHooks") {
+        return Err("the release offscreen.js contains the test hooks; check build.mjs's define".into());
+    }
+    if dist.join("models/tiny-chat.json").exists() {
+        return Err("the release build carries the test model's manifest".into());
+    }
+    Ok(())
 }
 
 /// `npm ci` when node_modules is missing or older than package-lock.json.

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use ts_rs::TS;
 
 use crate::page::{ElementInfo, PageInfo};
-use crate::tools::{NAVIGATE, RUN_JAVASCRIPT, RiskLevel, ToolDefinition};
+use crate::tools::{NAVIGATE, PRESS_KEY, RUN_JAVASCRIPT, RiskLevel, ToolDefinition};
 
 /// Words on a target that mean the action commits something (matched as word prefixes, so
 /// "payment" and "deleted" count). Over-asking is the safe failure.
@@ -99,7 +99,10 @@ pub fn assess(
 ) -> Assessment {
     let mut reasons = BTreeSet::new();
     let mut risk = tool.risk;
-    let interacts = matches!(tool.name.as_str(), "click" | "type" | "select");
+    // Enter and Space act like a click on their target (and Enter submits a field's form).
+    let commits_key =
+        tool.name == PRESS_KEY && matches!(arguments.get("key").and_then(Value::as_str), Some("Enter" | "Space"));
+    let interacts = matches!(tool.name.as_str(), "click" | "type" | "select") || commits_key;
     if tool.name == RUN_JAVASCRIPT {
         reasons.insert(RiskReason::RunsJavascript);
     }
@@ -131,8 +134,12 @@ pub fn assess(
                 if is_payment_field(el) {
                     reasons.insert(RiskReason::PaymentField);
                 }
+            }
+            if tool.name == "type" || commits_key {
                 // Pressing Enter submits the form: judge the form like a submit button.
-                if arguments.get("submit") == Some(&Value::Bool(true))
+                let enter = arguments.get("submit") == Some(&Value::Bool(true))
+                    || arguments.get("key").and_then(Value::as_str) == Some("Enter");
+                if enter
                     && let Some(word) = el.form.as_ref().and_then(|f| danger_word(&format!("{} {}", f.action, f.name)))
                 {
                     reasons.insert(RiskReason::DangerousWord { word });
@@ -308,6 +315,30 @@ mod tests {
 
     fn click(el: &ElementInfo, url: &str) -> Assessment {
         assess(&tool("click"), json!({"index": 1}).as_object().unwrap(), Some(el), Some(&page(url)))
+    }
+
+    #[test]
+    fn enter_and_space_commit_like_a_click_other_keys_do_not() {
+        let press = |key: &str, el: &ElementInfo| {
+            assess(
+                &tool("press_key"),
+                json!({"key": key, "index": 1}).as_object().unwrap(),
+                Some(el),
+                Some(&page("https://shop.test/")),
+            )
+        };
+        assert!(press("Enter", &button("Place order")).needs_confirmation());
+        assert!(press("Space", &button("Delete")).needs_confirmation());
+        assert!(!press("ArrowDown", &button("Place order")).needs_confirmation());
+        // Enter in a field submits its form: the form's action counts.
+        let field = ElementInfo {
+            index: 1,
+            tag: "input".into(),
+            form: Some(FormInfo { action: "/checkout/pay".into(), ..Default::default() }),
+            ..Default::default()
+        };
+        assert!(press("Enter", &field).needs_confirmation());
+        assert!(!press("Escape", &field).needs_confirmation());
     }
 
     #[test]

@@ -48,6 +48,25 @@ pub const SNAPSHOT: &str = "snapshot";
 pub const READ_PAGE: &str = "read_page";
 pub const RUN_JAVASCRIPT: &str = "run_javascript";
 pub const NAVIGATE: &str = "navigate";
+pub const PRESS_KEY: &str = "press_key";
+
+/// The keys `press_key` offers (KeyboardEvent names; "Space" for the space bar).
+pub const KEYS: &[&str] = &[
+    "Enter",
+    "Escape",
+    "Tab",
+    "Space",
+    "Backspace",
+    "Delete",
+    "ArrowUp",
+    "ArrowDown",
+    "ArrowLeft",
+    "ArrowRight",
+    "Home",
+    "End",
+    "PageUp",
+    "PageDown",
+];
 
 fn def(name: &str, risk: RiskLevel, description: &str, properties: Value, required: &[&str]) -> ToolDefinition {
     let mut parameters = json!({"type": "object", "properties": properties});
@@ -107,6 +126,20 @@ pub fn builtin_tools() -> Vec<ToolDefinition> {
             json!({"direction": {"type": "string", "enum": ["up", "down", "top", "bottom"], "description": "Which way to scroll."},
                    "to_index": {"type": "integer", "minimum": 0, "description": "Scroll until this element from the latest snapshot is visible."}}),
             &[],
+        ),
+        def(
+            "hover",
+            Low,
+            "Move the mouse pointer onto an element by its number from the latest snapshot, for menus that open on hover and tooltips. Take a new snapshot afterwards to see what opened.",
+            json!({"index": index}),
+            &["index"],
+        ),
+        def(
+            PRESS_KEY,
+            Medium,
+            "Press a key on an element by its number from the latest snapshot (it gets the focus first), or on the focused element when no index is given. Use it for sliders, menus and other keyboard-driven widgets; Enter on a field submits its form.",
+            json!({"key": {"type": "string", "enum": KEYS, "description": "The key to press."}, "index": index}),
+            &["key"],
         ),
         def(
             NAVIGATE,

@@ -65,7 +65,7 @@ export const DEFAULT_DOWNLOAD: DownloadOptions = {
   estimate: () => navigator.storage.estimate(),
 };
 
-/** Reads the bytes `[start, end)` of a file, reporting bytes as they arrive (`fresh`: not from the cache). */
+/** Reads the bytes `[start, end)` of a file, reporting the number of bytes as they arrive. */
 type PartSource = (file: ManifestFile, start: number, end: number, onBytes: (n: number) => void) => Promise<Uint8Array>;
 
 interface FileMarker {
@@ -121,7 +121,8 @@ export async function download(
   options: DownloadOptions = DEFAULT_DOWNLOAD,
 ): Promise<void> {
   const source: PartSource = (file, start, end, onBytes) => fetchRange(m, file, start, end, onBytes, options);
-  await installWith(m, source, newHasher, onProgress, options);
+  const corruptFix = "Press Retry to download it again. If it keeps failing, the server is not sending the pinned revision's bytes.";
+  await installWith(m, source, newHasher, onProgress, options, corruptFix);
 }
 
 /**
@@ -151,7 +152,8 @@ export async function importFiles(
     onBytes(bytes.length);
     return bytes;
   };
-  await installWith(m, source, newHasher, onProgress, { ...DEFAULT_DOWNLOAD, ...options });
+  const corruptFix = `The folder holds another version of the file: download ${m.repo} at revision ${m.revision} again, or let Hearth download it.`;
+  await installWith(m, source, newHasher, onProgress, { ...DEFAULT_DOWNLOAD, ...options }, corruptFix);
 }
 
 async function installWith(
@@ -160,6 +162,7 @@ async function installWith(
   newHasher: () => Hasher,
   onProgress: (progress: ModelProgress) => void,
   options: DownloadOptions,
+  corruptFix: string,
 ): Promise<void> {
   const unpinned = unpinnedReason(m);
   if (unpinned) {
@@ -177,7 +180,7 @@ async function installWith(
   const progress = new ProgressMeter(m.id, total, onProgress);
   for (const file of m.files) {
     progress.startFile(file.path);
-    await storeFile(cache, m, file, source, newHasher, progress, options);
+    await storeFile(cache, m, file, source, newHasher, progress, options, corruptFix);
   }
   progress.report(true);
   await put(cache, installedKey(m), JSON.stringify(m), m, options);
@@ -193,6 +196,7 @@ async function storeFile(
   newHasher: () => Hasher,
   progress: ProgressMeter,
   options: DownloadOptions,
+  corruptFix: string,
 ): Promise<void> {
   const size = file.size!;
   if (await cache.match(markerKey(m, file.path))) {
@@ -206,12 +210,13 @@ async function storeFile(
     for (const [start, end] of ranges) {
       const key = partKey(m, file.path, start, end);
       const cached = await cache.match(key);
-      let bytes = cached ? new Uint8Array(await cached.arrayBuffer()) : null;
+      let bytes: Uint8Array | null = cached ? new Uint8Array(await cached.arrayBuffer()) : null;
       if (bytes && bytes.length === end - start) {
         progress.add(bytes.length, false);
       } else {
-        bytes = await source(file, start, end, (n) => progress.add(n, true));
-        await put(cache, key, bytes, m, options);
+        const fresh = await source(file, start, end, (n) => progress.add(n, true));
+        await put(cache, key, fresh, m, options);
+        bytes = fresh;
       }
       for (let at = 0; at < bytes.length; at += HASH_SLICE) hasher.update(bytes.subarray(at, at + HASH_SLICE));
     }
@@ -221,8 +226,8 @@ async function storeFile(
       await Promise.all(ranges.map(([start, end]) => cache.delete(partKey(m, file.path, start, end))));
       throw new InstallError(
         "model_corrupt",
-        `${file.path} of ${m.name} is corrupt: its SHA-256 is ${digest}, the manifest pins ${file.sha256}. It was deleted; nothing was installed.`,
-        "Press Retry to download it again. If it keeps failing, the server is sending other bytes than the pinned revision's.",
+        `${file.path} of ${m.name} is corrupt: its SHA-256 is ${digest.slice(0, 16)}…, the manifest pins ${file.sha256!.slice(0, 16)}…; it was deleted and nothing was installed.`,
+        corruptFix,
       );
     }
     const marker: FileMarker = { size, sha256: digest, parts: ranges };

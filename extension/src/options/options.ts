@@ -116,8 +116,12 @@ async function importFolder(files: File[]): Promise<void> {
   const byPath = new Map<string, Blob>(files.map((f) => [pathInFolder(f), f]));
   const manifests = await allManifests();
   const holds = (m: ModelManifest) => m.files.every((f) => byPath.has(f.path));
-  const sizesMatch = (m: ModelManifest) => m.files.every((f) => f.size === null || byPath.get(f.path)?.size === f.size);
-  const model = manifests.find((m) => holds(m) && sizesMatch(m)) ?? manifests.find(holds);
+  const pinned = (m: ModelManifest) => unpinnedReason(m) === null;
+  const sizesMatch = (m: ModelManifest) => m.files.every((f) => byPath.get(f.path)?.size === f.size);
+  // The model whose pinned sizes the folder matches; else one whose files it holds (the store then
+  // says which file differs, or that the manifest is not pinned).
+  const model =
+    manifests.find((m) => pinned(m) && holds(m) && sizesMatch(m)) ?? manifests.find((m) => pinned(m) && holds(m)) ?? manifests.find(holds);
   if (!model) {
     say("failed", t("importNoMatch", manifests.map((m) => m.name).join(", ")));
     return;

@@ -176,9 +176,9 @@ async function restartIfGone(): Promise<void> {
 /** Makes sure the engine runs (a restarted worker or a torn-down offscreen document start it again). */
 async function ensureEngine(): Promise<void> {
   if (!(status.state === "ready" && (await chrome.offscreen.hasDocument()))) await startEngine();
+  // A model that is not installed is not replaced by whichever one the engine still holds.
   const now = status as EngineStatus;
-  if (now.state === "needs_model") throw new Error(`${now.model.name} is not installed yet: open Hearth and download it`);
-  if (now.state === "failed") throw new Error(now.failure.message);
+  if (now.state === "needs_model" || now.state === "installing") throw new Error(`${now.model.name} is not installed yet: open Hearth and download it`);
 }
 
 async function startEngine(): Promise<void> {

@@ -645,3 +645,74 @@ test("read_page: main content, the selection first, a budget; reading never acts
   assert.match(long.text, /\n\[… \d{5} more characters left out\]$/);
   await t.done();
 });
+
+test("hover opens a menu that opens on hover; press_key drives keyboard widgets and a range input", async () => {
+  const t = await open(`<!doctype html><title>Keys</title>
+    <nav><button id="file" type="button">File</button><ul id="menu" hidden><li><a href="#export" id="export">Export</a></li></ul></nav>
+    <div id="slider" tabindex="0" role="slider" aria-label="Volume" aria-valuenow="5">5</div>
+    <label>Brightness <input id="bright" type="range" min="0" max="10" value="3"></label>
+    <form id="search"><label>Query <input id="q"></label></form>
+    <p id="result"></p>
+    <script>
+      const file = document.getElementById("file");
+      file.addEventListener("mouseenter", () => (document.getElementById("menu").hidden = false));
+      document.getElementById("export").addEventListener("click", (e) => { e.preventDefault(); document.getElementById("result").textContent = "exported"; });
+      const slider = document.getElementById("slider");
+      slider.addEventListener("keydown", (e) => {
+        const v = Number(slider.getAttribute("aria-valuenow")) + ({ ArrowRight: 1, ArrowLeft: -1 }[e.key] ?? 0) + (e.keyCode === 36 ? -99 : 0);
+        slider.setAttribute("aria-valuenow", String(Math.max(0, v)));
+        slider.textContent = slider.getAttribute("aria-valuenow");
+      });
+      document.getElementById("bright").addEventListener("change", (e) => (document.getElementById("result").dataset.bright = e.target.value));
+      document.getElementById("search").addEventListener("submit", (e) => { e.preventDefault(); document.getElementById("result").dataset.query = document.getElementById("q").value; });
+    </script>`);
+  let snap = await t.snapshot();
+  assert.ok(!snap.elements.some((e) => e.text === "Export"), "the menu starts closed");
+  await t.tool("hover", { index: t.find(snap, "File").index });
+  snap = await t.snapshot();
+  await t.tool("click", { index: t.find(snap, "Export").index });
+  assert.equal(await t.text("#result"), "exported");
+
+  const volume = t.find(snap, "Volume").index;
+  await t.tool("press_key", { key: "ArrowRight", index: volume });
+  await t.tool("press_key", { key: "ArrowRight" }); // the focused element
+  assert.equal(await t.page.getAttribute("#slider", "aria-valuenow"), "7");
+  await t.tool("press_key", { key: "Home", index: volume });
+  assert.equal(await t.page.getAttribute("#slider", "aria-valuenow"), "0");
+
+  await t.tool("press_key", { key: "ArrowRight", index: t.find(snap, "Brightness").index });
+  assert.equal(await t.page.getAttribute("#result", "data-bright"), "4");
+
+  await t.tool("type", { index: t.find(snap, "Query").index, text: "lamps" });
+  await t.tool("press_key", { key: "Enter", index: t.find(snap, "Query").index });
+  assert.equal(await t.page.getAttribute("#result", "data-query"), "lamps");
+  assert.match(await t.fail("press_key", { key: "F13" }), /Unknown key/);
+  await t.done();
+});
+
+test("hover waits out a menu's hover-intent delay: the submenu is in the next snapshot", async () => {
+  // As jQuery UI's menu (MiniWoB click-menu): the item lights up at once, the submenu opens 300 ms
+  // later. The highlight alone must not end the wait before the submenu is there.
+  const t = await open(`<!doctype html><title>Menu</title>
+    <ul role="menu">
+      <li role="menuitem" id="people">People<ul role="menu" id="sub" hidden><li role="menuitem" id="ann">Ann</li></ul></li>
+      <li role="menuitem">Places</li>
+    </ul>
+    <p id="result"></p>
+    <script>
+      const people = document.getElementById("people");
+      people.addEventListener("mouseover", () => {
+        people.classList.add("active");
+        setTimeout(() => (document.getElementById("sub").hidden = false), 300);
+      });
+      document.getElementById("ann").addEventListener("click", () => (document.getElementById("result").textContent = "Ann"));
+    </script>`);
+  let snap = await t.snapshot();
+  assert.ok(!snap.elements.some((e) => e.text === "Ann"), "the submenu starts closed");
+  await t.tool("hover", { index: t.find(snap, "People").index });
+  snap = await t.snapshot();
+  assert.ok(snap.elements.some((e) => e.text === "Ann"), `the submenu is open after hover:\n${render(snap)}`);
+  await t.tool("click", { index: t.find(snap, "Ann").index });
+  assert.equal(await t.text("#result"), "Ann");
+  await t.done();
+});

@@ -266,7 +266,11 @@ describe("the overlay", () => {
     await page.keyboard.type("Ada Lovelace");
     await page.keyboard.press("Enter");
     await waitForWorkerMessage(chrome, tabId, controlOf({ action: "answer", text: "Ada Lovelace" }), "the typed answer");
-    assert.match(await overlayText(page, '.ask[data-call-id="q2"]'), /Ada Lovelace/);
+    // The card redraws right after the message leaves: poll for it rather than read once.
+    for (let tries = 0; !/Ada Lovelace/.test(await overlayText(page, '.ask[data-call-id="q2"]')); tries++) {
+      assert.ok(tries < 50, `the answered question does not show the answer: ${await overlayText(page, '.ask[data-call-id="q2"]')}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
 
     // Stop while running; then Continue.
     await toTab(chrome, tabId, event({ type: "token", text: "Working on it" }));
@@ -414,7 +418,7 @@ describe("the overlay", () => {
     const { page } = await openOverlay(chrome, "settings");
     await clickInOverlay(page, "button.settings");
     assert.equal(await waitForData(page, "view", "settings"), "settings");
-    assert.equal(await overlayEval(page, "select.setting-model", "function () { return this.value; }"), "e2b");
+    assert.equal(await overlayEval(page, "select.setting-model", "function () { return this.value; }"), "gemma-4-e2b-it-4bit");
     await clickInOverlay(page, "input.setting-thinking");
     await until(async () => (await settingsIn(chrome))?.thinking === true, "thinking saved to storage.sync");
     await clickInOverlay(page, "input.setting-max-iterations");

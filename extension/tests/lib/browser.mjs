@@ -19,14 +19,16 @@ function chromiumPath() {
 }
 
 /**
- * @param {{ headless?: boolean, webgpu?: boolean, extensionDir?: string, url?: string, args?: string[], env?: Record<string, string> }} options
- *   `args` are extra Chromium flags; `env` extra environment variables (e.g. LANGUAGE for the UI language).
+ * @param {{ headless?: boolean, webgpu?: boolean, extensionDir?: string, url?: string, args?: string[], env?: Record<string, string>, profile?: string }} options
+ *   `args` are extra Chromium flags; `env` extra environment variables (e.g. LANGUAGE for the UI
+ *   language); `profile` a user-data folder to use and keep (a second launch on it is a browser
+ *   restart), instead of a fresh temporary one removed on close.
  */
-export async function launch({ headless = true, webgpu = true, extensionDir = EXTENSION_DIR, url = "about:blank", args: extraArgs = [], env } = {}) {
+export async function launch({ headless = true, webgpu = true, extensionDir = EXTENSION_DIR, url = "about:blank", args: extraArgs = [], env, profile: keptProfile } = {}) {
   if (!existsSync(join(extensionDir, "manifest.json"))) {
     throw new Error(`${extensionDir} has no manifest.json: run \`cargo xtask build\` first`);
   }
-  const profile = mkdtempSync(join(tmpdir(), "hearth-profile-"));
+  const profile = keptProfile ?? mkdtempSync(join(tmpdir(), "hearth-profile-"));
   const args = [
     `--user-data-dir=${profile}`,
     "--remote-debugging-port=0",
@@ -88,6 +90,7 @@ export async function launch({ headless = true, webgpu = true, extensionDir = EX
     const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
     await exited;
     clearTimeout(timer);
+    if (keptProfile) return;
     // Chromium's helper processes may still be writing the profile for a moment.
     try {
       rmSync(profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 200 });

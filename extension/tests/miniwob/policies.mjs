@@ -79,12 +79,69 @@ const type = (env, el, text) => act(env, "type", { index: el.index, text });
 
 const isTextField = (e) => e.role === "textbox" || e.role === "searchbox" || (e.role === "input" && e.attrs.type === "password");
 const isButton = (e) => e.role === "button";
+/** A slider: its role, or jQuery UI's handle, listed by its class as "(icon: slider handle)". */
+const isSliderHandle = (e) => e.role === "slider" || /slider/i.test(e.name);
 const named = (name) => (e) => norm(e.name) === norm(name);
 
 /** Clicks the button named `name` (Submit, Login, Search…). */
 async function press(env, name) {
   const els = await look(env);
   return click(env, one(els, (e) => isButton(e) && named(name)(e), `button "${name}"`));
+}
+
+/** Presses the key `name` on an element (press_key focuses it first). */
+const key = (env, el, name) => act(env, "press_key", { index: el.index, key: name });
+
+/** The numbers on lines of their own in a page text below the instruction (a slider's value). */
+const numbersIn = (text) =>
+  text.split("\n").slice(1).map((l) => l.trim()).filter((l) => /^-?\d+$/.test(l)).map(Number);
+
+const readNumbers = async (env) => numbersIn(pageText(await act(env, "read_page")));
+
+/**
+ * The keys that move a value by `diff`: whole pages (PageUp/PageDown, `page` each) then arrows, in
+ * the fewest presses, going past the value and back only when that saves a press (past the end of
+ * the range, the widget stops at the end).
+ */
+function movesFor(diff, page) {
+  let pages = 0;
+  if (page > 1) {
+    const under = Math.trunc(diff / page);
+    const over = under + Math.sign(diff);
+    const cost = (n) => Math.abs(n) + Math.abs(diff - n * page);
+    pages = cost(over) < cost(under) ? over : under;
+  }
+  const rest = diff - pages * page;
+  return [
+    ...Array(Math.abs(pages)).fill(pages > 0 ? "PageUp" : "PageDown"),
+    ...Array(Math.abs(rest)).fill(rest > 0 ? "ArrowUp" : "ArrowDown"),
+  ];
+}
+
+/**
+ * Sets keyboard-driven number widgets (slider handles, a spinner) to `targets` as a person does
+ * with the keys: PageUp/PageDown for big moves, once one press has shown how far a page goes
+ * (unless `page` is given), then the arrows; then reads the values back (`read`, one per widget,
+ * starting from `values`) and corrects what is off with the arrows alone.
+ */
+async function setWithKeys(env, widgets, targets, { values, read, page }) {
+  for (let round = 0; round < 3; round++) {
+    if (values.length !== widgets.length) throw new GiveUp(`read ${values.length} values (${values.join(", ")}) for ${widgets.length} widgets`);
+    if (values.every((v, i) => v === targets[i])) return;
+    for (const [i, widget] of widgets.entries()) {
+      let diff = targets[i] - values[i];
+      if (page === undefined && Math.abs(diff) >= 3) {
+        await key(env, widget, diff > 0 ? "PageUp" : "PageDown");
+        const now = await read();
+        page = Math.abs(now[i] - values[i]);
+        env.note(`a page is ${page}`);
+        [values, diff] = [now, targets[i] - now[i]];
+      }
+      for (const k of movesFor(diff, round === 0 ? (page ?? 1) : 1)) await key(env, widget, k);
+    }
+    values = await read();
+  }
+  throw new GiveUp(`the keys left ${values.join(", ")} instead of ${targets.join(", ")}`);
 }
 
 // ---- Policies -----------------------------------------------------------------------------------
@@ -184,12 +241,34 @@ export const POLICIES = {
 
   async "click-menu"(env) {
     const [, path] = match(await instruction(env), /^Select (.+)$/);
-    // Open each submenu by clicking its item, then click the leaf.
+    // jQuery UI menus open a submenu when the pointer rests on its item (clicking a parent item
+    // selects it, which ends the episode): hover each parent, then click the leaf.
     const items = path.split(">");
     for (const [i, item] of items.entries()) {
+      const el = one(await look(env), (e) => e.role === "menuitem" && e.name === item, `menu item "${item}"`);
+      if (i < items.length - 1) await act(env, "hover", { index: el.index });
+      else await click(env, el);
+    }
+  },
+
+  async "click-menu-2"(env) {
+    const ins = await instruction(env);
+    // Half the instructions name the item by an icon: an empty span whose class draws it, which
+    // neither read_page nor the snapshot shows.
+    const label = /click on the item labeled "(.+)"\.$/.exec(ins)?.[1];
+    if (!label) throw new GiveUp(`the item is named only by an icon, which the page text does not show: ${ins}`);
+    await click(env, one(await look(env), (e) => isButton(e) && e.name === "Menu", `button "Menu"`));
+    // Not listed: it is in a submenu, which opens when the pointer rests on its parent; try the
+    // items in turn (a disabled one refuses the pointer).
+    const tried = new Set();
+    for (;;) {
       const els = await look(env);
-      if (i < items.length - 1) env.note(`clicked "${item}" to open its submenu`);
-      await click(env, one(els, (e) => e.role === "menuitem" && e.name === item, `menu item "${item}"`));
+      const item = els.find((e) => e.role === "menuitem" && e.name === label);
+      if (item) return void (await click(env, item));
+      const next = els.find((e) => e.role === "menuitem" && !tried.has(e.index));
+      if (!next) throw new GiveUp(`no menu item "${label}", and no submenu shows it`);
+      tried.add(next.index);
+      await env.tool("hover", { index: next.index });
     }
   },
 
@@ -414,14 +493,48 @@ export const POLICIES = {
   },
 
   async "form-sequence"(env) {
-    const [, value, nth] = match(await instruction(env), /Select (-?\d+) with the slider, click the (\w+) checkbox, then hit Submit\./);
+    const text = pageText(await act(env, "read_page"));
+    const [, value, nth] = match(text.split("\n")[0], /Select (-?\d+) with the slider, click the (\w+) checkbox, then hit Submit\./);
     const els = await look(env);
-    // jQuery UI's handle has no role or value; it is listed by its class: "(icon: slider handle)".
-    const slider = els.find((e) => e.role === "slider" || /slider/i.test(e.name));
-    if (!slider) throw new GiveUp(`the slider is not in the snapshot, so its value cannot be set`);
-    if (slider.role !== "slider") throw new GiveUp(`the slider is only ${slider.line}: no value to read, and no tool drags it or presses arrow keys`);
-    await click(env, els.filter((e) => e.role === "checkbox")[ordinal(nth) - 1]);
-    await press(env, "Submit");
+    // jQuery UI's handle has no role or value; it is listed by its class, and its value is the
+    // number shown beside it.
+    const handle = one(els, isSliderHandle, "slider");
+    await setWithKeys(env, [handle], [Number(value)], { values: numbersIn(text), read: () => readNumbers(env) });
+    const box = els.filter((e) => e.role === "checkbox")[ordinal(nth) - 1];
+    if (!box) throw new GiveUp(`no checkbox number ${nth}`);
+    await click(env, box);
+    await click(env, one(els, (e) => isButton(e) && e.name === "Submit", `button "Submit"`));
+  },
+
+  async "use-slider"(env) {
+    const text = pageText(await act(env, "read_page"));
+    const [, value] = match(text.split("\n")[0], /^Select (-?\d+) with the slider and hit Submit\.$/);
+    const els = await look(env);
+    await setWithKeys(env, [one(els, isSliderHandle, "slider")], [Number(value)], { values: numbersIn(text), read: () => readNumbers(env) });
+    await click(env, one(els, (e) => isButton(e) && e.name === "Submit", `button "Submit"`));
+  },
+
+  async "use-slider-2"(env) {
+    const text = pageText(await act(env, "read_page"));
+    const [, combo] = match(text.split("\n")[0], /^Set the sliders to the combination \[([-\d,]+)\] and submit\.$/);
+    const targets = combo.split(",").map(Number);
+    const els = await look(env);
+    // Each handle's value is the number below it, in the same order.
+    const handles = els.filter(isSliderHandle);
+    if (handles.length !== targets.length) throw new GiveUp(`${handles.length} slider handles for ${targets.length} values`);
+    await setWithKeys(env, handles, targets, { values: numbersIn(text), read: () => readNumbers(env) });
+    await click(env, one(els, (e) => isButton(e) && e.name === "Submit", `button "Submit"`));
+  },
+
+  async "use-spinner"(env) {
+    const [, value] = match(await instruction(env), /^Select (-?\d+) with the spinner and hit Submit\.$/);
+    // The page refuses typed text and its arrow buttons are two unnamed icons; the arrow keys step
+    // it, one at a time (the values asked for are within ten of the start, so no paging).
+    const els = await look(env);
+    const spinner = one(els, (e) => e.role === "spinbutton", "spinner");
+    const read = async () => [Number(one(await look(env), (e) => e.index === spinner.index, "spinner").attrs.value)];
+    await setWithKeys(env, [spinner], [Number(value)], { values: [Number(spinner.attrs.value)], read, page: 1 });
+    await click(env, one(els, (e) => isButton(e) && e.name === "Submit", `button "Submit"`));
   },
 
   async "social-media"(env) {

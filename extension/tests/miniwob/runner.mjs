@@ -239,7 +239,7 @@ async function runTask(tab, base, task, episodes) {
  * Runs `tasks` (default: every task with a policy), `episodes` seeds each, over `concurrency`
  * tabs of one browser. Resolves to { tasks: [...], ms }.
  */
-export async function runSuite({ tasks = Object.keys(POLICIES), episodes = 5, concurrency = 3, log = () => {} } = {}) {
+export async function runSuite({ tasks = Object.keys(POLICIES), episodes = 5, concurrency = 4, log = () => {} } = {}) {
   const unknown = tasks.filter((t) => !POLICIES[t]);
   if (unknown.length > 0) throw new Error(`no policy for ${unknown.join(", ")}; known: ${Object.keys(POLICIES).join(", ")}`);
   const started = performance.now();
@@ -324,7 +324,7 @@ async function explore(task, seed = 1) {
 }
 
 async function main(argv) {
-  const options = { episodes: 5, concurrency: 3, tasks: [] };
+  const options = { episodes: 5, concurrency: 4, tasks: [] };
   let verbose = false;
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];

@@ -598,3 +598,110 @@ function pageScrolls(page: Element): boolean {
   // With html left visible, the body's overflow applies to the viewport.
   return html !== "hidden" && html !== "clip" && !(html === "visible" && (body === "hidden" || body === "clip"));
 }
+
+// ---- hover and keys --------------------------------------------------------------------------
+
+/**
+ * The quiet period that ends the wait after hovering: longer than the usual hover-intent delay
+ * before a submenu opens (jQuery UI's menu: 300 ms), which the highlight's own change would
+ * otherwise cut short.
+ */
+const HOVER_INTENT_MS = 400;
+
+/** Moves the pointer onto an element (menus that open on hover, tooltips), where a real pointer would land. */
+export async function hover(args: Args, signal: AbortSignal): Promise<ToolOutput> {
+  const { el, label } = usable(args.index);
+  el.scrollIntoView({ block: "center", inline: "center", behavior: "instant" });
+  const aim = aimAt(el);
+  if ("cover" in aim) throw new ToolFailure(`${label} is covered by ${describeCover(aim.cover)}; close it first or scroll.`);
+  const { target, x, y } = aim;
+  const mouse: MouseEventInit = { bubbles: true, cancelable: true, composed: true, view: target.ownerDocument.defaultView, clientX: x, clientY: y };
+  const pointer: PointerEventInit = { ...mouse, pointerId: 1, pointerType: "mouse", isPrimary: true };
+  const local = { bubbles: false, cancelable: false };
+  fire(target, new PointerEvent("pointerover", pointer));
+  fire(target, new PointerEvent("pointerenter", { ...pointer, ...local }));
+  fire(target, new MouseEvent("mouseover", mouse));
+  fire(target, new MouseEvent("mouseenter", { ...mouse, ...local }));
+  // jQuery's mouseenter emulation walks up from mouseover; plain listeners get their own event.
+  for (let up = target.parentElement; up && up !== target.ownerDocument.body; up = up.parentElement) {
+    up.dispatchEvent(new MouseEvent("mouseenter", { ...mouse, ...local }));
+  }
+  fire(target, new PointerEvent("pointermove", pointer));
+  fire(target, new MouseEvent("mousemove", mouse));
+  await settle(signal, HOVER_INTENT_MS);
+  return result(`Hovered over ${label}.`);
+}
+
+/** The keys `press_key` knows, as KeyboardEvent `key` and `code` (and the legacy keyCode jQuery UI reads). */
+const KEYS: Record<string, { key: string; code: string; keyCode: number }> = {
+  Enter: { key: "Enter", code: "Enter", keyCode: 13 },
+  Escape: { key: "Escape", code: "Escape", keyCode: 27 },
+  Tab: { key: "Tab", code: "Tab", keyCode: 9 },
+  Space: { key: " ", code: "Space", keyCode: 32 },
+  Backspace: { key: "Backspace", code: "Backspace", keyCode: 8 },
+  Delete: { key: "Delete", code: "Delete", keyCode: 46 },
+  ArrowUp: { key: "ArrowUp", code: "ArrowUp", keyCode: 38 },
+  ArrowDown: { key: "ArrowDown", code: "ArrowDown", keyCode: 40 },
+  ArrowLeft: { key: "ArrowLeft", code: "ArrowLeft", keyCode: 37 },
+  ArrowRight: { key: "ArrowRight", code: "ArrowRight", keyCode: 39 },
+  Home: { key: "Home", code: "Home", keyCode: 36 },
+  End: { key: "End", code: "End", keyCode: 35 },
+  PageUp: { key: "PageUp", code: "PageUp", keyCode: 33 },
+  PageDown: { key: "PageDown", code: "PageDown", keyCode: 34 },
+};
+
+/**
+ * Presses a key on an element (focused first) or on whatever has the focus. Pages see keydown and
+ * keyup; synthetic keys have no default action in browsers, so the ones a page relies on are done
+ * here: Enter submits the field's form (as `type` with submit does), Space clicks a button-like
+ * element, and the arrows and Home/End move a native range or number input.
+ */
+export async function pressKeyTool(args: Args, signal: AbortSignal): Promise<ToolOutput> {
+  const spec = KEYS[String(args.key ?? "")];
+  if (!spec) throw new ToolFailure(`Unknown key "${String(args.key)}"; use one of ${Object.keys(KEYS).join(", ")}.`);
+  let el: Element;
+  let label: string;
+  if (args.index !== undefined && args.index !== null) {
+    ({ el, label } = usable(args.index));
+    el.scrollIntoView({ block: "center", inline: "center", behavior: "instant" });
+    if (isHtml(el)) el.focus({ preventScroll: true });
+  } else {
+    el = deepActiveElement() ?? document.body;
+    label = el === document.body ? "the page" : `the focused ${el.localName}`;
+  }
+  const init: KeyboardEventInit & { keyCode: number; which: number } = {
+    key: spec.key, code: spec.code, keyCode: spec.keyCode, which: spec.keyCode, bubbles: true, cancelable: true, composed: true,
+  };
+  const proceed = fire(el, new KeyboardEvent("keydown", init));
+  if (proceed && (spec.key === "Enter" || spec.key === " ")) fire(el, new KeyboardEvent("keypress", init));
+  if (proceed) defaultAction(el, spec.key);
+  fire(el, new KeyboardEvent("keyup", init));
+  await settle(signal);
+  return result(`Pressed ${args.key} on ${label}.`);
+}
+
+function deepActiveElement(): Element | null {
+  let active: Element | null = document.activeElement;
+  while (active?.shadowRoot?.activeElement) active = active.shadowRoot.activeElement;
+  const frame = active && isFrame(active) ? frameDocument(active) : null;
+  return frame?.activeElement ?? active;
+}
+
+/** What the browser would have done for a trusted key press, where pages depend on it. */
+function defaultAction(el: Element, key: string): void {
+  if (key === "Enter" && (is(el, "input") || is(el, "select"))) {
+    const form = (el as HTMLInputElement).form;
+    if (form) form.requestSubmit();
+  } else if (key === " " && (is(el, "button") || el.getAttribute("role") === "button" || el.getAttribute("role") === "checkbox")) {
+    (el as HTMLElement).click();
+  } else if (is(el, "input") && ["range", "number"].includes((el as HTMLInputElement).type)) {
+    const input = el as HTMLInputElement;
+    const step = { ArrowUp: 1, ArrowRight: 1, ArrowDown: -1, ArrowLeft: -1 }[key];
+    if (step) input.stepUp(step);
+    else if (key === "Home" && input.min !== "") input.value = input.min;
+    else if (key === "End" && input.max !== "") input.value = input.max;
+    else return;
+    fire(input, new Event("input", { bubbles: true, composed: true }));
+    fire(input, new Event("change", { bubbles: true }));
+  }
+}

@@ -1,9 +1,9 @@
 // The DOM tools the content script runs for the agent: snapshot, click, type, select, scroll,
-// wait_for and read_page. Tools that leave the page (navigate, go_back, screenshot…) belong to the
+// hover, press_key, wait_for and read_page. Tools that leave the page (navigate, go_back, screenshot…) belong to the
 // service worker.
 
 import type { ToolOutput } from "../../generated/protocol";
-import { click, scroll, select, typeText, type Args } from "./actions";
+import { click, hover, pressKeyTool, scroll, select, typeText, type Args } from "./actions";
 import { ToolFailure } from "./errors";
 import { readPage } from "./read-page";
 import { takeSnapshot } from "./snapshot";
@@ -20,6 +20,8 @@ const TOOLS: Record<string, (args: Args, signal: AbortSignal) => ToolOutput | Pr
   type: typeText,
   select,
   scroll,
+  hover,
+  press_key: pressKeyTool,
   wait_for: waitFor,
   read_page: readPage,
 };

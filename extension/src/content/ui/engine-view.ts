@@ -115,13 +115,14 @@ export function engineView(retry: () => void, install: (modelId: string) => void
             bar,
             el("p", { class: "download-amounts" }, amounts),
             el("p", { class: "download-rate meta" }, rate),
-            progress.file ? el("p", { class: "download-file meta" }, t("downloadFile", progress.file)) : null,
           );
+          if (progress.file) body.append(el("p", { class: "download-file meta" }, t("downloadFile", progress.file)));
           break;
         }
         case "failed": {
           data.failure = status.failure.kind;
-          line.textContent = t("engineFailed");
+          const installing = ["model_download", "model_corrupt", "storage_quota", "model_unpinned"].includes(status.failure.kind);
+          line.textContent = installing ? t("modelInstallFailed") : t("engineFailed");
           const again = button("retry", t("retryLabel"));
           again.addEventListener("click", retry);
           body.append(
