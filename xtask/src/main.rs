@@ -2,7 +2,8 @@
 //!
 //! - `build [--release]`  the extension into dist/extension (wasm + TypeScript + static files)
 //! - `run [--headless] [--no-build]`  build, then open Chromium with the extension on a demo page
-//! - `test`  everything CI checks: formatting, lints, native tests, wasm build, e2e in Chromium
+//! - `test [--full]`  everything CI checks: formatting, lints, native tests, wasm build, e2e in
+//!   Chromium; `--full` also runs the real-weights test (needs the Gemma 3 270M GGUF installed)
 //! - `gen-types`  regenerate the TypeScript protocol from the Rust types
 
 mod build;
@@ -23,7 +24,7 @@ fn main() -> ExitCode {
     let result = match command {
         "build" => build::build(&build::Options { release: has("--release") }).map(|_| ()),
         "run" | "demo" => run(has("--headless"), has("--no-build"), has("--release")),
-        "test" => test::test(),
+        "test" => test::test(has("--full")),
         "gen-types" => gen_types(),
         "help" | "--help" | "-h" => {
             println!("{}", HELP);
@@ -43,7 +44,8 @@ fn main() -> ExitCode {
 const HELP: &str = "usage: cargo xtask <command>
   build [--release]                 build the extension into dist/extension
   run [--headless] [--no-build]     build, then launch Chromium with the extension on a demo page
-  test                              formatting, lints, native tests, wasm build, e2e tests in Chromium
+  test [--full]                     formatting, lints, native tests, wasm build, e2e tests in Chromium;
+                                    --full adds the real-weights check (Gemma 3 270M GGUF vs transformers)
   gen-types                         regenerate extension/src/generated/protocol.ts";
 
 /// The repository root (the parent of xtask/). `cargo run` sets CARGO_MANIFEST_DIR at run time;

@@ -22,10 +22,11 @@ impl Steps {
     }
 }
 
-pub fn test() -> Result<(), String> {
+/// `full` adds the slow checks that need files CI does not install (real Gemma weights).
+pub fn test(full: bool) -> Result<(), String> {
     let root = root();
     let mut steps = Steps::default();
-    let outcome = run_all(&root, &mut steps);
+    let outcome = run_all(&root, &mut steps, full);
     eprintln!("\nxtask test summary:");
     for line in &steps.0 {
         eprintln!("  {line}");
@@ -33,7 +34,7 @@ pub fn test() -> Result<(), String> {
     outcome.map(|()| eprintln!("xtask test: all steps passed"))
 }
 
-fn run_all(root: &Path, steps: &mut Steps) -> Result<(), String> {
+fn run_all(root: &Path, steps: &mut Steps, full: bool) -> Result<(), String> {
     let cargo = |args: &[&str]| {
         let mut cmd = process::command("cargo", args);
         cmd.current_dir(root);
@@ -57,6 +58,10 @@ fn run_all(root: &Path, steps: &mut Steps) -> Result<(), String> {
     // GPU tests run on a real adapter or on lavapipe; skipping them silently would hide breakage.
     if std::env::var_os("HEARTH_ALLOW_NO_GPU").is_none() {
         native.env("HEARTH_REQUIRE_GPU", "1");
+    }
+    if full {
+        // crates/model/tests/real_weights.rs: greedy ids of Gemma 3 270M Q4_K_M vs transformers.
+        native.env("HEARTH_FULL", "1");
     }
     steps.time("native", || process::run(native))?;
     steps.time("npm ci", || build::npm_ci_if_needed(root))?;

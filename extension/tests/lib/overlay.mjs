@@ -95,6 +95,18 @@ async function findInOverlay(page, selector, { visible = false, timeout = FIND_T
 
 /** Calls `fn` (source of a function; `this` is the element) on the first `selector` in the overlay. */
 export async function overlayEval(page, selector, fn, ...args) {
+  // The overlay redraws a card by replacing its nodes: a node found a moment ago may be gone.
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await overlayEvalOnce(page, selector, fn, ...args);
+    } catch (error) {
+      if (attempt >= 5 || !/No node with given id|Could not find node/.test(String(error))) throw error;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+}
+
+async function overlayEvalOnce(page, selector, fn, ...args) {
   const cdp = await cdpOf(page);
   const nodeId = await findInOverlay(page, selector);
   const { object } = await cdp.send("DOM.resolveNode", { nodeId });
@@ -111,6 +123,18 @@ export async function overlayEval(page, selector, fn, ...args) {
 
 /** Clicks the center of `selector` inside the overlay with the mouse (waits until it is visible). */
 export async function clickInOverlay(page, selector) {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await clickInOverlayOnce(page, selector);
+    } catch (error) {
+      // As in overlayEval: the node may have been replaced by a redraw between two calls.
+      if (attempt >= 5 || !/No node with given id|Could not find node|Could not compute box model/.test(String(error))) throw error;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+}
+
+async function clickInOverlayOnce(page, selector) {
   const cdp = await cdpOf(page);
   const nodeId = await findInOverlay(page, selector, { visible: true });
   await cdp.send("DOM.scrollIntoViewIfNeeded", { nodeId }).catch(() => {});
