@@ -65,8 +65,9 @@ pub struct Snapshot {
 }
 
 /// Attributes worth showing the model (others only feed the policy).
+/// `expanded` tells the model whether a menu, combobox or disclosure is open.
 const SHOWN_ATTRIBUTES: &[&str] =
-    &["type", "placeholder", "aria-label", "name", "value", "href", "checked", "selected"];
+    &["type", "placeholder", "aria-label", "name", "value", "href", "checked", "selected", "expanded"];
 
 impl Snapshot {
     /// `[12] button "Place order"` lines, one per element, indented by depth; elements whose
@@ -158,6 +159,15 @@ mod tests {
         assert_eq!(s.render(None), "[3] a \"Home\"\n[12] button \"Place order\" type=\"submit\"\n");
         let prev = [3].into_iter().collect();
         assert_eq!(s.render(Some(&prev)), "[3] a \"Home\"\n*[12] button \"Place order\" type=\"submit\"\n");
+    }
+
+    #[test]
+    fn shows_whether_a_widget_is_open() {
+        let mut combo = el(4, "input", "Fruit");
+        combo.role = Some("combobox".into());
+        combo.attributes = vec![("expanded".into(), "false".into()), ("id".into(), "fruit".into())];
+        let s = Snapshot { elements: vec![combo], ..Default::default() };
+        assert_eq!(s.render(None), "[4] combobox \"Fruit\" expanded=\"false\"\n");
     }
 
     #[test]

@@ -86,6 +86,8 @@ test("the renderer matches Snapshot::render (crates/agent/src/page.rs)", () => {
   // Depth indents; ids and empty values are not shown; `type` equal to the tag is left out; caps.
   assert.equal(renderSnapshot({ page: snapshot.page, elements: [field] }), `    [5] textbox "Say 'hi'" placeholder="${"x".repeat(59)}…"\n`);
   assert.equal(oneLine("a\u00a0 b\u2003c", 80), "a b c");
+  const combo = { index: 4, tag: "input", role: "combobox", text: "Fruit", depth: 0, attributes: [["expanded", "false"], ["id", "fruit"]] };
+  assert.equal(renderSnapshot({ page: snapshot.page, elements: [combo] }), '[4] combobox "Fruit" expanded="false"\n');
   const state = {};
   const out = formatResult({ output: { text: "", snapshot, page: snapshot.page, from_page: true } }, state);
   assert.ok(out.startsWith("<<<UNTRUSTED PAGE CONTENT from https://shop.test/>>>\nPage: Shop — https://shop.test/\n[3] a"), out);

@@ -3,7 +3,7 @@
 // page content, "Error: " before a failure). Keep in step with those; tests/e2e/miniwob.test.mjs pins the format.
 
 /** Attributes worth showing the model (others only feed the policy). */
-export const SHOWN_ATTRIBUTES = ["type", "placeholder", "aria-label", "name", "value", "href", "checked", "selected"];
+export const SHOWN_ATTRIBUTES = ["type", "placeholder", "aria-label", "name", "value", "href", "checked", "selected", "expanded"];
 
 export const FENCE_OPEN = "<<<UNTRUSTED PAGE CONTENT";
 export const FENCE_CLOSE = "<<<END UNTRUSTED PAGE CONTENT>>>";
