@@ -89,11 +89,73 @@ struct PerLayerEmbeddings {
 pub struct Gemma {
     pub config: TextConfig,
     device: Device,
-    /// [vocab, h]; also the (tied) output head.
-    embed_tokens: Tensor<2>,
+    /// [vocab, h] in row blocks; also the (tied) output head.
+    embed_tokens: SplitEmbedding,
     per_layer: Option<PerLayerEmbeddings>,
     layers: Vec<DecoderLayer>,
     final_norm: Tensor<1>,
+}
+
+/// The largest tensor the model puts on the device. WebGPU guarantees storage bindings of 128 MiB
+/// (adapters often allow more, some not); Gemma's embedding is 0.4–1.6 GB in f32.
+pub const MAX_TENSOR_BYTES: usize = 128 << 20;
+
+/// The token embedding ([vocab, h]) as blocks of rows that each fit a storage binding. Lookups
+/// gather from each block and restore the token order; the tied output head multiplies by each
+/// block and joins the logits.
+struct SplitEmbedding {
+    /// [rows_per_block, h] each (the last may be shorter).
+    blocks: Vec<Tensor<2>>,
+    rows_per_block: usize,
+}
+
+impl SplitEmbedding {
+    fn new(data: Vec<f32>, vocab: usize, h: usize, max_bytes: usize, device: &Device) -> Self {
+        let rows_per_block = (max_bytes / (h * 4).max(1)).clamp(1, vocab.max(1));
+        let blocks = data
+            .chunks(rows_per_block * h)
+            .map(|rows| Tensor::from_data(TensorData::new(rows.to_vec(), [rows.len() / h, h]), device))
+            .collect();
+        SplitEmbedding { blocks, rows_per_block }
+    }
+
+    /// Rows of `tokens`, in order.  [S, h]
+    fn lookup(&self, tokens: &[u32], device: &Device) -> Tensor<2> {
+        let ids = |ids: Vec<i32>| {
+            let n = ids.len();
+            Tensor::<1, Int>::from_data(TensorData::new(ids, [n]), device)
+        };
+        if let [only] = self.blocks.as_slice() {
+            return only.clone().select(0, ids(tokens.iter().map(|&t| t as i32).collect()));
+        }
+        // Gather block by block, then put the rows back in token order.
+        let mut parts = Vec::new();
+        let mut order = vec![0i32; tokens.len()];
+        let mut gathered: i32 = 0;
+        for (b, block) in self.blocks.iter().enumerate() {
+            let start = b * self.rows_per_block;
+            let here: Vec<usize> =
+                (0..tokens.len()).filter(|&i| (tokens[i] as usize) / self.rows_per_block == b).collect();
+            if here.is_empty() {
+                continue;
+            }
+            for &i in &here {
+                order[i] = gathered;
+                gathered += 1;
+            }
+            parts.push(
+                block.clone().select(0, ids(here.iter().map(|&i| (tokens[i] as usize - start) as i32).collect())),
+            );
+        }
+        let rows = if parts.len() == 1 { parts.remove(0) } else { Tensor::cat(parts, 0) };
+        rows.select(0, ids(order))
+    }
+
+    /// `x · Eᵀ`.  [rows, vocab]
+    fn logits(&self, x: Tensor<2>) -> Tensor<2> {
+        let parts: Vec<Tensor<2>> = self.blocks.iter().map(|b| x.clone().matmul(b.clone().transpose())).collect();
+        if parts.len() == 1 { parts.into_iter().next().unwrap_or(x) } else { Tensor::cat(parts, 1) }
+    }
 }
 
 /// Reads tensors by their name under the config's prefix, checking shapes.
@@ -137,12 +199,22 @@ impl Loader<'_> {
 impl Gemma {
     /// Loads the text decoder from `checkpoint`, one tensor at a time.
     pub fn load(config: TextConfig, checkpoint: &mut Checkpoint, device: &Device) -> Result<Self, ModelError> {
+        Self::load_with_tensor_limit(config, checkpoint, device, MAX_TENSOR_BYTES)
+    }
+
+    /// As [`load`](Self::load), with the embedding split into blocks of at most `max_tensor_bytes`.
+    pub fn load_with_tensor_limit(
+        config: TextConfig,
+        checkpoint: &mut Checkpoint,
+        device: &Device,
+        max_tensor_bytes: usize,
+    ) -> Result<Self, ModelError> {
         let c = &config;
         let h = c.hidden_size;
         let mut loader =
             Loader { checkpoint, prefix: c.tensor_prefix.clone(), device, norm_offset: c.norm_weight_offset };
         let embed = loader.host("embed_tokens.weight", &[c.vocab_size, h])?;
-        let embed_tokens = Tensor::from_data(TensorData::new(embed.data, [c.vocab_size, h]), device);
+        let embed_tokens = SplitEmbedding::new(embed.data, c.vocab_size, h, max_tensor_bytes, device);
 
         let per_layer = match c.per_layer_input_size {
             Some(p) => {
@@ -240,10 +312,8 @@ impl Gemma {
         let s = tokens.len();
         let geometry = cache.plan(s, &self.device)?;
 
-        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-        let ids = Tensor::<1, Int>::from_data(TensorData::new(ids, [s]), &self.device);
         // [S, h]
-        let x0 = self.embed_tokens.clone().select(0, ids).mul_scalar(c.embed_scale);
+        let x0 = self.embed_tokens.lookup(tokens, &self.device).mul_scalar(c.embed_scale);
         let per_layer_inputs = self.per_layer_inputs(tokens, x0.clone());
 
         let mut x = x0;
@@ -279,7 +349,7 @@ impl Gemma {
         let x = if all_positions { x } else { x.slice([s - 1..s, 0..c.hidden_size]) };
         let x = rms_norm(x, &self.final_norm, c.rms_norm_eps);
         // Tied head: logits = x · Eᵀ.  [rows, vocab]
-        let logits = x.matmul(self.embed_tokens.clone().transpose());
+        let logits = self.embed_tokens.logits(x);
         Ok(match c.final_logit_softcap {
             Some(cap) => bounded_tanh(logits.div_scalar(cap)).mul_scalar(cap),
             None => logits,

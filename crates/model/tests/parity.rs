@@ -145,3 +145,23 @@ fn reused_cache_gives_the_same_logits_as_a_fresh_prefill() {
         check(&format!("{label} rewound"), &read(logits), &read(reference));
     });
 }
+
+/// An embedding split into many small blocks (as the real 262k-row one is, to fit storage
+/// bindings) gives the same logits: lookups keep the token order, the tied head joins the blocks.
+#[test]
+fn a_split_embedding_matches_transformers() {
+    for case in CASES {
+        let (dir, expected) = fixture(case);
+        for (device_name, device) in devices() {
+            let config = hearth_model::model_dir::load_config(&dir).unwrap();
+            // 1 KiB blocks: a few rows each, so the fixture's tokens spread over many blocks.
+            let rows = 1024 / (config.hidden_size * 4);
+            assert!(rows * 4 < config.vocab_size, "{case}: the split must make several blocks");
+            let mut checkpoint = hearth_weights::Checkpoint::open(&dir).unwrap();
+            let model = Gemma::load_with_tensor_limit(config, &mut checkpoint, &device, 1024).unwrap();
+            let mut cache = KvCache::new(&model.config, CacheOptions::default(), model.device());
+            let logits = model.forward(&expected.tokens, &mut cache, true).unwrap();
+            check(&format!("{case}/{device_name} split embedding"), &read(logits), &expected.logits);
+        }
+    }
+}
