@@ -121,11 +121,12 @@ pub async fn control(tab_id: u32, action: TaskAction) {
         let control = conversation.control.clone();
         let Some(agent) = conversation.agent.as_mut() else {
             // Running: only stop and steering apply now.
-            return match action {
-                TaskAction::Stop => (control.stop(), Next::Nothing).1,
-                TaskAction::Steer { text } => (control.steer(text), Next::Nothing).1,
-                _ => Next::Nothing,
-            };
+            match action {
+                TaskAction::Stop => control.stop(),
+                TaskAction::Steer { text } => control.steer(text),
+                _ => {}
+            }
+            return Next::Nothing;
         };
         match action {
             TaskAction::Confirm { decision } => {
@@ -272,7 +273,7 @@ fn burn_generate(
         let last = match result {
             Ok(g) => Ok(ModelChunk::Finished(GenerationStats {
                 prompt_tokens: g.prompt_tokens,
-                cached_prompt_tokens: g.prompt_tokens - g.prefilled_tokens,
+                cached_prompt_tokens: g.prompt_tokens.saturating_sub(g.prefilled_tokens),
                 completion_tokens: g.token_ids.len(),
                 prefill_ms: g.prefill_ms,
                 decode_ms: g.decode_ms,

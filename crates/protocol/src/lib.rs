@@ -49,8 +49,6 @@ pub enum ToOffscreen {
     /// Download, verify and store a model, then load it; `installing` statuses stream meanwhile
     /// and the response is the final `EngineStatus`.
     InstallModel { model_id: String },
-    /// Generate a reply to a prompt, streaming `generation` events back.
-    Generate { request: GenerateRequest },
     /// Start a task in the tab's conversation (created on first use).
     StartTask { tab_id: u32, text: String, page: Option<PageInfo>, settings: TaskSettings },
     /// The user acted on the tab's task.
@@ -72,10 +70,6 @@ pub enum ToWorker {
     /// From the options page: a model was installed from a folder; start the engine again if it
     /// was waiting for one.
     ModelInstalled { model_id: String },
-    /// From a tab: generate a reply to `prompt` (the worker assigns the request id).
-    Generate { prompt: String, max_tokens: u32 },
-    /// From the offscreen document: progress of a generation, for the tab that asked.
-    Generation { event: GenerationEvent },
     /// From a tab: start a task with this message (the worker adds the tab and the settings).
     StartTask { text: String, page: Option<PageInfo> },
     /// From a tab: the user acted on its task.
@@ -92,8 +86,6 @@ pub enum ToWorker {
 pub enum ToTab {
     /// The engine's current state.
     EngineStatus { status: EngineStatus },
-    /// Progress of this tab's generation.
-    Generation { event: GenerationEvent },
     /// Progress of this tab's task.
     TaskUpdate { update: TaskUpdate },
     /// Run a page tool (snapshot, click, type…); the message's response is a `ToolReply`.

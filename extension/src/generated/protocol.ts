@@ -2,11 +2,11 @@
 
 export type RuntimeMessage = { "to": "offscreen", "msg": ToOffscreen } | { "to": "worker", "msg": ToWorker } | { "to": "tab", "msg": ToTab };
 
-export type ToOffscreen = { "kind": "start_engine", model_id: string | null, } | { "kind": "install_model", model_id: string, } | { "kind": "generate", request: GenerateRequest, } | { "kind": "start_task", tab_id: number, text: string, page: PageInfo | null, settings: TaskSettings, } | { "kind": "task_control", tab_id: number, action: TaskAction, };
+export type ToOffscreen = { "kind": "start_engine", model_id: string | null, } | { "kind": "install_model", model_id: string, } | { "kind": "start_task", tab_id: number, text: string, page: PageInfo | null, settings: TaskSettings, } | { "kind": "task_control", tab_id: number, action: TaskAction, };
 
-export type ToWorker = { "kind": "offscreen_ready" } | { "kind": "engine_status", status: EngineStatus, } | { "kind": "watch_engine" } | { "kind": "install_model", model_id: string, } | { "kind": "model_installed", model_id: string, } | { "kind": "generate", prompt: string, max_tokens: number, } | { "kind": "generation", event: GenerationEvent, } | { "kind": "start_task", text: string, page: PageInfo | null, } | { "kind": "task_control", action: TaskAction, } | { "kind": "task_update", tab_id: number, update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, };
+export type ToWorker = { "kind": "offscreen_ready" } | { "kind": "engine_status", status: EngineStatus, } | { "kind": "watch_engine" } | { "kind": "install_model", model_id: string, } | { "kind": "model_installed", model_id: string, } | { "kind": "start_task", text: string, page: PageInfo | null, } | { "kind": "task_control", action: TaskAction, } | { "kind": "task_update", tab_id: number, update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, };
 
-export type ToTab = { "kind": "engine_status", status: EngineStatus, } | { "kind": "generation", event: GenerationEvent, } | { "kind": "task_update", update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, } | { "kind": "cancel_tools" } | { "kind": "open_overlay" };
+export type ToTab = { "kind": "engine_status", status: EngineStatus, } | { "kind": "task_update", update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, } | { "kind": "cancel_tools" } | { "kind": "open_overlay" };
 
 export type EngineStatus = { "state": "idle" } | { "state": "starting" } | { "state": "ready", adapter: AdapterReport, self_test: SelfTestReport, model: ModelInfo | null, } | { "state": "needs_model", model: ModelOffer, } | { "state": "installing", model: ModelOffer, progress: ModelProgress, } | { "state": "failed", failure: EngineFailure, };
 

@@ -2,7 +2,7 @@
 // test build, or installed in the model store), downloads models, and answers the service
 // worker. Engine logic lives in Rust (crates/offscreen); model files live in ./model-store.ts.
 
-import type { EngineFailure, EngineStatus, GenerateRequest, GenerationEvent, ModelManifest, ModelOffer, TaskUpdate, ToOffscreen, ToolReply, ToolRequest } from "../generated/protocol";
+import type { EngineFailure, EngineStatus, ModelManifest, ModelOffer, TaskUpdate, ToOffscreen, ToolReply, ToolRequest } from "../generated/protocol";
 import { isRuntimeMessage, sendToWorker } from "../shared/messages";
 import { buildInfo, DEFAULT_MODEL_ID, loadManifest, totalBytes, unpinnedReason } from "../shared/models";
 import * as store from "./model-store";
@@ -204,13 +204,6 @@ function installModel(modelId: string): Promise<EngineStatus> {
   return installing;
 }
 
-async function generate(request: GenerateRequest): Promise<void> {
-  const wasm = await loadEngine();
-  await wasm.generate(JSON.stringify(request), (json) => {
-    void sendToWorker({ kind: "generation", event: JSON.parse(json) as GenerationEvent });
-  });
-}
-
 /** Asks the service worker to run a tool; resolves to a `ToolReply` as JSON (never rejects). */
 async function runTool(request: ToolRequest): Promise<string> {
   let reply: ToolReply;
@@ -247,9 +240,6 @@ chrome.runtime.onMessage.addListener((message: unknown, _sender, sendResponse) =
     case "install_model":
       void installModel(msg.model_id).then(sendResponse);
       return true;
-    case "generate":
-      void generate(msg.request);
-      break;
     case "start_task":
     case "task_control":
       void taskMessage(msg);

@@ -3,7 +3,7 @@
 // engine to the task's own tab (or runs the browser-level tools itself: navigation, screenshot,
 // run_javascript). It keeps no state that cannot be rebuilt: Chrome may stop it at any time.
 
-import type { EngineStatus, GenerationEvent, RuntimeMessage, TaskAction, ToWorker } from "../generated/protocol";
+import type { EngineStatus, RuntimeMessage, TaskAction, ToWorker } from "../generated/protocol";
 import { isRuntimeMessage } from "../shared/messages";
 import { loadSettings, onSettingsChanged, isSiteDisabled, taskSettings } from "../shared/settings";
 import { registerContentScript } from "./content-script";
@@ -19,9 +19,6 @@ let installInFlight = false;
 const watchers = new Set<number>();
 let offscreenStarting: Promise<void> | null = null;
 let onOffscreenReady: (() => void) | null = null;
-/** Which tab asked for each generation in flight. */
-const generations = new Map<number, number>();
-let nextRequestId = 1;
 
 // The overlay keeps its tab's transcript in storage.session (memory only, gone when the browser
 // quits) so that it survives reloads and worker restarts. Content scripts may only use it once the
@@ -91,19 +88,6 @@ function handle(msg: ToWorker, sender: chrome.runtime.MessageSender): Promise<un
       // Installed from a folder in the options page: an engine waiting for a model can load it now.
       if (status.state === "needs_model" || status.state === "failed") void startEngine();
       break;
-    case "generate": {
-      if (tabId === undefined) return;
-      const requestId = nextRequestId++;
-      generations.set(requestId, tabId);
-      const request = { request_id: requestId, prompt: msg.prompt, max_tokens: msg.max_tokens };
-      toOffscreen({ kind: "generate", request }).catch((error: unknown) =>
-        routeGeneration({ event: "failed", request_id: requestId, message: `The engine is not running: ${String(error)}` }),
-      );
-      break;
-    }
-    case "generation":
-      routeGeneration(msg.event);
-      break;
     case "start_task":
       if (tabId !== undefined) void startTask(tabId, sender.tab?.url, msg.text, msg.page);
       break;
@@ -147,15 +131,6 @@ function toTab(tabId: number, msg: Extract<RuntimeMessage, { to: "tab" }>["msg"]
   const message: RuntimeMessage = { to: "tab", msg };
   // Only the top frame's content script shows the overlay.
   chrome.tabs.sendMessage(tabId, message, { frameId: 0 }).catch(() => {});
-}
-
-/** Sends a generation event to the tab that asked for it. */
-function routeGeneration(event: GenerationEvent): void {
-  const tabId = generations.get(event.request_id);
-  if (tabId === undefined) return;
-  if (event.event !== "token") generations.delete(event.request_id);
-  const message: RuntimeMessage = { to: "tab", msg: { kind: "generation", event } };
-  chrome.tabs.sendMessage(tabId, message).catch(() => generations.delete(event.request_id));
 }
 
 function setStatus(next: EngineStatus): void {

@@ -8,9 +8,7 @@ import { after, before, test } from "node:test";
 import { launch } from "../lib/browser.mjs";
 import { servePages } from "../lib/pages.mjs";
 import { screenshot } from "../lib/overlay.mjs";
-import { answer, ask, call, chooseOption, decide, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
-
-const done = (result, success = true) => call("done", `result:${str(result)},success:${success}`);
+import { answer, ask, call, chooseOption, decide, done, pageText as text, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 
 let pages;
 let chrome;
@@ -22,8 +20,6 @@ after(async () => {
   await chrome?.close();
   await pages?.close();
 });
-
-const text = (page, selector) => page.locator(selector).textContent();
 
 test("a long React form: typed values, select and checkbox reach React's state", { timeout: 120_000 }, async () => {
   const page = await openAgentPage(chrome, `${pages.url}/agent/react-form.html`);

@@ -7,9 +7,8 @@ import { after, before, test } from "node:test";
 import { launch } from "../lib/browser.mjs";
 import { servePages } from "../lib/pages.mjs";
 import { clickInOverlay, overlayEval, screenshot, waitForEngine } from "../lib/overlay.mjs";
-import { ask, call, decide, indexOf, openAgentPage, str, useScript, waitForTask } from "../lib/agent.mjs";
+import { ask, call, decide, done, pageText as text, indexOf, openAgentPage, str, useScript, waitForTask } from "../lib/agent.mjs";
 
-const done = (result) => call("done", `result:${str(result)}`);
 const signUp = (email) => [
   call("snapshot"),
   call("type", `index:${indexOf('"Your email"')},text:${str(email)}`),
@@ -28,7 +27,6 @@ after(async () => {
   await pages?.close();
 });
 
-const text = (page, selector) => page.locator(selector).textContent();
 const waitForCards = (page, n) =>
   page.waitForFunction((n) => Number(document.querySelector("hearth-overlay")?.dataset.cards) >= n, n, { timeout: 30_000 });
 

@@ -8,6 +8,10 @@ import { clickInOverlay, clickLauncher, overlayHost, waitForEngine } from "./ove
 export const call = (name, args = "") => `<|tool_call>call:${name}{${args}}<tool_call|>`;
 /** A string argument in Gemma 4's call syntax. */
 export const str = (text) => `<|"|>${text}<|"|>`;
+/** The task's end, as the model writes it. */
+export const done = (result, success = true) => call("done", `result:${str(result)},success:${success}`);
+/** The page's own text at `selector` (what the tests assert on). */
+export const pageText = (page, selector) => page.locator(selector).textContent();
 /** The number of the latest snapshot line containing `text` (resolved by the scripted model). */
 export const indexOf = (text) => `{{index:${text}}}`;
 
