@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use crate::gguf::{GgufFile, read_tensor_f32};
 use crate::gguf_names::hf_tensor;
+use crate::mlx::{AffineTensor, Quantization};
 use crate::safetensors::{DType, Header, TensorInfo};
 use crate::{ByteSource, FileSource, WeightsError};
 
@@ -22,6 +23,8 @@ pub struct HostTensor {
 
 pub struct Checkpoint {
     format: Format,
+    /// MLX affine quantization from the folder's config.json, when the weights use it.
+    quantization: Option<Quantization>,
 }
 
 enum Format {
@@ -52,14 +55,32 @@ impl Checkpoint {
         }
         let mut source = FileSource::open(path)?;
         if GgufFile::sniff(&mut source) {
-            Self::from_gguf(Box::new(source))
-        } else {
-            Self::from_sources(vec![Box::new(source)])
+            return Self::from_gguf(Box::new(source));
         }
+        let mut checkpoint = Self::from_sources(vec![Box::new(source)])?;
+        // A lone .safetensors file takes its quantization from a config.json beside it.
+        if let Some(config) = path.parent().map(|dir| dir.join("config.json")).filter(|c| c.is_file()) {
+            let text =
+                std::fs::read_to_string(&config).map_err(|source| WeightsError::Io { path: config.clone(), source })?;
+            checkpoint.set_quantization(Quantization::from_config_json(&text)?);
+        }
+        Ok(checkpoint)
     }
 
-    /// Opens the weights in a model folder (headers only).
+    /// Opens the weights in a model folder (headers only), with the MLX quantization its
+    /// config.json declares.
     pub fn open_dir(dir: &Path) -> Result<Self, WeightsError> {
+        let mut checkpoint = Self::open_weights_in(dir)?;
+        let config = dir.join("config.json");
+        if config.is_file() {
+            let text =
+                std::fs::read_to_string(&config).map_err(|source| WeightsError::Io { path: config.clone(), source })?;
+            checkpoint.set_quantization(Quantization::from_config_json(&text)?);
+        }
+        Ok(checkpoint)
+    }
+
+    fn open_weights_in(dir: &Path) -> Result<Self, WeightsError> {
         let single = dir.join("model.safetensors");
         let index = dir.join("model.safetensors.index.json");
         if single.is_file() {
@@ -100,7 +121,7 @@ impl Checkpoint {
             }
             files.push((source, header));
         }
-        Ok(Self { format: Format::Safetensors { files, location } })
+        Ok(Self { format: Format::Safetensors { files, location }, quantization: None })
     }
 
     /// A checkpoint over one GGUF file. Its tensors go by their Hugging Face names where the
@@ -121,7 +142,7 @@ impl Checkpoint {
                 });
             }
         }
-        Ok(Self { format: Format::Gguf { source, file, names } })
+        Ok(Self { format: Format::Gguf { source, file, names }, quantization: None })
     }
 
     /// The GGUF header (metadata: config and tokenizer) when this checkpoint is a GGUF file.
@@ -169,8 +190,46 @@ impl Checkpoint {
         }
     }
 
-    /// One tensor converted to f32 (from f32, f16 or bf16; from any ggml type Hearth dequantizes).
+    /// Declares how MLX-quantized modules are stored (from the model's config.json).
+    pub fn set_quantization(&mut self, quantization: Option<Quantization>) {
+        self.quantization = quantization;
+    }
+
+    /// Whether `module` is stored MLX-quantized (it has `module.scales`).
+    pub fn is_quantized(&self, module: &str) -> bool {
+        matches!(self.format, Format::Safetensors { .. }) && self.contains(&format!("{module}.scales"))
+    }
+
+    /// The packed codes, scales and biases of an MLX-quantized module (`None` when the module is
+    /// stored as plain floats).
+    pub fn read_affine(&mut self, module: &str) -> Result<Option<AffineTensor>, WeightsError> {
+        if !self.is_quantized(module) {
+            return Ok(None);
+        }
+        let bad = |reason: &str| WeightsError::Quantization { name: module.to_string(), reason: reason.to_string() };
+        let params = match &self.quantization {
+            None => return Err(bad("it has scales, but config.json declares no `quantization`")),
+            Some(q) => q.for_module(module).ok_or_else(|| bad("it has scales, but config.json says it is not quantized"))?,
+        };
+        let (info, bytes) = self.read_raw(&format!("{module}.weight"))?;
+        if info.dtype != DType::U32 {
+            return Err(bad(&format!("its weight is {:?}, not the U32 codes of a quantized module", info.dtype)));
+        }
+        let codes = bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let scales = self.read_f32(&format!("{module}.scales"))?;
+        let biases = self.read_f32(&format!("{module}.biases"))?;
+        AffineTensor::new(module, params, (info.shape, codes), (scales.shape, scales.data), (biases.shape, biases.data))
+            .map(Some)
+    }
+
+    /// One tensor converted to f32 (from f32, f16 or bf16; from any ggml type Hearth dequantizes;
+    /// an MLX-quantized `….weight` is dequantized).
     pub fn read_f32(&mut self, name: &str) -> Result<HostTensor, WeightsError> {
+        if let Some(module) = name.strip_suffix(".weight")
+            && let Some(quantized) = self.read_affine(module)?
+        {
+            return Ok(quantized.dequantize());
+        }
         if let Format::Gguf { source, file, names } = &mut self.format {
             let (gguf_name, subtract) =
                 names.get(name).ok_or_else(|| WeightsError::Missing { name: name.to_string() })?;

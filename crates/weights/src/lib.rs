@@ -5,6 +5,8 @@
 //!   tensors can then be read one at a time (the whole file is never in memory).
 //! - [`gguf`]: llama.cpp's GGUF file (header, metadata, tensor table), with [`quant`] for its
 //!   block formats (dequantized to f32) and [`gguf_names`] for Hugging Face tensor names.
+//! - [`mlx`]: MLX affine quantization (codes, scales and biases per group), as mlx-community ships
+//!   Gemma 4.
 //! - [`checkpoint`]: a model folder (`model.safetensors` or sharded with
 //!   `model.safetensors.index.json`) or one GGUF file, read tensor by tensor as f32 under Hugging
 //!   Face's tensor names.
@@ -12,11 +14,13 @@
 pub mod checkpoint;
 pub mod gguf;
 pub mod gguf_names;
+pub mod mlx;
 pub mod quant;
 pub mod safetensors;
 mod source;
 
 pub use checkpoint::{Checkpoint, HostTensor};
+pub use mlx::{AffineParams, AffineTensor, Quantization};
 pub use gguf::{GgufError, GgufFile, GgufTensor, MetadataValue};
 pub use quant::GgmlType;
 pub use safetensors::{DType, Header, TensorInfo};
@@ -40,6 +44,10 @@ pub enum WeightsError {
     NoWeights { path: PathBuf },
     #[error(transparent)]
     Gguf(#[from] GgufError),
+    #[error("`{name}` is not valid MLX quantized data: {reason}. Download the model again.")]
+    Quantization { name: String, reason: String },
+    #[error("the model uses `{mode}` quantization; Hearth reads MLX affine (4- or 8-bit) and GGUF models")]
+    UnsupportedQuantization { mode: String },
     #[error("tensor `{name}` is in a GGUF file: its raw bytes are ggml blocks, not a safetensors dtype")]
     NotSafetensors { name: String },
 }
