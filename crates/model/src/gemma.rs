@@ -158,6 +158,17 @@ impl SplitEmbedding {
     }
 }
 
+/// Where the text decoder's tensors live: the config's prefix (Hugging Face's layout), or MLX's
+/// `language_model.model.` (mlx-vlm drops the outer `model.`).
+fn tensor_prefix(checkpoint: &Checkpoint, configured: &str) -> String {
+    let candidates = [configured, "language_model.model.", "model.language_model.", "model."];
+    candidates
+        .into_iter()
+        .find(|p| checkpoint.contains(&format!("{p}embed_tokens.weight")))
+        .unwrap_or(configured)
+        .to_string()
+}
+
 /// Reads tensors by their name under the config's prefix, checking shapes.
 struct Loader<'a> {
     checkpoint: &'a mut Checkpoint,
@@ -211,8 +222,8 @@ impl Gemma {
     ) -> Result<Self, ModelError> {
         let c = &config;
         let h = c.hidden_size;
-        let mut loader =
-            Loader { checkpoint, prefix: c.tensor_prefix.clone(), device, norm_offset: c.norm_weight_offset };
+        let prefix = tensor_prefix(checkpoint, &c.tensor_prefix);
+        let mut loader = Loader { checkpoint, prefix, device, norm_offset: c.norm_weight_offset };
         let embed = loader.host("embed_tokens.weight", &[c.vocab_size, h])?;
         let embed_tokens = SplitEmbedding::new(embed.data, c.vocab_size, h, max_tensor_bytes, device);
 

@@ -12,7 +12,7 @@ use hearth_model::{CacheOptions, Gemma, KvCache, Sampler, SamplingOptions, Sessi
 use serde::Deserialize;
 
 const TOLERANCE: f32 = 1e-3;
-const CASES: [&str; 3] = ["gemma4-text", "gemma4-multimodal", "gemma3-text"];
+const CASES: [&str; 4] = ["gemma4-text", "gemma4-multimodal", "gemma3-text", "gemma4-mlx-4bit"];
 
 #[derive(Deserialize)]
 struct Expected {
