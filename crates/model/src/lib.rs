@@ -6,7 +6,9 @@
 //!   broken driver is caught before the user waits for a model.
 //! - [`config`] → [`gemma`] → [`cache`]: the model, as the spec reads: configuration, layers,
 //!   forward pass, KV cache.
+//! - [`affine`]: 4-bit matrices kept packed on the device and the fused dequantize-multiply kernel.
 
+pub mod affine;
 pub mod cache;
 pub mod config;
 pub mod gemma;

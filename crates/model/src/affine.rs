@@ -1,0 +1,374 @@
+//! 4-bit affine-quantized matrices kept packed on the device, and the fused kernel that multiplies
+//! by them without ever writing the dequantized weights: each thread block reads a row's codes
+//! once, dequantizes them in registers (`scale·q + bias` per group) and accumulates in f32.
+//!
+//! Layout (MLX's, also used for GGUF Q4 blocks after repacking): codes `[rows, k/8]` u32 with
+//! element j of a word in bits 4j…4j+3; scales and biases `[rows, k/group]` f32.
+//!
+//! On the cubecl backends (wgpu natively, WebGPU in the browser) the product is one dispatch. On
+//! the CPU backend (Flex, used by tests and machines without a GPU) the same maths runs as tensor
+//! operations, so both paths are checked against each other and against a host dequantization.
+
+use burn::backend::tensor::{FloatTensor, IntTensor};
+use burn::backend::{Backend, Dispatch, DispatchDevice, backend_extension};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+use burn_cubecl::CubeBackend;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+use hearth_weights::AffineTensor;
+
+/// Threads that share one output row (a power of two: they sum in a tree).
+const THREADS: u32 = 64;
+/// Tokens one thread block multiplies at once (prefill); their weights are dequantized once.
+const TOKEN_TILE: u32 = 8;
+/// The most thread blocks along one grid axis (WebGPU's limit).
+const MAX_GRID: u32 = 65_535;
+
+/// `out[s, r] = Σ_k x[s, k] · (scale[r, g(k)] · q[r, k] + bias[r, g(k)])`, for up to
+/// `TOKEN_TILE` tokens of `x` per block. Grid: (row blocks x, row blocks y, token tiles).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn affine_q4_matmul_kernel(
+    codes: &[u32],
+    scales: &[f32],
+    biases: &[f32],
+    x: &[f32],
+    out: &mut [f32],
+    rows: u32,
+    k: u32,
+    tokens: u32,
+    #[comptime] group: u32,
+    #[comptime] threads: u32,
+    #[comptime] levels: u32,
+    #[comptime] tile: u32,
+) {
+    let row = CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X;
+    let first_token = CUBE_POS_Z * tile;
+    let thread = UNIT_POS_X;
+    let words = k / 8;
+    let groups = k / group;
+
+    let mut acc = Array::<f32>::new(tile as usize);
+    #[unroll]
+    for s in 0..tile {
+        acc[s as usize] = 0.0;
+    }
+    if row < rows {
+        let mut w = thread;
+        while w < words {
+            let word = codes[(row * words + w) as usize];
+            let g = (row * groups + (w * 8) / group) as usize;
+            let scale = scales[g];
+            let bias = biases[g];
+            #[unroll]
+            for s in 0..tile {
+                let token = first_token + s;
+                if token < tokens {
+                    let base = (token * k + w * 8) as usize;
+                    let mut dot = 0.0;
+                    let mut sum = 0.0;
+                    #[unroll]
+                    for j in 0..8u32 {
+                        let value = x[base + j as usize];
+                        dot += f32::cast_from((word >> (j * 4)) & 15u32) * value;
+                        sum += value;
+                    }
+                    acc[s as usize] = acc[s as usize] + scale * dot + bias * sum;
+                }
+            }
+            w += threads;
+        }
+    }
+
+    // Sum the threads' partial dot products: a tree in shared memory, one per token.
+    let mut partial = Shared::<[f32]>::new_slice((tile * threads) as usize);
+    #[unroll]
+    for s in 0..tile {
+        partial[(s * threads + thread) as usize] = acc[s as usize];
+    }
+    sync_cube();
+    #[unroll]
+    for level in 0..levels {
+        let stride = threads >> (level + 1);
+        if thread < stride {
+            #[unroll]
+            for s in 0..tile {
+                let at = (s * threads + thread) as usize;
+                let sum = partial[at] + partial[at + stride as usize];
+                partial[at] = sum;
+            }
+        }
+        sync_cube();
+    }
+    if thread < tile && row < rows {
+        let token = first_token + thread;
+        if token < tokens {
+            out[(token * rows + row) as usize] = partial[(thread * threads) as usize];
+        }
+    }
+}
+
+/// The fused kernel as a Burn backend operation (cubecl backends only).
+#[backend_extension(Cube)]
+pub trait AffineKernels: Backend {
+    /// `x · Wᵀ` for a packed 4-bit `W`: codes `[rows, k/8]`, scales and biases `[rows, k/group]`,
+    /// x `[S, k]` → `[S, rows]`.
+    fn affine_q4_matmul(
+        codes: IntTensor<Self>,
+        scales: FloatTensor<Self>,
+        biases: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        group: usize,
+    ) -> FloatTensor<Self>;
+}
+
+impl AffineKernels for CubeBackend {
+    fn affine_q4_matmul(
+        codes: CubeTensor,
+        scales: CubeTensor,
+        biases: CubeTensor,
+        x: CubeTensor,
+        group: usize,
+    ) -> CubeTensor {
+        let x = into_contiguous(x);
+        let (rows, words) = (codes.meta.shape()[0], codes.meta.shape()[1]);
+        let (tokens, k) = (x.meta.shape()[0], x.meta.shape()[1]);
+        debug_assert_eq!(words * 8, k, "codes and input disagree on k");
+        let client = x.client.clone();
+        let out_shape = burn::tensor::Shape::new([tokens, rows]);
+        let handle = client.empty(tokens * rows * size_of::<f32>());
+        let out = CubeTensor::new_contiguous(client.clone(), x.device.clone(), out_shape, handle, DType::F32);
+        let row_blocks = rows as u32;
+        let (grid_x, grid_y) = if row_blocks <= MAX_GRID {
+            (row_blocks.max(1), 1)
+        } else {
+            (MAX_GRID, row_blocks.div_ceil(MAX_GRID))
+        };
+        let tiles = (tokens as u32).div_ceil(TOKEN_TILE).max(1);
+        // A single token needs no token tile: a smaller kernel with fewer registers.
+        let tile = if tokens == 1 { 1 } else { TOKEN_TILE };
+        let tiles = if tokens == 1 { 1 } else { tiles };
+        affine_q4_matmul_kernel::launch(
+            &client,
+            CubeCount::Static(grid_x, grid_y, tiles),
+            CubeDim::new_1d(THREADS),
+            into_contiguous(codes).into_buffer_arg(),
+            into_contiguous(scales).into_buffer_arg(),
+            into_contiguous(biases).into_buffer_arg(),
+            x.into_buffer_arg(),
+            out.clone().into_buffer_arg(),
+            rows as u32,
+            k as u32,
+            tokens as u32,
+            group as u32,
+            THREADS,
+            THREADS.trailing_zeros(),
+            tile,
+        );
+        out
+    }
+}
+
+/// A `[rows, k]` matrix stored as 4-bit codes with a scale and a bias per group of `group`
+/// values of a row.
+#[derive(Clone)]
+pub struct AffineMatrix {
+    /// `[rows, k/8]` u32
+    codes: Tensor<2, Int>,
+    /// `[rows, k/group]`
+    scales: Tensor<2>,
+    biases: Tensor<2>,
+    group: usize,
+}
+
+impl AffineMatrix {
+    /// Uploads a 4-bit host tensor (other widths are dequantized by the caller).
+    pub fn upload(t: &AffineTensor, device: &Device) -> Self {
+        assert_eq!(t.params.bits, 4, "AffineMatrix holds 4-bit codes");
+        Self::from_parts(t.rows, t.cols, t.params.group_size, t.codes.clone(), t.scales.clone(), t.biases.clone(), device)
+    }
+
+    /// Rows `range` of a 4-bit host tensor (a block of a split matrix).
+    pub fn upload_rows(t: &AffineTensor, range: std::ops::Range<usize>, device: &Device) -> Self {
+        assert_eq!(t.params.bits, 4, "AffineMatrix holds 4-bit codes");
+        let (words, groups) = (t.words_per_row(), t.groups_per_row());
+        Self::from_parts(
+            range.len(),
+            t.cols,
+            t.params.group_size,
+            t.codes[range.start * words..range.end * words].to_vec(),
+            t.scales[range.start * groups..range.end * groups].to_vec(),
+            t.biases[range.start * groups..range.end * groups].to_vec(),
+            device,
+        )
+    }
+
+    fn from_parts(
+        rows: usize,
+        k: usize,
+        group: usize,
+        codes: Vec<u32>,
+        scales: Vec<f32>,
+        biases: Vec<f32>,
+        device: &Device,
+    ) -> Self {
+        let (words, groups) = (k / 8, k / group);
+        AffineMatrix {
+            codes: Tensor::from_data(TensorData::new(codes, [rows, words]), (device, DType::U32)),
+            scales: Tensor::from_data(TensorData::new(scales, [rows, groups]), device),
+            biases: Tensor::from_data(TensorData::new(biases, [rows, groups]), device),
+            group,
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.codes.dims()[0]
+    }
+
+    pub fn k(&self) -> usize {
+        self.codes.dims()[1] * 8
+    }
+
+    /// Bytes this matrix occupies on the device.
+    pub fn device_bytes(&self) -> usize {
+        let [rows, words] = self.codes.dims();
+        rows * words * 4 + 2 * rows * (self.k() / self.group) * 4
+    }
+
+    /// `x · Wᵀ`: [S, k] → [S, rows].
+    pub fn matmul_transposed(&self, x: Tensor<2>) -> Tensor<2> {
+        if is_cube(&x.device()) {
+            Tensor::from_dispatch(<Dispatch as AffineKernels>::affine_q4_matmul(
+                self.codes.clone().into_dispatch(),
+                self.scales.clone().into_dispatch(),
+                self.biases.clone().into_dispatch(),
+                x.into_dispatch(),
+                self.group,
+            ))
+        } else {
+            x.matmul(self.dequantize().transpose())
+        }
+    }
+
+    /// Rows `ids` of W, dequantized: [S] → [S, k].
+    pub fn select_rows(&self, ids: Tensor<1, Int>) -> Tensor<2> {
+        let picked = AffineMatrix {
+            codes: self.codes.clone().select(0, ids.clone()),
+            scales: self.scales.clone().select(0, ids.clone()),
+            biases: self.biases.clone().select(0, ids),
+            group: self.group,
+        };
+        picked.dequantize()
+    }
+
+    /// W as f32 through tensor operations: [rows, k].
+    pub fn dequantize(&self) -> Tensor<2> {
+        let [rows, words] = self.codes.dims();
+        let groups = self.k() / self.group;
+        // [rows, words, 8]: nibble j of each word.
+        let nibbles: Vec<Tensor<3, Int>> = (0..8)
+            .map(|j| {
+                self.codes.clone().bitwise_right_shift_scalar(4 * j).bitwise_and_scalar(15).reshape([rows, words, 1])
+            })
+            .collect();
+        let q = Tensor::cat(nibbles, 2).float().reshape([rows, groups, self.group]);
+        let w = q * self.scales.clone().reshape([rows, groups, 1]) + self.biases.clone().reshape([rows, groups, 1]);
+        w.reshape([rows, self.k()])
+    }
+}
+
+fn is_cube(device: &Device) -> bool {
+    #[allow(unreachable_patterns)]
+    match device.as_dispatch() {
+        DispatchDevice::Cube(_) => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hearth_weights::AffineParams;
+
+    /// A random-looking 4-bit matrix, and its host dequantization.
+    fn matrix(rows: usize, k: usize, group: usize, seed: u32) -> (AffineTensor, Vec<f32>) {
+        let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state
+        };
+        let codes: Vec<u32> = (0..rows * k / 8).map(|_| next()).collect();
+        let groups = rows * k / group;
+        let scales: Vec<f32> = (0..groups).map(|_| (next() % 1000) as f32 / 20_000.0 + 0.001).collect();
+        let biases: Vec<f32> = (0..groups).map(|_| -((next() % 1000) as f32) / 5_000.0).collect();
+        let params = AffineParams { group_size: group, bits: 4 };
+        let t = AffineTensor::new("test", params, (vec![rows, k / 8], codes), (vec![rows, k / group], scales), (vec![rows, k / group], biases))
+            .expect("consistent shapes");
+        let dense = t.dequantize().data;
+        (t, dense)
+    }
+
+    fn inputs(tokens: usize, k: usize) -> Vec<f32> {
+        (0..tokens * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect()
+    }
+
+    /// f64 reference of x · Wᵀ.
+    fn reference(x: &[f32], w: &[f32], tokens: usize, rows: usize, k: usize) -> Vec<f32> {
+        let mut out = vec![0.0; tokens * rows];
+        for s in 0..tokens {
+            for r in 0..rows {
+                let dot: f64 = (0..k).map(|i| f64::from(x[s * k + i]) * f64::from(w[r * k + i])).sum();
+                out[s * rows + r] = dot as f32;
+            }
+        }
+        out
+    }
+
+    fn devices() -> Vec<(&'static str, Device)> {
+        let mut devices = vec![("cpu", Device::flex())];
+        match crate::gpu::init_gpu_blocking() {
+            Ok(gpu) => devices.push(("wgpu", gpu.device)),
+            Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => eprintln!("no GPU: {err}"),
+            Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
+        }
+        devices
+    }
+
+    fn read(t: Tensor<2>) -> Vec<f32> {
+        pollster::block_on(t.into_data_async()).expect("readback").try_to_vec().expect("f32")
+    }
+
+    /// Decode (1 token), a partial token tile, several tiles; groups of 32, 64 and 128; a k that
+    /// is not a multiple of the threads' stride.
+    #[test]
+    fn fused_matmul_matches_a_host_dequantization() {
+        for (name, device) in devices() {
+            for (tokens, rows, k, group) in [(1, 40, 256, 64), (3, 17, 96, 32), (19, 9, 384, 128), (1, 300, 1536, 64)] {
+                let (t, dense) = matrix(rows, k, group, (tokens * rows + k) as u32);
+                let x = inputs(tokens, k);
+                let m = AffineMatrix::upload(&t, &device);
+                let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [tokens, k]), &device);
+                let got = read(m.matmul_transposed(xt));
+                let want = reference(&x, &dense, tokens, rows, k);
+                let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                let scale = want.iter().map(|v| v.abs()).fold(1.0, f32::max);
+                assert!(diff <= 1e-5 * scale * (k as f32).sqrt(), "{name} {tokens}x{rows}x{k}/{group}: {diff}");
+            }
+        }
+    }
+
+    #[test]
+    fn dequantized_rows_equal_the_host_values() {
+        for (name, device) in devices() {
+            let (t, dense) = matrix(12, 128, 32, 5);
+            let m = AffineMatrix::upload_rows(&t, 2..12, &device);
+            let ids = Tensor::<1, Int>::from_data(TensorData::new(vec![7i32, 0, 3], [3]), &device);
+            let got = read(m.select_rows(ids));
+            let want: Vec<f32> = [9usize, 2, 5].iter().flat_map(|&r| dense[r * 128..(r + 1) * 128].to_vec()).collect();
+            assert_eq!(got, want, "{name}");
+        }
+    }
+}
