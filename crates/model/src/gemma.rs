@@ -6,7 +6,9 @@
 
 use burn::tensor::activation::softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use hearth_weights::{Checkpoint, HostTensor, WeightsError};
+use hearth_weights::{AffineTensor, Checkpoint, HostTensor, WeightsError};
+
+use crate::affine::AffineMatrix;
 
 use crate::cache::{ChunkGeometry, KvCache};
 use crate::config::{ConfigError, Family, LayerType, TextConfig};
@@ -27,13 +29,21 @@ pub enum ModelError {
     ContextFull(usize),
 }
 
-/// Weights of a linear layer, stored transposed ([in, out]) so that `x · W` needs no transpose.
-struct Linear(Tensor<2>);
+/// Weights of a linear layer.
+enum Linear {
+    /// f32, stored transposed ([in, out]) so that `x · W` needs no transpose.
+    Dense(Tensor<2>),
+    /// 4-bit codes as the checkpoint has them ([out, in]), multiplied by the fused kernel.
+    Affine4(AffineMatrix),
+}
 
 impl Linear {
-    /// [.., in] → [.., out]
+    /// [S, in] → [S, out]
     fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        x.matmul(self.0.clone())
+        match self {
+            Linear::Dense(w) => x.matmul(w.clone()),
+            Linear::Affine4(w) => w.matmul_transposed(x),
+        }
     }
 }
 
@@ -81,9 +91,16 @@ struct DecoderLayer {
 /// the rest of the model and only one row per token is needed), plus a projection of the token
 /// embedding computed on the device.
 struct PerLayerEmbeddings {
-    table: HostTensor,
+    table: HostTable,
     model_projection: Linear,
     projection_norm: Tensor<1>,
+}
+
+/// Where a loaded model's weights live, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WeightBytes {
+    pub device: usize,
+    pub host: usize,
 }
 
 pub struct Gemma {
@@ -105,16 +122,52 @@ pub const MAX_TENSOR_BYTES: usize = 128 << 20;
 /// block and joins the logits.
 struct SplitEmbedding {
     /// [rows_per_block, h] each (the last may be shorter).
-    blocks: Vec<Tensor<2>>,
+    blocks: Vec<EmbeddingBlock>,
     rows_per_block: usize,
 }
 
+enum EmbeddingBlock {
+    Dense(Tensor<2>),
+    Affine4(AffineMatrix),
+}
+
+impl EmbeddingBlock {
+    /// [n] → [n, h]
+    fn rows(&self, ids: Tensor<1, Int>) -> Tensor<2> {
+        match self {
+            EmbeddingBlock::Dense(rows) => rows.clone().select(0, ids),
+            EmbeddingBlock::Affine4(rows) => rows.select_rows(ids),
+        }
+    }
+
+    /// `x · blockᵀ`: [S, h] → [S, rows]
+    fn logits(&self, x: Tensor<2>) -> Tensor<2> {
+        match self {
+            EmbeddingBlock::Dense(rows) => x.matmul(rows.clone().transpose()),
+            EmbeddingBlock::Affine4(rows) => rows.matmul_transposed(x),
+        }
+    }
+}
+
 impl SplitEmbedding {
-    fn new(data: Vec<f32>, vocab: usize, h: usize, max_bytes: usize, device: &Device) -> Self {
+    fn dense(data: Vec<f32>, vocab: usize, h: usize, max_bytes: usize, device: &Device) -> Self {
         let rows_per_block = (max_bytes / (h * 4).max(1)).clamp(1, vocab.max(1));
         let blocks = data
             .chunks(rows_per_block * h)
-            .map(|rows| Tensor::from_data(TensorData::new(rows.to_vec(), [rows.len() / h, h]), device))
+            .map(|rows| EmbeddingBlock::Dense(Tensor::from_data(TensorData::new(rows.to_vec(), [rows.len() / h, h]), device)))
+            .collect();
+        SplitEmbedding { blocks, rows_per_block }
+    }
+
+    /// 4-bit codes: the codes are the largest buffer, h/2 bytes a row.
+    fn affine(table: &AffineTensor, max_bytes: usize, device: &Device) -> Self {
+        let vocab = table.rows;
+        let rows_per_block = (max_bytes / (table.words_per_row() * 4).max(1)).clamp(1, vocab.max(1));
+        let blocks = (0..vocab)
+            .step_by(rows_per_block)
+            .map(|start| {
+                EmbeddingBlock::Affine4(AffineMatrix::upload_rows(table, start..(start + rows_per_block).min(vocab), device))
+            })
             .collect();
         SplitEmbedding { blocks, rows_per_block }
     }
@@ -126,7 +179,7 @@ impl SplitEmbedding {
             Tensor::<1, Int>::from_data(TensorData::new(ids, [n]), device)
         };
         if let [only] = self.blocks.as_slice() {
-            return only.clone().select(0, ids(tokens.iter().map(|&t| t as i32).collect()));
+            return only.rows(ids(tokens.iter().map(|&t| t as i32).collect()));
         }
         // Gather block by block, then put the rows back in token order.
         let mut parts = Vec::new();
@@ -143,9 +196,7 @@ impl SplitEmbedding {
                 order[i] = gathered;
                 gathered += 1;
             }
-            parts.push(
-                block.clone().select(0, ids(here.iter().map(|&i| (tokens[i] as usize - start) as i32).collect())),
-            );
+            parts.push(block.rows(ids(here.iter().map(|&i| (tokens[i] as usize - start) as i32).collect())));
         }
         let rows = if parts.len() == 1 { parts.remove(0) } else { Tensor::cat(parts, 0) };
         rows.select(0, ids(order))
@@ -153,8 +204,38 @@ impl SplitEmbedding {
 
     /// `x · Eᵀ`.  [rows, vocab]
     fn logits(&self, x: Tensor<2>) -> Tensor<2> {
-        let parts: Vec<Tensor<2>> = self.blocks.iter().map(|b| x.clone().matmul(b.clone().transpose())).collect();
+        let parts: Vec<Tensor<2>> = self.blocks.iter().map(|b| b.logits(x.clone())).collect();
         if parts.len() == 1 { parts.into_iter().next().unwrap_or(x) } else { Tensor::cat(parts, 1) }
+    }
+}
+
+/// Gemma 4's per-layer-embedding table, [vocab, L·P], on the host: f32 for small models, packed
+/// 4-bit codes in row slices (never one buffer of a gigabyte or more) for quantized ones.
+enum HostTable {
+    Dense(HostTensor),
+    Affine { slices: Vec<AffineTensor>, rows_per_slice: usize },
+}
+
+impl HostTable {
+    fn width(&self) -> usize {
+        match self {
+            HostTable::Dense(t) => t.shape[1],
+            HostTable::Affine { slices, .. } => slices.first().map_or(0, |s| s.cols),
+        }
+    }
+
+    /// Appends row `t`, times `scale`, to `out`.
+    fn push_row(&self, t: usize, scale: f32, out: &mut Vec<f32>) {
+        let width = self.width();
+        let start = out.len();
+        match self {
+            HostTable::Dense(table) => out.extend_from_slice(&table.data[t * width..(t + 1) * width]),
+            HostTable::Affine { slices, rows_per_slice } => {
+                out.resize(start + width, 0.0);
+                slices[t / rows_per_slice].dequantize_row(t % rows_per_slice, &mut out[start..]);
+            }
+        }
+        out[start..].iter_mut().for_each(|v| *v *= scale);
     }
 }
 
@@ -187,16 +268,73 @@ impl Loader<'_> {
         Ok(tensor)
     }
 
-    /// A `[out, in]` checkpoint matrix, uploaded as `[in, out]`.
+    /// A packed checkpoint matrix, when the module is MLX-quantized; its shape is checked.
+    fn affine(&mut self, name: &str, rows: usize, cols: usize) -> Result<Option<AffineTensor>, ModelError> {
+        let full = format!("{}{name}", self.prefix);
+        let Some(t) = self.checkpoint.read_affine(&full)? else { return Ok(None) };
+        if (t.rows, t.cols) != (rows, cols) {
+            return Err(ModelError::Shape { name: full, expected: vec![rows, cols], actual: vec![t.rows, t.cols] });
+        }
+        Ok(Some(t))
+    }
+
+    /// A `[out, in]` checkpoint matrix: 4-bit codes stay packed; anything else is uploaded as
+    /// f32 `[in, out]`.
     fn linear(&mut self, name: &str, out_features: usize, in_features: usize) -> Result<Linear, ModelError> {
+        if let Some(q) = self.affine(name, out_features, in_features)? {
+            if q.params.bits == 4 {
+                return Ok(Linear::Affine4(AffineMatrix::upload(&q, self.device)));
+            }
+            return Ok(self.dense_linear(q.dequantize(), out_features, in_features));
+        }
         let w = self.host(&format!("{name}.weight"), &[out_features, in_features])?;
+        Ok(self.dense_linear(w, out_features, in_features))
+    }
+
+    fn dense_linear(&self, w: HostTensor, out_features: usize, in_features: usize) -> Linear {
         let mut transposed = vec![0.0; w.data.len()];
         for (o, row) in w.data.chunks_exact(in_features).enumerate() {
             for (i, value) in row.iter().enumerate() {
                 transposed[i * out_features + o] = *value;
             }
         }
-        Ok(Linear(Tensor::from_data(TensorData::new(transposed, [in_features, out_features]), self.device)))
+        Linear::Dense(Tensor::from_data(TensorData::new(transposed, [in_features, out_features]), self.device))
+    }
+
+    /// The token embedding, split to fit storage bindings; packed when it is 4-bit.
+    fn embedding(&mut self, vocab: usize, h: usize, max_bytes: usize) -> Result<SplitEmbedding, ModelError> {
+        match self.affine("embed_tokens", vocab, h)? {
+            Some(q) if q.params.bits == 4 => Ok(SplitEmbedding::affine(&q, max_bytes, self.device)),
+            Some(q) => Ok(SplitEmbedding::dense(q.dequantize().data, vocab, h, max_bytes, self.device)),
+            None => {
+                let embed = self.host("embed_tokens.weight", &[vocab, h])?;
+                Ok(SplitEmbedding::dense(embed.data, vocab, h, max_bytes, self.device))
+            }
+        }
+    }
+
+    /// The per-layer-embedding table, kept on the host (packed, in slices of at most `max_bytes`
+    /// of codes, when quantized).
+    fn host_table(&mut self, name: &str, vocab: usize, width: usize, max_bytes: usize) -> Result<HostTable, ModelError> {
+        let full = format!("{}{name}", self.prefix);
+        if !self.checkpoint.is_quantized(&full) {
+            return Ok(HostTable::Dense(self.host(&format!("{name}.weight"), &[vocab, width])?));
+        }
+        // Slice by the codes' row size, from the header: the whole table is never read at once.
+        let words = self.checkpoint.info(&format!("{full}.weight")).and_then(|i| i.shape.get(1).copied()).unwrap_or(1);
+        let rows_per_slice = (max_bytes / (words * 4).max(1)).clamp(1, vocab.max(1));
+        let mut slices = Vec::new();
+        for start in (0..vocab).step_by(rows_per_slice) {
+            let end = (start + rows_per_slice).min(vocab);
+            let slice = self.checkpoint.read_affine_rows(&full, Some(start..end))?.ok_or_else(|| {
+                ModelError::Weights(WeightsError::Missing { name: format!("{full}.scales") })
+            })?;
+            if slice.cols != width {
+                return Err(ModelError::Shape { name: full, expected: vec![vocab, width], actual: vec![vocab, slice.cols] });
+            }
+            slices.push(slice);
+        }
+        Ok(HostTable::Affine { slices, rows_per_slice })
     }
 
     /// An RMSNorm weight with the family's offset (`1 + w` for Gemma 3) folded in.
@@ -224,14 +362,13 @@ impl Gemma {
         let h = c.hidden_size;
         let prefix = tensor_prefix(checkpoint, &c.tensor_prefix);
         let mut loader = Loader { checkpoint, prefix, device, norm_offset: c.norm_weight_offset };
-        let embed = loader.host("embed_tokens.weight", &[c.vocab_size, h])?;
-        let embed_tokens = SplitEmbedding::new(embed.data, c.vocab_size, h, max_tensor_bytes, device);
+        let embed_tokens = loader.embedding(c.vocab_size, h, max_tensor_bytes)?;
 
         let per_layer = match c.per_layer_input_size {
             Some(p) => {
                 let width = c.num_layers * p;
                 Some(PerLayerEmbeddings {
-                    table: loader.host("embed_tokens_per_layer.weight", &[c.vocab_size, width])?,
+                    table: loader.host_table("embed_tokens_per_layer", c.vocab_size, width, max_tensor_bytes)?,
                     model_projection: loader.linear("per_layer_model_projection", width, h)?,
                     projection_norm: loader.norm("per_layer_projection_norm", p)?,
                 })
@@ -293,6 +430,49 @@ impl Gemma {
 
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// Bytes of weights on the device and on the host (the per-layer-embedding table).
+    pub fn weight_bytes(&self) -> WeightBytes {
+        fn dense<const D: usize>(t: &Tensor<D>) -> usize {
+            t.shape().num_elements() * 4
+        }
+        let linear = |l: &Linear| match l {
+            Linear::Dense(w) => dense(w),
+            Linear::Affine4(w) => w.device_bytes(),
+        };
+        let mut device = self.final_norm.shape().num_elements() * 4;
+        for block in &self.embed_tokens.blocks {
+            device += match block {
+                EmbeddingBlock::Dense(w) => dense(w),
+                EmbeddingBlock::Affine4(w) => w.device_bytes(),
+            };
+        }
+        let mut host = 0;
+        if let Some(ple) = &self.per_layer {
+            device += linear(&ple.model_projection) + dense(&ple.projection_norm);
+            host += match &ple.table {
+                HostTable::Dense(t) => t.data.len() * 4,
+                HostTable::Affine { slices, .. } => {
+                    slices.iter().map(|s| s.codes.len() * 4 + (s.scales.len() + s.biases.len()) * 4).sum()
+                }
+            };
+        }
+        for layer in &self.layers {
+            let a = &layer.attention;
+            device += linear(&a.q_proj) + linear(&a.o_proj) + dense(&a.q_norm);
+            if let Some(kv) = &a.kv {
+                device += linear(&kv.k_proj) + linear(&kv.v_proj) + dense(&kv.k_norm);
+            }
+            device += linear(&layer.mlp.gate_proj) + linear(&layer.mlp.up_proj) + linear(&layer.mlp.down_proj);
+            if let Some(pli) = &layer.per_layer_input {
+                device += linear(&pli.gate) + linear(&pli.projection) + dense(&pli.post_norm);
+            }
+            for norm in [&layer.input_norm, &layer.post_attention_norm, &layer.pre_feedforward_norm, &layer.post_feedforward_norm] {
+                device += dense(norm);
+            }
+        }
+        WeightBytes { device, host }
     }
 
     /// Runs `tokens` (positions `cache.len()..`) through the decoder, appending to `cache`, in
@@ -372,12 +552,11 @@ impl Gemma {
         let ple = self.per_layer.as_ref()?;
         let c = &self.config;
         let (s, l) = (tokens.len(), c.num_layers);
-        let width = ple.table.shape[1];
+        let width = ple.table.width();
         let p = width / l;
         let mut rows = Vec::with_capacity(s * width);
         for &t in tokens {
-            let start = t as usize * width;
-            rows.extend(ple.table.data[start..start + width].iter().map(|v| v * (p as f32).sqrt()));
+            ple.table.push_row(t as usize, (p as f32).sqrt(), &mut rows);
         }
         let token_part = Tensor::<3>::from_data(TensorData::new(rows, [s, l, p]), &self.device);
         let context = ple.model_projection.forward(x0).mul_scalar((c.hidden_size as f32).powf(-0.5)).reshape([s, l, p]);

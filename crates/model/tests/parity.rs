@@ -157,6 +157,8 @@ fn a_split_embedding_matches_transformers() {
             // 1 KiB blocks: a few rows each, so the fixture's tokens spread over many blocks.
             let rows = 1024 / (config.hidden_size * 4);
             assert!(rows * 4 < config.vocab_size, "{case}: the split must make several blocks");
+            // (Packed 4-bit rows are 8× smaller: still several blocks, and several host slices of
+            // the per-layer-embedding table.)
             let mut checkpoint = hearth_weights::Checkpoint::open(&dir).unwrap();
             let model = Gemma::load_with_tensor_limit(config, &mut checkpoint, &device, 1024).unwrap();
             let mut cache = KvCache::new(&model.config, CacheOptions::default(), model.device());
@@ -164,4 +166,20 @@ fn a_split_embedding_matches_transformers() {
             check(&format!("{case}/{device_name} split embedding"), &read(logits), &expected.logits);
         }
     }
+}
+
+/// A 4-bit MLX checkpoint stays packed: its device weights are a fraction of the f32 model's,
+/// and the per-layer-embedding table stays packed on the host.
+#[test]
+fn mlx_4bit_weights_stay_packed() {
+    let (dir, _) = fixture("gemma4-mlx-4bit");
+    let packed = load_model(&dir, &Device::flex()).unwrap().weight_bytes();
+    // The same weights as f32 (read_f32 dequantizes).
+    let mut checkpoint = hearth_weights::Checkpoint::open(&dir).unwrap();
+    let names: Vec<String> =
+        checkpoint.names().filter(|n| !n.ends_with(".scales") && !n.ends_with(".biases")).map(str::to_string).collect();
+    let f32_bytes: usize = names.iter().map(|n| checkpoint.read_f32(n).unwrap().data.len() * 4).sum();
+    eprintln!("packed {packed:?}, as f32 {f32_bytes} bytes");
+    assert!((packed.device + packed.host) * 3 < f32_bytes, "{packed:?} vs {f32_bytes} f32 bytes");
+    assert!(packed.host > 0 && packed.host * 5 < 128 * 192 * 4, "the PLE table is packed on the host: {packed:?}");
 }

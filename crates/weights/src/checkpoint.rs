@@ -203,6 +203,16 @@ impl Checkpoint {
     /// The packed codes, scales and biases of an MLX-quantized module (`None` when the module is
     /// stored as plain floats).
     pub fn read_affine(&mut self, module: &str) -> Result<Option<AffineTensor>, WeightsError> {
+        self.read_affine_rows(module, None)
+    }
+
+    /// Rows `rows` (all when `None`) of an MLX-quantized module, reading only their bytes: a
+    /// table too large to hold twice (Gemma 4's per-layer embeddings) is loaded in slices.
+    pub fn read_affine_rows(
+        &mut self,
+        module: &str,
+        rows: Option<std::ops::Range<usize>>,
+    ) -> Result<Option<AffineTensor>, WeightsError> {
         if !self.is_quantized(module) {
             return Ok(None);
         }
@@ -211,15 +221,47 @@ impl Checkpoint {
             None => return Err(bad("it has scales, but config.json declares no `quantization`")),
             Some(q) => q.for_module(module).ok_or_else(|| bad("it has scales, but config.json says it is not quantized"))?,
         };
-        let (info, bytes) = self.read_raw(&format!("{module}.weight"))?;
+        let weight = format!("{module}.weight");
+        let info = self.info(&weight).ok_or_else(|| WeightsError::Missing { name: weight.clone() })?.clone();
         if info.dtype != DType::U32 {
             return Err(bad(&format!("its weight is {:?}, not the U32 codes of a quantized module", info.dtype)));
         }
+        let all_rows = info.shape.first().copied().unwrap_or(0);
+        let rows = rows.unwrap_or(0..all_rows);
+        if rows.end > all_rows || rows.start > rows.end {
+            return Err(bad(&format!("rows {rows:?} asked of a tensor with {all_rows}")));
+        }
+        let slice = |me: &mut Self, name: &str| -> Result<(Vec<usize>, Vec<u8>, DType), WeightsError> {
+            let info = me.info(name).ok_or_else(|| WeightsError::Missing { name: name.to_string() })?.clone();
+            let row_bytes = info.shape.iter().skip(1).product::<usize>() * info.dtype.size_in_bytes();
+            if info.shape.first() != Some(&all_rows) {
+                return Err(bad(&format!("`{name}` has {:?} rows, its weight {all_rows}", info.shape.first())));
+            }
+            let bytes = me.read_range(name, &info, rows.start * row_bytes, rows.len() * row_bytes)?;
+            let mut shape = info.shape.clone();
+            shape[0] = rows.len();
+            Ok((shape, bytes, info.dtype))
+        };
+        let (shape, bytes, _) = slice(self, &weight)?;
         let codes = bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-        let scales = self.read_f32(&format!("{module}.scales"))?;
-        let biases = self.read_f32(&format!("{module}.biases"))?;
-        AffineTensor::new(module, params, (info.shape, codes), (scales.shape, scales.data), (biases.shape, biases.data))
-            .map(Some)
+        let mut floats = |name: String| -> Result<(Vec<usize>, Vec<f32>), WeightsError> {
+            let (shape, bytes, dtype) = slice(self, &name)?;
+            Ok((shape, to_f32(&name, dtype, &bytes)?))
+        };
+        let scales = floats(format!("{module}.scales"))?;
+        let biases = floats(format!("{module}.biases"))?;
+        AffineTensor::new(module, params, (shape, codes), scales, biases).map(Some)
+    }
+
+    /// `len` bytes of a safetensors tensor, from `start` within it.
+    fn read_range(&mut self, name: &str, info: &TensorInfo, start: usize, len: usize) -> Result<Vec<u8>, WeightsError> {
+        match &mut self.format {
+            Format::Safetensors { files, location } => {
+                let file = *location.get(name).ok_or_else(|| WeightsError::Missing { name: name.to_string() })?;
+                files[file].0.read_at(info.offset + start as u64, len)
+            }
+            Format::Gguf { .. } => Err(WeightsError::NotSafetensors { name: name.to_string() }),
+        }
     }
 
     /// One tensor converted to f32 (from f32, f16 or bf16; from any ggml type Hearth dequantizes;
@@ -240,14 +282,19 @@ impl Checkpoint {
             return Ok(tensor);
         }
         let (info, bytes) = self.read_raw(name)?;
-        let data = match info.dtype {
-            DType::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
-            DType::F16 => bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-            DType::BF16 => bytes.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-            dtype => return Err(WeightsError::UnsupportedDType { name: name.to_string(), dtype }),
-        };
+        let data = to_f32(name, info.dtype, &bytes)?;
         Ok(HostTensor { shape: info.shape, data })
     }
+}
+
+/// Little-endian f32, f16 or bf16 values widened to f32.
+fn to_f32(name: &str, dtype: DType, bytes: &[u8]) -> Result<Vec<f32>, WeightsError> {
+    Ok(match dtype {
+        DType::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+        DType::F16 => bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+        DType::BF16 => bytes.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+        dtype => return Err(WeightsError::UnsupportedDType { name: name.to_string(), dtype }),
+    })
 }
 
 #[cfg(test)]

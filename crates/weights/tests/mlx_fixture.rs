@@ -53,3 +53,14 @@ fn scales_without_a_quantization_config_are_an_error() {
     let err = checkpoint.read_f32("b4_g64.weight").unwrap_err().to_string();
     assert!(err.contains("declares no `quantization`"), "{err}");
 }
+
+#[test]
+fn row_slices_equal_the_rows_of_the_whole() {
+    let mut checkpoint = fixture();
+    checkpoint.set_quantization(Some(quantization(&["b4_g64_wide".to_string()])));
+    let whole = checkpoint.read_affine("b4_g64_wide").unwrap().unwrap().dequantize();
+    let part = checkpoint.read_affine_rows("b4_g64_wide", Some(1..4)).unwrap().unwrap().dequantize();
+    assert_eq!(part.shape, vec![3, 256]);
+    assert_eq!(part.data, whole.data[256..4 * 256]);
+    assert!(checkpoint.read_affine_rows("b4_g64_wide", Some(4..6)).is_err());
+}
