@@ -1,5 +1,7 @@
 //! `hearth`: Hearth's engine from a terminal — the same crates as the extension.
 
+mod bench;
+
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -94,6 +96,27 @@ enum Command {
         #[arg(long)]
         thinking: bool,
     },
+    /// Speed and memory figures (Markdown): the fused 4-bit GEMV against a copy, then a model
+    /// with the real Gemma 4 E2B or E4B shapes and random 4-bit weights.
+    Bench {
+        #[arg(long, value_enum, default_value = "e2b")]
+        shape: bench::Shape,
+        /// Keep only the first N layers (0: all), for slow adapters.
+        #[arg(long, default_value_t = 0)]
+        layers: usize,
+        #[arg(long, default_value_t = 64)]
+        prefill: usize,
+        #[arg(long, default_value_t = 16)]
+        decode: usize,
+        /// Agent step: cached prefix, new tokens, decoded tokens (e.g. 3000,1500,40; 0,0,0 skips it).
+        #[arg(long, value_delimiter = ',', num_args = 3, default_values_t = [0, 0, 0])]
+        agent: Vec<usize>,
+        /// Only the kernel bandwidth table.
+        #[arg(long)]
+        kernels_only: bool,
+        #[command(flatten)]
+        device: DeviceArgs,
+    },
     /// Initialise the GPU, print the adapter, and check it with a computation whose answer is known.
     SelfTest {
         #[command(flatten)]
@@ -126,6 +149,11 @@ fn main() -> ExitCode {
         Command::Render { model, template } => render(model, template),
         Command::Parse { thinking } => parse(thinking),
         Command::SelfTest { device } => run_self_test(&device),
+        Command::Bench { shape, layers, prefill, decode, agent, kernels_only, device: args } => {
+            let agent = [agent[0], agent[1], agent[2]];
+            let options = bench::BenchOptions { shape, layers, prefill, decode, agent, kernels_only };
+            device_with_name(&args).and_then(|(device, adapter)| bench::run(&device, &adapter, &options))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -137,15 +165,30 @@ fn main() -> ExitCode {
 }
 
 fn device(args: &DeviceArgs) -> Result<Device, String> {
+    let (device, adapter) = device_with_name(args)?;
+    eprintln!("hearth: adapter {adapter}");
+    Ok(device)
+}
+
+/// The device, and the adapter described in words.
+fn device_with_name(args: &DeviceArgs) -> Result<(Device, String), String> {
     if args.cpu {
-        return Ok(Device::flex());
+        return Ok((Device::flex(), "Burn Flex (CPU backend, no GPU)".into()));
     }
     let gpu = gpu::init_gpu_blocking().map_err(|e| {
         let failure = e.to_failure();
         format!("{}\n{} (or pass --cpu)", failure.message, failure.fix)
     })?;
-    eprintln!("hearth: adapter {} ({}, {})", gpu.adapter.name, gpu.adapter.backend, gpu.adapter.device_type);
-    Ok(gpu.device)
+    let a = &gpu.adapter;
+    let name = format!(
+        "{} ({}, {}, shader-f16 {}, max buffer {} MiB)",
+        a.name,
+        a.backend,
+        a.device_type,
+        if a.shader_f16 { "yes" } else { "no" },
+        a.max_buffer_size >> 20
+    );
+    Ok((gpu.device, name))
 }
 
 /// What `generate` reads: a model folder or GGUF file, and optionally a separate tokenizer.json.

@@ -6,11 +6,14 @@
 //!   broken driver is caught before the user waits for a model.
 //! - [`config`] → [`gemma`] → [`cache`]: the model, as the spec reads: configuration, layers,
 //!   forward pass, KV cache.
+//! - [`dispatches`]: kernel launches counted by name (for the benchmark).
 //! - [`affine`]: 4-bit matrices kept packed on the device and the fused dequantize-multiply kernel.
 
 pub mod affine;
 pub mod cache;
 pub mod config;
+#[cfg(not(target_family = "wasm"))]
+pub mod dispatches;
 pub mod gemma;
 pub mod generate;
 pub mod gpu;

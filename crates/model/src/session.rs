@@ -29,6 +29,11 @@ impl Session {
         Session { model, cache, tokens: Vec::new() }
     }
 
+    /// The model back, its cache dropped.
+    pub fn into_model(self) -> Gemma {
+        self.model
+    }
+
     pub fn model(&self) -> &Gemma {
         &self.model
     }

@@ -16,7 +16,7 @@ use hearth_protocol::{
     AdapterReport, EngineFailure, EngineStatus, FailureKind, GenerateRequest, GenerationEvent, GenerationStats,
     ModelInfo,
 };
-use hearth_weights::{Checkpoint, MemorySource};
+use hearth_weights::{Checkpoint, MemorySource, Quantization};
 use wasm_bindgen::prelude::*;
 
 /// A model folder's files, fetched by JavaScript.
@@ -158,6 +158,8 @@ fn load_model(files: ModelFiles, device: &Device) -> Result<LoadedModel, String>
     let stop_tokens = config.eos_token_ids.clone();
     let source = MemorySource::new(format!("{}/model.safetensors", files.name), files.weights);
     let mut checkpoint = Checkpoint::from_sources(vec![Box::new(source)]).map_err(|e| e.to_string())?;
+    // MLX 4-bit models say in config.json how each module is quantized.
+    checkpoint.set_quantization(Quantization::from_config_json(&files.config_json).map_err(|e| e.to_string())?);
     let model = Gemma::load(config, &mut checkpoint, device).map_err(|e| e.to_string())?;
     let tokenizer = Tokenizer::from_bytes(&files.tokenizer_json).map_err(|e| e.to_string())?;
     let template = ChatTemplate::from_str(&files.chat_template, "<bos>").map_err(|e| e.to_string())?;

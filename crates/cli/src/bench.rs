@@ -1,0 +1,345 @@
+//! `hearth bench`: speed and memory figures for the fused 4-bit path, printed as Markdown rows
+//! for benches/RESULTS.md. Models with the real Gemma 4 E2B/E4B shapes are built in memory as MLX
+//! 4-bit checkpoints with random codes (speed does not depend on the values), then loaded through
+//! the same loader as a real download.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use burn::tensor::{Device, Tensor, TensorData};
+use hearth_model::affine::AffineMatrix;
+use hearth_model::dispatches::count_dispatches;
+use hearth_model::{CacheOptions, Gemma, Sampler, SamplingOptions, Session, TextConfig};
+use hearth_weights::{AffineParams, AffineTensor, Checkpoint, MemorySource, Quantization};
+use serde_json::{Value, json};
+
+/// Which model shape to build.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Shape {
+    E2b,
+    E4b,
+}
+
+pub struct BenchOptions {
+    pub shape: Shape,
+    /// Cut the model to this many layers (0: all). For slow adapters; the output says so.
+    pub layers: usize,
+    pub prefill: usize,
+    pub decode: usize,
+    /// Agent step: cached prefix, new tokens, decoded tokens (0 skips the step).
+    pub agent: [usize; 3],
+    pub kernels_only: bool,
+}
+
+const GROUP: usize = 64;
+
+pub fn run(device: &Device, adapter: &str, options: &BenchOptions) -> Result<(), String> {
+    println!("# hearth bench — {}", describe_machine());
+    println!("adapter: {adapter}\n");
+    kernel_bandwidth(device);
+    if options.kernels_only {
+        return Ok(());
+    }
+    model_figures(device, options)
+}
+
+fn describe_machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| info.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cpu}, {cores} cores, {}", std::env::consts::OS)
+}
+
+/// Seconds per call of `f`, after two warm-up calls; `f` must end with a read of its result.
+fn time(iterations: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    f();
+    let start = Instant::now();
+    for _ in 0..iterations {
+        f();
+    }
+    start.elapsed().as_secs_f64() / iterations as f64
+}
+
+fn sync(device: &Device) {
+    if let Err(err) = device.sync() {
+        eprintln!("hearth bench: device sync failed: {err}");
+    }
+}
+
+/// (a) the fused 4-bit GEMV against a plain copy of the same bytes on the same adapter.
+fn kernel_bandwidth(device: &Device) {
+    println!("## Fused 4-bit dequantize-GEMV vs copy (one token, f32 accumulation)\n");
+    println!("| matrix [rows × k] | bytes read | GEMV | GEMV GB/s | copy GB/s | GEMV / copy |");
+    println!("|---|---|---|---|---|---|");
+    for (label, rows, k) in [
+        ("E2B q_proj", 2048, 1536),
+        ("E2B gate/up", 6144, 1536),
+        ("E2B down", 1536, 6144),
+        ("E4B gate/up", 10240, 2560),
+        ("E2B head block", 65536, 1536),
+    ] {
+        let matrix = AffineMatrix::upload(&random_affine("bench", rows, k, 7), device);
+        let x = Tensor::<2>::from_data(TensorData::new(vec![0.01f32; k], [1, k]), device);
+        let iterations = 20;
+        let gemv = time(iterations, || {
+            let _ = matrix.matmul_transposed(x.clone());
+            sync(device);
+        });
+        let bytes = matrix.device_bytes() + k * 4 + rows * 4;
+        // The copy reads and writes the same number of bytes as the GEMV reads.
+        let floats = bytes / 8;
+        let source = Tensor::<1>::from_data(TensorData::new(vec![1.0f32; floats], [floats]), device);
+        let copy = time(iterations, || {
+            let _ = source.clone().add_scalar(0.0);
+            sync(device);
+        });
+        let gemv_gbs = bytes as f64 / gemv / 1e9;
+        let copy_gbs = (floats * 8) as f64 / copy / 1e9;
+        println!(
+            "| {label} [{rows} × {k}] | {:.1} MB | {:.2} ms | {gemv_gbs:.2} | {copy_gbs:.2} | {:.0} % |",
+            bytes as f64 / 1e6,
+            gemv * 1e3,
+            100.0 * gemv_gbs / copy_gbs
+        );
+    }
+    println!();
+}
+
+/// (b)–(d2): load, prefill, decode, dispatches, agent step.
+fn model_figures(device: &Device, options: &BenchOptions) -> Result<(), String> {
+    let (config_json, mut config) = shape_config(options.shape, options.layers);
+    let label = format!(
+        "{:?}{}",
+        options.shape,
+        if options.layers > 0 { format!(" (first {} layers only)", options.layers) } else { String::new() }
+    );
+    let build = Instant::now();
+    let file = synthetic_checkpoint(&config)?;
+    let file_bytes = file.len();
+    eprintln!("hearth bench: built a {:.2} GB 4-bit checkpoint in {:.1} s", file_bytes as f64 / 1e9, build.elapsed().as_secs_f64());
+
+    let load = Instant::now();
+    let mut checkpoint = Checkpoint::from_sources(vec![Box::new(MemorySource::new("synthetic.safetensors", file))])
+        .map_err(|e| e.to_string())?;
+    checkpoint.set_quantization(Quantization::from_config_json(&config_json).map_err(|e| e.to_string())?);
+    config.eos_token_ids = vec![];
+    let model = Gemma::load(config, &mut checkpoint, device).map_err(|e| e.to_string())?;
+    sync(device);
+    let load_s = load.elapsed().as_secs_f64();
+    let weights = model.weight_bytes();
+    drop(checkpoint);
+
+    println!("## {label}: random 4-bit weights (MLX layout, group {GROUP})\n");
+    println!("| what | figure |");
+    println!("|---|---|");
+    println!("| checkpoint in memory → device (parse, pack, upload) | {:.2} GB in {load_s:.2} s = {:.2} GB/s |", file_bytes as f64 / 1e9, file_bytes as f64 / load_s / 1e9);
+    println!("| weights on the device / on the host (PLE table) | {:.2} GB / {:.2} GB |", weights.device as f64 / 1e9, weights.host as f64 / 1e9);
+    if let Some(usage) = device.memory_pool_usage() {
+        println!("| device memory reserved after load | {:.2} GB |", usage.bytes_reserved as f64 / 1e9);
+    }
+
+    let mut session = Session::new(model, CacheOptions::default());
+    let mut sampler = Sampler::new(SamplingOptions::greedy());
+    let prompt: Vec<u32> = (0..options.prefill).map(|i| 1000 + (i as u32 * 7919) % 200_000).collect();
+    let start = Instant::now();
+    let (logits, _) = session.prefill(&prompt).map_err(|e| e.to_string())?;
+    let mut next = pollster::block_on(sampler.sample(logits)).map_err(|e| e.to_string())?;
+    let first_token = start.elapsed().as_secs_f64();
+    println!("| prefill {} tokens + first sample (time to first token) | {first_token:.2} s = {:.1} tokens/s |", prompt.len(), prompt.len() as f64 / first_token);
+
+    // One decode step with the launch observer on: dispatches per token.
+    let (step, counts) = count_dispatches(|| session.step(next));
+    next = pollster::block_on(sampler.sample(step.map_err(|e| e.to_string())?)).map_err(|e| e.to_string())?;
+    let dispatches: usize = counts.values().sum();
+    let layers = session.model().config.num_layers;
+    let start = Instant::now();
+    for _ in 0..options.decode {
+        let logits = session.step(next).map_err(|e| e.to_string())?;
+        next = pollster::block_on(sampler.sample(logits)).map_err(|e| e.to_string())?;
+    }
+    let decode_s = start.elapsed().as_secs_f64();
+    println!("| decode {} tokens (greedy, each token read back: 4 bytes) | {:.3} s/token = {:.2} tokens/s |", options.decode, decode_s / options.decode.max(1) as f64, options.decode as f64 / decode_s);
+    println!("| GPU dispatches per decoded token | {dispatches} ({:.1} per layer) |", dispatches as f64 / layers as f64);
+    println!();
+    print_top_kernels(&counts);
+
+    let [prefix, new, decode] = options.agent;
+    if prefix + new > 0 {
+        let mut session = Session::new(session.into_model(), CacheOptions::default());
+        let context: Vec<u32> = (0..prefix + new).map(|i| 1000 + (i as u32 * 104_729) % 200_000).collect();
+        let (logits, _) = session.prefill(&context[..prefix]).map_err(|e| e.to_string())?;
+        let _ = pollster::block_on(sampler.sample(logits));
+        let start = Instant::now();
+        let (logits, stats) = session.prefill(&context).map_err(|e| e.to_string())?;
+        let mut next = pollster::block_on(sampler.sample(logits)).map_err(|e| e.to_string())?;
+        let prefill_s = start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        for _ in 0..decode {
+            let logits = session.step(next).map_err(|e| e.to_string())?;
+            next = pollster::block_on(sampler.sample(logits)).map_err(|e| e.to_string())?;
+        }
+        let decode_s = start.elapsed().as_secs_f64();
+        println!("## Agent step ({label}): {prefix} cached + {} new tokens, then {decode} decoded\n", stats.computed);
+        println!("| prefill of the new tokens | decode | step total |");
+        println!("|---|---|---|");
+        println!("| {prefill_s:.2} s ({:.1} tokens/s) | {decode_s:.2} s ({:.2} tokens/s) | {:.2} s |\n", stats.computed as f64 / prefill_s, decode as f64 / decode_s.max(1e-9), prefill_s + decode_s);
+    }
+    Ok(())
+}
+
+fn print_top_kernels(counts: &BTreeMap<&'static str, usize>) {
+    let mut sorted: Vec<(&&str, &usize)> = counts.iter().collect();
+    sorted.sort_by(|a, b| b.1.cmp(a.1));
+    let list: Vec<String> = sorted.iter().take(8).map(|(name, n)| format!("{n} × `{}`", short(name))).collect();
+    println!("Most launched kernels in one decode step: {}.\n", list.join(", "));
+}
+
+fn short(name: &str) -> &str {
+    name.rsplit("::").next().unwrap_or(name).split('<').next().unwrap_or(name)
+}
+
+/// The text config of Gemma 4 E2B or E4B (../shared/reference/gemma4-architecture.md), as JSON
+/// with MLX's quantization section, and parsed.
+fn shape_config(shape: Shape, layers: usize) -> (String, TextConfig) {
+    let (hidden, all_layers, inter, kv_heads, shared, period, double_wide) = match shape {
+        Shape::E2b => (1536, 35, 6144, 1, 20, 5, true),
+        Shape::E4b => (2560, 42, 10240, 2, 18, 6, false),
+    };
+    let n = if layers == 0 { all_layers } else { layers.min(all_layers) };
+    let types: Vec<&str> = (0..all_layers).map(|i| if i % period == period - 1 { "full_attention" } else { "sliding_attention" }).collect();
+    // A cut model keeps the first layers and no KV sharing (the producers would be cut away).
+    let (types, shared) = if n < all_layers { (types[..n].to_vec(), 0) } else { (types, shared) };
+    let config: Value = json!({
+        "model_type": "gemma4_text",
+        "hidden_size": hidden, "num_hidden_layers": n, "intermediate_size": inter,
+        "num_attention_heads": 8, "num_key_value_heads": kv_heads, "head_dim": 256, "global_head_dim": 512,
+        "layer_types": types, "sliding_window": 512, "num_kv_shared_layers": shared,
+        "use_double_wide_mlp": double_wide, "hidden_size_per_layer_input": 256,
+        "vocab_size": 262_144, "vocab_size_per_layer_input": 262_144, "max_position_embeddings": 131_072,
+        "final_logit_softcapping": 30.0, "rms_norm_eps": 1e-6, "hidden_activation": "gelu_pytorch_tanh",
+        "tie_word_embeddings": true, "bos_token_id": 2, "eos_token_id": [1, 106], "pad_token_id": 0,
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0}
+        },
+        "quantization": {"group_size": GROUP, "bits": 4, "mode": "affine"}
+    });
+    let text = config.to_string();
+    let parsed = TextConfig::from_json(&text).expect("the benchmark's config is valid");
+    (text, parsed)
+}
+
+/// A quantized matrix with random codes and plausible scales (weights ≈ ±0.02).
+fn random_affine(name: &str, rows: usize, cols: usize, seed: u64) -> AffineTensor {
+    let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let codes: Vec<u32> = (0..rows * cols / 8).map(|_| rng.next() as u32).collect();
+    let groups = rows * cols / GROUP;
+    let params = AffineParams { group_size: GROUP, bits: 4 };
+    AffineTensor::new(name, params, (vec![rows, cols / 8], codes), (vec![rows, cols / GROUP], vec![0.003; groups]), (vec![rows, cols / GROUP], vec![-0.0225; groups]))
+        .expect("consistent shapes")
+}
+
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// A safetensors file in memory, laid out as mlx-vlm writes Gemma 4 (`weight` codes + bf16
+/// `scales` and `biases` for every linear and both embeddings; bf16 norms and layer scalars).
+fn synthetic_checkpoint(c: &TextConfig) -> Result<Vec<u8>, String> {
+    let mut file = SafetensorsWriter::default();
+    let h = c.hidden_size;
+    let p = c.per_layer_input_size.unwrap_or(0);
+    let prefix = "model.";
+    file.quantized(&format!("{prefix}embed_tokens"), c.vocab_size, h);
+    if p > 0 {
+        file.quantized(&format!("{prefix}embed_tokens_per_layer"), c.vocab_size, c.num_layers * p);
+        file.quantized(&format!("{prefix}per_layer_model_projection"), c.num_layers * p, h);
+        file.ones(&format!("{prefix}per_layer_projection_norm.weight"), p);
+    }
+    file.ones(&format!("{prefix}norm.weight"), h);
+    for (i, layer) in c.layers.iter().enumerate() {
+        let name = |part: &str| format!("{prefix}layers.{i}.{part}");
+        let (d, kv) = (layer.head_dim, layer.num_kv_heads);
+        file.quantized(&name("self_attn.q_proj"), c.num_heads * d, h);
+        file.quantized(&name("self_attn.o_proj"), h, c.num_heads * d);
+        file.ones(&name("self_attn.q_norm.weight"), d);
+        if layer.kv_producer.is_none() {
+            file.quantized(&name("self_attn.k_proj"), kv * d, h);
+            file.quantized(&name("self_attn.v_proj"), kv * d, h);
+            file.ones(&name("self_attn.k_norm.weight"), d);
+        }
+        file.quantized(&name("mlp.gate_proj"), layer.intermediate_size, h);
+        file.quantized(&name("mlp.up_proj"), layer.intermediate_size, h);
+        file.quantized(&name("mlp.down_proj"), h, layer.intermediate_size);
+        if p > 0 {
+            file.quantized(&name("per_layer_input_gate"), p, h);
+            file.quantized(&name("per_layer_projection"), h, p);
+            file.ones(&name("post_per_layer_input_norm.weight"), h);
+        }
+        for norm in ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"] {
+            file.ones(&name(&format!("{norm}.weight")), h);
+        }
+        file.ones(&name("layer_scalar"), 1);
+    }
+    Ok(file.finish())
+}
+
+#[derive(Default)]
+struct SafetensorsWriter {
+    header: serde_json::Map<String, Value>,
+    data: Vec<u8>,
+    rng: Option<XorShift>,
+}
+
+impl SafetensorsWriter {
+    fn tensor(&mut self, name: &str, dtype: &str, shape: &[usize], bytes: impl IntoIterator<Item = u8>) {
+        let start = self.data.len();
+        self.data.extend(bytes);
+        self.header.insert(name.to_string(), json!({"dtype": dtype, "shape": shape, "data_offsets": [start, self.data.len()]}));
+    }
+
+    fn bf16(value: f32, n: usize) -> impl Iterator<Item = u8> {
+        let bits = (value.to_bits() >> 16) as u16;
+        std::iter::repeat_n(bits.to_le_bytes(), n).flatten()
+    }
+
+    fn ones(&mut self, name: &str, n: usize) {
+        self.tensor(name, "BF16", &[n], Self::bf16(1.0, n));
+    }
+
+    fn quantized(&mut self, module: &str, rows: usize, cols: usize) {
+        let rng = self.rng.get_or_insert(XorShift(0x2545_F491_4F6C_DD1D));
+        let words = rows * cols / 8;
+        let mut codes = Vec::with_capacity(words * 4);
+        for _ in 0..words.div_ceil(2) {
+            codes.extend_from_slice(&rng.next().to_le_bytes());
+        }
+        codes.truncate(words * 4);
+        self.tensor(&format!("{module}.weight"), "U32", &[rows, cols / 8], codes);
+        let groups = rows * cols / GROUP;
+        self.tensor(&format!("{module}.scales"), "BF16", &[rows, cols / GROUP], Self::bf16(0.003, groups));
+        self.tensor(&format!("{module}.biases"), "BF16", &[rows, cols / GROUP], Self::bf16(-0.0225, groups));
+    }
+
+    fn finish(self) -> Vec<u8> {
+        let mut header = Value::Object(self.header).to_string().into_bytes();
+        while header.len() % 8 != 0 {
+            header.push(b' ');
+        }
+        let mut file = Vec::with_capacity(8 + header.len() + self.data.len());
+        file.extend_from_slice(&(header.len() as u64).to_le_bytes());
+        file.extend_from_slice(&header);
+        file.extend_from_slice(&self.data);
+        file
+    }
+}
