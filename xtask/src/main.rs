@@ -4,8 +4,11 @@
 //! - `run [--headless] [--no-build]`  build, then open Chromium with the extension on a demo page
 //! - `test [--full]`  everything CI checks: formatting, lints, native tests, wasm build, e2e in
 //!   Chromium; `--full` also runs the real-weights test (needs the Gemma 3 270M GGUF installed)
+//! - `bench [-- flags]`  speed and memory figures (`hearth bench`: fused 4-bit GEMV vs copy, models
+//!   with the real Gemma 4 E2B/E4B shapes), for benches/RESULTS.md
 //! - `gen-types`  regenerate the TypeScript protocol from the Rust types
 
+mod bench;
 mod build;
 mod process;
 mod test;
@@ -25,6 +28,7 @@ fn main() -> ExitCode {
         "build" => build::build(&build::Options { release: has("--release") }).map(|_| ()),
         "run" | "demo" => run(has("--headless"), has("--no-build"), has("--release")),
         "test" => test::test(has("--full")),
+        "bench" => bench::bench(flags),
         "gen-types" => gen_types(),
         "help" | "--help" | "-h" => {
             println!("{}", HELP);
@@ -46,6 +50,7 @@ const HELP: &str = "usage: cargo xtask <command>
   run [--headless] [--no-build]     build, then launch Chromium with the extension on a demo page
   test [--full]                     formatting, lints, native tests, wasm build, e2e tests in Chromium;
                                     --full adds the real-weights check (Gemma 3 270M GGUF vs transformers)
+  bench [-- <hearth bench flags>]   speed and memory figures (see `hearth bench --help`)
   gen-types                         regenerate extension/src/generated/protocol.ts";
 
 /// The repository root (the parent of xtask/). `cargo run` sets CARGO_MANIFEST_DIR at run time;

@@ -46,7 +46,11 @@ pub fn run(device: &Device, adapter: &str, options: &BenchOptions) -> Result<(),
 fn describe_machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|info| info.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_else(|| std::env::consts::ARCH.to_string());
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     format!("{cpu}, {cores} cores, {}", std::env::consts::OS)
@@ -119,7 +123,11 @@ fn model_figures(device: &Device, options: &BenchOptions) -> Result<(), String> 
     let build = Instant::now();
     let file = synthetic_checkpoint(&config)?;
     let file_bytes = file.len();
-    eprintln!("hearth bench: built a {:.2} GB 4-bit checkpoint in {:.1} s", file_bytes as f64 / 1e9, build.elapsed().as_secs_f64());
+    eprintln!(
+        "hearth bench: built a {:.2} GB 4-bit checkpoint in {:.1} s",
+        file_bytes as f64 / 1e9,
+        build.elapsed().as_secs_f64()
+    );
 
     let load = Instant::now();
     let mut checkpoint = Checkpoint::from_sources(vec![Box::new(MemorySource::new("synthetic.safetensors", file))])
@@ -135,8 +143,16 @@ fn model_figures(device: &Device, options: &BenchOptions) -> Result<(), String> 
     println!("## {label}: random 4-bit weights (MLX layout, group {GROUP})\n");
     println!("| what | figure |");
     println!("|---|---|");
-    println!("| checkpoint in memory → device (parse, pack, upload) | {:.2} GB in {load_s:.2} s = {:.2} GB/s |", file_bytes as f64 / 1e9, file_bytes as f64 / load_s / 1e9);
-    println!("| weights on the device / on the host (PLE table) | {:.2} GB / {:.2} GB |", weights.device as f64 / 1e9, weights.host as f64 / 1e9);
+    println!(
+        "| checkpoint in memory → device (parse, pack, upload) | {:.2} GB in {load_s:.2} s = {:.2} GB/s |",
+        file_bytes as f64 / 1e9,
+        file_bytes as f64 / load_s / 1e9
+    );
+    println!(
+        "| weights on the device / on the host (PLE table) | {:.2} GB / {:.2} GB |",
+        weights.device as f64 / 1e9,
+        weights.host as f64 / 1e9
+    );
     if let Some(usage) = device.memory_pool_usage() {
         println!("| device memory reserved after load | {:.2} GB |", usage.bytes_reserved as f64 / 1e9);
     }
@@ -148,7 +164,11 @@ fn model_figures(device: &Device, options: &BenchOptions) -> Result<(), String> 
     let (logits, _) = session.prefill(&prompt).map_err(|e| e.to_string())?;
     let mut next = pollster::block_on(sampler.sample(logits)).map_err(|e| e.to_string())?;
     let first_token = start.elapsed().as_secs_f64();
-    println!("| prefill {} tokens + first sample (time to first token) | {first_token:.2} s = {:.1} tokens/s |", prompt.len(), prompt.len() as f64 / first_token);
+    println!(
+        "| prefill {} tokens + first sample (time to first token) | {first_token:.2} s = {:.1} tokens/s |",
+        prompt.len(),
+        prompt.len() as f64 / first_token
+    );
 
     // One decode step with the launch observer on: dispatches per token.
     let (step, counts) = count_dispatches(|| session.step(next));
@@ -161,8 +181,16 @@ fn model_figures(device: &Device, options: &BenchOptions) -> Result<(), String> 
         next = pollster::block_on(sampler.sample(logits)).map_err(|e| e.to_string())?;
     }
     let decode_s = start.elapsed().as_secs_f64();
-    println!("| decode {} tokens (greedy, each token read back: 4 bytes) | {:.3} s/token = {:.2} tokens/s |", options.decode, decode_s / options.decode.max(1) as f64, options.decode as f64 / decode_s);
-    println!("| GPU dispatches per decoded token | {dispatches} ({:.1} per layer) |", dispatches as f64 / layers as f64);
+    println!(
+        "| decode {} tokens (greedy, each token read back: 4 bytes) | {:.3} s/token = {:.2} tokens/s |",
+        options.decode,
+        decode_s / options.decode.max(1) as f64,
+        options.decode as f64 / decode_s
+    );
+    println!(
+        "| GPU dispatches per decoded token | {dispatches} ({:.1} per layer) |",
+        dispatches as f64 / layers as f64
+    );
     println!();
     print_top_kernels(&counts);
 
@@ -185,7 +213,12 @@ fn model_figures(device: &Device, options: &BenchOptions) -> Result<(), String> 
         println!("## Agent step ({label}): {prefix} cached + {} new tokens, then {decode} decoded\n", stats.computed);
         println!("| prefill of the new tokens | decode | step total |");
         println!("|---|---|---|");
-        println!("| {prefill_s:.2} s ({:.1} tokens/s) | {decode_s:.2} s ({:.2} tokens/s) | {:.2} s |\n", stats.computed as f64 / prefill_s, decode as f64 / decode_s.max(1e-9), prefill_s + decode_s);
+        println!(
+            "| {prefill_s:.2} s ({:.1} tokens/s) | {decode_s:.2} s ({:.2} tokens/s) | {:.2} s |\n",
+            stats.computed as f64 / prefill_s,
+            decode as f64 / decode_s.max(1e-9),
+            prefill_s + decode_s
+        );
     }
     Ok(())
 }
@@ -197,8 +230,9 @@ fn print_top_kernels(counts: &BTreeMap<&'static str, usize>) {
     println!("Most launched kernels in one decode step: {}.\n", list.join(", "));
 }
 
-fn short(name: &str) -> &str {
-    name.rsplit("::").next().unwrap_or(name).split('<').next().unwrap_or(name)
+/// `a::b::Kernel<c::d::MulOp>` → `Kernel<MulOp>`.
+fn short(name: &str) -> String {
+    name.split('<').map(|part| part.rsplit("::").next().unwrap_or(part)).collect::<Vec<_>>().join("<")
 }
 
 /// The text config of Gemma 4 E2B or E4B (../shared/reference/gemma4-architecture.md), as JSON
@@ -209,7 +243,9 @@ fn shape_config(shape: Shape, layers: usize) -> (String, TextConfig) {
         Shape::E4b => (2560, 42, 10240, 2, 18, 6, false),
     };
     let n = if layers == 0 { all_layers } else { layers.min(all_layers) };
-    let types: Vec<&str> = (0..all_layers).map(|i| if i % period == period - 1 { "full_attention" } else { "sliding_attention" }).collect();
+    let types: Vec<&str> = (0..all_layers)
+        .map(|i| if i % period == period - 1 { "full_attention" } else { "sliding_attention" })
+        .collect();
     // A cut model keeps the first layers and no KV sharing (the producers would be cut away).
     let (types, shared) = if n < all_layers { (types[..n].to_vec(), 0) } else { (types, shared) };
     let config: Value = json!({
@@ -238,8 +274,14 @@ fn random_affine(name: &str, rows: usize, cols: usize, seed: u64) -> AffineTenso
     let codes: Vec<u32> = (0..rows * cols / 8).map(|_| rng.next() as u32).collect();
     let groups = rows * cols / GROUP;
     let params = AffineParams { group_size: GROUP, bits: 4 };
-    AffineTensor::new(name, params, (vec![rows, cols / 8], codes), (vec![rows, cols / GROUP], vec![0.003; groups]), (vec![rows, cols / GROUP], vec![-0.0225; groups]))
-        .expect("consistent shapes")
+    AffineTensor::new(
+        name,
+        params,
+        (vec![rows, cols / 8], codes),
+        (vec![rows, cols / GROUP], vec![0.003; groups]),
+        (vec![rows, cols / GROUP], vec![-0.0225; groups]),
+    )
+    .expect("consistent shapes")
 }
 
 struct XorShift(u64);
@@ -286,7 +328,9 @@ fn synthetic_checkpoint(c: &TextConfig) -> Result<Vec<u8>, String> {
             file.quantized(&name("per_layer_projection"), h, p);
             file.ones(&name("post_per_layer_input_norm.weight"), h);
         }
-        for norm in ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"] {
+        for norm in
+            ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"]
+        {
             file.ones(&name(&format!("{norm}.weight")), h);
         }
         file.ones(&name("layer_scalar"), 1);
@@ -305,7 +349,10 @@ impl SafetensorsWriter {
     fn tensor(&mut self, name: &str, dtype: &str, shape: &[usize], bytes: impl IntoIterator<Item = u8>) {
         let start = self.data.len();
         self.data.extend(bytes);
-        self.header.insert(name.to_string(), json!({"dtype": dtype, "shape": shape, "data_offsets": [start, self.data.len()]}));
+        self.header.insert(
+            name.to_string(),
+            json!({"dtype": dtype, "shape": shape, "data_offsets": [start, self.data.len()]}),
+        );
     }
 
     fn bf16(value: f32, n: usize) -> impl Iterator<Item = u8> {
@@ -333,7 +380,7 @@ impl SafetensorsWriter {
 
     fn finish(self) -> Vec<u8> {
         let mut header = Value::Object(self.header).to_string().into_bytes();
-        while header.len() % 8 != 0 {
+        while !header.len().is_multiple_of(8) {
             header.push(b' ');
         }
         let mut file = Vec::with_capacity(8 + header.len() + self.data.len());

@@ -140,11 +140,8 @@ impl AffineKernels for CubeBackend {
         let handle = client.empty(tokens * rows * size_of::<f32>());
         let out = CubeTensor::new_contiguous(client.clone(), x.device.clone(), out_shape, handle, DType::F32);
         let row_blocks = rows as u32;
-        let (grid_x, grid_y) = if row_blocks <= MAX_GRID {
-            (row_blocks.max(1), 1)
-        } else {
-            (MAX_GRID, row_blocks.div_ceil(MAX_GRID))
-        };
+        let (grid_x, grid_y) =
+            if row_blocks <= MAX_GRID { (row_blocks.max(1), 1) } else { (MAX_GRID, row_blocks.div_ceil(MAX_GRID)) };
         let tiles = (tokens as u32).div_ceil(TOKEN_TILE).max(1);
         // A single token needs no token tile: a smaller kernel with fewer registers.
         let tile = if tokens == 1 { 1 } else { TOKEN_TILE };
@@ -186,7 +183,15 @@ impl AffineMatrix {
     /// Uploads a 4-bit host tensor (other widths are dequantized by the caller).
     pub fn upload(t: &AffineTensor, device: &Device) -> Self {
         assert_eq!(t.params.bits, 4, "AffineMatrix holds 4-bit codes");
-        Self::from_parts(t.rows, t.cols, t.params.group_size, t.codes.clone(), t.scales.clone(), t.biases.clone(), device)
+        Self::from_parts(
+            t.rows,
+            t.cols,
+            t.params.group_size,
+            t.codes.clone(),
+            t.scales.clone(),
+            t.biases.clone(),
+            device,
+        )
     }
 
     /// Rows `range` of a 4-bit host tensor (a block of a split matrix).
@@ -279,11 +284,7 @@ impl AffineMatrix {
 }
 
 fn is_cube(device: &Device) -> bool {
-    #[allow(unreachable_patterns)]
-    match device.as_dispatch() {
-        DispatchDevice::Cube(_) => true,
-        _ => false,
-    }
+    matches!(device.as_dispatch(), DispatchDevice::Cube(_))
 }
 
 #[cfg(test)]
@@ -305,8 +306,14 @@ mod tests {
         let scales: Vec<f32> = (0..groups).map(|_| (next() % 1000) as f32 / 20_000.0 + 0.001).collect();
         let biases: Vec<f32> = (0..groups).map(|_| -((next() % 1000) as f32) / 5_000.0).collect();
         let params = AffineParams { group_size: group, bits: 4 };
-        let t = AffineTensor::new("test", params, (vec![rows, k / 8], codes), (vec![rows, k / group], scales), (vec![rows, k / group], biases))
-            .expect("consistent shapes");
+        let t = AffineTensor::new(
+            "test",
+            params,
+            (vec![rows, k / 8], codes),
+            (vec![rows, k / group], scales),
+            (vec![rows, k / group], biases),
+        )
+        .expect("consistent shapes");
         let dense = t.dequantize().data;
         (t, dense)
     }

@@ -30,6 +30,8 @@ pub enum ModelError {
 }
 
 /// Weights of a linear layer.
+// A few hundred per model, each holding device handles: their size does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Linear {
     /// f32, stored transposed ([in, out]) so that `x · W` needs no transpose.
     Dense(Tensor<2>),
@@ -126,6 +128,7 @@ struct SplitEmbedding {
     rows_per_block: usize,
 }
 
+#[allow(clippy::large_enum_variant)]
 enum EmbeddingBlock {
     Dense(Tensor<2>),
     Affine4(AffineMatrix),
@@ -154,7 +157,9 @@ impl SplitEmbedding {
         let rows_per_block = (max_bytes / (h * 4).max(1)).clamp(1, vocab.max(1));
         let blocks = data
             .chunks(rows_per_block * h)
-            .map(|rows| EmbeddingBlock::Dense(Tensor::from_data(TensorData::new(rows.to_vec(), [rows.len() / h, h]), device)))
+            .map(|rows| {
+                EmbeddingBlock::Dense(Tensor::from_data(TensorData::new(rows.to_vec(), [rows.len() / h, h]), device))
+            })
             .collect();
         SplitEmbedding { blocks, rows_per_block }
     }
@@ -166,7 +171,8 @@ impl SplitEmbedding {
         let blocks = (0..vocab)
             .step_by(rows_per_block)
             .map(|start| {
-                EmbeddingBlock::Affine4(AffineMatrix::upload_rows(table, start..(start + rows_per_block).min(vocab), device))
+                let rows = start..(start + rows_per_block).min(vocab);
+                EmbeddingBlock::Affine4(AffineMatrix::upload_rows(table, rows, device))
             })
             .collect();
         SplitEmbedding { blocks, rows_per_block }
@@ -315,7 +321,13 @@ impl Loader<'_> {
 
     /// The per-layer-embedding table, kept on the host (packed, in slices of at most `max_bytes`
     /// of codes, when quantized).
-    fn host_table(&mut self, name: &str, vocab: usize, width: usize, max_bytes: usize) -> Result<HostTable, ModelError> {
+    fn host_table(
+        &mut self,
+        name: &str,
+        vocab: usize,
+        width: usize,
+        max_bytes: usize,
+    ) -> Result<HostTable, ModelError> {
         let full = format!("{}{name}", self.prefix);
         if !self.checkpoint.is_quantized(&full) {
             return Ok(HostTable::Dense(self.host(&format!("{name}.weight"), &[vocab, width])?));
@@ -326,11 +338,16 @@ impl Loader<'_> {
         let mut slices = Vec::new();
         for start in (0..vocab).step_by(rows_per_slice) {
             let end = (start + rows_per_slice).min(vocab);
-            let slice = self.checkpoint.read_affine_rows(&full, Some(start..end))?.ok_or_else(|| {
-                ModelError::Weights(WeightsError::Missing { name: format!("{full}.scales") })
-            })?;
+            let slice = self
+                .checkpoint
+                .read_affine_rows(&full, Some(start..end))?
+                .ok_or_else(|| ModelError::Weights(WeightsError::Missing { name: format!("{full}.scales") }))?;
             if slice.cols != width {
-                return Err(ModelError::Shape { name: full, expected: vec![vocab, width], actual: vec![vocab, slice.cols] });
+                return Err(ModelError::Shape {
+                    name: full,
+                    expected: vec![vocab, width],
+                    actual: vec![vocab, slice.cols],
+                });
             }
             slices.push(slice);
         }
@@ -468,7 +485,12 @@ impl Gemma {
             if let Some(pli) = &layer.per_layer_input {
                 device += linear(&pli.gate) + linear(&pli.projection) + dense(&pli.post_norm);
             }
-            for norm in [&layer.input_norm, &layer.post_attention_norm, &layer.pre_feedforward_norm, &layer.post_feedforward_norm] {
+            for norm in [
+                &layer.input_norm,
+                &layer.post_attention_norm,
+                &layer.pre_feedforward_norm,
+                &layer.post_feedforward_norm,
+            ] {
                 device += dense(norm);
             }
         }

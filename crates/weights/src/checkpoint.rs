@@ -219,7 +219,9 @@ impl Checkpoint {
         let bad = |reason: &str| WeightsError::Quantization { name: module.to_string(), reason: reason.to_string() };
         let params = match &self.quantization {
             None => return Err(bad("it has scales, but config.json declares no `quantization`")),
-            Some(q) => q.for_module(module).ok_or_else(|| bad("it has scales, but config.json says it is not quantized"))?,
+            Some(q) => {
+                q.for_module(module).ok_or_else(|| bad("it has scales, but config.json says it is not quantized"))?
+            }
         };
         let weight = format!("{module}.weight");
         let info = self.info(&weight).ok_or_else(|| WeightsError::Missing { name: weight.clone() })?.clone();

@@ -20,8 +20,8 @@ pub mod safetensors;
 mod source;
 
 pub use checkpoint::{Checkpoint, HostTensor};
-pub use mlx::{AffineParams, AffineTensor, Quantization};
 pub use gguf::{GgufError, GgufFile, GgufTensor, MetadataValue};
+pub use mlx::{AffineParams, AffineTensor, Quantization};
 pub use quant::GgmlType;
 pub use safetensors::{DType, Header, TensorInfo};
 pub use source::{ByteSource, FileSource, MemorySource};

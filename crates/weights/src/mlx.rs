@@ -125,7 +125,7 @@ impl AffineTensor {
             return Err(bad(format!("its weight has shape {:?}, not [rows, words]", codes.0)));
         };
         let cols = words * 32 / params.bits as usize;
-        if (words * 32) % params.bits as usize != 0 || cols % params.group_size != 0 {
+        if !(words * 32).is_multiple_of(params.bits as usize) || !cols.is_multiple_of(params.group_size) {
             return Err(bad(format!(
                 "{words} words per row do not hold a whole number of {}-bit groups of {}",
                 params.bits, params.group_size
