@@ -6,6 +6,7 @@ use burn::tensor::wgpu::{WgpuInitError, WgpuSetup, wgpu};
 use hearth_protocol::{AdapterReport, EngineFailure, FailureKind};
 
 /// An initialised GPU: the Burn device to put tensors on, and what it is.
+#[derive(Clone)]
 pub struct Gpu {
     pub device: Device,
     pub adapter: AdapterReport,
@@ -55,11 +56,20 @@ pub async fn init_gpu() -> Result<Gpu, GpuError> {
     Ok(Gpu { device, adapter: describe(&setup) })
 }
 
-/// Native only: initialises Burn on the default wgpu adapter without an executor.
+/// Native only: initialises Burn on the default wgpu adapter without an executor. Burn's wgpu
+/// runtime can be registered once per process, so later calls (tests in parallel threads) get the
+/// same device.
 #[cfg(not(target_family = "wasm"))]
 pub fn init_gpu_blocking() -> Result<Gpu, GpuError> {
+    static GPU: std::sync::Mutex<Option<Gpu>> = std::sync::Mutex::new(None);
+    let mut cached = GPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(gpu) = cached.as_ref() {
+        return Ok(gpu.clone());
+    }
     let (device, setup) = Device::wgpu_options().init_with_setup()?;
-    Ok(Gpu { device, adapter: describe(&setup) })
+    let gpu = Gpu { device, adapter: describe(&setup) };
+    *cached = Some(gpu.clone());
+    Ok(gpu)
 }
 
 fn describe(setup: &WgpuSetup) -> AdapterReport {
