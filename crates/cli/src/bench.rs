@@ -85,7 +85,7 @@ fn kernel_bandwidth(device: &Device) {
         ("E4B gate/up", 10240, 2560),
         ("E2B head block", 65536, 1536),
     ] {
-        let matrix = AffineMatrix::upload(&random_affine("bench", rows, k, 7), device);
+        let matrix = AffineMatrix::upload(&random_affine("bench", rows, k), device);
         let x = Tensor::<2>::from_data(TensorData::new(vec![0.01f32; k], [1, k]), device);
         let iterations = 20;
         let gemv = time(iterations, || {
@@ -268,23 +268,32 @@ fn shape_config(shape: Shape, layers: usize) -> (String, TextConfig) {
     (text, parsed)
 }
 
-/// A quantized matrix with random codes and plausible scales (weights ≈ ±0.02).
-fn random_affine(name: &str, rows: usize, cols: usize, seed: u64) -> AffineTensor {
-    let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let codes: Vec<u32> = (0..rows * cols / 8).map(|_| rng.next() as u32).collect();
+/// A quantized matrix with random codes.
+fn random_affine(name: &str, rows: usize, cols: usize) -> AffineTensor {
+    let codes = XorShift::default().codes(rows * cols / 8);
     let groups = rows * cols / GROUP;
     let params = AffineParams { group_size: GROUP, bits: 4 };
     AffineTensor::new(
         name,
         params,
         (vec![rows, cols / 8], codes),
-        (vec![rows, cols / GROUP], vec![0.003; groups]),
-        (vec![rows, cols / GROUP], vec![-0.0225; groups]),
+        (vec![rows, cols / GROUP], vec![SCALE; groups]),
+        (vec![rows, cols / GROUP], vec![BIAS; groups]),
     )
     .expect("consistent shapes")
 }
 
+/// Every benchmark weight has one scale and bias: values ≈ ±0.02 (speed does not depend on them).
+const SCALE: f32 = 0.003;
+const BIAS: f32 = -0.0225;
+
 struct XorShift(u64);
+
+impl Default for XorShift {
+    fn default() -> Self {
+        XorShift(0x2545_F491_4F6C_DD1D)
+    }
+}
 
 impl XorShift {
     fn next(&mut self) -> u64 {
@@ -292,6 +301,11 @@ impl XorShift {
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
+    }
+
+    /// `words` random u32 words of 4-bit codes.
+    fn codes(&mut self, words: usize) -> Vec<u32> {
+        (0..words).map(|_| self.next() as u32).collect()
     }
 }
 
@@ -342,7 +356,7 @@ fn synthetic_checkpoint(c: &TextConfig) -> Result<Vec<u8>, String> {
 struct SafetensorsWriter {
     header: serde_json::Map<String, Value>,
     data: Vec<u8>,
-    rng: Option<XorShift>,
+    rng: XorShift,
 }
 
 impl SafetensorsWriter {
@@ -365,17 +379,16 @@ impl SafetensorsWriter {
     }
 
     fn quantized(&mut self, module: &str, rows: usize, cols: usize) {
-        let rng = self.rng.get_or_insert(XorShift(0x2545_F491_4F6C_DD1D));
-        let words = rows * cols / 8;
-        let mut codes = Vec::with_capacity(words * 4);
-        for _ in 0..words.div_ceil(2) {
-            codes.extend_from_slice(&rng.next().to_le_bytes());
-        }
-        codes.truncate(words * 4);
-        self.tensor(&format!("{module}.weight"), "U32", &[rows, cols / 8], codes);
+        let codes = self.rng.codes(rows * cols / 8);
+        self.tensor(
+            &format!("{module}.weight"),
+            "U32",
+            &[rows, cols / 8],
+            codes.into_iter().flat_map(u32::to_le_bytes),
+        );
         let groups = rows * cols / GROUP;
-        self.tensor(&format!("{module}.scales"), "BF16", &[rows, cols / GROUP], Self::bf16(0.003, groups));
-        self.tensor(&format!("{module}.biases"), "BF16", &[rows, cols / GROUP], Self::bf16(-0.0225, groups));
+        self.tensor(&format!("{module}.scales"), "BF16", &[rows, cols / GROUP], Self::bf16(SCALE, groups));
+        self.tensor(&format!("{module}.biases"), "BF16", &[rows, cols / GROUP], Self::bf16(BIAS, groups));
     }
 
     fn finish(self) -> Vec<u8> {

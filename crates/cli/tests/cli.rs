@@ -91,10 +91,7 @@ fn generate_streams_transformers_greedy_tokens() {
     let out = hearth(&args, "");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    let ids = stderr.lines().find_map(|l| l.strip_prefix("hearth: token ids ")).expect("ids printed");
-    let ids: Vec<u64> = serde_json::from_str(ids).expect("ids parse");
-    let greedy: Vec<u64> = expected["greedy"].as_array().expect("greedy").iter().filter_map(|v| v.as_u64()).collect();
-    assert_eq!(ids, greedy);
+    assert_eq!(printed_ids(&stderr), expected_greedy(&expected));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim_end(),
         expected["greedy_text"].as_str().expect("text").trim_end()
@@ -115,10 +112,7 @@ fn generate_reads_a_gguf_file_with_its_own_tokenizer() {
     let out = hearth(&args, "");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    let ids = stderr.lines().find_map(|l| l.strip_prefix("hearth: token ids ")).expect("ids printed");
-    let ids: Vec<u64> = serde_json::from_str(ids).expect("ids parse");
-    let greedy: Vec<u64> = expected["greedy"].as_array().expect("greedy").iter().filter_map(|v| v.as_u64()).collect();
-    assert_eq!(ids, greedy);
+    assert_eq!(printed_ids(&stderr), expected_greedy(&expected));
     assert!(stderr.contains("loaded in"), "load time is reported: {stderr}");
 }
 
@@ -150,4 +144,15 @@ fn bad_input_gets_a_clear_error_not_a_panic() {
     let out = hearth(&["logits", "--model", dir.to_str().expect("utf-8 path"), "--tokens", "2,999999", "--cpu"], "");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("outside the vocabulary"));
+}
+
+/// The ids `generate --print-ids` wrote to stderr.
+fn printed_ids(stderr: &str) -> Vec<u64> {
+    let ids = stderr.lines().find_map(|l| l.strip_prefix("hearth: token ids ")).expect("ids printed");
+    serde_json::from_str(ids).expect("ids parse")
+}
+
+/// A fixture's `greedy` ids.
+fn expected_greedy(expected: &serde_json::Value) -> Vec<u64> {
+    expected["greedy"].as_array().expect("greedy").iter().filter_map(|v| v.as_u64()).collect()
 }

@@ -59,11 +59,7 @@ impl Checkpoint {
         }
         let mut checkpoint = Self::from_sources(vec![Box::new(source)])?;
         // A lone .safetensors file takes its quantization from a config.json beside it.
-        if let Some(config) = path.parent().map(|dir| dir.join("config.json")).filter(|c| c.is_file()) {
-            let text =
-                std::fs::read_to_string(&config).map_err(|source| WeightsError::Io { path: config.clone(), source })?;
-            checkpoint.set_quantization(Quantization::from_config_json(&text)?);
-        }
+        checkpoint.set_quantization(quantization_in(path.parent().unwrap_or(Path::new(".")))?);
         Ok(checkpoint)
     }
 
@@ -71,12 +67,7 @@ impl Checkpoint {
     /// config.json declares.
     pub fn open_dir(dir: &Path) -> Result<Self, WeightsError> {
         let mut checkpoint = Self::open_weights_in(dir)?;
-        let config = dir.join("config.json");
-        if config.is_file() {
-            let text =
-                std::fs::read_to_string(&config).map_err(|source| WeightsError::Io { path: config.clone(), source })?;
-            checkpoint.set_quantization(Quantization::from_config_json(&text)?);
-        }
+        checkpoint.set_quantization(quantization_in(dir)?);
         Ok(checkpoint)
     }
 
@@ -287,6 +278,16 @@ impl Checkpoint {
         let data = to_f32(name, info.dtype, &bytes)?;
         Ok(HostTensor { shape: info.shape, data })
     }
+}
+
+/// The MLX quantization that `dir/config.json` declares (`None` without a config or a section).
+fn quantization_in(dir: &Path) -> Result<Option<Quantization>, WeightsError> {
+    let config = dir.join("config.json");
+    if !config.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&config).map_err(|source| WeightsError::Io { path: config.clone(), source })?;
+    Quantization::from_config_json(&text)
 }
 
 /// Little-endian f32, f16 or bf16 values widened to f32.
