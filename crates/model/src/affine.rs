@@ -109,7 +109,43 @@ fn affine_q4_matmul_kernel(
     }
 }
 
-/// The fused kernel as a Burn backend operation (cubecl backends only).
+/// `out[i, :] = dequantized row ids[i]`: one thread per code word. The embedding lookup of a
+/// packed table in one dispatch. Grid: (blocks x, blocks y) of `threads` threads.
+#[cube(launch)]
+fn affine_q4_rows_kernel(
+    codes: &[u32],
+    scales: &[f32],
+    biases: &[f32],
+    ids: &[u32],
+    out: &mut [f32],
+    k: u32,
+    #[comptime] group: u32,
+    #[comptime] threads: u32,
+) {
+    let words = k / 8;
+    let position = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * threads + UNIT_POS_X;
+    if position < ids.len() as u32 * words {
+        let token = position / words;
+        let w = position % words;
+        let row = ids[token as usize];
+        let word = codes[(row * words + w) as usize];
+        let g = (row * (k / group) + (w * 8) / group) as usize;
+        let scale = scales[g];
+        let bias = biases[g];
+        let base = (token * k + w * 8) as usize;
+        #[unroll]
+        for j in 0..8u32 {
+            out[base + j as usize] = scale * f32::cast_from((word >> (j * 4)) & 15u32) + bias;
+        }
+    }
+}
+
+/// A grid of `blocks` thread blocks within WebGPU's 65,535 per axis.
+fn grid(blocks: u32) -> (u32, u32) {
+    if blocks <= MAX_GRID { (blocks.max(1), 1) } else { (MAX_GRID, blocks.div_ceil(MAX_GRID)) }
+}
+
+/// The fused kernels as Burn backend operations (cubecl backends only).
 #[backend_extension(Cube)]
 pub trait AffineKernels: Backend {
     /// `x · Wᵀ` for a packed 4-bit `W`: codes `[rows, k/8]`, scales and biases `[rows, k/group]`,
@@ -121,9 +157,48 @@ pub trait AffineKernels: Backend {
         x: FloatTensor<Self>,
         group: usize,
     ) -> FloatTensor<Self>;
+
+    /// Rows `ids` of a packed 4-bit `W`, dequantized: ids `[n]` u32 → `[n, k]`.
+    fn affine_q4_rows(
+        codes: IntTensor<Self>,
+        scales: FloatTensor<Self>,
+        biases: FloatTensor<Self>,
+        ids: IntTensor<Self>,
+        group: usize,
+    ) -> FloatTensor<Self>;
 }
 
 impl AffineKernels for CubeBackend {
+    fn affine_q4_rows(
+        codes: CubeTensor,
+        scales: CubeTensor,
+        biases: CubeTensor,
+        ids: CubeTensor,
+        group: usize,
+    ) -> CubeTensor {
+        let n = ids.meta.shape()[0];
+        let k = codes.meta.shape()[1] * 8;
+        let client = ids.client.clone();
+        let shape = burn::tensor::Shape::new([n, k]);
+        let handle = client.empty(n * k * size_of::<f32>());
+        let out = CubeTensor::new_contiguous(client.clone(), ids.device.clone(), shape, handle, DType::F32);
+        let (grid_x, grid_y) = grid(((n * k / 8) as u32).div_ceil(THREADS));
+        affine_q4_rows_kernel::launch(
+            &client,
+            CubeCount::Static(grid_x, grid_y, 1),
+            CubeDim::new_1d(THREADS),
+            into_contiguous(codes).into_buffer_arg(),
+            into_contiguous(scales).into_buffer_arg(),
+            into_contiguous(biases).into_buffer_arg(),
+            into_contiguous(ids).into_buffer_arg(),
+            out.clone().into_buffer_arg(),
+            k as u32,
+            group as u32,
+            THREADS,
+        );
+        out
+    }
+
     fn affine_q4_matmul(
         codes: CubeTensor,
         scales: CubeTensor,
@@ -243,7 +318,7 @@ impl AffineMatrix {
 
     /// `x · Wᵀ`: [S, k] → [S, rows].
     pub fn matmul_transposed(&self, x: Tensor<2>) -> Tensor<2> {
-        if is_cube(&x.device()) {
+        if has_fused_kernels(&x.device()) {
             Tensor::from_dispatch(<Dispatch as AffineKernels>::affine_q4_matmul(
                 self.codes.clone().into_dispatch(),
                 self.scales.clone().into_dispatch(),
@@ -257,7 +332,18 @@ impl AffineMatrix {
     }
 
     /// Rows `ids` of W, dequantized: [S] → [S, k].
-    pub fn select_rows(&self, ids: Tensor<1, Int>) -> Tensor<2> {
+    pub fn select_rows(&self, ids: &[u32]) -> Tensor<2> {
+        let device = self.codes.device();
+        let ids = Tensor::<1, Int>::from_data(TensorData::new(ids.to_vec(), [ids.len()]), (&device, DType::U32));
+        if has_fused_kernels(&device) {
+            return Tensor::from_dispatch(<Dispatch as AffineKernels>::affine_q4_rows(
+                self.codes.clone().into_dispatch(),
+                self.scales.clone().into_dispatch(),
+                self.biases.clone().into_dispatch(),
+                ids.into_dispatch(),
+                self.group,
+            ));
+        }
         let picked = AffineMatrix {
             codes: self.codes.clone().select(0, ids.clone()),
             scales: self.scales.clone().select(0, ids.clone()),
@@ -283,7 +369,10 @@ impl AffineMatrix {
     }
 }
 
-fn is_cube(device: &Device) -> bool {
+/// Whether `device` runs the fused kernels (the cubecl backends: wgpu natively, WebGPU in the
+/// browser). Elsewhere (the CPU backend) `AffineMatrix` falls back to tensor operations, which
+/// dequantize the whole matrix per product: loaders keep f32 weights there instead.
+pub fn has_fused_kernels(device: &Device) -> bool {
     matches!(device.as_dispatch(), DispatchDevice::Cube(_))
 }
 
@@ -372,10 +461,18 @@ mod tests {
         for (name, device) in devices() {
             let (t, dense) = matrix(12, 128, 32, 5);
             let m = AffineMatrix::upload_rows(&t, 2..12, &device);
-            let ids = Tensor::<1, Int>::from_data(TensorData::new(vec![7i32, 0, 3], [3]), &device);
-            let got = read(m.select_rows(ids));
+            let got = read(m.select_rows(&[7, 0, 3]));
             let want: Vec<f32> = [9usize, 2, 5].iter().flat_map(|&r| dense[r * 128..(r + 1) * 128].to_vec()).collect();
             assert_eq!(got, want, "{name}");
+
+            // Many rows (a prefill): the gather spans hundreds of thread blocks.
+            let (t, dense) = matrix(300, 1536, 64, 9);
+            let m = AffineMatrix::upload(&t, &device);
+            let ids: Vec<u32> = (0..70).map(|i| (i * 37 % 300) as u32).collect();
+            let got = read(m.select_rows(&ids));
+            let want: Vec<f32> =
+                ids.iter().flat_map(|&r| dense[r as usize * 1536..(r as usize + 1) * 1536].to_vec()).collect();
+            assert_eq!(got, want, "{name}: 70 rows");
         }
     }
 }

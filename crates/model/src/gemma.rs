@@ -8,7 +8,7 @@ use burn::tensor::activation::softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use hearth_weights::{AffineTensor, Checkpoint, HostTensor, WeightsError};
 
-use crate::affine::AffineMatrix;
+use crate::affine::{AffineMatrix, has_fused_kernels};
 
 use crate::cache::{ChunkGeometry, KvCache};
 use crate::config::{ConfigError, Family, LayerType, TextConfig};
@@ -135,10 +135,12 @@ enum EmbeddingBlock {
 }
 
 impl EmbeddingBlock {
-    /// [n] → [n, h]
-    fn rows(&self, ids: Tensor<1, Int>) -> Tensor<2> {
+    /// Rows `ids` of this block: [n] → [n, h]
+    fn rows(&self, ids: &[u32], device: &Device) -> Tensor<2> {
         match self {
-            EmbeddingBlock::Dense(rows) => rows.clone().select(0, ids),
+            EmbeddingBlock::Dense(rows) => {
+                rows.clone().select(0, int_ids(ids.iter().map(|&i| i as i32).collect(), device))
+            }
             EmbeddingBlock::Affine4(rows) => rows.select_rows(ids),
         }
     }
@@ -180,12 +182,8 @@ impl SplitEmbedding {
 
     /// Rows of `tokens`, in order.  [S, h]
     fn lookup(&self, tokens: &[u32], device: &Device) -> Tensor<2> {
-        let ids = |ids: Vec<i32>| {
-            let n = ids.len();
-            Tensor::<1, Int>::from_data(TensorData::new(ids, [n]), device)
-        };
         if let [only] = self.blocks.as_slice() {
-            return only.rows(ids(tokens.iter().map(|&t| t as i32).collect()));
+            return only.rows(tokens, device);
         }
         // Gather block by block, then put the rows back in token order.
         let mut parts = Vec::new();
@@ -202,10 +200,11 @@ impl SplitEmbedding {
                 order[i] = gathered;
                 gathered += 1;
             }
-            parts.push(block.rows(ids(here.iter().map(|&i| (tokens[i] as usize - start) as i32).collect())));
+            let local: Vec<u32> = here.iter().map(|&i| tokens[i] - start as u32).collect();
+            parts.push(block.rows(&local, device));
         }
         let rows = if parts.len() == 1 { parts.remove(0) } else { Tensor::cat(parts, 0) };
-        rows.select(0, ids(order))
+        rows.select(0, int_ids(order, device))
     }
 
     /// `x · Eᵀ`.  [rows, vocab]
@@ -213,6 +212,12 @@ impl SplitEmbedding {
         let parts: Vec<Tensor<2>> = self.blocks.iter().map(|b| b.logits(x.clone())).collect();
         if parts.len() == 1 { parts.into_iter().next().unwrap_or(x) } else { Tensor::cat(parts, 1) }
     }
+}
+
+/// Token ids as a device tensor for `select`.
+fn int_ids(ids: Vec<i32>, device: &Device) -> Tensor<1, Int> {
+    let n = ids.len();
+    Tensor::from_data(TensorData::new(ids, [n]), device)
 }
 
 /// Gemma 4's per-layer-embedding table, [vocab, L·P], on the host: f32 for small models, packed
@@ -284,11 +289,11 @@ impl Loader<'_> {
         Ok(Some(t))
     }
 
-    /// A `[out, in]` checkpoint matrix: 4-bit codes stay packed; anything else is uploaded as
-    /// f32 `[in, out]`.
+    /// A `[out, in]` checkpoint matrix: 4-bit codes stay packed where the fused kernel runs;
+    /// anything else is uploaded as f32 `[in, out]`.
     fn linear(&mut self, name: &str, out_features: usize, in_features: usize) -> Result<Linear, ModelError> {
         if let Some(q) = self.affine(name, out_features, in_features)? {
-            if q.params.bits == 4 {
+            if q.params.bits == 4 && has_fused_kernels(self.device) {
                 return Ok(Linear::Affine4(AffineMatrix::upload(&q, self.device)));
             }
             return Ok(self.dense_linear(q.dequantize(), out_features, in_features));
@@ -310,7 +315,9 @@ impl Loader<'_> {
     /// The token embedding, split to fit storage bindings; packed when it is 4-bit.
     fn embedding(&mut self, vocab: usize, h: usize, max_bytes: usize) -> Result<SplitEmbedding, ModelError> {
         match self.affine("embed_tokens", vocab, h)? {
-            Some(q) if q.params.bits == 4 => Ok(SplitEmbedding::affine(&q, max_bytes, self.device)),
+            Some(q) if q.params.bits == 4 && has_fused_kernels(self.device) => {
+                Ok(SplitEmbedding::affine(&q, max_bytes, self.device))
+            }
             Some(q) => Ok(SplitEmbedding::dense(q.dequantize().data, vocab, h, max_bytes, self.device)),
             None => {
                 let embed = self.host("embed_tokens.weight", &[vocab, h])?;
