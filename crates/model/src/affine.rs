@@ -141,7 +141,7 @@ fn affine_q4_rows_kernel(
 }
 
 /// A grid of `blocks` thread blocks within WebGPU's 65,535 per axis.
-fn grid(blocks: u32) -> (u32, u32) {
+pub(crate) fn grid(blocks: u32) -> (u32, u32) {
     if blocks <= MAX_GRID { (blocks.max(1), 1) } else { (MAX_GRID, blocks.div_ceil(MAX_GRID)) }
 }
 

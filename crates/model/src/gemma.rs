@@ -9,6 +9,8 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use hearth_weights::{AffineTensor, Checkpoint, HostTensor, WeightsError};
 
 use crate::affine::{AffineMatrix, has_fused_kernels};
+use crate::fused::reference::bounded_tanh;
+use crate::fused::{gelu_tanh_mul, rms_norm, rms_norm_unscaled};
 
 use crate::cache::{ChunkGeometry, KvCache};
 use crate::config::{ConfigError, Family, LayerType, TextConfig};
@@ -550,14 +552,14 @@ impl Gemma {
             let m = layer
                 .mlp
                 .down_proj
-                .forward(gelu_tanh(layer.mlp.gate_proj.forward(m.clone())) * layer.mlp.up_proj.forward(m));
+                .forward(gelu_tanh_mul(layer.mlp.gate_proj.forward(m.clone()), layer.mlp.up_proj.forward(m)));
             x = residual + rms_norm(m, &layer.post_feedforward_norm, c.rms_norm_eps);
 
             if let (Some(pli), Some(inputs)) = (&layer.per_layer_input, &per_layer_inputs) {
                 let p = inputs.dims()[2];
                 let slice = inputs.clone().slice([0..s, i..i + 1, 0..p]).reshape([s, p]);
                 let residual = x.clone();
-                let g = gelu_tanh(pli.gate.forward(x)) * slice;
+                let g = gelu_tanh_mul(pli.gate.forward(x), slice);
                 x = residual + rms_norm(pli.projection.forward(g), &pli.post_norm, c.rms_norm_eps);
             }
             if let Some(scalar) = layer.layer_scalar {
@@ -644,34 +646,6 @@ impl Gemma {
         let out = out.reshape([heads, s, d]).swap_dims(0, 1).reshape([s, heads * d]);
         attn.o_proj.forward(out)
     }
-}
-
-/// `x · (mean(x²) + eps)^-½ · w` over the last dimension (the offset is already in `w`).
-pub(crate) fn rms_norm<const D: usize>(x: Tensor<D>, weight: &Tensor<1>, eps: f32) -> Tensor<D> {
-    let size = weight.dims()[0];
-    let mut shape = [1; D];
-    shape[D - 1] = size;
-    rms_norm_unscaled(x, eps) * weight.clone().reshape(shape)
-}
-
-pub(crate) fn rms_norm_unscaled<const D: usize>(x: Tensor<D>, eps: f32) -> Tensor<D> {
-    let inv_rms = x.clone().square().mean_dim(D - 1).add_scalar(eps).sqrt().recip();
-    x * inv_rms
-}
-
-/// GELU with the tanh approximation (`gelu_pytorch_tanh`).
-pub(crate) fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    // x·x·x, not pow(x, 3): WGSL's pow is undefined for negative bases (NaN on SwiftShader).
-    let cube = x.clone() * x.clone() * x.clone();
-    let inner = (x.clone() + cube.mul_scalar(0.044_715)).mul_scalar(SQRT_2_OVER_PI);
-    x.mul_scalar(0.5) * bounded_tanh(inner).add_scalar(1.0)
-}
-
-/// tanh with its input clamped to ±15, where it is ±1 in f32 anyway: some GPU implementations
-/// compute tanh from exponentials and return NaN for large inputs.
-pub(crate) fn bounded_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    x.clamp(-15.0, 15.0).tanh()
 }
 
 /// Rotary embedding tables for one chunk and one head dimension.

@@ -6,6 +6,7 @@
 //!   broken driver is caught before the user waits for a model.
 //! - [`config`] → [`gemma`] → [`cache`]: the model, as the spec reads: configuration, layers,
 //!   forward pass, KV cache.
+//! - [`fused`]: RMSNorm and the GELU gate as single kernels (fewer dispatches per token).
 //! - [`dispatches`]: kernel launches counted by name (for the benchmark).
 //! - [`affine`]: 4-bit matrices kept packed on the device and the fused dequantize-multiply kernel.
 
@@ -14,6 +15,7 @@ pub mod cache;
 pub mod config;
 #[cfg(not(target_family = "wasm"))]
 pub mod dispatches;
+pub mod fused;
 pub mod gemma;
 pub mod generate;
 pub mod gpu;
