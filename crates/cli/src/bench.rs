@@ -230,9 +230,13 @@ fn print_top_kernels(counts: &BTreeMap<&'static str, usize>) {
     println!("Most launched kernels in one decode step: {}.\n", list.join(", "));
 }
 
-/// `a::b::Kernel<c::d::MulOp>` → `Kernel<MulOp>`.
+/// `a::b::Kernel<c::d::MulOp>` → `Kernel<MulOp>`; deeply generic names keep their outer type.
 fn short(name: &str) -> String {
-    name.split('<').map(|part| part.rsplit("::").next().unwrap_or(part)).collect::<Vec<_>>().join("<")
+    let short = name.split('<').map(|part| part.rsplit("::").next().unwrap_or(part)).collect::<Vec<_>>().join("<");
+    match short.split_once('<') {
+        Some((outer, _)) if short.len() > 40 => format!("{outer}<…>"),
+        _ => short,
+    }
 }
 
 /// The text config of Gemma 4 E2B or E4B (../shared/reference/gemma4-architecture.md), as JSON
