@@ -114,6 +114,9 @@ enum Command {
         /// Only the kernel bandwidth table.
         #[arg(long)]
         kernels_only: bool,
+        /// Measure this model (folder or GGUF file) instead of a synthetic E2B/E4B.
+        #[arg(long)]
+        model: Option<PathBuf>,
         #[command(flatten)]
         device: DeviceArgs,
     },
@@ -149,9 +152,9 @@ fn main() -> ExitCode {
         Command::Render { model, template } => render(model, template),
         Command::Parse { thinking } => parse(thinking),
         Command::SelfTest { device } => run_self_test(&device),
-        Command::Bench { shape, layers, prefill, decode, agent, kernels_only, device: args } => {
+        Command::Bench { shape, layers, prefill, decode, agent, kernels_only, model, device: args } => {
             let agent = [agent[0], agent[1], agent[2]];
-            let options = bench::BenchOptions { shape, layers, prefill, decode, agent, kernels_only };
+            let options = bench::BenchOptions { shape, layers, prefill, decode, agent, kernels_only, model };
             device_with_name(&args).and_then(|(device, adapter)| bench::run(&device, &adapter, &options))
         }
     };

@@ -1,9 +1,11 @@
-//! 4-bit affine-quantized matrices kept packed on the device, and the fused kernel that multiplies
-//! by them without ever writing the dequantized weights: each thread block reads a row's codes
-//! once, dequantizes them in registers (`scale·q + bias` per group) and accumulates in f32.
+//! Affine-quantized matrices (4- or 8-bit codes) kept packed on the device, and the fused kernel
+//! that multiplies by them without ever writing the dequantized weights: each thread block reads a
+//! row's codes once, dequantizes them in registers (`scale·q + bias` per group) and accumulates in
+//! f32.
 //!
-//! Layout (MLX's, also used for GGUF Q4 blocks after repacking): codes `[rows, k/8]` u32 with
-//! element j of a word in bits 4j…4j+3; scales and biases `[rows, k/group]` f32.
+//! Layout (MLX's, also GGUF's blocks after [`hearth_weights::gguf_affine`] repacks them): codes
+//! `[rows, k·bits/32]` u32 with element j of a word in bits `bits·j…`; scales and biases
+//! `[rows, k/group]` f32.
 //!
 //! On the cubecl backends (wgpu natively, WebGPU in the browser) the product is one dispatch. On
 //! the CPU backend (Flex, used by tests and machines without a GPU) the same maths runs as tensor
@@ -16,7 +18,7 @@ use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
-use hearth_weights::AffineTensor;
+use hearth_weights::{AffineParams, AffineTensor};
 
 /// Threads that share one output row (a power of two: they sum in a tree).
 const THREADS: u32 = 64;
@@ -29,7 +31,7 @@ const MAX_GRID: u32 = 65_535;
 /// `TOKEN_TILE` tokens of `x` per block. Grid: (row blocks x, row blocks y, token tiles).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn affine_q4_matmul_kernel(
+fn affine_matmul_kernel(
     codes: &[u32],
     scales: &[f32],
     biases: &[f32],
@@ -39,6 +41,7 @@ fn affine_q4_matmul_kernel(
     k: u32,
     tokens: u32,
     #[comptime] group: u32,
+    #[comptime] bits: u32,
     #[comptime] threads: u32,
     #[comptime] levels: u32,
     #[comptime] tile: u32,
@@ -46,7 +49,9 @@ fn affine_q4_matmul_kernel(
     let row = CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X;
     let first_token = CUBE_POS_Z * tile;
     let thread = UNIT_POS_X;
-    let words = k / 8;
+    let per_word = comptime!(32 / bits);
+    let mask = comptime!((1u32 << bits) - 1);
+    let words = k / per_word;
     let groups = k / group;
 
     let mut acc = Array::<f32>::new(tile as usize);
@@ -58,20 +63,20 @@ fn affine_q4_matmul_kernel(
         let mut w = thread;
         while w < words {
             let word = codes[(row * words + w) as usize];
-            let g = (row * groups + (w * 8) / group) as usize;
+            let g = (row * groups + (w * per_word) / group) as usize;
             let scale = scales[g];
             let bias = biases[g];
             #[unroll]
             for s in 0..tile {
                 let token = first_token + s;
                 if token < tokens {
-                    let base = (token * k + w * 8) as usize;
+                    let base = (token * k + w * per_word) as usize;
                     let mut dot = 0.0;
                     let mut sum = 0.0;
                     #[unroll]
-                    for j in 0..8u32 {
+                    for j in 0..per_word {
                         let value = x[base + j as usize];
-                        dot += f32::cast_from((word >> (j * 4)) & 15u32) * value;
+                        dot += f32::cast_from((word >> (j * bits)) & mask) * value;
                         sum += value;
                     }
                     acc[s as usize] = acc[s as usize] + scale * dot + bias * sum;
@@ -112,7 +117,8 @@ fn affine_q4_matmul_kernel(
 /// `out[i, :] = dequantized row ids[i]`: one thread per code word. The embedding lookup of a
 /// packed table in one dispatch. Grid: (blocks x, blocks y) of `threads` threads.
 #[cube(launch)]
-fn affine_q4_rows_kernel(
+#[allow(clippy::too_many_arguments)]
+fn affine_rows_kernel(
     codes: &[u32],
     scales: &[f32],
     biases: &[f32],
@@ -120,22 +126,25 @@ fn affine_q4_rows_kernel(
     out: &mut [f32],
     k: u32,
     #[comptime] group: u32,
+    #[comptime] bits: u32,
     #[comptime] threads: u32,
 ) {
-    let words = k / 8;
+    let per_word = comptime!(32 / bits);
+    let mask = comptime!((1u32 << bits) - 1);
+    let words = k / per_word;
     let position = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * threads + UNIT_POS_X;
     if position < ids.len() as u32 * words {
         let token = position / words;
         let w = position % words;
         let row = ids[token as usize];
         let word = codes[(row * words + w) as usize];
-        let g = (row * (k / group) + (w * 8) / group) as usize;
+        let g = (row * (k / group) + (w * per_word) / group) as usize;
         let scale = scales[g];
         let bias = biases[g];
-        let base = (token * k + w * 8) as usize;
+        let base = (token * k + w * per_word) as usize;
         #[unroll]
-        for j in 0..8u32 {
-            out[base + j as usize] = scale * f32::cast_from((word >> (j * 4)) & 15u32) + bias;
+        for j in 0..per_word {
+            out[base + j as usize] = scale * f32::cast_from((word >> (j * bits)) & mask) + bias;
         }
     }
 }
@@ -148,42 +157,46 @@ pub(crate) fn grid(blocks: u32) -> (u32, u32) {
 /// The fused kernels as Burn backend operations (cubecl backends only).
 #[backend_extension(Cube)]
 pub trait AffineKernels: Backend {
-    /// `x · Wᵀ` for a packed 4-bit `W`: codes `[rows, k/8]`, scales and biases `[rows, k/group]`,
-    /// x `[S, k]` → `[S, rows]`.
-    fn affine_q4_matmul(
+    /// `x · Wᵀ` for a packed `W` of `bits`-bit codes: codes `[rows, k·bits/32]`, scales and
+    /// biases `[rows, k/group]`, x `[S, k]` → `[S, rows]`.
+    fn affine_matmul(
         codes: IntTensor<Self>,
         scales: FloatTensor<Self>,
         biases: FloatTensor<Self>,
         x: FloatTensor<Self>,
         group: usize,
+        bits: u32,
     ) -> FloatTensor<Self>;
 
-    /// Rows `ids` of a packed 4-bit `W`, dequantized: ids `[n]` u32 → `[n, k]`.
-    fn affine_q4_rows(
+    /// Rows `ids` of a packed `W`, dequantized: ids `[n]` u32 → `[n, k]`.
+    fn affine_rows(
         codes: IntTensor<Self>,
         scales: FloatTensor<Self>,
         biases: FloatTensor<Self>,
         ids: IntTensor<Self>,
         group: usize,
+        bits: u32,
     ) -> FloatTensor<Self>;
 }
 
 impl AffineKernels for CubeBackend {
-    fn affine_q4_rows(
+    fn affine_rows(
         codes: CubeTensor,
         scales: CubeTensor,
         biases: CubeTensor,
         ids: CubeTensor,
         group: usize,
+        bits: u32,
     ) -> CubeTensor {
+        let per_word = (32 / bits) as usize;
         let n = ids.meta.shape()[0];
-        let k = codes.meta.shape()[1] * 8;
+        let k = codes.meta.shape()[1] * per_word;
         let client = ids.client.clone();
         let shape = burn::tensor::Shape::new([n, k]);
         let handle = client.empty(n * k * size_of::<f32>());
         let out = CubeTensor::new_contiguous(client.clone(), ids.device.clone(), shape, handle, DType::F32);
-        let (grid_x, grid_y) = grid(((n * k / 8) as u32).div_ceil(THREADS));
-        affine_q4_rows_kernel::launch(
+        let (grid_x, grid_y) = grid(((n * k / per_word) as u32).div_ceil(THREADS));
+        affine_rows_kernel::launch(
             &client,
             CubeCount::Static(grid_x, grid_y, 1),
             CubeDim::new_1d(THREADS),
@@ -194,22 +207,24 @@ impl AffineKernels for CubeBackend {
             out.clone().into_buffer_arg(),
             k as u32,
             group as u32,
+            bits,
             THREADS,
         );
         out
     }
 
-    fn affine_q4_matmul(
+    fn affine_matmul(
         codes: CubeTensor,
         scales: CubeTensor,
         biases: CubeTensor,
         x: CubeTensor,
         group: usize,
+        bits: u32,
     ) -> CubeTensor {
         let x = into_contiguous(x);
         let (rows, words) = (codes.meta.shape()[0], codes.meta.shape()[1]);
         let (tokens, k) = (x.meta.shape()[0], x.meta.shape()[1]);
-        debug_assert_eq!(words * 8, k, "codes and input disagree on k");
+        debug_assert_eq!(words * 32 / bits as usize, k, "codes and input disagree on k");
         let client = x.client.clone();
         let out_shape = burn::tensor::Shape::new([tokens, rows]);
         let handle = client.empty(tokens * rows * size_of::<f32>());
@@ -221,7 +236,7 @@ impl AffineKernels for CubeBackend {
         // A single token needs no token tile: a smaller kernel with fewer registers.
         let tile = if tokens == 1 { 1 } else { TOKEN_TILE };
         let tiles = if tokens == 1 { 1 } else { tiles };
-        affine_q4_matmul_kernel::launch(
+        affine_matmul_kernel::launch(
             &client,
             CubeCount::Static(grid_x, grid_y, tiles),
             CubeDim::new_1d(THREADS),
@@ -234,6 +249,7 @@ impl AffineKernels for CubeBackend {
             k as u32,
             tokens as u32,
             group as u32,
+            bits,
             THREADS,
             THREADS.trailing_zeros(),
             tile,
@@ -242,41 +258,40 @@ impl AffineKernels for CubeBackend {
     }
 }
 
-/// A `[rows, k]` matrix stored as 4-bit codes with a scale and a bias per group of `group`
-/// values of a row.
+/// A `[rows, k]` matrix stored as 4- or 8-bit codes with a scale and a bias per group of
+/// `group` values of a row.
 #[derive(Clone)]
 pub struct AffineMatrix {
-    /// `[rows, k/8]` u32
+    /// `[rows, k·bits/32]` u32
     codes: Tensor<2, Int>,
     /// `[rows, k/group]`
     scales: Tensor<2>,
     biases: Tensor<2>,
     group: usize,
+    bits: u32,
 }
 
 impl AffineMatrix {
-    /// Uploads a 4-bit host tensor (other widths are dequantized by the caller).
-    pub fn upload(t: &AffineTensor, device: &Device) -> Self {
-        assert_eq!(t.params.bits, 4, "AffineMatrix holds 4-bit codes");
-        Self::from_parts(
-            t.rows,
-            t.cols,
-            t.params.group_size,
-            t.codes.clone(),
-            t.scales.clone(),
-            t.biases.clone(),
-            device,
-        )
+    /// Whether codes of this width stay packed (the kernels read 4- and 8-bit words; loaders
+    /// dequantize other widths).
+    pub fn holds(t: &AffineTensor) -> bool {
+        matches!(t.params.bits, 4 | 8) && t.params.group_size.is_multiple_of(32 / t.params.bits as usize)
     }
 
-    /// Rows `range` of a 4-bit host tensor (a block of a split matrix).
+    /// Uploads a host tensor of a width [`Self::holds`].
+    pub fn upload(t: &AffineTensor, device: &Device) -> Self {
+        assert!(Self::holds(t), "AffineMatrix holds 4- or 8-bit codes");
+        Self::from_parts(t.rows, t.cols, t.params, t.codes.clone(), t.scales.clone(), t.biases.clone(), device)
+    }
+
+    /// Rows `range` of a host tensor (a block of a split matrix).
     pub fn upload_rows(t: &AffineTensor, range: std::ops::Range<usize>, device: &Device) -> Self {
-        assert_eq!(t.params.bits, 4, "AffineMatrix holds 4-bit codes");
+        assert!(Self::holds(t), "AffineMatrix holds 4- or 8-bit codes");
         let (words, groups) = (t.words_per_row(), t.groups_per_row());
         Self::from_parts(
             range.len(),
             t.cols,
-            t.params.group_size,
+            t.params,
             t.codes[range.start * words..range.end * words].to_vec(),
             t.scales[range.start * groups..range.end * groups].to_vec(),
             t.biases[range.start * groups..range.end * groups].to_vec(),
@@ -287,18 +302,19 @@ impl AffineMatrix {
     fn from_parts(
         rows: usize,
         k: usize,
-        group: usize,
+        params: AffineParams,
         codes: Vec<u32>,
         scales: Vec<f32>,
         biases: Vec<f32>,
         device: &Device,
     ) -> Self {
-        let (words, groups) = (k / 8, k / group);
+        let (words, groups) = (k * params.bits as usize / 32, k / params.group_size);
         AffineMatrix {
             codes: Tensor::from_data(TensorData::new(codes, [rows, words]), (device, DType::U32)),
             scales: Tensor::from_data(TensorData::new(scales, [rows, groups]), device),
             biases: Tensor::from_data(TensorData::new(biases, [rows, groups]), device),
-            group,
+            group: params.group_size,
+            bits: params.bits,
         }
     }
 
@@ -307,7 +323,12 @@ impl AffineMatrix {
     }
 
     pub fn k(&self) -> usize {
-        self.codes.dims()[1] * 8
+        self.codes.dims()[1] * self.per_word()
+    }
+
+    /// Codes per u32 word.
+    fn per_word(&self) -> usize {
+        32 / self.bits as usize
     }
 
     /// Bytes this matrix occupies on the device.
@@ -319,12 +340,13 @@ impl AffineMatrix {
     /// `x · Wᵀ`: [S, k] → [S, rows].
     pub fn matmul_transposed(&self, x: Tensor<2>) -> Tensor<2> {
         if has_fused_kernels(&x.device()) {
-            Tensor::from_dispatch(<Dispatch as AffineKernels>::affine_q4_matmul(
+            Tensor::from_dispatch(<Dispatch as AffineKernels>::affine_matmul(
                 self.codes.clone().into_dispatch(),
                 self.scales.clone().into_dispatch(),
                 self.biases.clone().into_dispatch(),
                 x.into_dispatch(),
                 self.group,
+                self.bits,
             ))
         } else {
             x.matmul(self.dequantize().transpose())
@@ -336,12 +358,13 @@ impl AffineMatrix {
         let device = self.codes.device();
         let ids = Tensor::<1, Int>::from_data(TensorData::new(ids.to_vec(), [ids.len()]), (&device, DType::U32));
         if has_fused_kernels(&device) {
-            return Tensor::from_dispatch(<Dispatch as AffineKernels>::affine_q4_rows(
+            return Tensor::from_dispatch(<Dispatch as AffineKernels>::affine_rows(
                 self.codes.clone().into_dispatch(),
                 self.scales.clone().into_dispatch(),
                 self.biases.clone().into_dispatch(),
                 ids.into_dispatch(),
                 self.group,
+                self.bits,
             ));
         }
         let picked = AffineMatrix {
@@ -349,6 +372,7 @@ impl AffineMatrix {
             scales: self.scales.clone().select(0, ids.clone()),
             biases: self.biases.clone().select(0, ids),
             group: self.group,
+            bits: self.bits,
         };
         picked.dequantize()
     }
@@ -357,13 +381,18 @@ impl AffineMatrix {
     pub fn dequantize(&self) -> Tensor<2> {
         let [rows, words] = self.codes.dims();
         let groups = self.k() / self.group;
-        // [rows, words, 8]: nibble j of each word.
-        let nibbles: Vec<Tensor<3, Int>> = (0..8)
+        let (bits, mask) = (i64::from(self.bits), (1i64 << self.bits) - 1);
+        // [rows, words, per_word]: field j of each word.
+        let fields: Vec<Tensor<3, Int>> = (0..self.per_word() as i64)
             .map(|j| {
-                self.codes.clone().bitwise_right_shift_scalar(4 * j).bitwise_and_scalar(15).reshape([rows, words, 1])
+                self.codes
+                    .clone()
+                    .bitwise_right_shift_scalar(bits * j)
+                    .bitwise_and_scalar(mask)
+                    .reshape([rows, words, 1])
             })
             .collect();
-        let q = Tensor::cat(nibbles, 2).float().reshape([rows, groups, self.group]);
+        let q = Tensor::cat(fields, 2).float().reshape([rows, groups, self.group]);
         let w = q * self.scales.clone().reshape([rows, groups, 1]) + self.biases.clone().reshape([rows, groups, 1]);
         w.reshape([rows, self.k()])
     }
@@ -379,10 +408,9 @@ pub fn has_fused_kernels(device: &Device) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hearth_weights::AffineParams;
 
-    /// A random-looking 4-bit matrix, and its host dequantization.
-    fn matrix(rows: usize, k: usize, group: usize, seed: u32) -> (AffineTensor, Vec<f32>) {
+    /// A random-looking matrix of `bits`-bit codes, and its host dequantization.
+    fn matrix(rows: usize, k: usize, group: usize, bits: u32, seed: u32) -> (AffineTensor, Vec<f32>) {
         let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
         let mut next = move || {
             state ^= state << 13;
@@ -390,15 +418,16 @@ mod tests {
             state ^= state << 5;
             state
         };
-        let codes: Vec<u32> = (0..rows * k / 8).map(|_| next()).collect();
+        let words = k * bits as usize / 32;
+        let codes: Vec<u32> = (0..rows * words).map(|_| next()).collect();
         let groups = rows * k / group;
         let scales: Vec<f32> = (0..groups).map(|_| (next() % 1000) as f32 / 20_000.0 + 0.001).collect();
         let biases: Vec<f32> = (0..groups).map(|_| -((next() % 1000) as f32) / 5_000.0).collect();
-        let params = AffineParams { group_size: group, bits: 4 };
+        let params = AffineParams { group_size: group, bits };
         let t = AffineTensor::new(
             "test",
             params,
-            (vec![rows, k / 8], codes),
+            (vec![rows, words], codes),
             (vec![rows, k / group], scales),
             (vec![rows, k / group], biases),
         )
@@ -437,13 +466,22 @@ mod tests {
         pollster::block_on(t.into_data_async()).expect("readback").try_to_vec().expect("f32")
     }
 
-    /// Decode (1 token), a partial token tile, several tiles; groups of 32, 64 and 128; a k that
-    /// is not a multiple of the threads' stride.
+    /// Decode (1 token), a partial token tile, several tiles; 4-bit groups of 32, 64 and 128,
+    /// 8-bit groups of 16 and 32 (GGUF's Q6_K and Q8_0 repacked); a k that is not a multiple of
+    /// the threads' stride.
     #[test]
     fn fused_matmul_matches_a_host_dequantization() {
+        let cases = [
+            (1, 40, 256, 64, 4),
+            (3, 17, 96, 32, 4),
+            (19, 9, 384, 128, 4),
+            (1, 300, 1536, 64, 4),
+            (1, 33, 640, 32, 8),
+            (11, 7, 256, 16, 8),
+        ];
         for (name, device) in devices() {
-            for (tokens, rows, k, group) in [(1, 40, 256, 64), (3, 17, 96, 32), (19, 9, 384, 128), (1, 300, 1536, 64)] {
-                let (t, dense) = matrix(rows, k, group, (tokens * rows + k) as u32);
+            for (tokens, rows, k, group, bits) in cases {
+                let (t, dense) = matrix(rows, k, group, bits, (tokens * rows + k) as u32);
                 let x = inputs(tokens, k);
                 let m = AffineMatrix::upload(&t, &device);
                 let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [tokens, k]), &device);
@@ -451,7 +489,10 @@ mod tests {
                 let want = reference(&x, &dense, tokens, rows, k);
                 let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
                 let scale = want.iter().map(|v| v.abs()).fold(1.0, f32::max);
-                assert!(diff <= 1e-5 * scale * (k as f32).sqrt(), "{name} {tokens}x{rows}x{k}/{group}: {diff}");
+                assert!(
+                    diff <= 1e-5 * scale * (k as f32).sqrt(),
+                    "{name} {tokens}x{rows}x{k}/{group} {bits}-bit: {diff}"
+                );
             }
         }
     }
@@ -459,20 +500,28 @@ mod tests {
     #[test]
     fn dequantized_rows_equal_the_host_values() {
         for (name, device) in devices() {
-            let (t, dense) = matrix(12, 128, 32, 5);
+            let (t, dense) = matrix(12, 128, 32, 4, 5);
             let m = AffineMatrix::upload_rows(&t, 2..12, &device);
             let got = read(m.select_rows(&[7, 0, 3]));
             let want: Vec<f32> = [9usize, 2, 5].iter().flat_map(|&r| dense[r * 128..(r + 1) * 128].to_vec()).collect();
             assert_eq!(got, want, "{name}");
 
             // Many rows (a prefill): the gather spans hundreds of thread blocks.
-            let (t, dense) = matrix(300, 1536, 64, 9);
+            let (t, dense) = matrix(300, 1536, 64, 4, 9);
             let m = AffineMatrix::upload(&t, &device);
             let ids: Vec<u32> = (0..70).map(|i| (i * 37 % 300) as u32).collect();
             let got = read(m.select_rows(&ids));
             let want: Vec<f32> =
                 ids.iter().flat_map(|&r| dense[r as usize * 1536..(r as usize + 1) * 1536].to_vec()).collect();
             assert_eq!(got, want, "{name}: 70 rows");
+
+            // 8-bit codes (GGUF's Q8_0 embedding, repacked).
+            let (t, dense) = matrix(50, 640, 32, 8, 11);
+            let m = AffineMatrix::upload(&t, &device);
+            let got = read(m.select_rows(&[49, 0, 17]));
+            let want: Vec<f32> =
+                [49usize, 0, 17].iter().flat_map(|&r| dense[r * 640..(r + 1) * 640].to_vec()).collect();
+            assert_eq!(got, want, "{name}: 8-bit rows");
         }
     }
 }

@@ -37,8 +37,8 @@ pub enum ModelError {
 enum Linear {
     /// f32, stored transposed ([in, out]) so that `x · W` needs no transpose.
     Dense(Tensor<2>),
-    /// 4-bit codes as the checkpoint has them ([out, in]), multiplied by the fused kernel.
-    Affine4(AffineMatrix),
+    /// 4- or 8-bit codes as the checkpoint has them ([out, in]), multiplied by the fused kernel.
+    Affine(AffineMatrix),
 }
 
 impl Linear {
@@ -46,7 +46,7 @@ impl Linear {
     fn forward(&self, x: Tensor<2>) -> Tensor<2> {
         match self {
             Linear::Dense(w) => x.matmul(w.clone()),
-            Linear::Affine4(w) => w.matmul_transposed(x),
+            Linear::Affine(w) => w.matmul_transposed(x),
         }
     }
 }
@@ -133,7 +133,7 @@ struct SplitEmbedding {
 #[allow(clippy::large_enum_variant)]
 enum EmbeddingBlock {
     Dense(Tensor<2>),
-    Affine4(AffineMatrix),
+    Affine(AffineMatrix),
 }
 
 impl EmbeddingBlock {
@@ -143,7 +143,7 @@ impl EmbeddingBlock {
             EmbeddingBlock::Dense(rows) => {
                 rows.clone().select(0, int_ids(ids.iter().map(|&i| i as i32).collect(), device))
             }
-            EmbeddingBlock::Affine4(rows) => rows.select_rows(ids),
+            EmbeddingBlock::Affine(rows) => rows.select_rows(ids),
         }
     }
 
@@ -151,7 +151,7 @@ impl EmbeddingBlock {
     fn logits(&self, x: Tensor<2>) -> Tensor<2> {
         match self {
             EmbeddingBlock::Dense(rows) => x.matmul(rows.clone().transpose()),
-            EmbeddingBlock::Affine4(rows) => rows.matmul_transposed(x),
+            EmbeddingBlock::Affine(rows) => rows.matmul_transposed(x),
         }
     }
 }
@@ -168,7 +168,7 @@ impl SplitEmbedding {
         SplitEmbedding { blocks, rows_per_block }
     }
 
-    /// 4-bit codes: the codes are the largest buffer, h/2 bytes a row.
+    /// Packed codes: the codes are the largest buffer, h·bits/8 bytes a row.
     fn affine(table: &AffineTensor, max_bytes: usize, device: &Device) -> Self {
         let vocab = table.rows;
         let rows_per_block = (max_bytes / (table.words_per_row() * 4).max(1)).clamp(1, vocab.max(1));
@@ -176,7 +176,7 @@ impl SplitEmbedding {
             .step_by(rows_per_block)
             .map(|start| {
                 let rows = start..(start + rows_per_block).min(vocab);
-                EmbeddingBlock::Affine4(AffineMatrix::upload_rows(table, rows, device))
+                EmbeddingBlock::Affine(AffineMatrix::upload_rows(table, rows, device))
             })
             .collect();
         SplitEmbedding { blocks, rows_per_block }
@@ -281,7 +281,8 @@ impl Loader<'_> {
         Ok(tensor)
     }
 
-    /// A packed checkpoint matrix, when the module is MLX-quantized; its shape is checked.
+    /// A packed checkpoint matrix, when the module is quantized (MLX, or GGUF blocks with an
+    /// affine form); its shape is checked.
     fn affine(&mut self, name: &str, rows: usize, cols: usize) -> Result<Option<AffineTensor>, ModelError> {
         let full = format!("{}{name}", self.prefix);
         let Some(t) = self.checkpoint.read_affine(&full)? else { return Ok(None) };
@@ -291,12 +292,14 @@ impl Loader<'_> {
         Ok(Some(t))
     }
 
-    /// A `[out, in]` checkpoint matrix: 4-bit codes stay packed where the fused kernel runs;
-    /// anything else is uploaded as f32 `[in, out]`.
+    /// A `[out, in]` checkpoint matrix: 4- and 8-bit codes stay packed where the fused kernel
+    /// runs; anything else is uploaded as f32 `[in, out]`.
     fn linear(&mut self, name: &str, out_features: usize, in_features: usize) -> Result<Linear, ModelError> {
-        if let Some(q) = self.affine(name, out_features, in_features)? {
-            if q.params.bits == 4 && has_fused_kernels(self.device) {
-                return Ok(Linear::Affine4(AffineMatrix::upload(&q, self.device)));
+        if has_fused_kernels(self.device)
+            && let Some(q) = self.affine(name, out_features, in_features)?
+        {
+            if AffineMatrix::holds(&q) {
+                return Ok(Linear::Affine(AffineMatrix::upload(&q, self.device)));
             }
             return Ok(self.dense_linear(q.dequantize(), out_features, in_features));
         }
@@ -314,18 +317,17 @@ impl Loader<'_> {
         Linear::Dense(Tensor::from_data(TensorData::new(transposed, [in_features, out_features]), self.device))
     }
 
-    /// The token embedding, split to fit storage bindings; packed when it is 4-bit.
+    /// The token embedding, split to fit storage bindings; packed when its codes are 4- or
+    /// 8-bit and the fused kernels run.
     fn embedding(&mut self, vocab: usize, h: usize, max_bytes: usize) -> Result<SplitEmbedding, ModelError> {
-        match self.affine("embed_tokens", vocab, h)? {
-            Some(q) if q.params.bits == 4 && has_fused_kernels(self.device) => {
-                Ok(SplitEmbedding::affine(&q, max_bytes, self.device))
-            }
-            Some(q) => Ok(SplitEmbedding::dense(q.dequantize().data, vocab, h, max_bytes, self.device)),
-            None => {
-                let embed = self.host("embed_tokens.weight", &[vocab, h])?;
-                Ok(SplitEmbedding::dense(embed.data, vocab, h, max_bytes, self.device))
-            }
+        if has_fused_kernels(self.device)
+            && let Some(q) = self.affine("embed_tokens", vocab, h)?
+            && AffineMatrix::holds(&q)
+        {
+            return Ok(SplitEmbedding::affine(&q, max_bytes, self.device));
         }
+        let embed = self.host("embed_tokens.weight", &[vocab, h])?;
+        Ok(SplitEmbedding::dense(embed.data, vocab, h, max_bytes, self.device))
     }
 
     /// The per-layer-embedding table, kept on the host (packed, in slices of at most `max_bytes`
@@ -342,8 +344,8 @@ impl Loader<'_> {
             return Ok(HostTable::Dense(self.host(&format!("{name}.weight"), &[vocab, width])?));
         }
         // Slice by the codes' row size, from the header: the whole table is never read at once.
-        let words = self.checkpoint.info(&format!("{full}.weight")).and_then(|i| i.shape.get(1).copied()).unwrap_or(1);
-        let rows_per_slice = (max_bytes / (words * 4).max(1)).clamp(1, vocab.max(1));
+        let row_bytes = self.checkpoint.packed_row_bytes(&full).unwrap_or(1);
+        let rows_per_slice = (max_bytes / row_bytes.max(1)).clamp(1, vocab.max(1));
         let mut slices = Vec::new();
         for start in (0..vocab).step_by(rows_per_slice) {
             let end = (start + rows_per_slice).min(vocab);
@@ -465,13 +467,13 @@ impl Gemma {
         }
         let linear = |l: &Linear| match l {
             Linear::Dense(w) => dense(w),
-            Linear::Affine4(w) => w.device_bytes(),
+            Linear::Affine(w) => w.device_bytes(),
         };
         let mut device = self.final_norm.shape().num_elements() * 4;
         for block in &self.embed_tokens.blocks {
             device += match block {
                 EmbeddingBlock::Dense(w) => dense(w),
-                EmbeddingBlock::Affine4(w) => w.device_bytes(),
+                EmbeddingBlock::Affine(w) => w.device_bytes(),
             };
         }
         let mut host = 0;

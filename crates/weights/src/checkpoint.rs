@@ -8,7 +8,8 @@ use std::path::Path;
 use half::{bf16, f16};
 use serde::Deserialize;
 
-use crate::gguf::{GgufFile, read_tensor_f32};
+use crate::gguf::{GgufFile, GgufTensor, read_tensor_f32};
+use crate::gguf_affine;
 use crate::gguf_names::hf_tensor;
 use crate::mlx::{AffineTensor, Quantization};
 use crate::safetensors::{DType, Header, TensorInfo};
@@ -186,18 +187,49 @@ impl Checkpoint {
         self.quantization = quantization;
     }
 
-    /// Whether `module` is stored MLX-quantized (it has `module.scales`).
+    /// Whether `module` is stored quantized in a form [`Self::read_affine`] returns packed: MLX
+    /// (it has `module.scales`) or a GGUF block type with an affine form ([`gguf_affine`]).
     pub fn is_quantized(&self, module: &str) -> bool {
-        matches!(self.format, Format::Safetensors { .. }) && self.contains(&format!("{module}.scales"))
+        match &self.format {
+            Format::Safetensors { .. } => self.contains(&format!("{module}.scales")),
+            Format::Gguf { .. } => self.gguf_packable(module).is_some(),
+        }
     }
 
-    /// The packed codes, scales and biases of an MLX-quantized module (`None` when the module is
-    /// stored as plain floats).
+    /// Bytes of codes per row of `module` once packed (4 bytes a word), if it is quantized: what
+    /// a loader slices a large table by before reading it.
+    pub fn packed_row_bytes(&self, module: &str) -> Option<usize> {
+        match &self.format {
+            Format::Safetensors { .. } if self.is_quantized(module) => {
+                self.info(&format!("{module}.weight")).and_then(|i| i.shape.get(1)).map(|words| words * 4)
+            }
+            Format::Safetensors { .. } => None,
+            Format::Gguf { .. } => {
+                let tensor = self.gguf_packable(module)?;
+                let params = gguf_affine::affine_params(tensor.ggml_type)?;
+                Some(tensor.shape[1] * params.bits as usize / 8)
+            }
+        }
+    }
+
+    /// The GGUF tensor behind `module.weight`, when it is a matrix whose blocks repack into
+    /// affine groups (and needs no offset subtracted: only norms do).
+    fn gguf_packable(&self, module: &str) -> Option<&GgufTensor> {
+        let Format::Gguf { file, names, .. } = &self.format else { return None };
+        let (gguf_name, subtract) = names.get(&format!("{module}.weight"))?;
+        let tensor = file.tensors.get(gguf_name)?;
+        let packable =
+            *subtract == 0.0 && tensor.shape.len() == 2 && gguf_affine::affine_params(tensor.ggml_type).is_some();
+        packable.then_some(tensor)
+    }
+
+    /// The packed codes, scales and biases of a quantized module (`None` when the module is
+    /// stored as plain floats, or in a GGUF type without an affine form).
     pub fn read_affine(&mut self, module: &str) -> Result<Option<AffineTensor>, WeightsError> {
         self.read_affine_rows(module, None)
     }
 
-    /// Rows `rows` (all when `None`) of an MLX-quantized module, reading only their bytes: a
+    /// Rows `rows` (all when `None`) of a quantized module, reading only their bytes: a
     /// table too large to hold twice (Gemma 4's per-layer embeddings) is loaded in slices.
     pub fn read_affine_rows(
         &mut self,
@@ -206,6 +238,9 @@ impl Checkpoint {
     ) -> Result<Option<AffineTensor>, WeightsError> {
         if !self.is_quantized(module) {
             return Ok(None);
+        }
+        if let Some(tensor) = self.gguf_packable(module).cloned() {
+            return self.read_gguf_rows(module, &tensor, rows);
         }
         let bad = |reason: &str| WeightsError::Quantization { name: module.to_string(), reason: reason.to_string() };
         let params = match &self.quantization {
@@ -246,6 +281,27 @@ impl Checkpoint {
         AffineTensor::new(module, params, (shape, codes), scales, biases).map(Some)
     }
 
+    /// Rows of a GGUF matrix (all when `None`), reading only their blocks, repacked.
+    fn read_gguf_rows(
+        &mut self,
+        module: &str,
+        tensor: &GgufTensor,
+        rows: Option<std::ops::Range<usize>>,
+    ) -> Result<Option<AffineTensor>, WeightsError> {
+        let Format::Gguf { source, .. } = &mut self.format else { return Ok(None) };
+        let [all_rows, cols] = tensor.shape[..] else { return Ok(None) };
+        let rows = rows.unwrap_or(0..all_rows);
+        if rows.end > all_rows || rows.start > rows.end {
+            return Err(WeightsError::Quantization {
+                name: module.to_string(),
+                reason: format!("rows {rows:?} asked of a tensor with {all_rows}"),
+            });
+        }
+        let row_bytes = tensor.len / all_rows.max(1);
+        let bytes = source.read_at(tensor.offset + (rows.start * row_bytes) as u64, rows.len() * row_bytes)?;
+        gguf_affine::to_affine(module, tensor.ggml_type, &bytes, rows.len(), cols)
+    }
+
     /// `len` bytes of a safetensors tensor, from `start` within it.
     fn read_range(&mut self, name: &str, info: &TensorInfo, start: usize, len: usize) -> Result<Vec<u8>, WeightsError> {
         match &mut self.format {
@@ -260,7 +316,9 @@ impl Checkpoint {
     /// One tensor converted to f32 (from f32, f16 or bf16; from any ggml type Hearth dequantizes;
     /// an MLX-quantized `….weight` is dequantized).
     pub fn read_f32(&mut self, name: &str) -> Result<HostTensor, WeightsError> {
-        if let Some(module) = name.strip_suffix(".weight")
+        // GGUF blocks are dequantized directly below; only MLX needs its packed form first.
+        if matches!(self.format, Format::Safetensors { .. })
+            && let Some(module) = name.strip_suffix(".weight")
             && let Some(quantized) = self.read_affine(module)?
         {
             return Ok(quantized.dequantize());
@@ -335,6 +393,36 @@ mod tests {
         std::fs::write(dir.join("model.safetensors.index.json"), wrong).unwrap();
         assert!(Checkpoint::open_dir(&dir).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn gguf_matrices_are_read_packed_by_module_and_by_rows() {
+        use crate::gguf::tests::Builder;
+        use crate::quant::GgmlType;
+        // Three rows of 64 values in Q8_0: two blocks a row, scales 0.5, 0.25, …
+        let mut blocks = Vec::new();
+        for b in 0..6u8 {
+            blocks.extend(f16::from_f32(0.5 / f32::from(b + 1)).to_le_bytes());
+            blocks.extend((0..32u8).map(|i| i.wrapping_mul(7).wrapping_add(b)));
+        }
+        let bytes = Builder::new()
+            .kv("general.architecture", 8, crate::gguf::tests::string_bytes("gemma3"))
+            .tensor("blk.0.attn_q.weight", vec![64, 3], GgmlType::Q8_0, blocks)
+            .tensor("blk.0.attn_norm.weight", vec![2], GgmlType::F32, [0u8; 8].to_vec())
+            .build();
+        let mut ckpt = Checkpoint::from_gguf(Box::new(MemorySource::new("m.gguf", bytes))).unwrap();
+        let module = "model.layers.0.self_attn.q_proj";
+        assert!(ckpt.is_quantized(module));
+        assert_eq!(ckpt.packed_row_bytes(module), Some(64));
+        // Norms carry an offset and vectors are not matrices: neither is packed.
+        assert!(!ckpt.is_quantized("model.layers.0.input_layernorm"));
+        let dense = ckpt.read_f32(&format!("{module}.weight")).unwrap();
+        let all = ckpt.read_affine(module).unwrap().expect("packed");
+        assert_eq!((all.rows, all.cols, all.params.bits), (3, 64, 8));
+        assert_eq!(all.dequantize(), dense);
+        let last = ckpt.read_affine_rows(module, Some(2..3)).unwrap().expect("packed");
+        assert_eq!(last.dequantize().data, dense.data[128..]);
+        assert!(ckpt.read_affine_rows(module, Some(2..4)).is_err());
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //!   tensors can then be read one at a time (the whole file is never in memory).
 //! - [`gguf`]: llama.cpp's GGUF file (header, metadata, tensor table), with [`quant`] for its
 //!   block formats (dequantized to f32) and [`gguf_names`] for Hugging Face tensor names.
+//! - [`gguf_affine`]: GGUF's 4- to 8-bit blocks repacked into MLX's affine layout, so one set of
+//!   kernels multiplies both without widening to f32.
 //! - [`mlx`]: MLX affine quantization (codes, scales and biases per group), as mlx-community ships
 //!   Gemma 4.
 //! - [`checkpoint`]: a model folder (`model.safetensors` or sharded with
@@ -13,6 +15,7 @@
 
 pub mod checkpoint;
 pub mod gguf;
+pub mod gguf_affine;
 pub mod gguf_names;
 pub mod mlx;
 pub mod quant;

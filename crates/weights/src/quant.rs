@@ -337,7 +337,7 @@ fn q3_k(b: &[u8], out: &mut Vec<f32>) {
 }
 
 /// The 8 six-bit (scale, min) pairs of Q4_K/Q5_K from their 12 packed bytes.
-fn scale_min_k4(packed: &[u8]) -> [(u8, u8); 8] {
+pub(crate) fn scale_min_k4(packed: &[u8]) -> [(u8, u8); 8] {
     let mut pairs = [(0, 0); 8];
     for (j, pair) in pairs.iter_mut().enumerate() {
         *pair = if j < 4 {

@@ -74,3 +74,31 @@ fn metadata_of_every_value_type() {
     assert_eq!(get("test.i8").as_u64(), None);
     assert_eq!(get("test.u16").as_usize(), Some(60000));
 }
+
+/// The types with an affine form, repacked, equal gguf-py's values exactly once dequantized (up to
+/// the sign of zero).
+#[test]
+fn repacked_types_equal_gguf_py_bit_for_bit() {
+    use hearth_weights::gguf_affine::affine_params;
+    let mut checkpoint = Checkpoint::open(&fixture()).expect("fixture opens");
+    let mut packed = 0;
+    for (name, ty) in TYPES {
+        let expected = checkpoint.read_f32(&format!("{name}.expected")).expect("expected values");
+        let Some(params) = affine_params(ty) else { continue };
+        let tensor = hearth_weights::gguf_affine::to_affine(name, ty, &raw_bytes(&checkpoint, name), 2, 512)
+            .expect("valid blocks")
+            .expect("repackable");
+        assert_eq!(tensor.params, params, "{name}");
+        let got = tensor.dequantize().data;
+        let differ = got.iter().zip(&expected.data).filter(|(a, b)| a != b).count();
+        assert_eq!(differ, 0, "{name}: {differ} values differ from gguf-py");
+        packed += 1;
+    }
+    assert_eq!(packed, 8);
+}
+
+fn raw_bytes(checkpoint: &Checkpoint, name: &str) -> Vec<u8> {
+    use hearth_weights::ByteSource;
+    let tensor = &checkpoint.gguf().expect("GGUF").tensors[name];
+    FileSource::open(&fixture()).expect("opens").read_at(tensor.offset, tensor.len).expect("reads")
+}
