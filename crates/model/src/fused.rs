@@ -2,6 +2,11 @@
 //! (what bounds decode speed of a small model as much as memory bandwidth):
 //!
 //! - RMSNorm: `x · (mean(x²) + eps)^-½ (· w)`, one thread block per row: 1 dispatch instead of 7.
+//! - RMSNorm then RoPE (queries and keys): 1 dispatch instead of 7.
+//! - `(residual + RMSNorm(x)) · scale` (the sublayers' outputs; `scale` is Gemma 4's layer
+//!   scalar on the last one): 1 dispatch instead of 2 or 3.
+//! - Attention weights: `softmax(softcap(scores · scale) + mask)`, one block per row: 1 dispatch
+//!   instead of 7 (9 with the softcap).
 //! - `gelu_tanh(gate) · up` (the MLP and the per-layer-input gate): 1 dispatch instead of 10.
 //!
 //! On the cubecl backends the kernels run; elsewhere (the CPU backend) the same maths runs as
@@ -20,6 +25,57 @@ use crate::affine::{grid, has_fused_kernels};
 /// Threads per block (a power of two: RMSNorm sums in a tree).
 const THREADS: u32 = 64;
 
+/// The sum (or the maximum, when `max`) of one value per thread of the block, in every thread.
+/// Every thread of the block must call it.
+#[cube]
+fn block_reduce(value: f32, #[comptime] max: bool, #[comptime] threads: u32, #[comptime] levels: u32) -> f32 {
+    let thread = UNIT_POS_X;
+    let mut partial = Shared::<[f32]>::new_slice(threads as usize);
+    partial[thread as usize] = value;
+    sync_cube();
+    #[unroll]
+    for level in 0..levels {
+        let stride = threads >> (level + 1);
+        if thread < stride {
+            let (a, b) = (partial[thread as usize], partial[(thread + stride) as usize]);
+            partial[thread as usize] = if max { f32::max(a, b) } else { a + b };
+        }
+        sync_cube();
+    }
+    partial[0]
+}
+
+/// `(mean(x²) + eps)^-½` of row `row` (`size` values from `base`), in every thread of the block.
+#[cube]
+fn inverse_rms(
+    x: &[f32],
+    base: u32,
+    size: u32,
+    in_range: bool,
+    eps: f32,
+    #[comptime] threads: u32,
+    #[comptime] levels: u32,
+) -> f32 {
+    let mut sum = 0.0;
+    if in_range {
+        let mut i = UNIT_POS_X;
+        while i < size {
+            let v = x[(base + i) as usize];
+            sum += v * v;
+            i += threads;
+        }
+    }
+    let total = block_reduce(sum, false, threads, levels);
+    1.0 / f32::sqrt(total / f32::cast_from(size) + eps)
+}
+
+/// tanh from exp on an input clamped to ±15 (where tanh is ±1 in f32): never NaN.
+#[cube]
+fn bounded_tanh(x: f32) -> f32 {
+    let e = f32::exp(2.0 * f32::clamp(x, -15.0, 15.0));
+    (e - 1.0) / (e + 1.0)
+}
+
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn rms_norm_kernel(
@@ -36,29 +92,8 @@ fn rms_norm_kernel(
     let row = CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X;
     let thread = UNIT_POS_X;
     let base = row * size;
-    let mut sum = 0.0;
+    let inv_rms = inverse_rms(x, base, size, row < rows, eps, threads, levels);
     if row < rows {
-        let mut i = thread;
-        while i < size {
-            let v = x[(base + i) as usize];
-            sum += v * v;
-            i += threads;
-        }
-    }
-    let mut partial = Shared::<[f32]>::new_slice(threads as usize);
-    partial[thread as usize] = sum;
-    sync_cube();
-    #[unroll]
-    for level in 0..levels {
-        let stride = threads >> (level + 1);
-        if thread < stride {
-            let s = partial[thread as usize] + partial[(thread + stride) as usize];
-            partial[thread as usize] = s;
-        }
-        sync_cube();
-    }
-    if row < rows {
-        let inv_rms = 1.0 / f32::sqrt(partial[0] / f32::cast_from(size) + eps);
         let mut i = thread;
         while i < size {
             let mut v = x[(base + i) as usize] * inv_rms;
@@ -71,15 +106,137 @@ fn rms_norm_kernel(
     }
 }
 
+/// Rows are (token, head) pairs of a `[S, heads, d]` tensor; `cos`/`sin` are `[S, d]`.
+/// `out = n·cos + rotate_half(n)·sin` with `n = RMSNorm(x)·w`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn rms_norm_rope_kernel(
+    x: &[f32],
+    weight: &[f32],
+    cos: &[f32],
+    sin: &[f32],
+    out: &mut [f32],
+    rows: u32,
+    heads: u32,
+    size: u32,
+    eps: f32,
+    #[comptime] threads: u32,
+    #[comptime] levels: u32,
+) {
+    let row = CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X;
+    let base = row * size;
+    let inv_rms = inverse_rms(x, base, size, row < rows, eps, threads, levels);
+    if row < rows {
+        let half = size / 2;
+        let table = (row / heads) * size;
+        let mut i = UNIT_POS_X;
+        while i < size {
+            let normed = x[(base + i) as usize] * inv_rms * weight[i as usize];
+            // rotate_half: (−second half, first half).
+            let partner = (i + half) % size;
+            let mut rotated = x[(base + partner) as usize] * inv_rms * weight[partner as usize];
+            if i < half {
+                rotated = -rotated;
+            }
+            out[(base + i) as usize] = normed * cos[(table + i) as usize] + rotated * sin[(table + i) as usize];
+            i += threads;
+        }
+    }
+}
+
+/// `out = (residual + RMSNorm(x)·w) · scale`, one block per row.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn add_rms_norm_kernel(
+    residual: &[f32],
+    x: &[f32],
+    weight: &[f32],
+    out: &mut [f32],
+    rows: u32,
+    size: u32,
+    eps: f32,
+    scale: f32,
+    #[comptime] threads: u32,
+    #[comptime] levels: u32,
+) {
+    let row = CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X;
+    let base = row * size;
+    let inv_rms = inverse_rms(x, base, size, row < rows, eps, threads, levels);
+    if row < rows {
+        let mut i = UNIT_POS_X;
+        while i < size {
+            let at = (base + i) as usize;
+            out[at] = (residual[at] + x[at] * inv_rms * weight[i as usize]) * scale;
+            i += threads;
+        }
+    }
+}
+
+/// Attention weights of one row of scores (`n` keys): `softmax(softcap(s · scale) + mask)`.
+/// Row r uses mask row `r % mask_rows` (the scores are `[.., S, n]`, the mask `[S, n]`). Each
+/// thread only ever touches its own elements of `out`, so the three passes need no barrier
+/// between global writes.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn attention_softmax_kernel(
+    scores: &[f32],
+    mask: &[f32],
+    out: &mut [f32],
+    rows: u32,
+    n: u32,
+    mask_rows: u32,
+    scale: f32,
+    cap: f32,
+    #[comptime] softcap: bool,
+    #[comptime] threads: u32,
+    #[comptime] levels: u32,
+) {
+    let row = CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X;
+    let in_range = row < rows;
+    let base = row * n;
+    let mask_base = (row % mask_rows) * n;
+    let mut local_max = f32::min_value();
+    if in_range {
+        let mut i = UNIT_POS_X;
+        while i < n {
+            let mut v = scores[(base + i) as usize] * scale;
+            if softcap {
+                v = bounded_tanh(v / cap) * cap;
+            }
+            v += mask[(mask_base + i) as usize];
+            out[(base + i) as usize] = v;
+            local_max = f32::max(local_max, v);
+            i += threads;
+        }
+    }
+    let row_max = block_reduce(local_max, true, threads, levels);
+    let mut local_sum = 0.0;
+    if in_range {
+        let mut i = UNIT_POS_X;
+        while i < n {
+            let e = f32::exp(out[(base + i) as usize] - row_max);
+            out[(base + i) as usize] = e;
+            local_sum += e;
+            i += threads;
+        }
+    }
+    let total = block_reduce(local_sum, false, threads, levels);
+    if in_range {
+        let mut i = UNIT_POS_X;
+        while i < n {
+            let e = out[(base + i) as usize];
+            out[(base + i) as usize] = e / total;
+            i += threads;
+        }
+    }
+}
+
 #[cube(launch)]
 fn gelu_tanh_mul_kernel(gate: &[f32], up: &[f32], out: &mut [f32], n: u32, #[comptime] threads: u32) {
     let i = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * threads + UNIT_POS_X;
     if i < n {
         let g = gate[i as usize];
-        // tanh from exp on an input clamped to ±15 (where tanh is ±1 in f32): never NaN.
-        let inner = f32::clamp((g + 0.044_715 * g * g * g) * 0.797_884_6, -15.0, 15.0);
-        let e = f32::exp(2.0 * inner);
-        let tanh = (e - 1.0) / (e + 1.0);
+        let tanh = bounded_tanh((g + 0.044_715 * g * g * g) * 0.797_884_6);
         out[i as usize] = 0.5 * g * (1.0 + tanh) * up[i as usize];
     }
 }
@@ -91,6 +248,30 @@ pub trait FusedOps: Backend {
     fn fused_rms_norm(x: FloatTensor<Self>, weight: FloatTensor<Self>, eps: f32, scaled: bool) -> FloatTensor<Self>;
     /// `gelu_tanh(gate) · up`, same shapes.
     fn fused_gelu_tanh_mul(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// RMSNorm then RoPE of `x` `[S, heads, d]`, tables `cos`/`sin` `[S, 1, d]`.
+    fn fused_rms_norm_rope(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        eps: f32,
+    ) -> FloatTensor<Self>;
+    /// `(residual + RMSNorm(x)·w) · scale` over the last dimension.
+    fn fused_add_rms_norm(
+        residual: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        eps: f32,
+        scale: f32,
+    ) -> FloatTensor<Self>;
+    /// `softmax(softcap(scores · scale) + mask)` over the last dimension of `scores` `[.., S, n]`,
+    /// with `mask` `[S, n]`; `cap` ≤ 0 means no softcap.
+    fn fused_attention_softmax(
+        scores: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
+        scale: f32,
+        cap: f32,
+    ) -> FloatTensor<Self>;
 }
 
 /// An output tensor shaped like `like`.
@@ -118,6 +299,87 @@ impl FusedOps for CubeBackend {
             size as u32,
             eps,
             scaled,
+            THREADS,
+            THREADS.trailing_zeros(),
+        );
+        out
+    }
+
+    fn fused_rms_norm_rope(
+        x: CubeTensor,
+        weight: CubeTensor,
+        cos: CubeTensor,
+        sin: CubeTensor,
+        eps: f32,
+    ) -> CubeTensor {
+        let x = into_contiguous(x);
+        let (heads, size) = (x.meta.shape()[1], x.meta.shape()[2]);
+        let rows = x.meta.shape().num_elements() / size.max(1);
+        let out = empty_like(&x);
+        let (grid_x, grid_y) = grid(rows as u32);
+        rms_norm_rope_kernel::launch(
+            &x.client.clone(),
+            CubeCount::Static(grid_x, grid_y, 1),
+            CubeDim::new_1d(THREADS),
+            x.into_buffer_arg(),
+            into_contiguous(weight).into_buffer_arg(),
+            into_contiguous(cos).into_buffer_arg(),
+            into_contiguous(sin).into_buffer_arg(),
+            out.clone().into_buffer_arg(),
+            rows as u32,
+            heads as u32,
+            size as u32,
+            eps,
+            THREADS,
+            THREADS.trailing_zeros(),
+        );
+        out
+    }
+
+    fn fused_add_rms_norm(residual: CubeTensor, x: CubeTensor, weight: CubeTensor, eps: f32, scale: f32) -> CubeTensor {
+        let x = into_contiguous(x);
+        let size = *x.meta.shape().last().unwrap_or(&1);
+        let rows = x.meta.shape().num_elements() / size.max(1);
+        let out = empty_like(&x);
+        let (grid_x, grid_y) = grid(rows as u32);
+        add_rms_norm_kernel::launch(
+            &x.client.clone(),
+            CubeCount::Static(grid_x, grid_y, 1),
+            CubeDim::new_1d(THREADS),
+            into_contiguous(residual).into_buffer_arg(),
+            x.into_buffer_arg(),
+            into_contiguous(weight).into_buffer_arg(),
+            out.clone().into_buffer_arg(),
+            rows as u32,
+            size as u32,
+            eps,
+            scale,
+            THREADS,
+            THREADS.trailing_zeros(),
+        );
+        out
+    }
+
+    fn fused_attention_softmax(scores: CubeTensor, mask: CubeTensor, scale: f32, cap: f32) -> CubeTensor {
+        let scores = into_contiguous(scores);
+        let n = *scores.meta.shape().last().unwrap_or(&1);
+        let rows = scores.meta.shape().num_elements() / n.max(1);
+        let mask_rows = mask.meta.shape()[0];
+        let out = empty_like(&scores);
+        let (grid_x, grid_y) = grid(rows as u32);
+        attention_softmax_kernel::launch(
+            &scores.client.clone(),
+            CubeCount::Static(grid_x, grid_y, 1),
+            CubeDim::new_1d(THREADS),
+            scores.into_buffer_arg(),
+            into_contiguous(mask).into_buffer_arg(),
+            out.clone().into_buffer_arg(),
+            rows as u32,
+            n as u32,
+            mask_rows as u32,
+            scale,
+            cap,
+            cap > 0.0,
             THREADS,
             THREADS.trailing_zeros(),
         );
@@ -174,9 +436,73 @@ pub fn gelu_tanh_mul<const D: usize>(gate: Tensor<D>, up: Tensor<D>) -> Tensor<D
     Tensor::from_dispatch(<Dispatch as FusedOps>::fused_gelu_tanh_mul(gate.into_dispatch(), up.into_dispatch()))
 }
 
+/// RMSNorm (weight `w`, `[d]`) then RoPE of `x` `[S, heads, d]` with tables `cos`/`sin`
+/// `[S, 1, d]`.
+pub fn rms_norm_rope(x: Tensor<3>, weight: &Tensor<1>, cos: &Tensor<3>, sin: &Tensor<3>, eps: f32) -> Tensor<3> {
+    if !has_fused_kernels(&x.device()) {
+        return reference::rope(reference::rms_norm(x, weight, eps), cos, sin);
+    }
+    Tensor::from_dispatch(<Dispatch as FusedOps>::fused_rms_norm_rope(
+        x.into_dispatch(),
+        weight.clone().into_dispatch(),
+        cos.clone().into_dispatch(),
+        sin.clone().into_dispatch(),
+        eps,
+    ))
+}
+
+/// `(residual + RMSNorm(x)·w) · scale`: a sublayer's output joining the residual stream.
+pub fn add_rms_norm(residual: Tensor<2>, x: Tensor<2>, weight: &Tensor<1>, eps: f32, scale: f32) -> Tensor<2> {
+    if !has_fused_kernels(&x.device()) {
+        let sum = residual + reference::rms_norm(x, weight, eps);
+        return if scale == 1.0 { sum } else { sum.mul_scalar(scale) };
+    }
+    Tensor::from_dispatch(<Dispatch as FusedOps>::fused_add_rms_norm(
+        residual.into_dispatch(),
+        x.into_dispatch(),
+        weight.clone().into_dispatch(),
+        eps,
+        scale,
+    ))
+}
+
+/// Attention weights from raw scores `[Hkv, group, S, n]`: `softmax(softcap(s · scale) + mask)`
+/// over the keys, with `mask` `[S, n]` (0 or a large negative number).
+pub fn attention_softmax(scores: Tensor<4>, mask: Tensor<2>, scale: f32, softcap: Option<f32>) -> Tensor<4> {
+    if !has_fused_kernels(&scores.device()) {
+        return reference::attention_softmax(scores, mask, scale, softcap);
+    }
+    Tensor::from_dispatch(<Dispatch as FusedOps>::fused_attention_softmax(
+        scores.into_dispatch(),
+        mask.into_dispatch(),
+        scale,
+        softcap.unwrap_or(0.0),
+    ))
+}
+
 /// The same maths as tensor operations: the CPU backend's path and the kernels' test oracle.
 pub mod reference {
     use burn::tensor::Tensor;
+    use burn::tensor::activation::softmax;
+
+    /// `x·cos + rotate_half(x)·sin`, x `[S, heads, d]`, tables `[S, 1, d]`.
+    pub fn rope(x: Tensor<3>, cos: &Tensor<3>, sin: &Tensor<3>) -> Tensor<3> {
+        let [s, heads, d] = x.dims();
+        let first = x.clone().slice([0..s, 0..heads, 0..d / 2]);
+        let second = x.clone().slice([0..s, 0..heads, d / 2..d]);
+        let rotated = Tensor::cat(vec![second.neg(), first], 2);
+        x * cos.clone() + rotated * sin.clone()
+    }
+
+    pub fn attention_softmax(scores: Tensor<4>, mask: Tensor<2>, scale: f32, softcap: Option<f32>) -> Tensor<4> {
+        let [_, _, s, n] = scores.dims();
+        let scores = scores.mul_scalar(scale);
+        let scores = match softcap {
+            Some(cap) => bounded_tanh(scores.div_scalar(cap)).mul_scalar(cap),
+            None => scores,
+        };
+        softmax(scores + mask.reshape([1, 1, s, n]), 3)
+    }
 
     pub fn rms_norm<const D: usize>(x: Tensor<D>, weight: &Tensor<1>, eps: f32) -> Tensor<D> {
         let size = weight.dims()[0];
@@ -249,5 +575,42 @@ mod tests {
         let fused = read(gelu_tanh_mul(gate.clone(), up.clone()));
         let want = read(reference::gelu_tanh(gate) * up);
         assert!(max_diff(&fused, &want) < 1e-4, "gelu·up: {}", max_diff(&fused, &want));
+
+        // Norm + RoPE: 3 tokens × 2 heads, head sizes below and above the block.
+        for d in [8, 256] {
+            let (s, heads) = (3, 2);
+            let x = Tensor::<3>::from_data(TensorData::new(values(s * heads * d, d), [s, heads, d]), &gpu);
+            let w = Tensor::<1>::from_data(TensorData::new(values(d, 5), [d]), &gpu);
+            let angles: Vec<f32> = (0..s * d).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+            let cos = Tensor::<1>::from_data(TensorData::new(angles.clone(), [s * d]), &gpu).cos().reshape([s, 1, d]);
+            let sin = Tensor::<1>::from_data(TensorData::new(angles, [s * d]), &gpu).sin().reshape([s, 1, d]);
+            let fused = read(rms_norm_rope(x.clone(), &w, &cos, &sin, 1e-6));
+            let want = read(reference::rope(reference::rms_norm(x, &w, 1e-6), &cos, &sin));
+            assert!(max_diff(&fused, &want) < 1e-4, "norm+rope d {d}: {}", max_diff(&fused, &want));
+        }
+
+        // Residual + norm, scaled.
+        let (rows, size) = (4, 1536);
+        let residual = Tensor::<2>::from_data(TensorData::new(values(rows * size, 8), [rows, size]), &gpu);
+        let x = Tensor::<2>::from_data(TensorData::new(values(rows * size, 9), [rows, size]), &gpu);
+        let w = Tensor::<1>::from_data(TensorData::new(values(size, 4), [size]), &gpu);
+        let fused = read(add_rms_norm(residual.clone(), x.clone(), &w, 1e-6, 0.75));
+        let want = read((residual + reference::rms_norm(x, &w, 1e-6)).mul_scalar(0.75));
+        assert!(max_diff(&fused, &want) < 1e-4, "add+norm: {}", max_diff(&fused, &want));
+
+        // Attention weights: 2 kv heads × 3 query heads × 5 tokens over 7 and 600 keys, a causal
+        // mask, with and without the softcap.
+        for n in [7, 600] {
+            let (kv, group, s) = (2, 3, 5);
+            let scores =
+                Tensor::<4>::from_data(TensorData::new(values(kv * group * s * n, n), [kv, group, s, n]), &gpu);
+            let mask: Vec<f32> = (0..s * n).map(|i| if i % n > n - s + i / n { -1e30 } else { 0.0 }).collect();
+            let mask = Tensor::<2>::from_data(TensorData::new(mask, [s, n]), &gpu);
+            for softcap in [None, Some(5.0)] {
+                let fused = read(attention_softmax(scores.clone(), mask.clone(), 0.3, softcap));
+                let want = read(reference::attention_softmax(scores.clone(), mask.clone(), 0.3, softcap));
+                assert!(max_diff(&fused, &want) < 1e-5, "softmax n {n} {softcap:?}: {}", max_diff(&fused, &want));
+            }
+        }
     }
 }

@@ -4,13 +4,12 @@
 //! Shapes: S = new tokens in this call, n = keys visible, h = hidden, H = query heads,
 //! Hkv = key/value heads, d = head dim of the layer, L = layers, P = per-layer-input width.
 
-use burn::tensor::activation::softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use hearth_weights::{AffineTensor, Checkpoint, HostTensor, WeightsError};
 
 use crate::affine::{AffineMatrix, has_fused_kernels};
 use crate::fused::reference::bounded_tanh;
-use crate::fused::{gelu_tanh_mul, rms_norm, rms_norm_unscaled};
+use crate::fused::{add_rms_norm, attention_softmax, gelu_tanh_mul, rms_norm, rms_norm_rope, rms_norm_unscaled};
 
 use crate::cache::{ChunkGeometry, KvCache};
 use crate::config::{ConfigError, Family, LayerType, TextConfig};
@@ -544,28 +543,28 @@ impl Gemma {
         // Keys and values of each producer layer, for the KV-shared layers after it.
         let mut produced: Vec<Option<(Tensor<3>, Tensor<3>)>> = vec![None; c.num_layers];
         for (i, layer) in self.layers.iter().enumerate() {
-            let residual = x.clone();
-            let a = rms_norm(x, &layer.input_norm, c.rms_norm_eps);
-            let attn = self.attention(i, a, cache, &geometry, &mut produced);
-            x = residual + rms_norm(attn, &layer.post_attention_norm, c.rms_norm_eps);
+            let eps = c.rms_norm_eps;
+            // Gemma 4 scales the layer's output: folded into the last residual add.
+            let scalar = layer.layer_scalar.unwrap_or(1.0);
+            let per_layer_input = layer.per_layer_input.as_ref().zip(per_layer_inputs.as_ref());
 
-            let residual = x.clone();
-            let m = rms_norm(x, &layer.pre_feedforward_norm, c.rms_norm_eps);
+            let a = rms_norm(x.clone(), &layer.input_norm, eps);
+            let attn = self.attention(i, a, cache, &geometry, &mut produced);
+            x = add_rms_norm(x, attn, &layer.post_attention_norm, eps, 1.0);
+
+            let m = rms_norm(x.clone(), &layer.pre_feedforward_norm, eps);
             let m = layer
                 .mlp
                 .down_proj
                 .forward(gelu_tanh_mul(layer.mlp.gate_proj.forward(m.clone()), layer.mlp.up_proj.forward(m)));
-            x = residual + rms_norm(m, &layer.post_feedforward_norm, c.rms_norm_eps);
+            let last = per_layer_input.is_none();
+            x = add_rms_norm(x, m, &layer.post_feedforward_norm, eps, if last { scalar } else { 1.0 });
 
-            if let (Some(pli), Some(inputs)) = (&layer.per_layer_input, &per_layer_inputs) {
+            if let Some((pli, inputs)) = per_layer_input {
                 let p = inputs.dims()[2];
                 let slice = inputs.clone().slice([0..s, i..i + 1, 0..p]).reshape([s, p]);
-                let residual = x.clone();
-                let g = gelu_tanh_mul(pli.gate.forward(x), slice);
-                x = residual + rms_norm(pli.projection.forward(g), &pli.post_norm, c.rms_norm_eps);
-            }
-            if let Some(scalar) = layer.layer_scalar {
-                x = x.mul_scalar(scalar);
+                let g = gelu_tanh_mul(pli.gate.forward(x.clone()), slice);
+                x = add_rms_norm(x, pli.projection.forward(g), &pli.post_norm, eps, scalar);
             }
         }
         cache.commit(&geometry);
@@ -614,13 +613,13 @@ impl Gemma {
 
         // [S, H, d] → normed → roped → [H, S, d]
         let q = attn.q_proj.forward(a.clone()).reshape([s, heads, d]);
-        let q = rope.apply(rms_norm(q, &attn.q_norm, c.rms_norm_eps)).swap_dims(0, 1);
+        let q = rms_norm_rope(q, &attn.q_norm, &rope.cos, &rope.sin, c.rms_norm_eps).swap_dims(0, 1);
 
         let (keys, values) = match (&attn.kv, spec.kv_producer) {
             (Some(kv), _) => {
                 let kv_heads = spec.num_kv_heads;
                 let k = kv.k_proj.forward(a.clone()).reshape([s, kv_heads, d]);
-                let k = rope.apply(rms_norm(k, &kv.k_norm, c.rms_norm_eps)).swap_dims(0, 1);
+                let k = rms_norm_rope(k, &kv.k_norm, &rope.cos, &rope.sin, c.rms_norm_eps).swap_dims(0, 1);
                 let v = kv.v_proj.forward(a).reshape([s, kv_heads, d]);
                 let v = if c.v_norm { rms_norm_unscaled(v, c.rms_norm_eps) } else { v }.swap_dims(0, 1);
                 let (keys, values) = cache.write(i, geometry, k, v);
@@ -636,14 +635,9 @@ impl Gemma {
         let group = heads / kv_heads;
         let n = keys.dims()[1];
         let q = q.reshape([kv_heads, group * s, d]);
-        let scores = q.matmul(keys.swap_dims(1, 2)).mul_scalar(c.attention_scale); // [Hkv, group·S, n]
-        let scores = match c.attention_logit_softcap {
-            Some(cap) => bounded_tanh(scores.div_scalar(cap)).mul_scalar(cap),
-            None => scores,
-        };
-        let mask = geometry.mask(spec.kind).reshape([1, 1, s, n]);
-        let scores = scores.reshape([kv_heads, group, s, n]) + mask;
-        let probs = softmax(scores, 3).reshape([kv_heads, group * s, n]);
+        let scores = q.matmul(keys.swap_dims(1, 2)).reshape([kv_heads, group, s, n]);
+        let probs = attention_softmax(scores, geometry.mask(spec.kind), c.attention_scale, c.attention_logit_softcap)
+            .reshape([kv_heads, group * s, n]);
         let out = probs.matmul(values); // [Hkv, group·S, d]
         let out = out.reshape([heads, s, d]).swap_dims(0, 1).reshape([s, heads * d]);
         attn.o_proj.forward(out)
@@ -677,15 +671,6 @@ impl RopeTables {
             cos: Tensor::from_data(TensorData::new(cos, [s, 1, d]), device),
             sin: Tensor::from_data(TensorData::new(sin, [s, 1, d]), device),
         }
-    }
-
-    /// `x·cos + rotate_half(x)·sin`, x: [S, heads, d].
-    pub fn apply(&self, x: Tensor<3>) -> Tensor<3> {
-        let [s, heads, d] = x.dims();
-        let first = x.clone().slice([0..s, 0..heads, 0..d / 2]);
-        let second = x.clone().slice([0..s, 0..heads, d / 2..d]);
-        let rotated = Tensor::cat(vec![second.neg(), first], 2);
-        x * self.cos.clone() + rotated * self.sin.clone()
     }
 }
 
