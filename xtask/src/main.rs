@@ -3,7 +3,8 @@
 //! - `build [--release]`  the extension into dist/extension (wasm + TypeScript + static files)
 //! - `run [--headless] [--no-build]`  build, then open Chromium with the extension on a demo page
 //! - `test [--full]`  everything CI checks: formatting, lints, native tests, wasm build, e2e in
-//!   Chromium; `--full` also runs the real-weights test (needs the Gemma 3 270M GGUF installed)
+//!   Chromium; `--full` also runs the real-weights test (needs the Gemma 3 270M GGUF installed) and
+//!   records llama.cpp's continuation beside it (`HEARTH_PYTHON` with llama-cpp-python)
 //! - `bench [-- flags]`  speed and memory figures (`hearth bench`: fused 4-bit GEMV vs copy, models
 //!   with the real Gemma 4 E2B/E4B shapes), for benches/RESULTS.md
 //! - `gen-types`  regenerate the TypeScript protocol from the Rust types
@@ -50,6 +51,8 @@ const HELP: &str = "usage: cargo xtask <command>
   run [--headless] [--no-build]     build, then launch Chromium with the extension on a demo page
   test [--full]                     formatting, lints, native tests, wasm build, e2e tests in Chromium;
                                     --full adds the real-weights check (Gemma 3 270M GGUF vs transformers)
+                                    and llama.cpp's second opinion (HEARTH_PYTHON: a python with
+                                    llama-cpp-python)
   bench [-- <hearth bench flags>]   speed and memory figures (see `hearth bench --help`)
   gen-types                         regenerate extension/src/generated/protocol.ts";
 

@@ -64,6 +64,14 @@ fn run_all(root: &Path, steps: &mut Steps, full: bool) -> Result<(), String> {
         native.env("HEARTH_FULL", "1");
     }
     steps.time("native", || process::run(native))?;
+    if full {
+        // llama.cpp's continuation of the same prompts, recorded beside ours (not asserted).
+        let script = "crates/model/fixtures/real-weights/llama_cpp_second_opinion.py";
+        let python = std::env::var("HEARTH_PYTHON").unwrap_or_else(|_| "python3".into());
+        let mut second_opinion = process::command(&python, &[script]);
+        second_opinion.current_dir(root);
+        steps.time("llama.cpp second opinion", || process::run(second_opinion))?;
+    }
     steps.time("npm ci", || build::npm_ci_if_needed(root))?;
     steps.time("typecheck", || process::run(in_extension("npx", &["--no-install", "tsc", "--noEmit"])))?;
     steps.time("unit (ts)", || process::run(in_extension("node", &["--test", "tests/unit/"])))?;

@@ -79,22 +79,37 @@ fn gemma3_270m_q4_k_m_greedy_matches_transformers() {
     let reference: Reference =
         serde_json::from_str(&std::fs::read_to_string(fixture).expect("reference present")).expect("reference parses");
 
-    let device = Device::flex();
+    // The CPU (f32 weights), then the GPU where the GGUF blocks stay packed (4- and 8-bit codes
+    // through the fused kernels): the same ids from both.
+    let mut failures = check(&path, &reference, "cpu", Device::flex());
+    match hearth_model::gpu::init_gpu_blocking() {
+        Ok(gpu) => failures.extend(check(&path, &reference, "wgpu", gpu.device)),
+        Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => eprintln!("no GPU, CPU only: {err}"),
+        Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Greedy ids of every reference prompt on `device`; the cases that differ other than at a
+/// near-tie.
+fn check(path: &Path, reference: &Reference, name: &str, device: Device) -> Vec<String> {
+    let mut failures = Vec::new();
     let clock = Instant::now();
-    let files = ModelFiles::open(&path).expect("GGUF opens");
+    let files = ModelFiles::open(path).expect("GGUF opens");
     let header_s = clock.elapsed().as_secs_f64();
     let tokenizer = files.tokenizer().expect("tokenizer from the GGUF metadata");
     let tokenizer_s = clock.elapsed().as_secs_f64() - header_s;
     let model = files.load(&device).expect("model loads");
+    let packed = model.weight_bytes();
     eprintln!(
-        "loaded in {:.2} s (header {header_s:.2} s, tokenizer {tokenizer_s:.2} s, weights {:.2} s)",
+        "{name}: loaded in {:.2} s (header {header_s:.2} s, tokenizer {tokenizer_s:.2} s, weights {:.2} s), {:.0} MB on the device",
         clock.elapsed().as_secs_f64(),
-        clock.elapsed().as_secs_f64() - header_s - tokenizer_s
+        clock.elapsed().as_secs_f64() - header_s - tokenizer_s,
+        packed.device as f64 / 1e6
     );
     let bos = model.config.bos_token_id;
     let mut session = Session::new(model, CacheOptions { max_context: 256, max_chunk: 64 });
 
-    let mut failures = Vec::new();
     for case in &reference.cases {
         let mut prompt_ids = vec![bos];
         prompt_ids.extend(tokenizer.encode(&case.prompt).expect("encodes"));
@@ -118,7 +133,7 @@ fn gemma3_270m_q4_k_m_greedy_matches_transformers() {
                     step.top2_ids, step.top2_logits
                 );
                 if (a - b).abs() >= NEAR_TIE {
-                    failures.push(format!("{:?}: {outcome}, not a near-tie", case.prompt));
+                    failures.push(format!("{name} {:?}: {outcome}, not a near-tie", case.prompt));
                 }
                 break;
             }
@@ -131,15 +146,15 @@ fn gemma3_270m_q4_k_m_greedy_matches_transformers() {
         let decode_s = decode_start.elapsed().as_secs_f64();
         let text = tokenizer.decode(&ids).expect("decodes");
         eprintln!(
-            "{:?}: {outcome}; max |Δ top logit| {max_top_diff:.2e}; prefill {} tokens {prefill_ms:.0} ms, decode \
+            "{name} {:?}: {outcome}; max |Δ top logit| {max_top_diff:.2e}; prefill {} tokens {prefill_ms:.0} ms, decode \
              {:.1} tokens/s (host read-back of every row included)\n  → {text:?}",
             case.prompt,
             prompt_ids.len(),
             ids.len().saturating_sub(1) as f64 / decode_s,
         );
         if ids == case.greedy {
-            assert_eq!(text, case.greedy_text, "{:?}: decoded text", case.prompt);
+            assert_eq!(text, case.greedy_text, "{name} {:?}: decoded text", case.prompt);
         }
     }
-    assert!(failures.is_empty(), "{failures:#?}");
+    failures
 }
