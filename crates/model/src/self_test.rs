@@ -1,16 +1,23 @@
 //! A known-answer computation: `softmax(A · B, rows)` on fixed data, checked against a plain-Rust
 //! reference in f64. It exercises upload, a matmul, a reduction and the asynchronous read-back,
-//! which is everything the model needs from the device.
+//! which is everything the model needs from the device. Where the fused kernels run (wgpu, WebGPU)
+//! it also multiplies by small packed 4- and 8-bit matrices through them: the kernels the model's
+//! weights go through are checked on this very adapter before any model loads.
 
 use burn::tensor::activation::softmax;
 use burn::tensor::{Device, Tensor, TensorData};
 use hearth_protocol::SelfTestReport;
+use hearth_weights::{AffineParams, AffineTensor};
+
+use crate::affine::{AffineMatrix, has_fused_kernels};
 
 const M: usize = 4;
 const K: usize = 8;
 const N: usize = 6;
 /// f32 on any conforming GPU stays far inside this; a broken driver or shader lands far outside.
 pub const TOLERANCE: f32 = 1e-5;
+/// The packed products are sums of 64 terms of magnitude up to ~40: f32 rounding stays near 1e-5.
+const FUSED_TOLERANCE: f32 = 1e-3;
 
 #[derive(Debug, thiserror::Error)]
 #[error("reading the self-test result back from the GPU failed: {0}")]
@@ -47,32 +54,88 @@ pub async fn run(device: &Device, now_ms: impl Fn() -> f64) -> Result<SelfTestRe
     let a = Tensor::<2>::from_data(TensorData::new(lhs(), [M, K]), device);
     let b = Tensor::<2>::from_data(TensorData::new(rhs(), [K, N]), device);
     let probabilities = softmax(a.matmul(b), 1);
-    // Asynchronous read-back: the browser cannot wait synchronously on the GPU.
-    let data = probabilities.into_data_async().await.map_err(|e| ReadBackError(e.to_string()))?;
-    let values: Vec<f32> = data.try_into_vec().map_err(|e| ReadBackError(format!("{e:?}")))?;
+    let values = read(probabilities).await?;
+    let fused_error = if has_fused_kernels(device) {
+        let mut worst = 0.0f32;
+        for bits in [4, 8] {
+            let (matrix, x, expected) = affine_case(bits);
+            let x = Tensor::<2>::from_data(TensorData::new(x, [AFFINE_TOKENS, AFFINE_K]), device);
+            let got = read(AffineMatrix::upload(&matrix, device).matmul_transposed(x)).await?;
+            worst = max_error(worst, &got, &expected);
+        }
+        Some(worst)
+    } else {
+        None
+    };
     let elapsed_ms = now_ms() - start;
-    Ok(report(values, elapsed_ms))
+    Ok(report(values, fused_error, elapsed_ms))
 }
 
-fn report(values: Vec<f32>, elapsed_ms: f64) -> SelfTestReport {
+async fn read(t: Tensor<2>) -> Result<Vec<f32>, ReadBackError> {
+    // Asynchronous read-back: the browser cannot wait synchronously on the GPU.
+    let data = t.into_data_async().await.map_err(|e| ReadBackError(e.to_string()))?;
+    data.try_into_vec().map_err(|e| ReadBackError(format!("{e:?}")))
+}
+
+/// The largest of `worst` and every |value − expected|; NaN, or a length mismatch, is infinite.
+fn max_error(worst: f32, values: &[f32], expected: &[f32]) -> f32 {
+    if values.len() != expected.len() {
+        return f32::INFINITY;
+    }
+    values
+        .iter()
+        .zip(expected)
+        .map(|(v, e)| (v - e).abs())
+        .fold(worst, |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) })
+}
+
+const AFFINE_ROWS: usize = 3;
+const AFFINE_K: usize = 64;
+const AFFINE_TOKENS: usize = 2;
+
+/// A packed `[3, 64]` matrix of `bits`-bit codes (groups of 32), two input rows, and `x · Wᵀ`
+/// computed on the host in f64.
+fn affine_case(bits: u32) -> (AffineTensor, Vec<f32>, Vec<f32>) {
+    let words = AFFINE_K * bits as usize / 32;
+    let codes: Vec<u32> = (0..AFFINE_ROWS * words).map(|i| (i as u32).wrapping_mul(2_654_435_761)).collect();
+    let groups = AFFINE_ROWS * AFFINE_K / 32;
+    let scales: Vec<f32> = (0..groups).map(|g| 0.01 + g as f32 * 0.002).collect();
+    let biases: Vec<f32> = (0..groups).map(|g| -0.05 * g as f32).collect();
+    let shape = |n| vec![AFFINE_ROWS, n];
+    let matrix = AffineTensor::new(
+        "self-test",
+        AffineParams { group_size: 32, bits },
+        (shape(words), codes),
+        (shape(AFFINE_K / 32), scales),
+        (shape(AFFINE_K / 32), biases),
+    )
+    .expect("a consistent packed matrix");
+    let w = matrix.dequantize().data;
+    let x: Vec<f32> = (0..AFFINE_TOKENS * AFFINE_K).map(|i| (i % 9) as f32 * 0.125 - 0.5).collect();
+    let mut expected = Vec::with_capacity(AFFINE_TOKENS * AFFINE_ROWS);
+    for s in 0..AFFINE_TOKENS {
+        for r in 0..AFFINE_ROWS {
+            let dot: f64 = (0..AFFINE_K).map(|k| f64::from(x[s * AFFINE_K + k]) * f64::from(w[r * AFFINE_K + k])).sum();
+            expected.push(dot as f32);
+        }
+    }
+    (matrix, x, expected)
+}
+
+fn report(values: Vec<f32>, fused_error: Option<f32>, elapsed_ms: f64) -> SelfTestReport {
     let expected = reference();
-    let max_abs_error = if values.len() == expected.len() {
-        // Unlike f32::max, this keeps a NaN: a NaN anywhere must fail the test.
-        values
-            .iter()
-            .zip(&expected)
-            .map(|(v, e)| (v - e).abs())
-            .fold(0.0, |m, d| if d > m || d.is_nan() { d } else { m })
-    } else {
-        f32::INFINITY
-    };
+    // A NaN anywhere counts as an infinite error: it must fail the test.
+    let max_abs_error = max_error(0.0, &values, &expected);
+    let fused_passed = fused_error.is_none_or(|e| e <= FUSED_TOLERANCE);
+    let fused = if fused_error.is_some() { "; fused 4- and 8-bit dequantize-matmul, 2×64 · (3×64)ᵀ" } else { "" };
     SelfTestReport {
-        computation: format!("softmax(A·B) over rows, A {M}×{K}, B {K}×{N}, f32"),
-        passed: max_abs_error <= TOLERANCE,
+        computation: format!("softmax(A·B) over rows, A {M}×{K}, B {K}×{N}, f32{fused}"),
+        passed: max_abs_error <= TOLERANCE && fused_passed,
         values,
         max_abs_error,
         tolerance: TOLERANCE,
         elapsed_ms,
+        fused_kernels_max_abs_error: fused_error,
     }
 }
 
@@ -99,15 +162,19 @@ mod tests {
     fn a_wrong_answer_fails() {
         let mut values = reference();
         values[3] += 1e-3;
-        assert!(!report(values, 0.0).passed);
-        assert!(!report(vec![f32::NAN; M * N], 0.0).passed);
-        assert!(!report(vec![], 0.0).passed);
+        assert!(!report(values, None, 0.0).passed);
+        assert!(!report(vec![f32::NAN; M * N], None, 0.0).passed);
+        assert!(!report(vec![], None, 0.0).passed);
+        assert!(!report(reference(), Some(0.1), 0.0).passed, "a wrong fused product fails");
+        assert!(report(reference(), Some(1e-6), 0.0).passed);
+        assert_eq!(max_error(0.0, &[1.0, f32::NAN], &[1.0, 2.0]), f32::INFINITY);
     }
 
     #[test]
     fn passes_on_the_cpu_backend() {
         let result = run_blocking(&Device::flex());
         assert!(result.passed, "{result:?}");
+        assert_eq!(result.fused_kernels_max_abs_error, None, "the CPU backend has no fused kernels");
     }
 
     /// Native wgpu: a real GPU, or lavapipe (Mesa's Vulkan on the CPU) in CI.
@@ -124,5 +191,7 @@ mod tests {
         eprintln!("adapter: {:?}", gpu.adapter);
         let result = run_blocking(&gpu.device);
         assert!(result.passed, "{result:?}");
+        let fused = result.fused_kernels_max_abs_error.expect("wgpu runs the fused kernels");
+        assert!(fused < 1e-4, "{result:?}");
     }
 }

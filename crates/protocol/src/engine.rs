@@ -78,6 +78,9 @@ pub struct SelfTestReport {
     pub tolerance: f32,
     /// Wall time of the computation including the read-back, in milliseconds.
     pub elapsed_ms: f64,
+    /// Largest |GPU − reference| of the fused 4- and 8-bit dequantize-matmul kernels on a small
+    /// known matrix (`None` where the backend runs no fused kernels: the CPU). Part of `passed`.
+    pub fused_kernels_max_abs_error: Option<f32>,
 }
 
 /// Why the engine cannot run, with the action that fixes it.

@@ -1,7 +1,7 @@
 // The overlay: a launcher button and a panel inside a *closed* shadow root, so the page can neither
 // read nor restyle it. Its state is mirrored as data-* attributes on the host element for tests:
 // data-state (open/closed), data-view (chat/settings), data-engine, data-adapter, data-self-test,
-// data-values, data-failure, data-model, data-offer, data-download, data-task, data-answer, data-cards, data-pending-call.
+// data-values, data-fused-error, data-failure, data-model, data-offer, data-download, data-task, data-answer, data-cards, data-pending-call.
 //
 // The pieces live in ./ui: transcript.ts (the conversation as data), cards.ts (entries → DOM),
 // markdown.ts (safe rendering), composer.ts, engine-view.ts, settings-view.ts, persist.ts.

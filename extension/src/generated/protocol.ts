@@ -68,7 +68,12 @@ max_abs_error: number, tolerance: number,
 /**
  * Wall time of the computation including the read-back, in milliseconds.
  */
-elapsed_ms: number, };
+elapsed_ms: number, 
+/**
+ * Largest |GPU − reference| of the fused 4- and 8-bit dequantize-matmul kernels on a small
+ * known matrix (`None` where the backend runs no fused kernels: the CPU). Part of `passed`.
+ */
+fused_kernels_max_abs_error: number | null, };
 
 export type EngineFailure = { kind: FailureKind, 
 /**

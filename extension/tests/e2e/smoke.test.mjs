@@ -58,6 +58,11 @@ test("Burn on WebGPU computes the self-test and the overlay shows it", { timeout
     console.log(`adapter: ${await host.getAttribute("data-adapter")}; max |GPU − JS reference| = ${maxError.toExponential(2)}`);
     console.log(`values read back from the overlay: ${values.map((v) => v.toFixed(5)).join(" ")}`);
     assert.ok(maxError < 1e-5, `GPU result differs from the reference by ${maxError}`);
+    // The fused 4- and 8-bit dequantize-matmul kernels (the model's weights go through them) ran
+    // on this adapter against a host reference.
+    const fusedError = Number(await host.getAttribute("data-fused-error"));
+    console.log(`fused kernels: max |GPU − host reference| = ${fusedError.toExponential(2)}`);
+    assert.ok(fusedError < 1e-4, `fused kernels differ from the reference by ${fusedError}`);
 
     assert.equal(chrome.console.find("/offscreen.html").length, 1, "exactly one offscreen document");
     assert.deepEqual(chrome.console.errors, [], "no errors in any extension console or the page");

@@ -2,7 +2,7 @@
 // summary, GPU details folded away), needs_model (the model to download, its size, Download),
 // installing (bytes, %, speed, time left), or failed (what happened, what fixes it, and Retry).
 // The state is mirrored on the host element (data-engine, data-adapter, data-self-test,
-// data-values, data-failure, data-model, data-offer, data-download) for tests.
+// data-values, data-fused-error, data-failure, data-model, data-offer, data-download) for tests.
 
 import type { EngineStatus } from "../../generated/protocol";
 import { button, el } from "./dom";
@@ -27,6 +27,7 @@ export function engineView(retry: () => void, install: (modelId: string) => void
       delete data.adapter;
       delete data.selfTest;
       delete data.values;
+      delete data.fusedError;
       delete data.failure;
       delete data.model;
       delete data.offer;
@@ -46,6 +47,7 @@ export function engineView(retry: () => void, install: (modelId: string) => void
           if (model) data.model = model.name;
           data.selfTest = test.passed ? "passed" : "failed";
           data.values = JSON.stringify(test.values);
+          data.fusedError = String(test.fused_kernels_max_abs_error ?? "none");
           const gpu = adapter.name || adapter.backend;
           line.textContent = model ? t("engineReadyModel", model.name, gpu) : t("engineReady", gpu);
           if (!model) body.append(el("p", { class: "notice" }, t("noModelYet")));
