@@ -28,7 +28,12 @@ const THREADS: u32 = 64;
 /// The sum (or the maximum, when `max`) of one value per thread of the block, in every thread.
 /// Every thread of the block must call it.
 #[cube]
-fn block_reduce(value: f32, #[comptime] max: bool, #[comptime] threads: u32, #[comptime] levels: u32) -> f32 {
+pub(crate) fn block_reduce(
+    value: f32,
+    #[comptime] max: bool,
+    #[comptime] threads: u32,
+    #[comptime] levels: u32,
+) -> f32 {
     let thread = UNIT_POS_X;
     let mut partial = Shared::<[f32]>::new_slice(threads as usize);
     partial[thread as usize] = value;
@@ -71,7 +76,7 @@ fn inverse_rms(
 
 /// tanh from exp on an input clamped to ±15 (where tanh is ±1 in f32): never NaN.
 #[cube]
-fn bounded_tanh(x: f32) -> f32 {
+pub(crate) fn bounded_tanh(x: f32) -> f32 {
     let e = f32::exp(2.0 * f32::clamp(x, -15.0, 15.0));
     (e - 1.0) / (e + 1.0)
 }

@@ -8,6 +8,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use hearth_weights::{AffineTensor, Checkpoint, HostTensor, WeightsError};
 
 use crate::affine::{AffineMatrix, has_fused_kernels};
+use crate::attention::{decode_attention, fused_decode_applies};
 use crate::fused::reference::bounded_tanh;
 use crate::fused::{add_rms_norm, attention_softmax, gelu_tanh_mul, rms_norm, rms_norm_rope, rms_norm_unscaled};
 
@@ -611,9 +612,9 @@ impl Gemma {
         let (s, heads, d) = (a.dims()[0], c.num_heads, spec.head_dim);
         let rope = geometry.rope(spec.kind, d);
 
-        // [S, H, d] → normed → roped → [H, S, d]
+        // [S, H, d] → normed → roped
         let q = attn.q_proj.forward(a.clone()).reshape([s, heads, d]);
-        let q = rms_norm_rope(q, &attn.q_norm, &rope.cos, &rope.sin, c.rms_norm_eps).swap_dims(0, 1);
+        let q = rms_norm_rope(q, &attn.q_norm, &rope.cos, &rope.sin, c.rms_norm_eps);
 
         let (keys, values) = match (&attn.kv, spec.kv_producer) {
             (Some(kv), _) => {
@@ -630,14 +631,23 @@ impl Gemma {
             (None, None) => unreachable!("a layer without K/V weights always has a producer"),
         };
 
-        // GQA: query head h uses key/value head h / group.  q: [Hkv, group·S, d]
+        let mask = geometry.mask(spec.kind);
+        if fused_decode_applies(&self.device, s) {
+            let out = decode_attention(q, keys, values, mask, c.attention_scale, c.attention_logit_softcap);
+            return attn.o_proj.forward(out);
+        }
+
+        // GQA: query head h uses key/value head h / group.  q: [H, S, d] → [Hkv, group·S, d]
         let kv_heads = keys.dims()[0];
         let group = heads / kv_heads;
         let n = keys.dims()[1];
-        let q = q.reshape([kv_heads, group * s, d]);
+        let q = q.swap_dims(0, 1).reshape([kv_heads, group * s, d]);
         let scores = q.matmul(keys.swap_dims(1, 2)).reshape([kv_heads, group, s, n]);
-        let probs = attention_softmax(scores, geometry.mask(spec.kind), c.attention_scale, c.attention_logit_softcap)
-            .reshape([kv_heads, group * s, n]);
+        let probs = attention_softmax(scores, mask, c.attention_scale, c.attention_logit_softcap).reshape([
+            kv_heads,
+            group * s,
+            n,
+        ]);
         let out = probs.matmul(values); // [Hkv, group·S, d]
         let out = out.reshape([heads, s, d]).swap_dims(0, 1).reshape([s, heads * d]);
         attn.o_proj.forward(out)

@@ -1,0 +1,277 @@
+//! Attention of one new token (decode) in one kernel: scores, softcap, mask, softmax and the
+//! weighted sum of values, for every query head, without writing the scores to device memory.
+//! It replaces two matmuls, two layout copies and the softmax kernel (5 dispatches a layer).
+//!
+//! One thread block per query head walks the keys in chunks held in shared memory with an online
+//! softmax: a running maximum and sum, and per-thread accumulators for a slice of the head's
+//! dimensions, rescaled when the maximum grows. Context length is therefore unbounded by shared
+//! memory. Prefill (many queries) keeps the matmul path, where batching pays.
+
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Backend, Dispatch, backend_extension};
+use burn::tensor::{DType, Tensor};
+use burn_cubecl::CubeBackend;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+
+use crate::affine::has_fused_kernels;
+use crate::fused::{block_reduce, bounded_tanh};
+
+/// Threads per query head (a power of two: reductions are trees).
+const THREADS: u32 = 64;
+/// Keys scored per pass; their weights live in shared memory (4 KiB).
+const CHUNK: u32 = 1024;
+
+/// `out[h] = Σ_t softmax_t(softcap(q_h·k_t · scale) + mask_t) · v_t` for query head `h`, with
+/// key/value head `h / group`. Keys and values are `[Hkv, n, d]` with `kv_stride` elements
+/// between heads (a view of a larger cache); q and out are `[H, d]`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn decode_attention_kernel(
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    mask: &[f32],
+    out: &mut [f32],
+    group: u32,
+    n: u32,
+    d: u32,
+    kv_stride: u32,
+    scale: f32,
+    cap: f32,
+    #[comptime] softcap: bool,
+    #[comptime] threads: u32,
+    #[comptime] levels: u32,
+    #[comptime] dims_per_thread: u32,
+) {
+    let head = CUBE_POS_X;
+    let thread = UNIT_POS_X;
+    let q_base = head * d;
+    let kv_base = (head / group) * kv_stride;
+    let mut weights = Shared::<[f32]>::new_slice(CHUNK as usize);
+    let mut acc = Array::<f32>::new(dims_per_thread as usize);
+    #[unroll]
+    for j in 0..dims_per_thread {
+        acc[j as usize] = 0.0;
+    }
+    let mut running_max = f32::min_value();
+    let mut running_sum = f32::new(0.0);
+    let mut start = 0u32;
+    while start < n {
+        // Scores of this chunk's keys, one key per thread at a time.
+        let mut local_max = f32::min_value();
+        let mut t = thread;
+        while t < CHUNK {
+            let key = start + t;
+            let mut score = f32::min_value();
+            if key < n {
+                let row = kv_base + key * d;
+                let mut dot = f32::new(0.0);
+                for i in 0..d {
+                    dot += q[(q_base + i) as usize] * keys[(row + i) as usize];
+                }
+                score = dot * scale;
+                if softcap {
+                    score = bounded_tanh(score / cap) * cap;
+                }
+                score += mask[key as usize];
+            }
+            weights[t as usize] = score;
+            local_max = f32::max(local_max, score);
+            t += threads;
+        }
+        // The reductions' barriers also publish `weights` to every thread.
+        let new_max = f32::max(running_max, block_reduce(local_max, true, threads, levels));
+        let correction = f32::exp(running_max - new_max);
+        let mut local_sum = f32::new(0.0);
+        let mut t = thread;
+        while t < CHUNK {
+            let p = f32::exp(weights[t as usize] - new_max);
+            weights[t as usize] = p;
+            local_sum += p;
+            t += threads;
+        }
+        running_sum = running_sum * correction + block_reduce(local_sum, false, threads, levels);
+        running_max = new_max;
+        let count = u32::min(CHUNK, n - start);
+        #[unroll]
+        for j in 0..dims_per_thread {
+            let dim = thread + j * threads;
+            if dim < d {
+                let mut sum = acc[j as usize] * correction;
+                for t in 0..count {
+                    sum += weights[t as usize] * values[(kv_base + (start + t) * d + dim) as usize];
+                }
+                acc[j as usize] = sum;
+            }
+        }
+        // Every thread is done with this chunk's weights before the next overwrites them.
+        sync_cube();
+        start += CHUNK;
+    }
+    #[unroll]
+    for j in 0..dims_per_thread {
+        let dim = thread + j * threads;
+        if dim < d {
+            out[(q_base + dim) as usize] = acc[j as usize] / running_sum;
+        }
+    }
+}
+
+#[backend_extension(Cube)]
+pub trait AttentionKernels: Backend {
+    /// One query token: q `[1, H, d]`, keys and values `[Hkv, n, d]`, mask `[1, n]` → `[1, H·d]`.
+    /// `cap` ≤ 0 means no softcap.
+    fn fused_decode_attention(
+        q: FloatTensor<Self>,
+        keys: FloatTensor<Self>,
+        values: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
+        scale: f32,
+        cap: f32,
+    ) -> FloatTensor<Self>;
+}
+
+/// Keys or values as the kernel reads them: rows of `d` contiguous, heads `stride` apart. A view
+/// of the first `n` positions of a larger cache qualifies as it is; anything else is copied.
+fn head_strided(t: CubeTensor) -> (CubeTensor, usize) {
+    let strides = t.meta.strides().to_vec();
+    let d = t.meta.shape()[2];
+    if strides[2] == 1 && strides[1] == d {
+        let stride = strides[0];
+        (t, stride)
+    } else {
+        let t = into_contiguous(t);
+        let stride = t.meta.shape()[1] * d;
+        (t, stride)
+    }
+}
+
+impl AttentionKernels for CubeBackend {
+    fn fused_decode_attention(
+        q: CubeTensor,
+        keys: CubeTensor,
+        values: CubeTensor,
+        mask: CubeTensor,
+        scale: f32,
+        cap: f32,
+    ) -> CubeTensor {
+        let q = into_contiguous(q);
+        let (heads, d) = (q.meta.shape()[1], q.meta.shape()[2]);
+        let (kv_heads, n) = (keys.meta.shape()[0], keys.meta.shape()[1]);
+        let (mut keys, mut stride) = head_strided(keys);
+        let (mut values, value_stride) = head_strided(values);
+        if value_stride != stride {
+            // One stride for both.
+            (keys, values, stride) = (into_contiguous(keys), into_contiguous(values), n * d);
+        }
+        let client = q.client.clone();
+        let shape = burn::tensor::Shape::new([1, heads * d]);
+        let handle = client.empty(heads * d * size_of::<f32>());
+        let out = CubeTensor::new_contiguous(client.clone(), q.device.clone(), shape, handle, DType::F32);
+        decode_attention_kernel::launch(
+            &client,
+            CubeCount::Static(heads as u32, 1, 1),
+            CubeDim::new_1d(THREADS),
+            q.into_buffer_arg(),
+            keys.into_buffer_arg(),
+            values.into_buffer_arg(),
+            into_contiguous(mask).into_buffer_arg(),
+            out.clone().into_buffer_arg(),
+            (heads / kv_heads) as u32,
+            n as u32,
+            d as u32,
+            stride as u32,
+            scale,
+            cap,
+            cap > 0.0,
+            THREADS,
+            THREADS.trailing_zeros(),
+            (d as u32).div_ceil(THREADS),
+        );
+        out
+    }
+}
+
+/// Whether [`decode_attention`] runs on `device` for `tokens` new tokens (one, on a cubecl
+/// backend).
+pub fn fused_decode_applies(device: &burn::tensor::Device, tokens: usize) -> bool {
+    tokens == 1 && has_fused_kernels(device)
+}
+
+/// One query token's attention over the cache: q `[1, H, d]` (normed, rotated), keys and values
+/// `[Hkv, n, d]`, mask `[1, n]` → `[1, H·d]`, ready for the output projection.
+pub fn decode_attention(
+    q: Tensor<3>,
+    keys: Tensor<3>,
+    values: Tensor<3>,
+    mask: Tensor<2>,
+    scale: f32,
+    softcap: Option<f32>,
+) -> Tensor<2> {
+    Tensor::from_dispatch(<Dispatch as AttentionKernels>::fused_decode_attention(
+        q.into_dispatch(),
+        keys.into_dispatch(),
+        values.into_dispatch(),
+        mask.into_dispatch(),
+        scale,
+        softcap.unwrap_or(0.0),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::TensorData;
+
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n).map(|i| (((i * 7919 + seed * 104_729) % 2001) as f32 - 1000.0) / 700.0).collect()
+    }
+
+    fn read(t: Tensor<2>) -> Vec<f32> {
+        pollster::block_on(t.into_data_async()).expect("readback").try_to_vec().expect("f32")
+    }
+
+    /// The matmul path the model takes for prefill: [1, H·d].
+    fn reference(q: Tensor<3>, keys: Tensor<3>, values: Tensor<3>, mask: Tensor<2>, softcap: Option<f32>) -> Tensor<2> {
+        let [_, heads, d] = q.dims();
+        let [kv_heads, n, _] = keys.dims();
+        let group = heads / kv_heads;
+        let q = q.swap_dims(0, 1).reshape([kv_heads, group, d]);
+        let scores = q.matmul(keys.swap_dims(1, 2)).reshape([kv_heads, group, 1, n]);
+        let probs = crate::fused::reference::attention_softmax(scores, mask, 0.3, softcap);
+        probs.reshape([kv_heads, group, n]).matmul(values).reshape([1, heads * d])
+    }
+
+    /// Head sizes below and above the block, GQA groups, a sliding mask, one chunk and three
+    /// (2,500 keys), keys as a view of a longer cache, with and without the softcap.
+    #[test]
+    fn decode_attention_matches_the_matmul_path() {
+        let gpu = match crate::gpu::init_gpu_blocking() {
+            Ok(gpu) => gpu.device,
+            Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => return eprintln!("no GPU: {err}"),
+            Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
+        };
+        for (heads, kv_heads, n, d, capacity) in [(4, 2, 7, 8, 7), (8, 1, 300, 256, 512), (2, 2, 2500, 512, 2600)] {
+            let q = Tensor::<3>::from_data(TensorData::new(values(heads * d, d), [1, heads, d]), &gpu);
+            let cache = |seed| {
+                Tensor::<3>::from_data(
+                    TensorData::new(values(kv_heads * capacity * d, seed), [kv_heads, capacity, d]),
+                    &gpu,
+                )
+                .slice([0..kv_heads, 0..n, 0..d])
+            };
+            let (keys, vals) = (cache(1), cache(2));
+            // A sliding window: the oldest fifth of the keys is masked.
+            let mask: Vec<f32> = (0..n).map(|t| if t < n / 5 { -1e30 } else { 0.0 }).collect();
+            let mask = Tensor::<2>::from_data(TensorData::new(mask, [1, n]), &gpu);
+            for softcap in [None, Some(5.0)] {
+                let fused = read(decode_attention(q.clone(), keys.clone(), vals.clone(), mask.clone(), 0.3, softcap));
+                let want = read(reference(q.clone(), keys.clone(), vals.clone(), mask.clone(), softcap));
+                let diff = fused.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                assert!(diff < 1e-4, "H {heads}/{kv_heads} n {n} d {d} {softcap:?}: {diff}");
+            }
+        }
+    }
+}
