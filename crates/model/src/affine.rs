@@ -29,6 +29,10 @@ const MAX_GRID: u32 = 65_535;
 
 /// `out[s, r] = Σ_k x[s, k] · (scale[r, g(k)] · q[r, k] + bias[r, g(k)])`, for up to
 /// `TOKEN_TILE` tokens of `x` per block. Grid: (row blocks x, row blocks y, token tiles).
+///
+/// When `normed`, `x` is first RMS-normalised with `norm_weight` (the decoder's pre-norms): the
+/// weight multiplies each value as it is read and `(mean(x²) + eps)^-½` the finished dot product,
+/// with `Σx²` summed in the same pass, so the norm costs no dispatch and no extra read.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn affine_matmul_kernel(
@@ -36,10 +40,13 @@ fn affine_matmul_kernel(
     scales: &[f32],
     biases: &[f32],
     x: &[f32],
+    norm_weight: &[f32],
     out: &mut [f32],
     rows: u32,
     k: u32,
     tokens: u32,
+    eps: f32,
+    #[comptime] normed: bool,
     #[comptime] group: u32,
     #[comptime] bits: u32,
     #[comptime] threads: u32,
@@ -55,9 +62,11 @@ fn affine_matmul_kernel(
     let groups = k / group;
 
     let mut acc = Array::<f32>::new(tile as usize);
+    let mut squares = Array::<f32>::new(tile as usize);
     #[unroll]
     for s in 0..tile {
         acc[s as usize] = 0.0;
+        squares[s as usize] = 0.0;
     }
     if row < rows {
         let mut w = thread;
@@ -73,24 +82,37 @@ fn affine_matmul_kernel(
                     let base = (token * k + w * per_word) as usize;
                     let mut dot = 0.0;
                     let mut sum = 0.0;
+                    let mut square = 0.0;
                     #[unroll]
                     for j in 0..per_word {
-                        let value = x[base + j as usize];
+                        let mut value = x[base + j as usize];
+                        if normed {
+                            square += value * value;
+                            value *= norm_weight[(w * per_word + j) as usize];
+                        }
                         dot += f32::cast_from((word >> (j * bits)) & mask) * value;
                         sum += value;
                     }
                     acc[s as usize] = acc[s as usize] + scale * dot + bias * sum;
+                    if normed {
+                        let total = squares[s as usize] + square;
+                        squares[s as usize] = total;
+                    }
                 }
             }
             w += threads;
         }
     }
 
-    // Sum the threads' partial dot products: a tree in shared memory, one per token.
+    // Sum the threads' partial dot products (and squares): trees in shared memory, one per token.
     let mut partial = Shared::<[f32]>::new_slice((tile * threads) as usize);
+    let mut partial_squares = Shared::<[f32]>::new_slice((tile * threads) as usize);
     #[unroll]
     for s in 0..tile {
         partial[(s * threads + thread) as usize] = acc[s as usize];
+        if normed {
+            partial_squares[(s * threads + thread) as usize] = squares[s as usize];
+        }
     }
     sync_cube();
     #[unroll]
@@ -102,6 +124,10 @@ fn affine_matmul_kernel(
                 let at = (s * threads + thread) as usize;
                 let sum = partial[at] + partial[at + stride as usize];
                 partial[at] = sum;
+                if normed {
+                    let squares_sum = partial_squares[at] + partial_squares[at + stride as usize];
+                    partial_squares[at] = squares_sum;
+                }
             }
         }
         sync_cube();
@@ -109,7 +135,11 @@ fn affine_matmul_kernel(
     if thread < tile && row < rows {
         let token = first_token + thread;
         if token < tokens {
-            out[(token * rows + row) as usize] = partial[(thread * threads) as usize];
+            let mut value = partial[(thread * threads) as usize];
+            if normed {
+                value *= 1.0 / f32::sqrt(partial_squares[(thread * threads) as usize] / f32::cast_from(k) + eps);
+            }
+            out[(token * rows + row) as usize] = value;
         }
     }
 }
@@ -158,12 +188,17 @@ pub(crate) fn grid(blocks: u32) -> (u32, u32) {
 #[backend_extension(Cube)]
 pub trait AffineKernels: Backend {
     /// `x · Wᵀ` for a packed `W` of `bits`-bit codes: codes `[rows, k·bits/32]`, scales and
-    /// biases `[rows, k/group]`, x `[S, k]` → `[S, rows]`.
+    /// biases `[rows, k/group]`, x `[S, k]` → `[S, rows]`. When `normed`, x is RMS-normalised
+    /// first with `norm_weight` `[k]` and `eps` (otherwise `norm_weight` is not read).
+    #[allow(clippy::too_many_arguments)]
     fn affine_matmul(
         codes: IntTensor<Self>,
         scales: FloatTensor<Self>,
         biases: FloatTensor<Self>,
         x: FloatTensor<Self>,
+        norm_weight: FloatTensor<Self>,
+        eps: f32,
+        normed: bool,
         group: usize,
         bits: u32,
     ) -> FloatTensor<Self>;
@@ -218,6 +253,9 @@ impl AffineKernels for CubeBackend {
         scales: CubeTensor,
         biases: CubeTensor,
         x: CubeTensor,
+        norm_weight: CubeTensor,
+        eps: f32,
+        normed: bool,
         group: usize,
         bits: u32,
     ) -> CubeTensor {
@@ -244,10 +282,13 @@ impl AffineKernels for CubeBackend {
             into_contiguous(scales).into_buffer_arg(),
             into_contiguous(biases).into_buffer_arg(),
             x.into_buffer_arg(),
+            into_contiguous(norm_weight).into_buffer_arg(),
             out.clone().into_buffer_arg(),
             rows as u32,
             k as u32,
             tokens as u32,
+            eps,
+            normed,
             group as u32,
             bits,
             THREADS,
@@ -340,17 +381,39 @@ impl AffineMatrix {
     /// `x · Wᵀ`: [S, k] → [S, rows].
     pub fn matmul_transposed(&self, x: Tensor<2>) -> Tensor<2> {
         if has_fused_kernels(&x.device()) {
-            Tensor::from_dispatch(<Dispatch as AffineKernels>::affine_matmul(
-                self.codes.clone().into_dispatch(),
-                self.scales.clone().into_dispatch(),
-                self.biases.clone().into_dispatch(),
-                x.into_dispatch(),
-                self.group,
-                self.bits,
-            ))
+            self.fused_matmul(x, None)
         } else {
             x.matmul(self.dequantize().transpose())
         }
+    }
+
+    /// `RMSNorm(x) · Wᵀ` with the norm's weight `[k]`: [S, k] → [S, rows], the norm fused into
+    /// the product where the kernels run.
+    pub fn normed_matmul_transposed(&self, x: Tensor<2>, norm_weight: &Tensor<1>, eps: f32) -> Tensor<2> {
+        if has_fused_kernels(&x.device()) {
+            self.fused_matmul(x, Some((norm_weight, eps)))
+        } else {
+            self.matmul_transposed(crate::fused::reference::rms_norm(x, norm_weight, eps))
+        }
+    }
+
+    fn fused_matmul(&self, x: Tensor<2>, norm: Option<(&Tensor<1>, f32)>) -> Tensor<2> {
+        // Unnormed products bind the scales in the unread norm weight's place.
+        let (norm_weight, eps) = match norm {
+            Some((weight, eps)) => (weight.clone(), eps),
+            None => (self.scales.clone().reshape([self.scales.shape().num_elements()]), 0.0),
+        };
+        Tensor::from_dispatch(<Dispatch as AffineKernels>::affine_matmul(
+            self.codes.clone().into_dispatch(),
+            self.scales.clone().into_dispatch(),
+            self.biases.clone().into_dispatch(),
+            x.into_dispatch(),
+            norm_weight.into_dispatch(),
+            eps,
+            norm.is_some(),
+            self.group,
+            self.bits,
+        ))
     }
 
     /// Rows `ids` of W, dequantized: [S] → [S, k].
@@ -493,6 +556,25 @@ mod tests {
                     diff <= 1e-5 * scale * (k as f32).sqrt(),
                     "{name} {tokens}x{rows}x{k}/{group} {bits}-bit: {diff}"
                 );
+            }
+        }
+    }
+
+    /// The pre-norm fused into the product equals RMSNorm then the product.
+    #[test]
+    fn normed_matmul_matches_norm_then_matmul() {
+        for (name, device) in devices() {
+            for (tokens, rows, k, bits) in [(1, 40, 256, 4), (10, 33, 640, 8)] {
+                let (t, _) = matrix(rows, k, 32, bits, 3);
+                let m = AffineMatrix::upload(&t, &device);
+                let x = Tensor::<2>::from_data(TensorData::new(inputs(tokens, k), [tokens, k]), &device);
+                let weight: Vec<f32> = (0..k).map(|i| 0.5 + (i % 13) as f32 * 0.1).collect();
+                let weight = Tensor::<1>::from_data(TensorData::new(weight, [k]), &device);
+                let got = read(m.normed_matmul_transposed(x.clone(), &weight, 1e-6));
+                let want = read(m.matmul_transposed(crate::fused::reference::rms_norm(x, &weight, 1e-6)));
+                let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                let scale = want.iter().map(|v| v.abs()).fold(1.0, f32::max);
+                assert!(diff <= 1e-5 * scale * (k as f32).sqrt(), "{name} {tokens}x{rows}x{k} {bits}-bit: {diff}");
             }
         }
     }

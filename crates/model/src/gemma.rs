@@ -51,6 +51,37 @@ impl Linear {
     }
 }
 
+/// A sublayer's input and the RMSNorm in front of its projections. Packed projections fold the
+/// norm into their kernel (no dispatch of its own); dense ones share one normalised copy,
+/// computed on first use.
+struct NormedInput<'a> {
+    /// [S, h]
+    x: Tensor<2>,
+    weight: &'a Tensor<1>,
+    eps: f32,
+    normed: std::cell::OnceCell<Tensor<2>>,
+}
+
+impl<'a> NormedInput<'a> {
+    fn new(x: Tensor<2>, weight: &'a Tensor<1>, eps: f32) -> Self {
+        NormedInput { x, weight, eps, normed: std::cell::OnceCell::new() }
+    }
+
+    fn tokens(&self) -> usize {
+        self.x.dims()[0]
+    }
+
+    /// `linear(RMSNorm(x))`: [S, h] → [S, out]
+    fn project(&self, linear: &Linear) -> Tensor<2> {
+        match linear {
+            Linear::Affine(w) => w.normed_matmul_transposed(self.x.clone(), self.weight, self.eps),
+            Linear::Dense(_) => {
+                linear.forward(self.normed.get_or_init(|| rms_norm(self.x.clone(), self.weight, self.eps)).clone())
+            }
+        }
+    }
+}
+
 struct Attention {
     q_proj: Linear,
     /// None on KV-shared layers: they reuse their producer's keys and values.
@@ -549,15 +580,13 @@ impl Gemma {
             let scalar = layer.layer_scalar.unwrap_or(1.0);
             let per_layer_input = layer.per_layer_input.as_ref().zip(per_layer_inputs.as_ref());
 
-            let a = rms_norm(x.clone(), &layer.input_norm, eps);
-            let attn = self.attention(i, a, cache, &geometry, &mut produced);
+            let a = NormedInput::new(x.clone(), &layer.input_norm, eps);
+            let attn = self.attention(i, &a, cache, &geometry, &mut produced);
             x = add_rms_norm(x, attn, &layer.post_attention_norm, eps, 1.0);
 
-            let m = rms_norm(x.clone(), &layer.pre_feedforward_norm, eps);
-            let m = layer
-                .mlp
-                .down_proj
-                .forward(gelu_tanh_mul(layer.mlp.gate_proj.forward(m.clone()), layer.mlp.up_proj.forward(m)));
+            let m = NormedInput::new(x.clone(), &layer.pre_feedforward_norm, eps);
+            let mlp = &layer.mlp;
+            let m = mlp.down_proj.forward(gelu_tanh_mul(m.project(&mlp.gate_proj), m.project(&mlp.up_proj)));
             let last = per_layer_input.is_none();
             x = add_rms_norm(x, m, &layer.post_feedforward_norm, eps, if last { scalar } else { 1.0 });
 
@@ -597,11 +626,12 @@ impl Gemma {
         Some((context + token_part).mul_scalar(std::f32::consts::FRAC_1_SQRT_2))
     }
 
-    /// Self-attention of layer `i` over the cache plus the new tokens. `a`: [S, h] → [S, h].
+    /// Self-attention of layer `i` over the cache plus the new tokens. `a`: [S, h] (before the
+    /// input norm) → [S, h].
     fn attention(
         &self,
         i: usize,
-        a: Tensor<2>,
+        a: &NormedInput,
         cache: &mut KvCache,
         geometry: &ChunkGeometry,
         produced: &mut [Option<(Tensor<3>, Tensor<3>)>],
@@ -609,19 +639,19 @@ impl Gemma {
         let c = &self.config;
         let spec = &c.layers[i];
         let attn = &self.layers[i].attention;
-        let (s, heads, d) = (a.dims()[0], c.num_heads, spec.head_dim);
+        let (s, heads, d) = (a.tokens(), c.num_heads, spec.head_dim);
         let rope = geometry.rope(spec.kind, d);
 
         // [S, H, d] → normed → roped
-        let q = attn.q_proj.forward(a.clone()).reshape([s, heads, d]);
+        let q = a.project(&attn.q_proj).reshape([s, heads, d]);
         let q = rms_norm_rope(q, &attn.q_norm, &rope.cos, &rope.sin, c.rms_norm_eps);
 
         let (keys, values) = match (&attn.kv, spec.kv_producer) {
             (Some(kv), _) => {
                 let kv_heads = spec.num_kv_heads;
-                let k = kv.k_proj.forward(a.clone()).reshape([s, kv_heads, d]);
+                let k = a.project(&kv.k_proj).reshape([s, kv_heads, d]);
                 let k = rms_norm_rope(k, &kv.k_norm, &rope.cos, &rope.sin, c.rms_norm_eps).swap_dims(0, 1);
-                let v = kv.v_proj.forward(a).reshape([s, kv_heads, d]);
+                let v = a.project(&kv.v_proj).reshape([s, kv_heads, d]);
                 let v = if c.v_norm { rms_norm_unscaled(v, c.rms_norm_eps) } else { v }.swap_dims(0, 1);
                 let (keys, values) = cache.write(i, geometry, k, v);
                 produced[i] = Some((keys.clone(), values.clone()));
