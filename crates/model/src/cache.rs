@@ -204,8 +204,8 @@ impl KvCache {
         let (start, end) = (geometry.start, geometry.start + geometry.len);
         match kv.kind {
             LayerType::Full => {
-                kv.keys = kv.keys.clone().slice_assign([0..heads, start..end, 0..d], k);
-                kv.values = kv.values.clone().slice_assign([0..heads, start..end, 0..d], v);
+                assign_in_place(&mut kv.keys, [0..heads, start..end, 0..d], k);
+                assign_in_place(&mut kv.values, [0..heads, start..end, 0..d], v);
                 (kv.keys.clone().slice([0..heads, 0..end, 0..d]), kv.values.clone().slice([0..heads, 0..end, 0..d]))
             }
             LayerType::Sliding => {
@@ -215,14 +215,9 @@ impl KvCache {
                     let slot = (start + written) % ring_capacity;
                     let count = (s - written).min(ring_capacity - slot);
                     let piece = written..written + count;
-                    kv.keys = kv.keys.clone().slice_assign(
-                        [0..heads, slot..slot + count, 0..d],
-                        k.clone().slice([0..heads, piece.clone(), 0..d]),
-                    );
-                    kv.values = kv
-                        .values
-                        .clone()
-                        .slice_assign([0..heads, slot..slot + count, 0..d], v.clone().slice([0..heads, piece, 0..d]));
+                    let rows = [0..heads, slot..slot + count, 0..d];
+                    assign_in_place(&mut kv.keys, rows.clone(), k.clone().slice([0..heads, piece.clone(), 0..d]));
+                    assign_in_place(&mut kv.values, rows, v.clone().slice([0..heads, piece, 0..d]));
                     written += count;
                 }
                 (kv.keys.clone(), kv.values.clone())
@@ -234,4 +229,13 @@ impl KvCache {
         self.ring_positions.clone_from(&geometry.ring_positions_after);
         self.len = geometry.start + geometry.len;
     }
+}
+
+/// `cache[ranges] = value`, writing into the cache's own buffer. Burn writes in place only into a
+/// tensor nothing else references; `cache.clone().slice_assign(..)` would first copy the whole
+/// cache (every layer, every token). The tensor is moved out for the write instead.
+fn assign_in_place(cache: &mut Tensor<3>, ranges: [std::ops::Range<usize>; 3], value: Tensor<3>) {
+    let device = cache.device();
+    let owned = std::mem::replace(cache, Tensor::empty([0, 0, 0], &device));
+    *cache = owned.slice_assign(ranges, value);
 }

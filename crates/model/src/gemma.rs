@@ -650,9 +650,9 @@ impl Gemma {
             (Some(kv), _) => {
                 let kv_heads = spec.num_kv_heads;
                 let k = a.project(&kv.k_proj).reshape([s, kv_heads, d]);
-                let k = rms_norm_rope(k, &kv.k_norm, &rope.cos, &rope.sin, c.rms_norm_eps).swap_dims(0, 1);
+                let k = heads_first(rms_norm_rope(k, &kv.k_norm, &rope.cos, &rope.sin, c.rms_norm_eps));
                 let v = a.project(&kv.v_proj).reshape([s, kv_heads, d]);
-                let v = if c.v_norm { rms_norm_unscaled(v, c.rms_norm_eps) } else { v }.swap_dims(0, 1);
+                let v = heads_first(if c.v_norm { rms_norm_unscaled(v, c.rms_norm_eps) } else { v });
                 let (keys, values) = cache.write(i, geometry, k, v);
                 produced[i] = Some((keys.clone(), values.clone()));
                 (keys, values)
@@ -682,6 +682,13 @@ impl Gemma {
         let out = out.reshape([heads, s, d]).swap_dims(0, 1).reshape([s, heads * d]);
         attn.o_proj.forward(out)
     }
+}
+
+/// [S, heads, d] → [heads, S, d]. One token needs no transpose, only a reshape: a transposed view
+/// would cost a copy when it is written into the cache.
+fn heads_first(t: Tensor<3>) -> Tensor<3> {
+    let [s, heads, d] = t.dims();
+    if s == 1 { t.reshape([heads, 1, d]) } else { t.swap_dims(0, 1) }
 }
 
 /// Rotary embedding tables for one chunk and one head dimension.
