@@ -20,6 +20,8 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 use hearth_weights::{AffineParams, AffineTensor};
 
+use crate::fused::bounded_tanh;
+
 /// Threads that share one output row (a power of two: they sum in a tree).
 const THREADS: u32 = 64;
 /// Tokens one thread block multiplies at once (prefill); their weights are dequantized once.
@@ -33,12 +35,19 @@ const MAX_GRID: u32 = 65_535;
 /// When `normed`, `x` is first RMS-normalised with `norm_weight` (the decoder's pre-norms): the
 /// weight multiplies each value as it is read and `(mean(x²) + eps)^-½` the finished dot product,
 /// with `Σx²` summed in the same pass, so the norm costs no dispatch and no extra read.
+///
+/// When `gated`, a second matrix of the same shape (`*_up`, the MLP's up projection) is multiplied
+/// in the same pass and the output is `gelu_tanh(x·Wᵀ) · (x·W_upᵀ)`: the MLP's gate, up and
+/// activation in one dispatch.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn affine_matmul_kernel(
     codes: &[u32],
     scales: &[f32],
     biases: &[f32],
+    codes_up: &[u32],
+    scales_up: &[f32],
+    biases_up: &[f32],
     x: &[f32],
     norm_weight: &[f32],
     out: &mut [f32],
@@ -47,6 +56,7 @@ fn affine_matmul_kernel(
     tokens: u32,
     eps: f32,
     #[comptime] normed: bool,
+    #[comptime] gated: bool,
     #[comptime] group: u32,
     #[comptime] bits: u32,
     #[comptime] threads: u32,
@@ -62,10 +72,12 @@ fn affine_matmul_kernel(
     let groups = k / group;
 
     let mut acc = Array::<f32>::new(tile as usize);
+    let mut acc_up = Array::<f32>::new(tile as usize);
     let mut squares = Array::<f32>::new(tile as usize);
     #[unroll]
     for s in 0..tile {
         acc[s as usize] = 0.0;
+        acc_up[s as usize] = 0.0;
         squares[s as usize] = 0.0;
     }
     if row < rows {
@@ -75,12 +87,21 @@ fn affine_matmul_kernel(
             let g = (row * groups + (w * per_word) / group) as usize;
             let scale = scales[g];
             let bias = biases[g];
+            let mut word_up = 0u32;
+            let mut scale_up = f32::new(0.0);
+            let mut bias_up = f32::new(0.0);
+            if gated {
+                word_up = codes_up[(row * words + w) as usize];
+                scale_up = scales_up[g];
+                bias_up = biases_up[g];
+            }
             #[unroll]
             for s in 0..tile {
                 let token = first_token + s;
                 if token < tokens {
                     let base = (token * k + w * per_word) as usize;
                     let mut dot = 0.0;
+                    let mut dot_up = 0.0;
                     let mut sum = 0.0;
                     let mut square = 0.0;
                     #[unroll]
@@ -91,9 +112,15 @@ fn affine_matmul_kernel(
                             value *= norm_weight[(w * per_word + j) as usize];
                         }
                         dot += f32::cast_from((word >> (j * bits)) & mask) * value;
+                        if gated {
+                            dot_up += f32::cast_from((word_up >> (j * bits)) & mask) * value;
+                        }
                         sum += value;
                     }
                     acc[s as usize] = acc[s as usize] + scale * dot + bias * sum;
+                    if gated {
+                        acc_up[s as usize] = acc_up[s as usize] + scale_up * dot_up + bias_up * sum;
+                    }
                     if normed {
                         let total = squares[s as usize] + square;
                         squares[s as usize] = total;
@@ -106,10 +133,14 @@ fn affine_matmul_kernel(
 
     // Sum the threads' partial dot products (and squares): trees in shared memory, one per token.
     let mut partial = Shared::<[f32]>::new_slice((tile * threads) as usize);
+    let mut partial_up = Shared::<[f32]>::new_slice((tile * threads) as usize);
     let mut partial_squares = Shared::<[f32]>::new_slice((tile * threads) as usize);
     #[unroll]
     for s in 0..tile {
         partial[(s * threads + thread) as usize] = acc[s as usize];
+        if gated {
+            partial_up[(s * threads + thread) as usize] = acc_up[s as usize];
+        }
         if normed {
             partial_squares[(s * threads + thread) as usize] = squares[s as usize];
         }
@@ -124,6 +155,10 @@ fn affine_matmul_kernel(
                 let at = (s * threads + thread) as usize;
                 let sum = partial[at] + partial[at + stride as usize];
                 partial[at] = sum;
+                if gated {
+                    let sum_up = partial_up[at] + partial_up[at + stride as usize];
+                    partial_up[at] = sum_up;
+                }
                 if normed {
                     let squares_sum = partial_squares[at] + partial_squares[at + stride as usize];
                     partial_squares[at] = squares_sum;
@@ -136,8 +171,15 @@ fn affine_matmul_kernel(
         let token = first_token + thread;
         if token < tokens {
             let mut value = partial[(thread * threads) as usize];
+            let mut value_up = partial_up[(thread * threads) as usize];
             if normed {
-                value *= 1.0 / f32::sqrt(partial_squares[(thread * threads) as usize] / f32::cast_from(k) + eps);
+                let inv_rms = 1.0 / f32::sqrt(partial_squares[(thread * threads) as usize] / f32::cast_from(k) + eps);
+                value *= inv_rms;
+                value_up *= inv_rms;
+            }
+            if gated {
+                let tanh = bounded_tanh((value + 0.044_715 * value * value * value) * 0.797_884_6);
+                value = 0.5 * value * (1.0 + tanh) * value_up;
             }
             out[(token * rows + row) as usize] = value;
         }
@@ -189,12 +231,17 @@ pub(crate) fn grid(blocks: u32) -> (u32, u32) {
 pub trait AffineKernels: Backend {
     /// `x · Wᵀ` for a packed `W` of `bits`-bit codes: codes `[rows, k·bits/32]`, scales and
     /// biases `[rows, k/group]`, x `[S, k]` → `[S, rows]`. When `normed`, x is RMS-normalised
-    /// first with `norm_weight` `[k]` and `eps` (otherwise `norm_weight` is not read).
+    /// first with `norm_weight` `[k]` and `eps` (otherwise `norm_weight` is not read). When
+    /// `gated`, the output is `gelu_tanh(x·Wᵀ) · (x·W_upᵀ)` (otherwise the `*_up` are not read).
     #[allow(clippy::too_many_arguments)]
     fn affine_matmul(
         codes: IntTensor<Self>,
         scales: FloatTensor<Self>,
         biases: FloatTensor<Self>,
+        codes_up: IntTensor<Self>,
+        scales_up: FloatTensor<Self>,
+        biases_up: FloatTensor<Self>,
+        gated: bool,
         x: FloatTensor<Self>,
         norm_weight: FloatTensor<Self>,
         eps: f32,
@@ -252,6 +299,10 @@ impl AffineKernels for CubeBackend {
         codes: CubeTensor,
         scales: CubeTensor,
         biases: CubeTensor,
+        codes_up: CubeTensor,
+        scales_up: CubeTensor,
+        biases_up: CubeTensor,
+        gated: bool,
         x: CubeTensor,
         norm_weight: CubeTensor,
         eps: f32,
@@ -281,6 +332,9 @@ impl AffineKernels for CubeBackend {
             into_contiguous(codes).into_buffer_arg(),
             into_contiguous(scales).into_buffer_arg(),
             into_contiguous(biases).into_buffer_arg(),
+            into_contiguous(codes_up).into_buffer_arg(),
+            into_contiguous(scales_up).into_buffer_arg(),
+            into_contiguous(biases_up).into_buffer_arg(),
             x.into_buffer_arg(),
             into_contiguous(norm_weight).into_buffer_arg(),
             out.clone().into_buffer_arg(),
@@ -289,6 +343,7 @@ impl AffineKernels for CubeBackend {
             tokens as u32,
             eps,
             normed,
+            gated,
             group as u32,
             bits,
             THREADS,
@@ -397,16 +452,42 @@ impl AffineMatrix {
         }
     }
 
+    /// `gelu_tanh(RMSNorm(x)·Wᵀ) · (RMSNorm(x)·W_upᵀ)` with `self` as W (the gate): the MLP's
+    /// gate, up and activation, in one dispatch where the kernels run. Both matrices must have the
+    /// same shape and packing ([`Self::pairs_with`]).
+    pub fn normed_gated_matmul(&self, up: &AffineMatrix, x: Tensor<2>, norm_weight: &Tensor<1>, eps: f32) -> Tensor<2> {
+        if has_fused_kernels(&x.device()) && self.pairs_with(up) {
+            return self.launch(Some(up), x, Some((norm_weight, eps)));
+        }
+        let gate = self.normed_matmul_transposed(x.clone(), norm_weight, eps);
+        crate::fused::gelu_tanh_mul(gate, up.normed_matmul_transposed(x, norm_weight, eps))
+    }
+
+    /// Whether `other` can share a gated launch with `self`: same shape, width and groups.
+    pub fn pairs_with(&self, other: &AffineMatrix) -> bool {
+        self.codes.dims() == other.codes.dims() && (self.bits, self.group) == (other.bits, other.group)
+    }
+
     fn fused_matmul(&self, x: Tensor<2>, norm: Option<(&Tensor<1>, f32)>) -> Tensor<2> {
-        // Unnormed products bind the scales in the unread norm weight's place.
+        self.launch(None, x, norm)
+    }
+
+    fn launch(&self, up: Option<&AffineMatrix>, x: Tensor<2>, norm: Option<(&Tensor<1>, f32)>) -> Tensor<2> {
+        // Unnormed products bind the scales in the unread norm weight's place, ungated ones this
+        // matrix in the unread second matrix's.
         let (norm_weight, eps) = match norm {
             Some((weight, eps)) => (weight.clone(), eps),
             None => (self.scales.clone().reshape([self.scales.shape().num_elements()]), 0.0),
         };
+        let second = up.unwrap_or(self);
         Tensor::from_dispatch(<Dispatch as AffineKernels>::affine_matmul(
             self.codes.clone().into_dispatch(),
             self.scales.clone().into_dispatch(),
             self.biases.clone().into_dispatch(),
+            second.codes.clone().into_dispatch(),
+            second.scales.clone().into_dispatch(),
+            second.biases.clone().into_dispatch(),
+            up.is_some(),
             x.into_dispatch(),
             norm_weight.into_dispatch(),
             eps,
@@ -572,6 +653,28 @@ mod tests {
                 let weight = Tensor::<1>::from_data(TensorData::new(weight, [k]), &device);
                 let got = read(m.normed_matmul_transposed(x.clone(), &weight, 1e-6));
                 let want = read(m.matmul_transposed(crate::fused::reference::rms_norm(x, &weight, 1e-6)));
+                let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                let scale = want.iter().map(|v| v.abs()).fold(1.0, f32::max);
+                assert!(diff <= 1e-5 * scale * (k as f32).sqrt(), "{name} {tokens}x{rows}x{k} {bits}-bit: {diff}");
+            }
+        }
+    }
+
+    /// Gate, up and the activation in one launch equal the three steps.
+    #[test]
+    fn gated_matmul_matches_gate_up_then_gelu() {
+        for (name, device) in devices() {
+            for (tokens, rows, k, bits) in [(1, 40, 256, 4), (9, 21, 640, 8)] {
+                let gate = AffineMatrix::upload(&matrix(rows, k, 32, bits, 4).0, &device);
+                let up = AffineMatrix::upload(&matrix(rows, k, 32, bits, 5).0, &device);
+                let x = Tensor::<2>::from_data(TensorData::new(inputs(tokens, k), [tokens, k]), &device);
+                let weight = Tensor::<1>::from_data(TensorData::new(vec![0.9; k], [k]), &device);
+                let got = read(gate.normed_gated_matmul(&up, x.clone(), &weight, 1e-6));
+                let normed = crate::fused::reference::rms_norm(x, &weight, 1e-6);
+                let want = read(
+                    crate::fused::reference::gelu_tanh(gate.matmul_transposed(normed.clone()))
+                        * up.matmul_transposed(normed),
+                );
                 let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
                 let scale = want.iter().map(|v| v.abs()).fold(1.0, f32::max);
                 assert!(diff <= 1e-5 * scale * (k as f32).sqrt(), "{name} {tokens}x{rows}x{k} {bits}-bit: {diff}");

@@ -6,6 +6,7 @@
 use burn::tensor::{Device, Tensor, TensorData};
 
 use crate::config::{LayerType, TextConfig};
+use crate::fused::{CacheInput, write_cache};
 use crate::gemma::{ModelError, RopeTables};
 
 /// Additive mask value for keys a query must not see (finite: WGSL handles it like any number).
@@ -191,37 +192,29 @@ impl KvCache {
 
     /// Stores layer `layer`'s new keys and values ([Hkv, S, d]) and returns everything the chunk's
     /// queries may attend to: [Hkv, n, d] (positions for full layers, ring slots for sliding ones).
+    /// Writes a chunk's keys and values (`[S, Hkv, d]`, before their norms and RoPE) into layer
+    /// `layer`'s cache, each transformed as its [`CacheInput`] says, and returns the keys and
+    /// values attention reads: `[Hkv, n, d]` (the cache so far, or the whole ring).
     pub(crate) fn write(
         &mut self,
         layer: usize,
         geometry: &ChunkGeometry,
-        k: Tensor<3>,
-        v: Tensor<3>,
+        (k, k_input): (Tensor<3>, CacheInput),
+        (v, v_input): (Tensor<3>, CacheInput),
+        eps: f32,
     ) -> (Tensor<3>, Tensor<3>) {
-        let ring_capacity = self.ring_capacity;
         let kv = self.layers[layer].as_mut().expect("only layers with their own K/V write to the cache");
-        let [heads, s, d] = k.dims();
-        let (start, end) = (geometry.start, geometry.start + geometry.len);
+        let [_, heads, d] = k.dims();
+        let start = geometry.start;
+        // Slots are (start + t) % capacity: a full-attention cache never wraps, a ring may.
+        assign_in_place(&mut kv.keys, |keys| write_cache(keys, k, k_input, start, eps));
+        assign_in_place(&mut kv.values, |values| write_cache(values, v, v_input, start, eps));
         match kv.kind {
             LayerType::Full => {
-                assign_in_place(&mut kv.keys, [0..heads, start..end, 0..d], k);
-                assign_in_place(&mut kv.values, [0..heads, start..end, 0..d], v);
+                let end = start + geometry.len;
                 (kv.keys.clone().slice([0..heads, 0..end, 0..d]), kv.values.clone().slice([0..heads, 0..end, 0..d]))
             }
-            LayerType::Sliding => {
-                // The chunk may wrap around the end of the ring: write it in up to two pieces.
-                let mut written = 0;
-                while written < s {
-                    let slot = (start + written) % ring_capacity;
-                    let count = (s - written).min(ring_capacity - slot);
-                    let piece = written..written + count;
-                    let rows = [0..heads, slot..slot + count, 0..d];
-                    assign_in_place(&mut kv.keys, rows.clone(), k.clone().slice([0..heads, piece.clone(), 0..d]));
-                    assign_in_place(&mut kv.values, rows, v.clone().slice([0..heads, piece, 0..d]));
-                    written += count;
-                }
-                (kv.keys.clone(), kv.values.clone())
-            }
+            LayerType::Sliding => (kv.keys.clone(), kv.values.clone()),
         }
     }
 
@@ -231,11 +224,11 @@ impl KvCache {
     }
 }
 
-/// `cache[ranges] = value`, writing into the cache's own buffer. Burn writes in place only into a
-/// tensor nothing else references; `cache.clone().slice_assign(..)` would first copy the whole
-/// cache (every layer, every token). The tensor is moved out for the write instead.
-fn assign_in_place(cache: &mut Tensor<3>, ranges: [std::ops::Range<usize>; 3], value: Tensor<3>) {
+/// Replaces `cache` by `write(cache)`, handing `write` the only reference: Burn writes in place
+/// only into a tensor nothing else references, and `cache.clone()` would make it copy the whole
+/// cache first (every layer, every token).
+fn assign_in_place(cache: &mut Tensor<3>, write: impl FnOnce(Tensor<3>) -> Tensor<3>) {
     let device = cache.device();
     let owned = std::mem::replace(cache, Tensor::empty([0, 0, 0], &device));
-    *cache = owned.slice_assign(ranges, value);
+    *cache = write(owned);
 }

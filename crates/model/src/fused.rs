@@ -8,6 +8,8 @@
 //! - Attention weights: `softmax(softcap(scores · scale) + mask)`, one block per row: 1 dispatch
 //!   instead of 7 (9 with the softcap).
 //! - `gelu_tanh(gate) · up` (the MLP and the per-layer-input gate): 1 dispatch instead of 10.
+//! - New keys and values into the KV cache: norm (+ RoPE for keys) written straight into the
+//!   cache's buffer, at ring slots: 1 dispatch instead of 2 (keys) or 2 (Gemma 4's normed values).
 //!
 //! On the cubecl backends the kernels run; elsewhere (the CPU backend) the same maths runs as
 //! tensor operations ([`reference`]), which the tests also use as the oracle.
@@ -236,6 +238,62 @@ fn attention_softmax_kernel(
     }
 }
 
+/// Rows are (token, head) pairs of `x` `[S, heads, d]`; row (t, h) goes to
+/// `cache[h, (start + t) % capacity, :]` after an optional RMSNorm (`norm`, times `weight` when
+/// `scaled`) and RoPE (`rope`, tables `[S, d]`).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn write_cache_kernel(
+    x: &[f32],
+    weight: &[f32],
+    cos: &[f32],
+    sin: &[f32],
+    cache: &mut [f32],
+    rows: u32,
+    heads: u32,
+    size: u32,
+    capacity: u32,
+    start: u32,
+    eps: f32,
+    #[comptime] norm: bool,
+    #[comptime] scaled: bool,
+    #[comptime] rope: bool,
+    #[comptime] threads: u32,
+    #[comptime] levels: u32,
+) {
+    let row = CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X;
+    let base = row * size;
+    let mut inv_rms = f32::new(1.0);
+    if norm {
+        inv_rms = inverse_rms(x, base, size, row < rows, eps, threads, levels);
+    }
+    if row < rows {
+        let token = row / heads;
+        let destination = (row % heads) * capacity * size + ((start + token) % capacity) * size;
+        let (half, table) = (size / 2, token * size);
+        let mut i = UNIT_POS_X;
+        while i < size {
+            let mut value = x[(base + i) as usize] * inv_rms;
+            if scaled {
+                value *= weight[i as usize];
+            }
+            if rope {
+                let partner = (i + half) % size;
+                let mut rotated = x[(base + partner) as usize] * inv_rms;
+                if scaled {
+                    rotated *= weight[partner as usize];
+                }
+                if i < half {
+                    rotated = -rotated;
+                }
+                value = value * cos[(table + i) as usize] + rotated * sin[(table + i) as usize];
+            }
+            cache[(destination + i) as usize] = value;
+            i += threads;
+        }
+    }
+}
+
 #[cube(launch)]
 fn gelu_tanh_mul_kernel(gate: &[f32], up: &[f32], out: &mut [f32], n: u32, #[comptime] threads: u32) {
     let i = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * threads + UNIT_POS_X;
@@ -260,6 +318,23 @@ pub trait FusedOps: Backend {
         cos: FloatTensor<Self>,
         sin: FloatTensor<Self>,
         eps: f32,
+    ) -> FloatTensor<Self>;
+    /// Writes `x` `[S, heads, d]` into `cache` `[heads, capacity, d]` at slots
+    /// `(start + t) % capacity`, after RMSNorm (`norm`; times `weight` when `scaled`) and RoPE
+    /// (`rope`, tables `[S, 1, d]`). Returns the cache (written in place when nothing else holds
+    /// it). Unread inputs may be any tensor.
+    #[allow(clippy::too_many_arguments)]
+    fn fused_write_cache(
+        cache: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        start: usize,
+        eps: f32,
+        norm: bool,
+        scaled: bool,
+        rope: bool,
     ) -> FloatTensor<Self>;
     /// `(residual + RMSNorm(x)·w) · scale` over the last dimension.
     fn fused_add_rms_norm(
@@ -339,6 +414,49 @@ impl FusedOps for CubeBackend {
             THREADS.trailing_zeros(),
         );
         out
+    }
+
+    fn fused_write_cache(
+        cache: CubeTensor,
+        x: CubeTensor,
+        weight: CubeTensor,
+        cos: CubeTensor,
+        sin: CubeTensor,
+        start: usize,
+        eps: f32,
+        norm: bool,
+        scaled: bool,
+        rope: bool,
+    ) -> CubeTensor {
+        // Like Burn's slice_assign: write in place when this is the only reference.
+        let cache = if cache.can_mut() && cache.is_contiguous() { cache } else { into_contiguous(cache.copy()) };
+        let x = into_contiguous(x);
+        let (heads, size) = (x.meta.shape()[1], x.meta.shape()[2]);
+        let rows = x.meta.shape().num_elements() / size.max(1);
+        let capacity = cache.meta.shape()[1];
+        let (grid_x, grid_y) = grid(rows as u32);
+        write_cache_kernel::launch(
+            &x.client.clone(),
+            CubeCount::Static(grid_x, grid_y, 1),
+            CubeDim::new_1d(THREADS),
+            x.into_buffer_arg(),
+            into_contiguous(weight).into_buffer_arg(),
+            into_contiguous(cos).into_buffer_arg(),
+            into_contiguous(sin).into_buffer_arg(),
+            cache.clone().into_buffer_arg(),
+            rows as u32,
+            heads as u32,
+            size as u32,
+            capacity as u32,
+            start as u32,
+            eps,
+            norm,
+            scaled,
+            rope,
+            THREADS,
+            THREADS.trailing_zeros(),
+        );
+        cache
     }
 
     fn fused_add_rms_norm(residual: CubeTensor, x: CubeTensor, weight: CubeTensor, eps: f32, scale: f32) -> CubeTensor {
@@ -456,6 +574,66 @@ pub fn rms_norm_rope(x: Tensor<3>, weight: &Tensor<1>, cos: &Tensor<3>, sin: &Te
     ))
 }
 
+/// What happens to new keys or values on their way into the cache.
+pub enum CacheInput<'a> {
+    /// Written as they are (Gemma 3's values).
+    Plain,
+    /// RMSNorm without a weight (Gemma 4's values).
+    Normed,
+    /// RMSNorm with this weight, then RoPE with these tables `[S, 1, d]` (keys).
+    NormedRotated { weight: &'a Tensor<1>, cos: &'a Tensor<3>, sin: &'a Tensor<3> },
+}
+
+/// `cache[h, (start + t) % capacity, :] = f(x[t, h, :])` for `x` `[S, heads, d]` and `cache`
+/// `[heads, capacity, d]`, with `f` as `input` says; returns the cache. One dispatch, writing
+/// into the cache's own buffer when the caller passes its only reference.
+pub fn write_cache(cache: Tensor<3>, x: Tensor<3>, input: CacheInput, start: usize, eps: f32) -> Tensor<3> {
+    let device = x.device();
+    if !has_fused_kernels(&device) {
+        let [s, heads, d] = x.dims();
+        let capacity = cache.dims()[1];
+        let x = match input {
+            CacheInput::Plain => x,
+            CacheInput::Normed => reference::rms_norm_unscaled(x, eps),
+            CacheInput::NormedRotated { weight, cos, sin } => {
+                reference::rope(reference::rms_norm(x, weight, eps), cos, sin)
+            }
+        }
+        .swap_dims(0, 1);
+        // The chunk may wrap around the end of a ring: at most two pieces.
+        let mut cache = cache;
+        let mut written = 0;
+        while written < s {
+            let slot = (start + written) % capacity;
+            let count = (s - written).min(capacity - slot);
+            let piece = x.clone().slice([0..heads, written..written + count, 0..d]);
+            cache = cache.slice_assign([0..heads, slot..slot + count, 0..d], piece);
+            written += count;
+        }
+        return cache;
+    }
+    // Unread inputs bind `x` again (no allocation, no dispatch).
+    let unused = || x.clone();
+    let flat = || x.clone().reshape([x.shape().num_elements()]);
+    let (weight, cos, sin, norm, scaled, rope) = match input {
+        CacheInput::Plain => (flat(), unused(), unused(), false, false, false),
+        CacheInput::Normed => (flat(), unused(), unused(), true, false, false),
+        CacheInput::NormedRotated { weight, cos, sin } => (weight.clone(), cos.clone(), sin.clone(), true, true, true),
+    };
+    Tensor::from_dispatch(<Dispatch as FusedOps>::fused_write_cache(
+        cache.into_dispatch(),
+        x.into_dispatch(),
+        weight.into_dispatch(),
+        cos.into_dispatch(),
+        sin.into_dispatch(),
+        start,
+        eps,
+        norm,
+        scaled,
+        rope,
+    ))
+}
+
 /// `(residual + RMSNorm(x)·w) · scale`: a sublayer's output joining the residual stream.
 pub fn add_rms_norm(residual: Tensor<2>, x: Tensor<2>, weight: &Tensor<1>, eps: f32, scale: f32) -> Tensor<2> {
     if !has_fused_kernels(&x.device()) {
@@ -539,7 +717,7 @@ pub mod reference {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::tensor::TensorData;
+    use burn::tensor::{Device, TensorData};
 
     fn values(n: usize, seed: usize) -> Vec<f32> {
         (0..n).map(|i| (((i * 7919 + seed * 104_729) % 2001) as f32 - 1000.0) / 150.0).collect()
@@ -592,6 +770,43 @@ mod tests {
             let fused = read(rms_norm_rope(x.clone(), &w, &cos, &sin, 1e-6));
             let want = read(reference::rope(reference::rms_norm(x, &w, 1e-6), &cos, &sin));
             assert!(max_diff(&fused, &want) < 1e-4, "norm+rope d {d}: {}", max_diff(&fused, &want));
+        }
+
+        // Keys and values into a ring of 5 slots from slot 4: the chunk wraps to slots 0 and 1.
+        let (s, heads, d, capacity) = (3, 2, 8, 5);
+        let x = Tensor::<3>::from_data(TensorData::new(values(s * heads * d, 6), [s, heads, d]), &gpu);
+        let w = Tensor::<1>::from_data(TensorData::new(values(d, 7), [d]), &gpu);
+        let angles: Vec<f32> = (0..s * d).map(|i| i as f32 * 0.21).collect();
+        let cos = Tensor::<1>::from_data(TensorData::new(angles.clone(), [s * d]), &gpu).cos().reshape([s, 1, d]);
+        let sin = Tensor::<1>::from_data(TensorData::new(angles, [s * d]), &gpu).sin().reshape([s, 1, d]);
+        let ring =
+            || Tensor::<3>::from_data(TensorData::new(values(heads * capacity * d, 8), [heads, capacity, d]), &gpu);
+        let cpu = Device::flex();
+        let on_cpu = |t: Tensor<3>| Tensor::<3>::from_data(t.into_data(), &cpu);
+        let inputs = || {
+            [
+                (CacheInput::Plain, CacheInput::Plain),
+                (CacheInput::Normed, CacheInput::Normed),
+                (
+                    CacheInput::NormedRotated { weight: &w, cos: &cos, sin: &sin },
+                    CacheInput::NormedRotated { weight: &w, cos: &cos, sin: &sin },
+                ),
+            ]
+        };
+        let (w_cpu, cos_cpu, sin_cpu) =
+            (Tensor::<1>::from_data(w.clone().into_data(), &cpu), on_cpu(cos.clone()), on_cpu(sin.clone()));
+        for (i, (input, _)) in inputs().into_iter().enumerate() {
+            let fused = read(write_cache(ring(), x.clone(), input, 4, 1e-6));
+            let cpu_input = match i {
+                0 => CacheInput::Plain,
+                1 => CacheInput::Normed,
+                _ => CacheInput::NormedRotated { weight: &w_cpu, cos: &cos_cpu, sin: &sin_cpu },
+            };
+            let want = read(write_cache(on_cpu(ring()), on_cpu(x.clone()), cpu_input, 4, 1e-6));
+            assert!(max_diff(&fused, &want) < 1e-5, "cache write {i}: {}", max_diff(&fused, &want));
+            // Slots 2 and 3 were not written.
+            let before = read(ring());
+            assert_eq!(fused[2 * d..4 * d], before[2 * d..4 * d], "cache write {i}: untouched slots");
         }
 
         // Residual + norm, scaled.

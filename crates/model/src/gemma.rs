@@ -10,7 +10,7 @@ use hearth_weights::{AffineTensor, Checkpoint, HostTensor, WeightsError};
 use crate::affine::{AffineMatrix, has_fused_kernels};
 use crate::attention::{decode_attention, fused_decode_applies};
 use crate::fused::reference::bounded_tanh;
-use crate::fused::{add_rms_norm, attention_softmax, gelu_tanh_mul, rms_norm, rms_norm_rope, rms_norm_unscaled};
+use crate::fused::{CacheInput, add_rms_norm, attention_softmax, gelu_tanh_mul, rms_norm, rms_norm_rope};
 
 use crate::cache::{ChunkGeometry, KvCache};
 use crate::config::{ConfigError, Family, LayerType, TextConfig};
@@ -69,6 +69,17 @@ impl<'a> NormedInput<'a> {
 
     fn tokens(&self) -> usize {
         self.x.dims()[0]
+    }
+
+    /// `gelu_tanh(gate(RMSNorm(x))) · up(RMSNorm(x))`: [S, h] → [S, inter]; one dispatch when
+    /// both are packed alike.
+    fn gated(&self, gate: &Linear, up: &Linear) -> Tensor<2> {
+        match (gate, up) {
+            (Linear::Affine(g), Linear::Affine(u)) if g.pairs_with(u) => {
+                g.normed_gated_matmul(u, self.x.clone(), self.weight, self.eps)
+            }
+            _ => gelu_tanh_mul(self.project(gate), self.project(up)),
+        }
     }
 
     /// `linear(RMSNorm(x))`: [S, h] → [S, out]
@@ -585,8 +596,7 @@ impl Gemma {
             x = add_rms_norm(x, attn, &layer.post_attention_norm, eps, 1.0);
 
             let m = NormedInput::new(x.clone(), &layer.pre_feedforward_norm, eps);
-            let mlp = &layer.mlp;
-            let m = mlp.down_proj.forward(gelu_tanh_mul(m.project(&mlp.gate_proj), m.project(&mlp.up_proj)));
+            let m = layer.mlp.down_proj.forward(m.gated(&layer.mlp.gate_proj, &layer.mlp.up_proj));
             let last = per_layer_input.is_none();
             x = add_rms_norm(x, m, &layer.post_feedforward_norm, eps, if last { scalar } else { 1.0 });
 
@@ -650,10 +660,10 @@ impl Gemma {
             (Some(kv), _) => {
                 let kv_heads = spec.num_kv_heads;
                 let k = a.project(&kv.k_proj).reshape([s, kv_heads, d]);
-                let k = heads_first(rms_norm_rope(k, &kv.k_norm, &rope.cos, &rope.sin, c.rms_norm_eps));
                 let v = a.project(&kv.v_proj).reshape([s, kv_heads, d]);
-                let v = heads_first(if c.v_norm { rms_norm_unscaled(v, c.rms_norm_eps) } else { v });
-                let (keys, values) = cache.write(i, geometry, k, v);
+                let k_input = CacheInput::NormedRotated { weight: &kv.k_norm, cos: &rope.cos, sin: &rope.sin };
+                let v_input = if c.v_norm { CacheInput::Normed } else { CacheInput::Plain };
+                let (keys, values) = cache.write(i, geometry, (k, k_input), (v, v_input), c.rms_norm_eps);
                 produced[i] = Some((keys.clone(), values.clone()));
                 (keys, values)
             }
@@ -682,13 +692,6 @@ impl Gemma {
         let out = out.reshape([heads, s, d]).swap_dims(0, 1).reshape([s, heads * d]);
         attn.o_proj.forward(out)
     }
-}
-
-/// [S, heads, d] → [heads, S, d]. One token needs no transpose, only a reshape: a transposed view
-/// would cost a copy when it is written into the cache.
-fn heads_first(t: Tensor<3>) -> Tensor<3> {
-    let [s, heads, d] = t.dims();
-    if s == 1 { t.reshape([heads, 1, d]) } else { t.swap_dims(0, 1) }
 }
 
 /// Rotary embedding tables for one chunk and one head dimension.
