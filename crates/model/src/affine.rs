@@ -38,7 +38,8 @@ const MAX_GRID: u32 = 65_535;
 ///
 /// When `gated`, a second matrix of the same shape (`*_up`, the MLP's up projection) is multiplied
 /// in the same pass and the output is `gelu_tanh(x·Wᵀ) · (x·W_upᵀ)`: the MLP's gate, up and
-/// activation in one dispatch.
+/// activation in one dispatch. When `gated_by_input`, the output is `gelu_tanh(x·Wᵀ) · m` with
+/// `m` `[S, rows]` given (Gemma 4's per-layer-input gate).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn affine_matmul_kernel(
@@ -50,6 +51,7 @@ fn affine_matmul_kernel(
     biases_up: &[f32],
     x: &[f32],
     norm_weight: &[f32],
+    multiplier: &[f32],
     out: &mut [f32],
     rows: u32,
     k: u32,
@@ -57,6 +59,7 @@ fn affine_matmul_kernel(
     eps: f32,
     #[comptime] normed: bool,
     #[comptime] gated: bool,
+    #[comptime] gated_by_input: bool,
     #[comptime] group: u32,
     #[comptime] bits: u32,
     #[comptime] threads: u32,
@@ -177,7 +180,10 @@ fn affine_matmul_kernel(
                 value *= inv_rms;
                 value_up *= inv_rms;
             }
-            if gated {
+            if gated_by_input {
+                value_up = multiplier[(token * rows + row) as usize];
+            }
+            if gated || gated_by_input {
                 let tanh = bounded_tanh((value + 0.044_715 * value * value * value) * 0.797_884_6);
                 value = 0.5 * value * (1.0 + tanh) * value_up;
             }
@@ -232,7 +238,8 @@ pub trait AffineKernels: Backend {
     /// `x · Wᵀ` for a packed `W` of `bits`-bit codes: codes `[rows, k·bits/32]`, scales and
     /// biases `[rows, k/group]`, x `[S, k]` → `[S, rows]`. When `normed`, x is RMS-normalised
     /// first with `norm_weight` `[k]` and `eps` (otherwise `norm_weight` is not read). When
-    /// `gated`, the output is `gelu_tanh(x·Wᵀ) · (x·W_upᵀ)` (otherwise the `*_up` are not read).
+    /// `gated`, the output is `gelu_tanh(x·Wᵀ) · (x·W_upᵀ)` (otherwise the `*_up` are not read);
+    /// when `gated_by_input`, `gelu_tanh(x·Wᵀ) · multiplier` (`[S, rows]`, otherwise not read).
     #[allow(clippy::too_many_arguments)]
     fn affine_matmul(
         codes: IntTensor<Self>,
@@ -242,6 +249,8 @@ pub trait AffineKernels: Backend {
         scales_up: FloatTensor<Self>,
         biases_up: FloatTensor<Self>,
         gated: bool,
+        multiplier: FloatTensor<Self>,
+        gated_by_input: bool,
         x: FloatTensor<Self>,
         norm_weight: FloatTensor<Self>,
         eps: f32,
@@ -303,6 +312,8 @@ impl AffineKernels for CubeBackend {
         scales_up: CubeTensor,
         biases_up: CubeTensor,
         gated: bool,
+        multiplier: CubeTensor,
+        gated_by_input: bool,
         x: CubeTensor,
         norm_weight: CubeTensor,
         eps: f32,
@@ -337,6 +348,7 @@ impl AffineKernels for CubeBackend {
             into_contiguous(biases_up).into_buffer_arg(),
             x.into_buffer_arg(),
             into_contiguous(norm_weight).into_buffer_arg(),
+            into_contiguous(multiplier).into_buffer_arg(),
             out.clone().into_buffer_arg(),
             rows as u32,
             k as u32,
@@ -344,6 +356,7 @@ impl AffineKernels for CubeBackend {
             eps,
             normed,
             gated,
+            gated_by_input,
             group as u32,
             bits,
             THREADS,
@@ -457,7 +470,7 @@ impl AffineMatrix {
     /// same shape and packing ([`Self::pairs_with`]).
     pub fn normed_gated_matmul(&self, up: &AffineMatrix, x: Tensor<2>, norm_weight: &Tensor<1>, eps: f32) -> Tensor<2> {
         if has_fused_kernels(&x.device()) && self.pairs_with(up) {
-            return self.launch(Some(up), x, Some((norm_weight, eps)));
+            return self.launch(Gate::ByMatrix(up), x, Some((norm_weight, eps)));
         }
         let gate = self.normed_matmul_transposed(x.clone(), norm_weight, eps);
         crate::fused::gelu_tanh_mul(gate, up.normed_matmul_transposed(x, norm_weight, eps))
@@ -468,18 +481,31 @@ impl AffineMatrix {
         self.codes.dims() == other.codes.dims() && (self.bits, self.group) == (other.bits, other.group)
     }
 
-    fn fused_matmul(&self, x: Tensor<2>, norm: Option<(&Tensor<1>, f32)>) -> Tensor<2> {
-        self.launch(None, x, norm)
+    /// `gelu_tanh(x·Wᵀ) · multiplier`, multiplier `[S, rows]`: one dispatch where the kernels run.
+    pub fn gelu_gated_by(&self, x: Tensor<2>, multiplier: Tensor<2>) -> Tensor<2> {
+        if has_fused_kernels(&x.device()) {
+            return self.launch(Gate::ByInput(&multiplier), x, None);
+        }
+        crate::fused::gelu_tanh_mul(self.matmul_transposed(x), multiplier)
     }
 
-    fn launch(&self, up: Option<&AffineMatrix>, x: Tensor<2>, norm: Option<(&Tensor<1>, f32)>) -> Tensor<2> {
-        // Unnormed products bind the scales in the unread norm weight's place, ungated ones this
-        // matrix in the unread second matrix's.
+    fn fused_matmul(&self, x: Tensor<2>, norm: Option<(&Tensor<1>, f32)>) -> Tensor<2> {
+        self.launch(Gate::None, x, norm)
+    }
+
+    fn launch(&self, gate: Gate, x: Tensor<2>, norm: Option<(&Tensor<1>, f32)>) -> Tensor<2> {
+        // Inputs the kernel does not read are bound to tensors at hand: the scales in the norm
+        // weight's and the multiplier's place, this matrix in the second matrix's.
+        let flat_scales = || self.scales.clone().reshape([self.scales.shape().num_elements()]);
         let (norm_weight, eps) = match norm {
             Some((weight, eps)) => (weight.clone(), eps),
-            None => (self.scales.clone().reshape([self.scales.shape().num_elements()]), 0.0),
+            None => (flat_scales(), 0.0),
         };
-        let second = up.unwrap_or(self);
+        let (second, multiplier) = match &gate {
+            Gate::ByMatrix(up) => (*up, self.scales.clone()),
+            Gate::ByInput(multiplier) => (self, (*multiplier).clone()),
+            Gate::None => (self, self.scales.clone()),
+        };
         Tensor::from_dispatch(<Dispatch as AffineKernels>::affine_matmul(
             self.codes.clone().into_dispatch(),
             self.scales.clone().into_dispatch(),
@@ -487,7 +513,9 @@ impl AffineMatrix {
             second.codes.clone().into_dispatch(),
             second.scales.clone().into_dispatch(),
             second.biases.clone().into_dispatch(),
-            up.is_some(),
+            matches!(gate, Gate::ByMatrix(_)),
+            multiplier.into_dispatch(),
+            matches!(gate, Gate::ByInput(_)),
             x.into_dispatch(),
             norm_weight.into_dispatch(),
             eps,
@@ -540,6 +568,15 @@ impl AffineMatrix {
         let w = q * self.scales.clone().reshape([rows, groups, 1]) + self.biases.clone().reshape([rows, groups, 1]);
         w.reshape([rows, self.k()])
     }
+}
+
+/// What multiplies `gelu_tanh(x·Wᵀ)` in a gated launch.
+enum Gate<'a> {
+    None,
+    /// `x·W_upᵀ`, a second matrix multiplied in the same pass.
+    ByMatrix(&'a AffineMatrix),
+    /// A given `[S, rows]` tensor.
+    ByInput(&'a Tensor<2>),
 }
 
 /// Whether `device` runs the fused kernels (the cubecl backends: wgpu natively, WebGPU in the
@@ -679,6 +716,21 @@ mod tests {
                 let scale = want.iter().map(|v| v.abs()).fold(1.0, f32::max);
                 assert!(diff <= 1e-5 * scale * (k as f32).sqrt(), "{name} {tokens}x{rows}x{k} {bits}-bit: {diff}");
             }
+        }
+    }
+
+    /// The per-layer-input gate: `gelu_tanh(x·Wᵀ) · m` in one launch.
+    #[test]
+    fn gated_by_input_matches_matmul_then_gelu() {
+        for (name, device) in devices() {
+            let (tokens, rows, k) = (3, 24, 256);
+            let gate = AffineMatrix::upload(&matrix(rows, k, 64, 4, 6).0, &device);
+            let x = Tensor::<2>::from_data(TensorData::new(inputs(tokens, k), [tokens, k]), &device);
+            let m = Tensor::<2>::from_data(TensorData::new(inputs(tokens, rows), [tokens, rows]), &device);
+            let got = read(gate.gelu_gated_by(x.clone(), m.clone()));
+            let want = read(crate::fused::reference::gelu_tanh(gate.matmul_transposed(x)) * m);
+            let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            assert!(diff <= 1e-4, "{name}: {diff}");
         }
     }
 

@@ -603,7 +603,10 @@ impl Gemma {
             if let Some((pli, inputs)) = per_layer_input {
                 let p = inputs.dims()[2];
                 let slice = inputs.clone().slice([0..s, i..i + 1, 0..p]).reshape([s, p]);
-                let g = gelu_tanh_mul(pli.gate.forward(x.clone()), slice);
+                let g = match &pli.gate {
+                    Linear::Affine(gate) => gate.gelu_gated_by(x.clone(), slice),
+                    Linear::Dense(_) => gelu_tanh_mul(pli.gate.forward(x.clone()), slice),
+                };
                 x = add_rms_norm(x, pli.projection.forward(g), &pli.post_norm, eps, scalar);
             }
         }
