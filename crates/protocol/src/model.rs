@@ -24,10 +24,11 @@ pub struct ModelManifest {
 /// How the weights are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
 pub enum ModelFormat {
-    /// A Hugging Face folder with f32/f16/bf16 safetensors: what the engine loads today.
+    /// A Hugging Face folder with f32/f16/bf16 safetensors.
     #[serde(rename = "safetensors")]
     Safetensors,
-    /// MLX's 4-bit affine quantization (weights, scales and biases per group of 64) in safetensors.
+    /// MLX's affine quantization (codes, scales and biases per group; `quantization` in
+    /// config.json) in safetensors: the 4- and 8-bit modules stay packed on the GPU.
     #[serde(rename = "mlx-4bit")]
     Mlx4Bit,
 }

@@ -106,9 +106,7 @@ async function storedModel(wasm: Wasm, m: ModelManifest): Promise<unknown> {
 function manifestProblem(m: ModelManifest): EngineStatus | null {
   const unpinned = unpinnedReason(m);
   if (unpinned) return failed("model_unpinned", unpinned, "Choose another model in Hearth's settings, or update Hearth once this model is pinned.");
-  if (m.format !== "safetensors") {
-    return failed("model_load", `The engine cannot read ${m.name}'s ${m.format} weights yet.`, "Choose another model in Hearth's settings.");
-  }
+  // Both formats load: MLX 4-bit models say in config.json how they are quantized.
   return null;
 }
 
