@@ -6,7 +6,8 @@
 //!   Chromium; `--full` also runs the real-weights test (needs the Gemma 3 270M GGUF installed) and
 //!   records llama.cpp's continuation beside it (`HEARTH_PYTHON` with llama-cpp-python)
 //! - `bench [-- flags]`  speed and memory figures (`hearth bench`: fused 4-bit GEMV vs copy, models
-//!   with the real Gemma 4 E2B/E4B shapes), for benches/RESULTS.md
+//!   with the real Gemma 4 E2B/E4B shapes), for benches/RESULTS.md; `-- --browser --model <gguf>`:
+//!   browser decode, Hearth beside wllama
 //! - `gen-types`  regenerate the TypeScript protocol from the Rust types
 
 mod bench;
@@ -53,7 +54,8 @@ const HELP: &str = "usage: cargo xtask <command>
                                     --full adds the real-weights check (Gemma 3 270M GGUF vs transformers)
                                     and llama.cpp's second opinion (HEARTH_PYTHON: a python with
                                     llama-cpp-python)
-  bench [-- <hearth bench flags>]   speed and memory figures (see `hearth bench --help`)
+  bench [-- <hearth bench flags>]   speed and memory figures (see `hearth bench --help`);
+                                    -- --browser --model <file.gguf>: browser decode vs wllama
   gen-types                         regenerate extension/src/generated/protocol.ts";
 
 /// The repository root (the parent of xtask/). `cargo run` sets CARGO_MANIFEST_DIR at run time;

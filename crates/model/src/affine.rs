@@ -5,7 +5,8 @@
 //!
 //! Layout (MLX's, also GGUF's blocks after [`hearth_weights::gguf_affine`] repacks them): codes
 //! `[rows, k·bits/32]` u32 with element j of a word in bits `bits·j…`; scales and biases
-//! `[rows, k/group]` f32.
+//! interleaved, `[rows, 2·k/group]` f32 (one 8-byte read per group, and one binding: a kernel
+//! must stay within WebGPU's 8 storage buffers per shader stage, one of which cubecl keeps).
 //!
 //! On the cubecl backends (wgpu natively, WebGPU in the browser) the product is one dispatch. On
 //! the CPU backend (Flex, used by tests and machines without a GPU) the same maths runs as tensor
@@ -32,26 +33,23 @@ const MAX_GRID: u32 = 65_535;
 /// `out[s, r] = Σ_k x[s, k] · (scale[r, g(k)] · q[r, k] + bias[r, g(k)])`, for up to
 /// `TOKEN_TILE` tokens of `x` per block. Grid: (row blocks x, row blocks y, token tiles).
 ///
-/// When `normed`, `x` is first RMS-normalised with `norm_weight` (the decoder's pre-norms): the
+/// When `normed`, `x` is first RMS-normalised with the weight in `aux` (the decoder's pre-norms): the
 /// weight multiplies each value as it is read and `(mean(x²) + eps)^-½` the finished dot product,
 /// with `Σx²` summed in the same pass, so the norm costs no dispatch and no extra read.
 ///
 /// When `gated`, a second matrix of the same shape (`*_up`, the MLP's up projection) is multiplied
 /// in the same pass and the output is `gelu_tanh(x·Wᵀ) · (x·W_upᵀ)`: the MLP's gate, up and
 /// activation in one dispatch. When `gated_by_input`, the output is `gelu_tanh(x·Wᵀ) · m` with
-/// `m` `[S, rows]` given (Gemma 4's per-layer-input gate).
+/// `m` `[S, rows]` given in `aux` (Gemma 4's per-layer-input gate; never normed).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn affine_matmul_kernel(
     codes: &[u32],
-    scales: &[f32],
-    biases: &[f32],
+    scale_bias: &[f32],
     codes_up: &[u32],
-    scales_up: &[f32],
-    biases_up: &[f32],
+    scale_bias_up: &[f32],
     x: &[f32],
-    norm_weight: &[f32],
-    multiplier: &[f32],
+    aux: &[f32],
     out: &mut [f32],
     rows: u32,
     k: u32,
@@ -88,15 +86,15 @@ fn affine_matmul_kernel(
         while w < words {
             let word = codes[(row * words + w) as usize];
             let g = (row * groups + (w * per_word) / group) as usize;
-            let scale = scales[g];
-            let bias = biases[g];
+            let scale = scale_bias[2 * g];
+            let bias = scale_bias[2 * g + 1];
             let mut word_up = 0u32;
             let mut scale_up = f32::new(0.0);
             let mut bias_up = f32::new(0.0);
             if gated {
                 word_up = codes_up[(row * words + w) as usize];
-                scale_up = scales_up[g];
-                bias_up = biases_up[g];
+                scale_up = scale_bias_up[2 * g];
+                bias_up = scale_bias_up[2 * g + 1];
             }
             #[unroll]
             for s in 0..tile {
@@ -112,7 +110,7 @@ fn affine_matmul_kernel(
                         let mut value = x[base + j as usize];
                         if normed {
                             square += value * value;
-                            value *= norm_weight[(w * per_word + j) as usize];
+                            value *= aux[(w * per_word + j) as usize];
                         }
                         dot += f32::cast_from((word >> (j * bits)) & mask) * value;
                         if gated {
@@ -181,7 +179,7 @@ fn affine_matmul_kernel(
                 value_up *= inv_rms;
             }
             if gated_by_input {
-                value_up = multiplier[(token * rows + row) as usize];
+                value_up = aux[(token * rows + row) as usize];
             }
             if gated || gated_by_input {
                 let tanh = bounded_tanh((value + 0.044_715 * value * value * value) * 0.797_884_6);
@@ -198,8 +196,7 @@ fn affine_matmul_kernel(
 #[allow(clippy::too_many_arguments)]
 fn affine_rows_kernel(
     codes: &[u32],
-    scales: &[f32],
-    biases: &[f32],
+    scale_bias: &[f32],
     ids: &[u32],
     out: &mut [f32],
     k: u32,
@@ -217,8 +214,8 @@ fn affine_rows_kernel(
         let row = ids[token as usize];
         let word = codes[(row * words + w) as usize];
         let g = (row * (k / group) + (w * per_word) / group) as usize;
-        let scale = scales[g];
-        let bias = biases[g];
+        let scale = scale_bias[2 * g];
+        let bias = scale_bias[2 * g + 1];
         let base = (token * k + w * per_word) as usize;
         #[unroll]
         for j in 0..per_word {
@@ -236,23 +233,20 @@ pub(crate) fn grid(blocks: u32) -> (u32, u32) {
 #[backend_extension(Cube)]
 pub trait AffineKernels: Backend {
     /// `x · Wᵀ` for a packed `W` of `bits`-bit codes: codes `[rows, k·bits/32]`, scales and
-    /// biases `[rows, k/group]`, x `[S, k]` → `[S, rows]`. When `normed`, x is RMS-normalised
-    /// first with `norm_weight` `[k]` and `eps` (otherwise `norm_weight` is not read). When
-    /// `gated`, the output is `gelu_tanh(x·Wᵀ) · (x·W_upᵀ)` (otherwise the `*_up` are not read);
-    /// when `gated_by_input`, `gelu_tanh(x·Wᵀ) · multiplier` (`[S, rows]`, otherwise not read).
+    /// biases interleaved `[rows, 2·k/group]`, x `[S, k]` → `[S, rows]`. When `normed`, x is
+    /// RMS-normalised first with the weight `[k]` in `aux` and `eps`. When `gated`, the output is
+    /// `gelu_tanh(x·Wᵀ) · (x·W_upᵀ)` (otherwise the `*_up` are not read); when `gated_by_input`,
+    /// `gelu_tanh(x·Wᵀ) · aux` (`[S, rows]`). `aux` is not read when neither needs it.
     #[allow(clippy::too_many_arguments)]
     fn affine_matmul(
         codes: IntTensor<Self>,
-        scales: FloatTensor<Self>,
-        biases: FloatTensor<Self>,
+        scale_bias: FloatTensor<Self>,
         codes_up: IntTensor<Self>,
-        scales_up: FloatTensor<Self>,
-        biases_up: FloatTensor<Self>,
+        scale_bias_up: FloatTensor<Self>,
         gated: bool,
-        multiplier: FloatTensor<Self>,
         gated_by_input: bool,
         x: FloatTensor<Self>,
-        norm_weight: FloatTensor<Self>,
+        aux: FloatTensor<Self>,
         eps: f32,
         normed: bool,
         group: usize,
@@ -262,8 +256,7 @@ pub trait AffineKernels: Backend {
     /// Rows `ids` of a packed `W`, dequantized: ids `[n]` u32 → `[n, k]`.
     fn affine_rows(
         codes: IntTensor<Self>,
-        scales: FloatTensor<Self>,
-        biases: FloatTensor<Self>,
+        scale_bias: FloatTensor<Self>,
         ids: IntTensor<Self>,
         group: usize,
         bits: u32,
@@ -271,14 +264,7 @@ pub trait AffineKernels: Backend {
 }
 
 impl AffineKernels for CubeBackend {
-    fn affine_rows(
-        codes: CubeTensor,
-        scales: CubeTensor,
-        biases: CubeTensor,
-        ids: CubeTensor,
-        group: usize,
-        bits: u32,
-    ) -> CubeTensor {
+    fn affine_rows(codes: CubeTensor, scale_bias: CubeTensor, ids: CubeTensor, group: usize, bits: u32) -> CubeTensor {
         let per_word = (32 / bits) as usize;
         let n = ids.meta.shape()[0];
         let k = codes.meta.shape()[1] * per_word;
@@ -292,8 +278,7 @@ impl AffineKernels for CubeBackend {
             CubeCount::Static(grid_x, grid_y, 1),
             CubeDim::new_1d(THREADS),
             into_contiguous(codes).into_buffer_arg(),
-            into_contiguous(scales).into_buffer_arg(),
-            into_contiguous(biases).into_buffer_arg(),
+            into_contiguous(scale_bias).into_buffer_arg(),
             into_contiguous(ids).into_buffer_arg(),
             out.clone().into_buffer_arg(),
             k as u32,
@@ -306,16 +291,13 @@ impl AffineKernels for CubeBackend {
 
     fn affine_matmul(
         codes: CubeTensor,
-        scales: CubeTensor,
-        biases: CubeTensor,
+        scale_bias: CubeTensor,
         codes_up: CubeTensor,
-        scales_up: CubeTensor,
-        biases_up: CubeTensor,
+        scale_bias_up: CubeTensor,
         gated: bool,
-        multiplier: CubeTensor,
         gated_by_input: bool,
         x: CubeTensor,
-        norm_weight: CubeTensor,
+        aux: CubeTensor,
         eps: f32,
         normed: bool,
         group: usize,
@@ -341,14 +323,11 @@ impl AffineKernels for CubeBackend {
             CubeCount::Static(grid_x, grid_y, tiles),
             CubeDim::new_1d(THREADS),
             into_contiguous(codes).into_buffer_arg(),
-            into_contiguous(scales).into_buffer_arg(),
-            into_contiguous(biases).into_buffer_arg(),
+            into_contiguous(scale_bias).into_buffer_arg(),
             into_contiguous(codes_up).into_buffer_arg(),
-            into_contiguous(scales_up).into_buffer_arg(),
-            into_contiguous(biases_up).into_buffer_arg(),
+            into_contiguous(scale_bias_up).into_buffer_arg(),
             x.into_buffer_arg(),
-            into_contiguous(norm_weight).into_buffer_arg(),
-            into_contiguous(multiplier).into_buffer_arg(),
+            into_contiguous(aux).into_buffer_arg(),
             out.clone().into_buffer_arg(),
             rows as u32,
             k as u32,
@@ -373,9 +352,8 @@ impl AffineKernels for CubeBackend {
 pub struct AffineMatrix {
     /// `[rows, k·bits/32]` u32
     codes: Tensor<2, Int>,
-    /// `[rows, k/group]`
-    scales: Tensor<2>,
-    biases: Tensor<2>,
+    /// `[rows, 2·k/group]`: scale, bias, scale, bias, …
+    scale_bias: Tensor<2>,
     group: usize,
     bits: u32,
 }
@@ -390,7 +368,7 @@ impl AffineMatrix {
     /// Uploads a host tensor of a width [`Self::holds`].
     pub fn upload(t: &AffineTensor, device: &Device) -> Self {
         assert!(Self::holds(t), "AffineMatrix holds 4- or 8-bit codes");
-        Self::from_parts(t.rows, t.cols, t.params, t.codes.clone(), t.scales.clone(), t.biases.clone(), device)
+        Self::from_parts(t.rows, t.cols, t.params, t.codes.clone(), &t.scales, &t.biases, device)
     }
 
     /// Rows `range` of a host tensor (a block of a split matrix).
@@ -402,8 +380,8 @@ impl AffineMatrix {
             t.cols,
             t.params,
             t.codes[range.start * words..range.end * words].to_vec(),
-            t.scales[range.start * groups..range.end * groups].to_vec(),
-            t.biases[range.start * groups..range.end * groups].to_vec(),
+            &t.scales[range.start * groups..range.end * groups],
+            &t.biases[range.start * groups..range.end * groups],
             device,
         )
     }
@@ -413,15 +391,15 @@ impl AffineMatrix {
         k: usize,
         params: AffineParams,
         codes: Vec<u32>,
-        scales: Vec<f32>,
-        biases: Vec<f32>,
+        scales: &[f32],
+        biases: &[f32],
         device: &Device,
     ) -> Self {
         let (words, groups) = (k * params.bits as usize / 32, k / params.group_size);
+        let interleaved: Vec<f32> = scales.iter().zip(biases).flat_map(|(&s, &b)| [s, b]).collect();
         AffineMatrix {
             codes: Tensor::from_data(TensorData::new(codes, [rows, words]), (device, DType::U32)),
-            scales: Tensor::from_data(TensorData::new(scales, [rows, groups]), device),
-            biases: Tensor::from_data(TensorData::new(biases, [rows, groups]), device),
+            scale_bias: Tensor::from_data(TensorData::new(interleaved, [rows, 2 * groups]), device),
             group: params.group_size,
             bits: params.bits,
         }
@@ -494,30 +472,28 @@ impl AffineMatrix {
     }
 
     fn launch(&self, gate: Gate, x: Tensor<2>, norm: Option<(&Tensor<1>, f32)>) -> Tensor<2> {
-        // Inputs the kernel does not read are bound to tensors at hand: the scales in the norm
-        // weight's and the multiplier's place, this matrix in the second matrix's.
-        let flat_scales = || self.scales.clone().reshape([self.scales.shape().num_elements()]);
-        let (norm_weight, eps) = match norm {
-            Some((weight, eps)) => (weight.clone(), eps),
-            None => (flat_scales(), 0.0),
+        // Inputs the kernel does not read are bound to tensors at hand: this matrix in the second
+        // matrix's place, its scales in `aux`'s. `aux` is the norm weight or the gate's multiplier
+        // (a per-layer-input gate is never normed).
+        let second = match &gate {
+            Gate::ByMatrix(up) => *up,
+            _ => self,
         };
-        let (second, multiplier) = match &gate {
-            Gate::ByMatrix(up) => (*up, self.scales.clone()),
-            Gate::ByInput(multiplier) => (self, (*multiplier).clone()),
-            Gate::None => (self, self.scales.clone()),
+        let (aux, eps) = match (norm, &gate) {
+            (Some((weight, eps)), _) => (weight.clone().reshape([1, weight.dims()[0]]), eps),
+            (None, Gate::ByInput(multiplier)) => ((*multiplier).clone(), 0.0),
+            (None, _) => (self.scale_bias.clone(), 0.0),
         };
+        debug_assert!(!(norm.is_some() && matches!(gate, Gate::ByInput(_))), "aux holds one of the two");
         Tensor::from_dispatch(<Dispatch as AffineKernels>::affine_matmul(
             self.codes.clone().into_dispatch(),
-            self.scales.clone().into_dispatch(),
-            self.biases.clone().into_dispatch(),
+            self.scale_bias.clone().into_dispatch(),
             second.codes.clone().into_dispatch(),
-            second.scales.clone().into_dispatch(),
-            second.biases.clone().into_dispatch(),
+            second.scale_bias.clone().into_dispatch(),
             matches!(gate, Gate::ByMatrix(_)),
-            multiplier.into_dispatch(),
             matches!(gate, Gate::ByInput(_)),
             x.into_dispatch(),
-            norm_weight.into_dispatch(),
+            aux.into_dispatch(),
             eps,
             norm.is_some(),
             self.group,
@@ -532,8 +508,7 @@ impl AffineMatrix {
         if has_fused_kernels(&device) {
             return Tensor::from_dispatch(<Dispatch as AffineKernels>::affine_rows(
                 self.codes.clone().into_dispatch(),
-                self.scales.clone().into_dispatch(),
-                self.biases.clone().into_dispatch(),
+                self.scale_bias.clone().into_dispatch(),
                 ids.into_dispatch(),
                 self.group,
                 self.bits,
@@ -541,8 +516,7 @@ impl AffineMatrix {
         }
         let picked = AffineMatrix {
             codes: self.codes.clone().select(0, ids.clone()),
-            scales: self.scales.clone().select(0, ids.clone()),
-            biases: self.biases.clone().select(0, ids),
+            scale_bias: self.scale_bias.clone().select(0, ids),
             group: self.group,
             bits: self.bits,
         };
@@ -565,7 +539,10 @@ impl AffineMatrix {
             })
             .collect();
         let q = Tensor::cat(fields, 2).float().reshape([rows, groups, self.group]);
-        let w = q * self.scales.clone().reshape([rows, groups, 1]) + self.biases.clone().reshape([rows, groups, 1]);
+        let pairs = self.scale_bias.clone().reshape([rows, groups, 2]);
+        let scales = pairs.clone().slice([0..rows, 0..groups, 0..1]);
+        let biases = pairs.slice([0..rows, 0..groups, 1..2]);
+        let w = q * scales + biases;
         w.reshape([rows, self.k()])
     }
 }

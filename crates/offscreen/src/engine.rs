@@ -16,7 +16,7 @@ use hearth_protocol::{
     AdapterReport, EngineFailure, EngineStatus, FailureKind, GenerateRequest, GenerationEvent, GenerationStats,
     ModelInfo,
 };
-use hearth_weights::{Checkpoint, MemorySource, Quantization};
+use hearth_weights::{Checkpoint, MemorySource, MetadataValue, Quantization};
 use wasm_bindgen::prelude::*;
 
 /// A model folder's files, fetched by JavaScript.
@@ -43,6 +43,51 @@ impl ModelFiles {
     ) -> ModelFiles {
         ModelFiles { name, config_json, generation_config_json, weights, tokenizer_json, chat_template }
     }
+
+    /// One GGUF file: its metadata holds the config, the tokenizer and the chat template.
+    pub fn gguf(name: String, weights: Vec<u8>) -> ModelFiles {
+        let (config_json, tokenizer_json, chat_template) = (String::new(), Vec::new(), String::new());
+        ModelFiles { name, config_json, generation_config_json: None, weights, tokenizer_json, chat_template }
+    }
+}
+
+/// What a model needs besides its weights, read from its files.
+struct Parts {
+    config: TextConfig,
+    checkpoint: Checkpoint,
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+}
+
+/// A Hugging Face folder's files: config.json (+ generation_config.json), model.safetensors (MLX
+/// models declare their quantization in config.json), tokenizer.json, the chat template.
+fn folder_parts(files: ModelFiles) -> Result<Parts, String> {
+    let mut config = TextConfig::from_json(&files.config_json).map_err(|e| e.to_string())?;
+    if let Some(generation) = &files.generation_config_json {
+        config.apply_generation_config(generation).map_err(|e| e.to_string())?;
+    }
+    let source = MemorySource::new(format!("{}/model.safetensors", files.name), files.weights);
+    let mut checkpoint = Checkpoint::from_sources(vec![Box::new(source)]).map_err(|e| e.to_string())?;
+    checkpoint.set_quantization(Quantization::from_config_json(&files.config_json).map_err(|e| e.to_string())?);
+    let tokenizer = Tokenizer::from_bytes(&files.tokenizer_json).map_err(|e| e.to_string())?;
+    let template = ChatTemplate::from_str(&files.chat_template, "<bos>").map_err(|e| e.to_string())?;
+    Ok(Parts { config, checkpoint, tokenizer, template })
+}
+
+/// A GGUF file: config, tokenizer and chat template from its metadata.
+fn gguf_parts(files: ModelFiles) -> Result<Parts, String> {
+    let source = MemorySource::new(format!("{}.gguf", files.name), files.weights);
+    let checkpoint = Checkpoint::from_gguf(Box::new(source)).map_err(|e| e.to_string())?;
+    let gguf = checkpoint.gguf().ok_or("not a GGUF file")?;
+    let config = TextConfig::from_gguf(gguf).map_err(|e| e.to_string())?;
+    let tokenizer = Tokenizer::from_gguf(gguf).map_err(|e| e.to_string())?;
+    let source = gguf
+        .get("tokenizer.chat_template")
+        .and_then(MetadataValue::as_str)
+        .ok_or("this GGUF file has no chat template (tokenizer.chat_template)")?;
+    let bos = tokenizer.decode(&[config.bos_token_id]).map_err(|e| e.to_string())?;
+    let template = ChatTemplate::from_str(source, &bos).map_err(|e| e.to_string())?;
+    Ok(Parts { config, checkpoint, tokenizer, template })
 }
 
 /// The loaded model, shared by chat replies and agent tasks.
@@ -149,21 +194,14 @@ async fn ensure_gpu(vendor: String, architecture: String) -> Result<(Device, Ada
 
 fn load_model(files: ModelFiles, device: &Device) -> Result<LoadedModel, String> {
     let start = now_ms();
-    let mut config = TextConfig::from_json(&files.config_json).map_err(|e| e.to_string())?;
-    if let Some(generation) = &files.generation_config_json {
-        config.apply_generation_config(generation).map_err(|e| e.to_string())?;
-    }
+    let name = files.name.clone();
+    let Parts { config, mut checkpoint, tokenizer, template } =
+        if files.weights.starts_with(b"GGUF") { gguf_parts(files)? } else { folder_parts(files)? };
     let architecture = format!("{:?}", config.family).to_lowercase();
     let (layers, vocab_size) = (config.num_layers as u32, config.vocab_size as u32);
     let stop_tokens = config.eos_token_ids.clone();
-    let source = MemorySource::new(format!("{}/model.safetensors", files.name), files.weights);
-    let mut checkpoint = Checkpoint::from_sources(vec![Box::new(source)]).map_err(|e| e.to_string())?;
-    // MLX 4-bit models say in config.json how each module is quantized.
-    checkpoint.set_quantization(Quantization::from_config_json(&files.config_json).map_err(|e| e.to_string())?);
     let model = Gemma::load(config, &mut checkpoint, device).map_err(|e| e.to_string())?;
-    let tokenizer = Tokenizer::from_bytes(&files.tokenizer_json).map_err(|e| e.to_string())?;
-    let template = ChatTemplate::from_str(&files.chat_template, "<bos>").map_err(|e| e.to_string())?;
-    let info = ModelInfo { name: files.name, architecture, layers, vocab_size, load_ms: now_ms() - start };
+    let info = ModelInfo { name, architecture, layers, vocab_size, load_ms: now_ms() - start };
     let handles = ModelHandles {
         session: Rc::new(Mutex::new(Session::new(model, CacheOptions::default()))),
         tokenizer: Rc::new(tokenizer),

@@ -1,0 +1,146 @@
+// Browser decode speed of one GGUF model: Hearth (the extension's wasm engine on WebGPU, in its
+// offscreen document) beside wllama (llama.cpp compiled to wasm, npm @wllama/wllama) in a page of
+// the same headless Chromium, on the same machine. Prints Markdown rows for benches/RESULTS.md.
+//
+//   cargo xtask build    # a test build in dist/extension
+//   node scripts/bench-browser.mjs --model gemma-3-270m-q4_k_m.gguf [--tokens 16]
+//
+// `cargo xtask bench -- --browser --model <file.gguf>` does both. wllama is installed on first use
+// into ~/.cache/hearth/wllama (npm, pinned version); nothing of it enters the repository.
+
+import { spawnSync } from "node:child_process";
+import { createReadStream, existsSync, statSync } from "node:fs";
+import { createServer } from "node:http";
+import { homedir } from "node:os";
+import { extname, join, normalize, resolve } from "node:path";
+import { launch } from "../tests/lib/browser.mjs";
+import { clickLauncher, overlayHost, waitForEngine } from "../tests/lib/overlay.mjs";
+
+const WLLAMA_VERSION = "3.13.0";
+const PROMPT = "Write a short story about a lighthouse keeper.";
+
+function option(name, fallback) {
+  const at = process.argv.indexOf(name);
+  return at > 0 ? process.argv[at + 1] : fallback;
+}
+
+const model = resolve(option("--model", ""));
+const tokens = Number(option("--tokens", "16"));
+if (!existsSync(model) || !statSync(model).isFile()) {
+  console.error(`usage: node scripts/bench-browser.mjs --model <file.gguf> [--tokens 16] (no file at ${model})`);
+  process.exit(2);
+}
+
+/** wllama's ESM build, installed once into the cache. */
+function wllamaDir() {
+  const cache = join(process.env.HEARTH_CACHE ?? join(homedir(), ".cache/hearth"), "wllama");
+  const dir = join(cache, "node_modules/@wllama/wllama/esm");
+  if (!existsSync(join(dir, "wasm/wllama.wasm"))) {
+    const npm = spawnSync("npm", ["install", "--prefix", cache, "--no-audit", "--no-fund", `@wllama/wllama@${WLLAMA_VERSION}`], { stdio: "inherit" });
+    if (npm.status !== 0) throw new Error("npm could not install @wllama/wllama");
+  }
+  return dir;
+}
+
+const TYPES = { ".html": "text/html; charset=utf-8", ".js": "text/javascript", ".wasm": "application/wasm" };
+
+/** The model at /model.gguf, wllama under /wllama/, an empty cross-origin-isolated page at /. */
+async function serve(wllama) {
+  const server = createServer((req, res) => {
+    const path = normalize(decodeURIComponent(new URL(req.url, "http://x").pathname)).replace(/^(\.\.[/\\])+/, "");
+    // Cross-origin isolation lets wllama run threads; CORS lets the extension fetch the model.
+    const headers = {
+      "cross-origin-opener-policy": "same-origin",
+      "cross-origin-embedder-policy": "require-corp",
+      "cross-origin-resource-policy": "cross-origin",
+      "access-control-allow-origin": "*",
+    };
+    const file = path === "/model.gguf" ? model : path.startsWith("/wllama/") ? join(wllama, path.slice("/wllama/".length)) : null;
+    if (path === "/" || path === "/index.html") {
+      res.writeHead(200, { ...headers, "content-type": TYPES[".html"] }).end("<!doctype html><title>bench</title>");
+    } else if (file && existsSync(file)) {
+      const size = statSync(file).size;
+      res.writeHead(200, { ...headers, "content-type": TYPES[extname(file)] ?? "application/octet-stream", "content-length": size });
+      if (req.method === "HEAD") res.end();
+      else createReadStream(file).pipe(res);
+    } else {
+      res.writeHead(404, headers).end("not found");
+    }
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  return { url: `http://127.0.0.1:${server.address().port}`, close: () => new Promise((r) => server.close(r)) };
+}
+
+async function hearth(chrome, server) {
+  const page = await chrome.context.newPage();
+  await page.goto(`${server.url}/`);
+  await overlayHost(page);
+  await clickLauncher(page);
+  const state = await waitForEngine(page, ["ready", "failed"]);
+  if (state !== "ready") throw new Error(`Hearth's engine did not start: ${state}`);
+  const adapter = await (await overlayHost(page)).getAttribute("data-adapter");
+  const result = await chrome.console.evaluate(
+    "/offscreen.html",
+    `(async () => {
+      const engine = await import(chrome.runtime.getURL("wasm/hearth_offscreen.js"));
+      const fetched = performance.now();
+      const bytes = new Uint8Array(await (await fetch(${JSON.stringify(`${server.url}/model.gguf`)})).arrayBuffer());
+      const fetchMs = performance.now() - fetched;
+      const status = JSON.parse(await engine.start_engine("", "", engine.ModelFiles.gguf("model", bytes)));
+      if (status.state !== "ready") return { status };
+      const events = [];
+      const request = { request_id: 1, prompt: ${JSON.stringify(PROMPT)}, max_tokens: ${tokens} };
+      await engine.generate(JSON.stringify(request), (json) => events.push(JSON.parse(json)));
+      return { status, fetchMs, done: events.at(-1) };
+    })()`,
+    3_600_000,
+  );
+  await page.close();
+  if (result.status.state !== "ready") throw new Error(`Hearth could not load the model: ${JSON.stringify(result.status)}`);
+  if (result.done?.event !== "done") throw new Error(`Hearth's generation failed: ${JSON.stringify(result.done)}`);
+  return { adapter, load_ms: result.status.model.load_ms, stats: result.done.stats, text: result.done.text ?? "" };
+}
+
+async function wllama(chrome, server, gpuLayers) {
+  const page = await chrome.context.newPage();
+  await page.goto(`${server.url}/`);
+  return page.evaluate(
+    async ({ url, tokens, prompt, gpuLayers }) => {
+      const { Wllama } = await import("/wllama/index.js");
+      const w = new Wllama({ default: "/wllama/wasm/wllama.wasm" });
+      const started = performance.now();
+      await w.loadModelFromUrl(url, { n_ctx: 512, n_threads: navigator.hardwareConcurrency, n_gpu_layers: gpuLayers });
+      const loadMs = performance.now() - started;
+      const r = await w.createChatCompletion({ messages: [{ role: "user", content: prompt }], max_tokens: tokens, temperature: 0 });
+      await w.exit();
+      return { loadMs, timings: r.timings, text: r.choices[0].message.content, isolated: crossOriginIsolated, threads: navigator.hardwareConcurrency };
+    },
+    { url: `${server.url}/model.gguf`, tokens, prompt: PROMPT, gpuLayers },
+  ).finally(() => page.close());
+}
+
+const server = await serve(wllamaDir());
+const chrome = await launch();
+try {
+  const ours = await hearth(chrome, server);
+  const cpu = await wllama(chrome, server, 0);
+  const gpu = await wllama(chrome, server, 999).catch((e) => ({ error: String(e).split("\n")[0] }));
+  const name = model.split("/").pop();
+  const ourDecode = ours.stats.decode_tokens_per_s;
+  console.log(`# Browser decode, ${name}, ${tokens} tokens, headless Chromium (${ours.adapter})\n`);
+  console.log("| engine | load | prefill tokens/s | decode tokens/s | Hearth ÷ this |");
+  console.log("|---|---|---|---|---|");
+  console.log(`| Hearth (wasm + WebGPU) | ${(ours.load_ms / 1e3).toFixed(1)} s | ${ours.stats.prefill_tokens_per_s.toFixed(2)} | ${ourDecode.toFixed(2)} | 1 |`);
+  for (const [label, run] of [[`wllama ${WLLAMA_VERSION}, wasm CPU (${cpu.threads} threads${cpu.isolated ? "" : ", not isolated: 1 thread"})`, cpu], [`wllama ${WLLAMA_VERSION}, WebGPU`, gpu]]) {
+    if (run.error || !run.timings) {
+      console.log(`| ${label} | failed: ${run.error ?? "no timings"} | | | |`);
+      continue;
+    }
+    const t = run.timings;
+    console.log(`| ${label} | ${(run.loadMs / 1e3).toFixed(1)} s | ${t.prompt_per_second.toFixed(2)} | ${t.predicted_per_second.toFixed(2)} | ${(ourDecode / t.predicted_per_second).toFixed(3)} |`);
+  }
+  console.log(`\nHearth's text: ${JSON.stringify(ours.text)}\nwllama's text (CPU): ${JSON.stringify(cpu.text)}`);
+} finally {
+  await chrome.close();
+  await server.close();
+}
