@@ -17,7 +17,9 @@ import { launch } from "../tests/lib/browser.mjs";
 import { clickLauncher, overlayHost, waitForEngine } from "../tests/lib/overlay.mjs";
 
 const WLLAMA_VERSION = "3.13.0";
-const PROMPT = "Write a short story about a lighthouse keeper.";
+// Raw completion on both sides (Gemma 3 270M is a base model and its GGUF has no chat template).
+const PROMPT = "Once upon a time, in a small village,";
+const RAW_TEMPLATE = "{{ bos_token }}{{ messages[0]['content'] }}";
 
 function option(name, fallback) {
   const at = process.argv.indexOf(name);
@@ -86,7 +88,7 @@ async function hearth(chrome, server) {
       const fetched = performance.now();
       const bytes = new Uint8Array(await (await fetch(${JSON.stringify(`${server.url}/model.gguf`)})).arrayBuffer());
       const fetchMs = performance.now() - fetched;
-      const status = JSON.parse(await engine.start_engine("", "", engine.ModelFiles.gguf("model", bytes)));
+      const status = JSON.parse(await engine.startEngine("", "", engine.ModelFiles.gguf("model", bytes, ${JSON.stringify(RAW_TEMPLATE)})));
       if (status.state !== "ready") return { status };
       const events = [];
       const request = { request_id: 1, prompt: ${JSON.stringify(PROMPT)}, max_tokens: ${tokens} };
@@ -111,9 +113,9 @@ async function wllama(chrome, server, gpuLayers) {
       const started = performance.now();
       await w.loadModelFromUrl(url, { n_ctx: 512, n_threads: navigator.hardwareConcurrency, n_gpu_layers: gpuLayers });
       const loadMs = performance.now() - started;
-      const r = await w.createChatCompletion({ messages: [{ role: "user", content: prompt }], max_tokens: tokens, temperature: 0 });
+      const r = await w.createCompletion({ prompt, max_tokens: tokens, temperature: 0 });
       await w.exit();
-      return { loadMs, timings: r.timings, text: r.choices[0].message.content, isolated: crossOriginIsolated, threads: navigator.hardwareConcurrency };
+      return { loadMs, timings: r.timings, text: r.choices[0].text, isolated: crossOriginIsolated, threads: navigator.hardwareConcurrency };
     },
     { url: `${server.url}/model.gguf`, tokens, prompt: PROMPT, gpuLayers },
   ).finally(() => page.close());

@@ -44,9 +44,11 @@ impl ModelFiles {
         ModelFiles { name, config_json, generation_config_json, weights, tokenizer_json, chat_template }
     }
 
-    /// One GGUF file: its metadata holds the config, the tokenizer and the chat template.
-    pub fn gguf(name: String, weights: Vec<u8>) -> ModelFiles {
-        let (config_json, tokenizer_json, chat_template) = (String::new(), Vec::new(), String::new());
+    /// One GGUF file: its metadata holds the config, the tokenizer and the chat template
+    /// (`chat_template`, when given, replaces the file's; a file without one needs it).
+    pub fn gguf(name: String, weights: Vec<u8>, chat_template: Option<String>) -> ModelFiles {
+        let (config_json, tokenizer_json) = (String::new(), Vec::new());
+        let chat_template = chat_template.unwrap_or_default();
         ModelFiles { name, config_json, generation_config_json: None, weights, tokenizer_json, chat_template }
     }
 }
@@ -81,9 +83,9 @@ fn gguf_parts(files: ModelFiles) -> Result<Parts, String> {
     let gguf = checkpoint.gguf().ok_or("not a GGUF file")?;
     let config = TextConfig::from_gguf(gguf).map_err(|e| e.to_string())?;
     let tokenizer = Tokenizer::from_gguf(gguf).map_err(|e| e.to_string())?;
-    let source = gguf
-        .get("tokenizer.chat_template")
-        .and_then(MetadataValue::as_str)
+    let source = Some(files.chat_template.as_str())
+        .filter(|given| !given.is_empty())
+        .or_else(|| gguf.get("tokenizer.chat_template").and_then(MetadataValue::as_str))
         .ok_or("this GGUF file has no chat template (tokenizer.chat_template)")?;
     let bos = tokenizer.decode(&[config.bos_token_id]).map_err(|e| e.to_string())?;
     let template = ChatTemplate::from_str(source, &bos).map_err(|e| e.to_string())?;
