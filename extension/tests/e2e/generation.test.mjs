@@ -1,6 +1,8 @@
 // The tiny test model (real formats, random weights) generates in the browser on WebGPU through the
 // offscreen document, streams its tokens, and produces exactly the tokens the native CLI produces
-// for the same model and prompt (greedy).
+// for the same model and prompt (greedy). A tiny Gemma 3 GGUF (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 blocks)
+// then runs through the packed path: GGUF parsed in wasm, tokenizer from its metadata, blocks
+// repacked, the fused 4- and 8-bit kernels on WebGPU; its greedy ids are transformers'.
 
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -12,6 +14,7 @@ import { serve } from "../lib/server.mjs";
 import { clickLauncher, overlayHost, waitForEngine } from "../lib/overlay.mjs";
 
 const MODEL_DIR = resolve(import.meta.dirname, "../../../crates/model/fixtures/tiny-chat");
+const GGUF_DIR = resolve(import.meta.dirname, "../../../crates/model/fixtures/gemma3-gguf");
 const PROMPT = "Say hello to the lantern shop.";
 const MAX_TOKENS = 24;
 
@@ -65,6 +68,44 @@ test("the browser generates the native CLI's greedy tokens", { timeout: 600_000 
     assert.deepEqual(streamed, done.token_ids, "every token was streamed");
     console.log(`browser: ${done.token_ids.length} tokens, ${JSON.stringify(done.stats)}`);
     assert.deepEqual(done.token_ids, native, "browser tokens equal the native CLI's");
+    assert.deepEqual(chrome.console.errors, []);
+  } finally {
+    await chrome.close();
+  }
+});
+
+test("a GGUF model runs packed in the browser and gives transformers' greedy ids", { timeout: 600_000 }, async () => {
+  const expected = JSON.parse(readFileSync(resolve(GGUF_DIR, "expected.json"), "utf8"));
+  const prompt = expected.tokenizer[0].text;
+  const gguf = readFileSync(resolve(GGUF_DIR, "model.gguf")).toString("base64");
+  const chrome = await launch();
+  try {
+    const page = await chrome.context.newPage();
+    await page.goto(`${server.url}/smoke.html`);
+    await clickLauncher(page);
+    assert.equal(await waitForEngine(page, ["ready", "failed"]), "ready");
+    const { status, events } = await chrome.console.evaluate(
+      "/offscreen.html",
+      `(async () => {
+        const engine = await import(chrome.runtime.getURL("wasm/hearth_offscreen.js"));
+        const bytes = Uint8Array.from(atob(${JSON.stringify(gguf)}), (c) => c.charCodeAt(0));
+        // The file has no chat template: the prompt goes in raw, after <bos>.
+        const files = engine.ModelFiles.gguf("tiny-gguf", bytes, "{{ bos_token }}{{ messages[0]['content'] }}");
+        const status = JSON.parse(await engine.startEngine("", "", files));
+        const events = [];
+        const request = { request_id: 9, prompt: ${JSON.stringify(prompt)}, max_tokens: ${expected.greedy.length} };
+        await engine.generate(JSON.stringify(request), (json) => events.push(JSON.parse(json)));
+        return { status, events };
+      })()`,
+      540_000,
+    );
+    assert.equal(status.state, "ready", JSON.stringify(status));
+    assert.equal(status.model.architecture, "gemma3");
+    const done = events.at(-1);
+    assert.equal(done.event, "done", `generation failed: ${JSON.stringify(done)}`);
+    console.log(`browser (GGUF): ${JSON.stringify(done.stats)}`);
+    assert.equal(done.stats.prompt_tokens, expected.tokens.length, "bos + the GGUF tokenizer's ids");
+    assert.deepEqual(done.token_ids, expected.greedy, "greedy ids equal transformers'");
     assert.deepEqual(chrome.console.errors, []);
   } finally {
     await chrome.close();
