@@ -88,7 +88,7 @@ fn kernel_bandwidth(device: &Device) {
         ("E4B gate/up", 10240, 2560),
         ("E2B head block", 65536, 1536),
     ] {
-        let matrix = AffineMatrix::upload(&random_affine("bench", rows, k), device);
+        let matrix = AffineMatrix::upload(random_affine("bench", rows, k), device);
         let x = Tensor::<2>::from_data(TensorData::new(vec![0.01f32; k], [1, k]), device);
         let iterations = 20;
         let gemv = time(iterations, || {

@@ -365,10 +365,11 @@ impl AffineMatrix {
         matches!(t.params.bits, 4 | 8) && t.params.group_size.is_multiple_of(32 / t.params.bits as usize)
     }
 
-    /// Uploads a host tensor of a width [`Self::holds`].
-    pub fn upload(t: &AffineTensor, device: &Device) -> Self {
-        assert!(Self::holds(t), "AffineMatrix holds 4- or 8-bit codes");
-        Self::from_parts(t.rows, t.cols, t.params, t.codes.clone(), &t.scales, &t.biases, device)
+    /// Uploads a host tensor of a width [`Self::holds`] (taken by value: its codes become the
+    /// upload's buffer without another copy).
+    pub fn upload(t: AffineTensor, device: &Device) -> Self {
+        assert!(Self::holds(&t), "AffineMatrix holds 4- or 8-bit codes");
+        Self::from_parts(t.rows, t.cols, t.params, t.codes, &t.scales, &t.biases, device)
     }
 
     /// Rows `range` of a host tensor (a block of a split matrix).
@@ -641,7 +642,7 @@ mod tests {
             for (tokens, rows, k, group, bits) in cases {
                 let (t, dense) = matrix(rows, k, group, bits, (tokens * rows + k) as u32);
                 let x = inputs(tokens, k);
-                let m = AffineMatrix::upload(&t, &device);
+                let m = AffineMatrix::upload(t, &device);
                 let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [tokens, k]), &device);
                 let got = read(m.matmul_transposed(xt));
                 let want = reference(&x, &dense, tokens, rows, k);
@@ -661,7 +662,7 @@ mod tests {
         for (name, device) in devices() {
             for (tokens, rows, k, bits) in [(1, 40, 256, 4), (10, 33, 640, 8)] {
                 let (t, _) = matrix(rows, k, 32, bits, 3);
-                let m = AffineMatrix::upload(&t, &device);
+                let m = AffineMatrix::upload(t, &device);
                 let x = Tensor::<2>::from_data(TensorData::new(inputs(tokens, k), [tokens, k]), &device);
                 let weight: Vec<f32> = (0..k).map(|i| 0.5 + (i % 13) as f32 * 0.1).collect();
                 let weight = Tensor::<1>::from_data(TensorData::new(weight, [k]), &device);
@@ -679,8 +680,8 @@ mod tests {
     fn gated_matmul_matches_gate_up_then_gelu() {
         for (name, device) in devices() {
             for (tokens, rows, k, bits) in [(1, 40, 256, 4), (9, 21, 640, 8)] {
-                let gate = AffineMatrix::upload(&matrix(rows, k, 32, bits, 4).0, &device);
-                let up = AffineMatrix::upload(&matrix(rows, k, 32, bits, 5).0, &device);
+                let gate = AffineMatrix::upload(matrix(rows, k, 32, bits, 4).0, &device);
+                let up = AffineMatrix::upload(matrix(rows, k, 32, bits, 5).0, &device);
                 let x = Tensor::<2>::from_data(TensorData::new(inputs(tokens, k), [tokens, k]), &device);
                 let weight = Tensor::<1>::from_data(TensorData::new(vec![0.9; k], [k]), &device);
                 let got = read(gate.normed_gated_matmul(&up, x.clone(), &weight, 1e-6));
@@ -701,7 +702,7 @@ mod tests {
     fn gated_by_input_matches_matmul_then_gelu() {
         for (name, device) in devices() {
             let (tokens, rows, k) = (3, 24, 256);
-            let gate = AffineMatrix::upload(&matrix(rows, k, 64, 4, 6).0, &device);
+            let gate = AffineMatrix::upload(matrix(rows, k, 64, 4, 6).0, &device);
             let x = Tensor::<2>::from_data(TensorData::new(inputs(tokens, k), [tokens, k]), &device);
             let m = Tensor::<2>::from_data(TensorData::new(inputs(tokens, rows), [tokens, rows]), &device);
             let got = read(gate.gelu_gated_by(x.clone(), m.clone()));
@@ -722,7 +723,7 @@ mod tests {
 
             // Many rows (a prefill): the gather spans hundreds of thread blocks.
             let (t, dense) = matrix(300, 1536, 64, 4, 9);
-            let m = AffineMatrix::upload(&t, &device);
+            let m = AffineMatrix::upload(t, &device);
             let ids: Vec<u32> = (0..70).map(|i| (i * 37 % 300) as u32).collect();
             let got = read(m.select_rows(&ids));
             let want: Vec<f32> =
@@ -731,7 +732,7 @@ mod tests {
 
             // 8-bit codes (GGUF's Q8_0 embedding, repacked).
             let (t, dense) = matrix(50, 640, 32, 8, 11);
-            let m = AffineMatrix::upload(&t, &device);
+            let m = AffineMatrix::upload(t, &device);
             let got = read(m.select_rows(&[49, 0, 17]));
             let want: Vec<f32> =
                 [49usize, 0, 17].iter().flat_map(|&r| dense[r * 640..(r + 1) * 640].to_vec()).collect();

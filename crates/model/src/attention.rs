@@ -1,6 +1,7 @@
-//! Attention of one new token (decode) in one kernel: scores, softcap, mask, softmax and the
-//! weighted sum of values, for every query head, without writing the scores to device memory.
-//! It replaces two matmuls, two layout copies and the softmax kernel (5 dispatches a layer).
+//! Attention of one new token (decode) in one kernel: the query's RMSNorm and RoPE, scores,
+//! softcap, mask, softmax and the weighted sum of values, for every query head, without writing
+//! the scores to device memory. It replaces the query's norm + RoPE, two matmuls, two layout
+//! copies and the softmax kernel (6 dispatches a layer).
 //!
 //! One thread block per query head walks the keys in chunks held in shared memory with an online
 //! softmax: a running maximum and sum, and per-thread accumulators for a slice of the head's
@@ -22,14 +23,20 @@ use crate::fused::{block_reduce, bounded_tanh};
 const THREADS: u32 = 64;
 /// Keys scored per pass; their weights live in shared memory (4 KiB).
 const CHUNK: u32 = 1024;
+/// The largest head the kernel takes (Gemma 4's global layers: 512); 2 KiB of shared memory.
+const MAX_HEAD_DIM: u32 = 512;
 
 /// `out[h] = Σ_t softmax_t(softcap(q_h·k_t · scale) + mask_t) · v_t` for query head `h`, with
-/// key/value head `h / group`. Keys and values are `[Hkv, n, d]` with `kv_stride` elements
-/// between heads (a view of a larger cache); q and out are `[H, d]`.
+/// key/value head `h / group` and `q_h = RoPE(RMSNorm(q_raw_h) · q_norm)` (`cos_sin`: the
+/// position's cos then sin, `2d` values). Keys and values are `[Hkv, n, d]` with `kv_stride`
+/// elements between heads (a view of a larger cache); q and out are `[H, d]`. Seven storage
+/// buffers: WebGPU guarantees eight per stage and cubecl keeps one.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn decode_attention_kernel(
     q: &[f32],
+    q_norm: &[f32],
+    cos_sin: &[f32],
     keys: &[f32],
     values: &[f32],
     mask: &[f32],
@@ -40,6 +47,7 @@ fn decode_attention_kernel(
     kv_stride: u32,
     scale: f32,
     cap: f32,
+    eps: f32,
     #[comptime] softcap: bool,
     #[comptime] threads: u32,
     #[comptime] levels: u32,
@@ -49,6 +57,31 @@ fn decode_attention_kernel(
     let thread = UNIT_POS_X;
     let q_base = head * d;
     let kv_base = (head / group) * kv_stride;
+
+    // The query head, normed and rotated, into shared memory (read once per key below).
+    let mut query = Shared::<[f32]>::new_slice(MAX_HEAD_DIM as usize);
+    let mut square = f32::new(0.0);
+    let mut i = thread;
+    while i < d {
+        let v = q[(q_base + i) as usize];
+        square += v * v;
+        i += threads;
+    }
+    let inv_rms = 1.0 / f32::sqrt(block_reduce(square, false, threads, levels) / f32::cast_from(d) + eps);
+    let half = d / 2;
+    let mut i = thread;
+    while i < d {
+        let partner = (i + half) % d;
+        let normed = q[(q_base + i) as usize] * inv_rms * q_norm[i as usize];
+        let mut rotated = q[(q_base + partner) as usize] * inv_rms * q_norm[partner as usize];
+        if i < half {
+            rotated = -rotated;
+        }
+        query[i as usize] = normed * cos_sin[i as usize] + rotated * cos_sin[(d + i) as usize];
+        i += threads;
+    }
+    sync_cube();
+
     let mut weights = Shared::<[f32]>::new_slice(CHUNK as usize);
     let mut acc = Array::<f32>::new(dims_per_thread as usize);
     #[unroll]
@@ -69,7 +102,7 @@ fn decode_attention_kernel(
                 let row = kv_base + key * d;
                 let mut dot = f32::new(0.0);
                 for i in 0..d {
-                    dot += q[(q_base + i) as usize] * keys[(row + i) as usize];
+                    dot += query[i as usize] * keys[(row + i) as usize];
                 }
                 score = dot * scale;
                 if softcap {
@@ -121,10 +154,15 @@ fn decode_attention_kernel(
 
 #[backend_extension(Cube)]
 pub trait AttentionKernels: Backend {
-    /// One query token: q `[1, H, d]`, keys and values `[Hkv, n, d]`, mask `[1, n]` → `[1, H·d]`.
-    /// `cap` ≤ 0 means no softcap.
+    /// One query token: q `[1, H, d]` before its norm (`q_norm` `[d]`, `eps`) and RoPE
+    /// (`cos_sin` `[1, 2d]`), keys and values `[Hkv, n, d]`, mask `[1, n]` → `[1, H·d]`. `cap` ≤ 0
+    /// means no softcap.
+    #[allow(clippy::too_many_arguments)]
     fn fused_decode_attention(
         q: FloatTensor<Self>,
+        q_norm: FloatTensor<Self>,
+        cos_sin: FloatTensor<Self>,
+        eps: f32,
         keys: FloatTensor<Self>,
         values: FloatTensor<Self>,
         mask: FloatTensor<Self>,
@@ -151,6 +189,9 @@ fn head_strided(t: CubeTensor) -> (CubeTensor, usize) {
 impl AttentionKernels for CubeBackend {
     fn fused_decode_attention(
         q: CubeTensor,
+        q_norm: CubeTensor,
+        cos_sin: CubeTensor,
+        eps: f32,
         keys: CubeTensor,
         values: CubeTensor,
         mask: CubeTensor,
@@ -175,6 +216,8 @@ impl AttentionKernels for CubeBackend {
             CubeCount::Static(heads as u32, 1, 1),
             CubeDim::new_1d(THREADS),
             q.into_buffer_arg(),
+            into_contiguous(q_norm).into_buffer_arg(),
+            into_contiguous(cos_sin).into_buffer_arg(),
             keys.into_buffer_arg(),
             values.into_buffer_arg(),
             into_contiguous(mask).into_buffer_arg(),
@@ -185,6 +228,7 @@ impl AttentionKernels for CubeBackend {
             stride as u32,
             scale,
             cap,
+            eps,
             cap > 0.0,
             THREADS,
             THREADS.trailing_zeros(),
@@ -194,24 +238,39 @@ impl AttentionKernels for CubeBackend {
     }
 }
 
-/// Whether [`decode_attention`] runs on `device` for `tokens` new tokens (one, on a cubecl
-/// backend).
-pub fn fused_decode_applies(device: &burn::tensor::Device, tokens: usize) -> bool {
-    tokens == 1 && has_fused_kernels(device)
+/// Whether [`decode_attention`] runs on `device` for `tokens` new tokens of heads of `head_dim`
+/// (one token, on a cubecl backend, heads up to 512).
+pub fn fused_decode_applies(device: &burn::tensor::Device, tokens: usize, head_dim: usize) -> bool {
+    tokens == 1 && head_dim <= MAX_HEAD_DIM as usize && head_dim.is_multiple_of(2) && has_fused_kernels(device)
 }
 
-/// One query token's attention over the cache: q `[1, H, d]` (normed, rotated), keys and values
-/// `[Hkv, n, d]`, mask `[1, n]` → `[1, H·d]`, ready for the output projection.
+/// A decoded token's query as the q projection gives it, with what turns it into the attention's
+/// query: RMSNorm with `norm` `[d]`, then RoPE with `cos_sin` `[1, 2d]`.
+pub struct DecodeQuery<'a> {
+    /// [1, H, d]
+    pub q: Tensor<3>,
+    pub norm: &'a Tensor<1>,
+    pub cos_sin: &'a Tensor<2>,
+    pub eps: f32,
+}
+
+/// One query token's attention over the cache: keys and values `[Hkv, n, d]`, mask `[1, n]` →
+/// `[1, H·d]`, ready for the output projection.
 pub fn decode_attention(
-    q: Tensor<3>,
+    query: DecodeQuery,
     keys: Tensor<3>,
     values: Tensor<3>,
     mask: Tensor<2>,
     scale: f32,
     softcap: Option<f32>,
 ) -> Tensor<2> {
+    let d = query.q.dims()[2];
+    assert!(d <= MAX_HEAD_DIM as usize && d.is_multiple_of(2), "head dimension {d} (at most {MAX_HEAD_DIM}, even)");
     Tensor::from_dispatch(<Dispatch as AttentionKernels>::fused_decode_attention(
-        q.into_dispatch(),
+        query.q.into_dispatch(),
+        query.norm.clone().into_dispatch(),
+        query.cos_sin.clone().into_dispatch(),
+        query.eps,
         keys.into_dispatch(),
         values.into_dispatch(),
         mask.into_dispatch(),
@@ -233,8 +292,17 @@ mod tests {
         pollster::block_on(t.into_data_async()).expect("readback").try_to_vec().expect("f32")
     }
 
-    /// The matmul path the model takes for prefill: [1, H·d].
-    fn reference(q: Tensor<3>, keys: Tensor<3>, values: Tensor<3>, mask: Tensor<2>, softcap: Option<f32>) -> Tensor<2> {
+    /// The matmul path the model takes for prefill, from the raw query: [1, H·d].
+    fn reference(
+        q: Tensor<3>,
+        (norm, cos, sin): (&Tensor<1>, &Tensor<3>, &Tensor<3>),
+        keys: Tensor<3>,
+        values: Tensor<3>,
+        mask: Tensor<2>,
+        softcap: Option<f32>,
+    ) -> Tensor<2> {
+        use crate::fused::reference::{rms_norm, rope};
+        let q = rope(rms_norm(q, norm, 1e-6), cos, sin);
         let [_, heads, d] = q.dims();
         let [kv_heads, n, _] = keys.dims();
         let group = heads / kv_heads;
@@ -255,6 +323,14 @@ mod tests {
         };
         for (heads, kv_heads, n, d, capacity) in [(4, 2, 7, 8, 7), (8, 1, 300, 256, 512), (2, 2, 2500, 512, 2600)] {
             let q = Tensor::<3>::from_data(TensorData::new(values(heads * d, d), [1, heads, d]), &gpu);
+            let norm = Tensor::<1>::from_data(TensorData::new(values(d, 3), [d]), &gpu);
+            let angles: Vec<f32> = (0..d).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+            let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
+            let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
+            let cos_sin =
+                Tensor::<2>::from_data(TensorData::new([cos.clone(), sin.clone()].concat(), [1, 2 * d]), &gpu);
+            let cos = Tensor::<3>::from_data(TensorData::new(cos, [1, 1, d]), &gpu);
+            let sin = Tensor::<3>::from_data(TensorData::new(sin, [1, 1, d]), &gpu);
             let cache = |seed| {
                 Tensor::<3>::from_data(
                     TensorData::new(values(kv_heads * capacity * d, seed), [kv_heads, capacity, d]),
@@ -267,8 +343,10 @@ mod tests {
             let mask: Vec<f32> = (0..n).map(|t| if t < n / 5 { -1e30 } else { 0.0 }).collect();
             let mask = Tensor::<2>::from_data(TensorData::new(mask, [1, n]), &gpu);
             for softcap in [None, Some(5.0)] {
-                let fused = read(decode_attention(q.clone(), keys.clone(), vals.clone(), mask.clone(), 0.3, softcap));
-                let want = read(reference(q.clone(), keys.clone(), vals.clone(), mask.clone(), softcap));
+                let query = DecodeQuery { q: q.clone(), norm: &norm, cos_sin: &cos_sin, eps: 1e-6 };
+                let fused = read(decode_attention(query, keys.clone(), vals.clone(), mask.clone(), 0.3, softcap));
+                let tables = (&norm, &cos, &sin);
+                let want = read(reference(q.clone(), tables, keys.clone(), vals.clone(), mask.clone(), softcap));
                 let diff = fused.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
                 assert!(diff < 1e-4, "H {heads}/{kv_heads} n {n} d {d} {softcap:?}: {diff}");
             }

@@ -8,7 +8,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use hearth_weights::{AffineTensor, Checkpoint, HostTensor, WeightsError};
 
 use crate::affine::{AffineMatrix, has_fused_kernels};
-use crate::attention::{decode_attention, fused_decode_applies};
+use crate::attention::{DecodeQuery, decode_attention, fused_decode_applies};
 use crate::fused::reference::bounded_tanh;
 use crate::fused::{CacheInput, add_rms_norm, attention_softmax, gelu_tanh_mul, rms_norm, rms_norm_rope};
 
@@ -341,7 +341,7 @@ impl Loader<'_> {
             && let Some(q) = self.affine(name, out_features, in_features)?
         {
             if AffineMatrix::holds(&q) {
-                return Ok(Linear::Affine(AffineMatrix::upload(&q, self.device)));
+                return Ok(Linear::Affine(AffineMatrix::upload(q, self.device)));
             }
             return Ok(self.dense_linear(q.dequantize(), out_features, in_features));
         }
@@ -655,9 +655,8 @@ impl Gemma {
         let (s, heads, d) = (a.tokens(), c.num_heads, spec.head_dim);
         let rope = geometry.rope(spec.kind, d);
 
-        // [S, H, d] → normed → roped
+        // [S, H, d], before its norm and RoPE (the decode kernel applies both itself).
         let q = a.project(&attn.q_proj).reshape([s, heads, d]);
-        let q = rms_norm_rope(q, &attn.q_norm, &rope.cos, &rope.sin, c.rms_norm_eps);
 
         let (keys, values) = match (&attn.kv, spec.kv_producer) {
             (Some(kv), _) => {
@@ -675,10 +674,12 @@ impl Gemma {
         };
 
         let mask = geometry.mask(spec.kind);
-        if fused_decode_applies(&self.device, s) {
-            let out = decode_attention(q, keys, values, mask, c.attention_scale, c.attention_logit_softcap);
+        if fused_decode_applies(&self.device, s, d) {
+            let query = DecodeQuery { q, norm: &attn.q_norm, cos_sin: &rope.cos_sin, eps: c.rms_norm_eps };
+            let out = decode_attention(query, keys, values, mask, c.attention_scale, c.attention_logit_softcap);
             return attn.o_proj.forward(out);
         }
+        let q = rms_norm_rope(q, &attn.q_norm, &rope.cos, &rope.sin, c.rms_norm_eps);
 
         // GQA: query head h uses key/value head h / group.  q: [H, S, d] → [Hkv, group·S, d]
         let kv_heads = keys.dims()[0];
@@ -702,6 +703,8 @@ pub struct RopeTables {
     /// [S, 1, d]
     pub cos: Tensor<3>,
     pub sin: Tensor<3>,
+    /// [S, 2·d]: each row's cos then sin, for kernels that take both in one binding.
+    pub cos_sin: Tensor<2>,
 }
 
 impl RopeTables {
@@ -720,9 +723,12 @@ impl RopeTables {
                 }
             }
         }
+        let cos_sin: Vec<f32> =
+            cos.chunks(d.max(1)).zip(sin.chunks(d.max(1))).flat_map(|(c, s)| [c, s].concat()).collect();
         RopeTables {
             cos: Tensor::from_data(TensorData::new(cos, [s, 1, d]), device),
             sin: Tensor::from_data(TensorData::new(sin, [s, 1, d]), device),
+            cos_sin: Tensor::from_data(TensorData::new(cos_sin, [s, 2 * d]), device),
         }
     }
 }

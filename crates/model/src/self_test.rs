@@ -60,7 +60,7 @@ pub async fn run(device: &Device, now_ms: impl Fn() -> f64) -> Result<SelfTestRe
         for bits in [4, 8] {
             let (matrix, x, expected) = affine_case(bits);
             let x = Tensor::<2>::from_data(TensorData::new(x, [AFFINE_TOKENS, AFFINE_K]), device);
-            let got = read(AffineMatrix::upload(&matrix, device).matmul_transposed(x)).await?;
+            let got = read(AffineMatrix::upload(matrix, device).matmul_transposed(x)).await?;
             worst = max_error(worst, &got, &expected);
         }
         Some(worst)
