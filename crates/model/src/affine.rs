@@ -40,7 +40,8 @@ const MAX_GRID: u32 = 65_535;
 /// When `gated`, a second matrix of the same shape (`*_up`, the MLP's up projection) is multiplied
 /// in the same pass and the output is `gelu_tanh(x·Wᵀ) · (x·W_upᵀ)`: the MLP's gate, up and
 /// activation in one dispatch. When `gated_by_input`, the output is `gelu_tanh(x·Wᵀ) · m` with
-/// `m` `[S, rows]` given in `aux` (Gemma 4's per-layer-input gate; never normed).
+/// `m` `[S, rows]` given in `aux` (Gemma 4's per-layer-input gate; never normed). When `softcap`,
+/// the output is `cap · tanh(out / cap)` (the final logits).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn affine_matmul_kernel(
@@ -55,9 +56,11 @@ fn affine_matmul_kernel(
     k: u32,
     tokens: u32,
     eps: f32,
+    cap: f32,
     #[comptime] normed: bool,
     #[comptime] gated: bool,
     #[comptime] gated_by_input: bool,
+    #[comptime] softcap: bool,
     #[comptime] group: u32,
     #[comptime] bits: u32,
     #[comptime] threads: u32,
@@ -185,6 +188,9 @@ fn affine_matmul_kernel(
                 let tanh = bounded_tanh((value + 0.044_715 * value * value * value) * 0.797_884_6);
                 value = 0.5 * value * (1.0 + tanh) * value_up;
             }
+            if softcap {
+                value = bounded_tanh(value / cap) * cap;
+            }
             out[(token * rows + row) as usize] = value;
         }
     }
@@ -249,6 +255,7 @@ pub trait AffineKernels: Backend {
         aux: FloatTensor<Self>,
         eps: f32,
         normed: bool,
+        cap: Option<f32>,
         group: usize,
         bits: u32,
     ) -> FloatTensor<Self>;
@@ -300,6 +307,7 @@ impl AffineKernels for CubeBackend {
         aux: CubeTensor,
         eps: f32,
         normed: bool,
+        cap: Option<f32>,
         group: usize,
         bits: u32,
     ) -> CubeTensor {
@@ -333,9 +341,11 @@ impl AffineKernels for CubeBackend {
             k as u32,
             tokens as u32,
             eps,
+            cap.unwrap_or(1.0),
             normed,
             gated,
             gated_by_input,
+            cap.is_some(),
             group as u32,
             bits,
             THREADS,
@@ -468,11 +478,24 @@ impl AffineMatrix {
         crate::fused::gelu_tanh_mul(self.matmul_transposed(x), multiplier)
     }
 
+    /// `cap · tanh(x·Wᵀ / cap)`: the tied head's logits with Gemma's final softcap, in the same
+    /// dispatch where the kernels run.
+    pub fn softcapped_matmul_transposed(&self, x: Tensor<2>, cap: f32) -> Tensor<2> {
+        if has_fused_kernels(&x.device()) {
+            return self.launch_capped(Gate::None, x, None, Some(cap));
+        }
+        crate::fused::reference::bounded_tanh(self.matmul_transposed(x).div_scalar(cap)).mul_scalar(cap)
+    }
+
     fn fused_matmul(&self, x: Tensor<2>, norm: Option<(&Tensor<1>, f32)>) -> Tensor<2> {
         self.launch(Gate::None, x, norm)
     }
 
     fn launch(&self, gate: Gate, x: Tensor<2>, norm: Option<(&Tensor<1>, f32)>) -> Tensor<2> {
+        self.launch_capped(gate, x, norm, None)
+    }
+
+    fn launch_capped(&self, gate: Gate, x: Tensor<2>, norm: Option<(&Tensor<1>, f32)>, cap: Option<f32>) -> Tensor<2> {
         // Inputs the kernel does not read are bound to tensors at hand: this matrix in the second
         // matrix's place, its scales in `aux`'s. `aux` is the norm weight or the gate's multiplier
         // (a per-layer-input gate is never normed).
@@ -497,6 +520,7 @@ impl AffineMatrix {
             aux.into_dispatch(),
             eps,
             norm.is_some(),
+            cap,
             self.group,
             self.bits,
         ))
@@ -694,6 +718,22 @@ mod tests {
                 let scale = want.iter().map(|v| v.abs()).fold(1.0, f32::max);
                 assert!(diff <= 1e-5 * scale * (k as f32).sqrt(), "{name} {tokens}x{rows}x{k} {bits}-bit: {diff}");
             }
+        }
+    }
+
+    /// The final softcap in the head's launch equals the product then the tensor-op softcap.
+    #[test]
+    fn softcapped_matmul_matches_matmul_then_softcap() {
+        for (name, device) in devices() {
+            let (tokens, rows, k) = (2, 50, 640);
+            let head = AffineMatrix::upload(matrix(rows, k, 32, 8, 7).0, &device);
+            let x = Tensor::<2>::from_data(TensorData::new(inputs(tokens, k), [tokens, k]), &device);
+            let got = read(head.softcapped_matmul_transposed(x.clone(), 3.0));
+            let want =
+                read(crate::fused::reference::bounded_tanh(head.matmul_transposed(x).div_scalar(3.0)).mul_scalar(3.0));
+            let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            assert!(diff <= 1e-5, "{name}: {diff}");
+            assert!(got.iter().all(|v| v.abs() <= 3.0), "{name}: capped");
         }
     }
 

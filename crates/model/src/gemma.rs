@@ -189,11 +189,15 @@ impl EmbeddingBlock {
         }
     }
 
-    /// `x · blockᵀ`: [S, h] → [S, rows]
-    fn logits(&self, x: Tensor<2>) -> Tensor<2> {
-        match self {
-            EmbeddingBlock::Dense(rows) => x.matmul(rows.clone().transpose()),
-            EmbeddingBlock::Affine(rows) => rows.matmul_transposed(x),
+    /// `x · blockᵀ`, softcapped when `softcap`: [S, h] → [S, rows]
+    fn logits(&self, x: Tensor<2>, softcap: Option<f32>) -> Tensor<2> {
+        match (self, softcap) {
+            (EmbeddingBlock::Dense(rows), None) => x.matmul(rows.clone().transpose()),
+            (EmbeddingBlock::Dense(rows), Some(cap)) => {
+                bounded_tanh(x.matmul(rows.clone().transpose()).div_scalar(cap)).mul_scalar(cap)
+            }
+            (EmbeddingBlock::Affine(rows), None) => rows.matmul_transposed(x),
+            (EmbeddingBlock::Affine(rows), Some(cap)) => rows.softcapped_matmul_transposed(x, cap),
         }
     }
 }
@@ -248,12 +252,16 @@ impl SplitEmbedding {
             parts.push(block.rows(&local, device));
         }
         let rows = if parts.len() == 1 { parts.remove(0) } else { Tensor::cat(parts, 0) };
+        // Tokens from one block (every decoded token) are already in order.
+        if order.iter().enumerate().all(|(i, &o)| o as usize == i) {
+            return rows;
+        }
         rows.select(0, int_ids(order, device))
     }
 
-    /// `x · Eᵀ`.  [rows, vocab]
-    fn logits(&self, x: Tensor<2>) -> Tensor<2> {
-        let parts: Vec<Tensor<2>> = self.blocks.iter().map(|b| b.logits(x.clone())).collect();
+    /// `x · Eᵀ`, softcapped when `softcap` (in the packed kernel itself).  [rows, vocab]
+    fn logits(&self, x: Tensor<2>, softcap: Option<f32>) -> Tensor<2> {
+        let parts: Vec<Tensor<2>> = self.blocks.iter().map(|b| b.logits(x.clone(), softcap)).collect();
         if parts.len() == 1 { parts.into_iter().next().unwrap_or(x) } else { Tensor::cat(parts, 1) }
     }
 }
@@ -614,12 +622,8 @@ impl Gemma {
 
         let x = if all_positions { x } else { x.slice([s - 1..s, 0..c.hidden_size]) };
         let x = rms_norm(x, &self.final_norm, c.rms_norm_eps);
-        // Tied head: logits = x · Eᵀ.  [rows, vocab]
-        let logits = self.embed_tokens.logits(x);
-        Ok(match c.final_logit_softcap {
-            Some(cap) => bounded_tanh(logits.div_scalar(cap)).mul_scalar(cap),
-            None => logits,
-        })
+        // Tied head: logits = cap · tanh(x · Eᵀ / cap).  [rows, vocab]
+        Ok(self.embed_tokens.logits(x, c.final_logit_softcap))
     }
 
     /// Gemma 4 PLE: `(rmsnorm(x0 · Wpmp · h^-½) + table[t] · √P) · 2^-½`, as [S, L, P].
@@ -634,9 +638,13 @@ impl Gemma {
             ple.table.push_row(t as usize, (p as f32).sqrt(), &mut rows);
         }
         let token_part = Tensor::<3>::from_data(TensorData::new(rows, [s, l, p]), &self.device);
-        let context = ple.model_projection.forward(x0).mul_scalar((c.hidden_size as f32).powf(-0.5)).reshape([s, l, p]);
-        let context = rms_norm(context, &ple.projection_norm, c.rms_norm_eps);
-        Some((context + token_part).mul_scalar(std::f32::consts::FRAC_1_SQRT_2))
+        let context =
+            ple.model_projection.forward(x0).mul_scalar((c.hidden_size as f32).powf(-0.5)).reshape([s * l, p]);
+        // (token part + RMSNorm(context)) · 2^-½ in one kernel.
+        let token_part = token_part.reshape([s * l, p]);
+        let inputs =
+            add_rms_norm(token_part, context, &ple.projection_norm, c.rms_norm_eps, std::f32::consts::FRAC_1_SQRT_2);
+        Some(inputs.reshape([s, l, p]))
     }
 
     /// Self-attention of layer `i` over the cache plus the new tokens. `a`: [S, h] (before the
