@@ -2,14 +2,14 @@
 //! (what bounds decode speed of a small model as much as memory bandwidth):
 //!
 //! - RMSNorm: `x · (mean(x²) + eps)^-½ (· w)`, one thread block per row: 1 dispatch instead of 7.
-//! - RMSNorm then RoPE (queries and keys): 1 dispatch instead of 7.
 //! - `(residual + RMSNorm(x)) · scale` (the sublayers' outputs; `scale` is Gemma 4's layer
 //!   scalar on the last one): 1 dispatch instead of 2 or 3.
 //! - Attention weights: `softmax(softcap(scores · scale) + mask)`, one block per row: 1 dispatch
 //!   instead of 7 (9 with the softcap).
 //! - `gelu_tanh(gate) · up` (the MLP and the per-layer-input gate): 1 dispatch instead of 10.
 //! - New keys and values into the KV cache: norm (+ RoPE for keys) written straight into the
-//!   cache's buffer, at ring slots: 1 dispatch instead of 2 (keys) or 2 (Gemma 4's normed values).
+//!   cache's buffer, at ring slots: 1 dispatch instead of 8 (keys) or 2 (Gemma 4's normed values).
+//!   Prefill queries go through the same kernel into a fresh `[heads, S, d]`.
 //!
 //! On the cubecl backends the kernels run; elsewhere (the CPU backend) the same maths runs as
 //! tensor operations ([`reference`]), which the tests also use as the oracle.
@@ -108,44 +108,6 @@ fn rms_norm_kernel(
                 v *= weight[i as usize];
             }
             out[(base + i) as usize] = v;
-            i += threads;
-        }
-    }
-}
-
-/// Rows are (token, head) pairs of a `[S, heads, d]` tensor; `cos`/`sin` are `[S, d]`.
-/// `out = n·cos + rotate_half(n)·sin` with `n = RMSNorm(x)·w`.
-#[cube(launch)]
-#[allow(clippy::too_many_arguments)]
-fn rms_norm_rope_kernel(
-    x: &[f32],
-    weight: &[f32],
-    cos: &[f32],
-    sin: &[f32],
-    out: &mut [f32],
-    rows: u32,
-    heads: u32,
-    size: u32,
-    eps: f32,
-    #[comptime] threads: u32,
-    #[comptime] levels: u32,
-) {
-    let row = CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X;
-    let base = row * size;
-    let inv_rms = inverse_rms(x, base, size, row < rows, eps, threads, levels);
-    if row < rows {
-        let half = size / 2;
-        let table = (row / heads) * size;
-        let mut i = UNIT_POS_X;
-        while i < size {
-            let normed = x[(base + i) as usize] * inv_rms * weight[i as usize];
-            // rotate_half: (−second half, first half).
-            let partner = (i + half) % size;
-            let mut rotated = x[(base + partner) as usize] * inv_rms * weight[partner as usize];
-            if i < half {
-                rotated = -rotated;
-            }
-            out[(base + i) as usize] = normed * cos[(table + i) as usize] + rotated * sin[(table + i) as usize];
             i += threads;
         }
     }
@@ -311,14 +273,6 @@ pub trait FusedOps: Backend {
     fn fused_rms_norm(x: FloatTensor<Self>, weight: FloatTensor<Self>, eps: f32, scaled: bool) -> FloatTensor<Self>;
     /// `gelu_tanh(gate) · up`, same shapes.
     fn fused_gelu_tanh_mul(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self>;
-    /// RMSNorm then RoPE of `x` `[S, heads, d]`, tables `cos`/`sin` `[S, 1, d]`.
-    fn fused_rms_norm_rope(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        cos: FloatTensor<Self>,
-        sin: FloatTensor<Self>,
-        eps: f32,
-    ) -> FloatTensor<Self>;
     /// Writes `x` `[S, heads, d]` into `cache` `[heads, capacity, d]` at slots
     /// `(start + t) % capacity`, after RMSNorm (`norm`; times `weight` when `scaled`) and RoPE
     /// (`rope`, tables `[S, 1, d]`). Returns the cache (written in place when nothing else holds
@@ -379,37 +333,6 @@ impl FusedOps for CubeBackend {
             size as u32,
             eps,
             scaled,
-            THREADS,
-            THREADS.trailing_zeros(),
-        );
-        out
-    }
-
-    fn fused_rms_norm_rope(
-        x: CubeTensor,
-        weight: CubeTensor,
-        cos: CubeTensor,
-        sin: CubeTensor,
-        eps: f32,
-    ) -> CubeTensor {
-        let x = into_contiguous(x);
-        let (heads, size) = (x.meta.shape()[1], x.meta.shape()[2]);
-        let rows = x.meta.shape().num_elements() / size.max(1);
-        let out = empty_like(&x);
-        let (grid_x, grid_y) = grid(rows as u32);
-        rms_norm_rope_kernel::launch(
-            &x.client.clone(),
-            CubeCount::Static(grid_x, grid_y, 1),
-            CubeDim::new_1d(THREADS),
-            x.into_buffer_arg(),
-            into_contiguous(weight).into_buffer_arg(),
-            into_contiguous(cos).into_buffer_arg(),
-            into_contiguous(sin).into_buffer_arg(),
-            out.clone().into_buffer_arg(),
-            rows as u32,
-            heads as u32,
-            size as u32,
-            eps,
             THREADS,
             THREADS.trailing_zeros(),
         );
@@ -557,21 +480,6 @@ pub fn gelu_tanh_mul<const D: usize>(gate: Tensor<D>, up: Tensor<D>) -> Tensor<D
         return reference::gelu_tanh(gate) * up;
     }
     Tensor::from_dispatch(<Dispatch as FusedOps>::fused_gelu_tanh_mul(gate.into_dispatch(), up.into_dispatch()))
-}
-
-/// RMSNorm (weight `w`, `[d]`) then RoPE of `x` `[S, heads, d]` with tables `cos`/`sin`
-/// `[S, 1, d]`.
-pub fn rms_norm_rope(x: Tensor<3>, weight: &Tensor<1>, cos: &Tensor<3>, sin: &Tensor<3>, eps: f32) -> Tensor<3> {
-    if !has_fused_kernels(&x.device()) {
-        return reference::rope(reference::rms_norm(x, weight, eps), cos, sin);
-    }
-    Tensor::from_dispatch(<Dispatch as FusedOps>::fused_rms_norm_rope(
-        x.into_dispatch(),
-        weight.clone().into_dispatch(),
-        cos.clone().into_dispatch(),
-        sin.clone().into_dispatch(),
-        eps,
-    ))
 }
 
 /// What happens to new keys or values on their way into the cache.
@@ -759,7 +667,8 @@ mod tests {
         let want = read(reference::gelu_tanh(gate) * up);
         assert!(max_diff(&fused, &want) < 1e-4, "gelu·up: {}", max_diff(&fused, &want));
 
-        // Norm + RoPE: 3 tokens × 2 heads, head sizes below and above the block.
+        // Norm + RoPE into a fresh [heads, S, d] (prefill queries): 3 tokens × 2 heads, head sizes
+        // below and above the block.
         for d in [8, 256] {
             let (s, heads) = (3, 2);
             let x = Tensor::<3>::from_data(TensorData::new(values(s * heads * d, d), [s, heads, d]), &gpu);
@@ -767,8 +676,9 @@ mod tests {
             let angles: Vec<f32> = (0..s * d).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
             let cos = Tensor::<1>::from_data(TensorData::new(angles.clone(), [s * d]), &gpu).cos().reshape([s, 1, d]);
             let sin = Tensor::<1>::from_data(TensorData::new(angles, [s * d]), &gpu).sin().reshape([s, 1, d]);
-            let fused = read(rms_norm_rope(x.clone(), &w, &cos, &sin, 1e-6));
-            let want = read(reference::rope(reference::rms_norm(x, &w, 1e-6), &cos, &sin));
+            let input = CacheInput::NormedRotated { weight: &w, cos: &cos, sin: &sin };
+            let fused = read(write_cache(Tensor::empty([heads, s, d], &gpu), x.clone(), input, 0, 1e-6));
+            let want = read(reference::rope(reference::rms_norm(x, &w, 1e-6), &cos, &sin).swap_dims(0, 1));
             assert!(max_diff(&fused, &want) < 1e-4, "norm+rope d {d}: {}", max_diff(&fused, &want));
         }
 

@@ -10,7 +10,7 @@ use hearth_weights::{AffineTensor, Checkpoint, HostTensor, WeightsError};
 use crate::affine::{AffineMatrix, has_fused_kernels};
 use crate::attention::{DecodeQuery, decode_attention, fused_decode_applies};
 use crate::fused::reference::bounded_tanh;
-use crate::fused::{CacheInput, add_rms_norm, attention_softmax, gelu_tanh_mul, rms_norm, rms_norm_rope};
+use crate::fused::{CacheInput, add_rms_norm, attention_softmax, gelu_tanh_mul, rms_norm, write_cache};
 
 use crate::cache::{ChunkGeometry, KvCache};
 use crate::config::{ConfigError, Family, LayerType, TextConfig};
@@ -687,13 +687,15 @@ impl Gemma {
             let out = decode_attention(query, keys, values, mask, c.attention_scale, c.attention_logit_softcap);
             return attn.o_proj.forward(out);
         }
-        let q = rms_norm_rope(q, &attn.q_norm, &rope.cos, &rope.sin, c.rms_norm_eps);
+        // Normed and rotated into [H, S, d] by the kernel that fills the cache.
+        let q_input = CacheInput::NormedRotated { weight: &attn.q_norm, cos: &rope.cos, sin: &rope.sin };
+        let q = write_cache(Tensor::empty([heads, s, d], &self.device), q, q_input, 0, c.rms_norm_eps);
 
         // GQA: query head h uses key/value head h / group.  q: [H, S, d] → [Hkv, group·S, d]
         let kv_heads = keys.dims()[0];
         let group = heads / kv_heads;
         let n = keys.dims()[1];
-        let q = q.swap_dims(0, 1).reshape([kv_heads, group * s, d]);
+        let q = q.reshape([kv_heads, group * s, d]);
         let scores = q.matmul(keys.swap_dims(1, 2)).reshape([kv_heads, group, s, n]);
         let probs = attention_softmax(scores, mask, c.attention_scale, c.attention_logit_softcap).reshape([
             kv_heads,

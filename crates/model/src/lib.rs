@@ -6,8 +6,9 @@
 //!   broken driver is caught before the user waits for a model.
 //! - [`config`] → [`gemma`] → [`cache`]: the model, as the spec reads: configuration, layers,
 //!   forward pass, KV cache.
-//! - [`fused`]: element-wise chains as single kernels: RMSNorm, norm + RoPE, residual add +
-//!   norm, the attention softmax, the GELU gate (fewer dispatches per token).
+//! - [`fused`]: element-wise chains as single kernels: RMSNorm, residual add + norm, the
+//!   attention softmax, the GELU gate, keys/values/queries normed and rotated into the cache
+//!   (fewer dispatches per token).
 //! - [`attention`]: a decoded token's whole attention in one kernel.
 //! - [`dispatches`]: kernel launches counted by name (for the benchmark).
 //! - [`affine`]: 4- and 8-bit matrices kept packed on the device and the fused
