@@ -203,6 +203,10 @@ fn measure(device: &Device, loaded: Loaded, options: &BenchOptions) -> Result<()
     if let Some(usage) = device.memory_pool_usage() {
         println!("| device memory reserved after load | {:.2} GB |", usage.bytes_reserved as f64 / 1e9);
     }
+    if let Some(peak) = peak_host_bytes() {
+        let note = if options.model.is_none() { "; includes the checkpoint, built in memory" } else { "" };
+        println!("| peak host memory so far (VmHWM{note}) | {:.2} GB |", peak as f64 / 1e9);
+    }
 
     let mut session = Session::new(model, CacheOptions::default());
     let mut sampler = Sampler::new(SamplingOptions::greedy());
@@ -268,6 +272,14 @@ fn measure(device: &Device, loaded: Loaded, options: &BenchOptions) -> Result<()
         );
     }
     Ok(())
+}
+
+/// The process's peak resident memory (Linux's VmHWM), when the system says.
+fn peak_host_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 fn print_top_kernels(counts: &BTreeMap<&'static str, usize>) {

@@ -259,22 +259,28 @@ impl Checkpoint {
         if rows.end > all_rows || rows.start > rows.end {
             return Err(bad(&format!("rows {rows:?} asked of a tensor with {all_rows}")));
         }
-        let slice = |me: &mut Self, name: &str| -> Result<(Vec<usize>, Vec<u8>, DType), WeightsError> {
+        // Where the rows' bytes of `name` lie: its shape cut to the rows, its info, start and length.
+        let locate = |me: &Self, name: &str| -> Result<(Vec<usize>, TensorInfo, usize, usize), WeightsError> {
             let info = me.info(name).ok_or_else(|| WeightsError::Missing { name: name.to_string() })?.clone();
             let row_bytes = info.shape.iter().skip(1).product::<usize>() * info.dtype.size_in_bytes();
             if info.shape.first() != Some(&all_rows) {
                 return Err(bad(&format!("`{name}` has {:?} rows, its weight {all_rows}", info.shape.first())));
             }
-            let bytes = me.read_range(name, &info, rows.start * row_bytes, rows.len() * row_bytes)?;
             let mut shape = info.shape.clone();
             shape[0] = rows.len();
-            Ok((shape, bytes, info.dtype))
+            Ok((shape, info, rows.start * row_bytes, rows.len() * row_bytes))
         };
-        let (shape, bytes, _) = slice(self, &weight)?;
-        let codes = bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        // The codes are read straight into their u32 buffer: no byte copy to convert.
+        let (shape, info, start, len) = locate(self, &weight)?;
+        let mut codes = vec![0u32; len / 4];
+        self.read_range_into(&weight, &info, start, bytemuck::cast_slice_mut(&mut codes))?;
+        if cfg!(target_endian = "big") {
+            codes.iter_mut().for_each(|word| *word = u32::from_le(*word));
+        }
         let mut floats = |name: String| -> Result<(Vec<usize>, Vec<f32>), WeightsError> {
-            let (shape, bytes, dtype) = slice(self, &name)?;
-            Ok((shape, to_f32(&name, dtype, &bytes)?))
+            let (shape, info, start, len) = locate(self, &name)?;
+            let bytes = self.read_range(&name, &info, start, len)?;
+            Ok((shape, to_f32(&name, info.dtype, &bytes)?))
         };
         let scales = floats(format!("{module}.scales"))?;
         let biases = floats(format!("{module}.biases"))?;
@@ -304,10 +310,23 @@ impl Checkpoint {
 
     /// `len` bytes of a safetensors tensor, from `start` within it.
     fn read_range(&mut self, name: &str, info: &TensorInfo, start: usize, len: usize) -> Result<Vec<u8>, WeightsError> {
+        let mut buffer = vec![0; len];
+        self.read_range_into(name, info, start, &mut buffer)?;
+        Ok(buffer)
+    }
+
+    /// `buffer.len()` bytes of a safetensors tensor, from `start` within it, into `buffer`.
+    fn read_range_into(
+        &mut self,
+        name: &str,
+        info: &TensorInfo,
+        start: usize,
+        buffer: &mut [u8],
+    ) -> Result<(), WeightsError> {
         match &mut self.format {
             Format::Safetensors { files, location } => {
                 let file = *location.get(name).ok_or_else(|| WeightsError::Missing { name: name.to_string() })?;
-                files[file].0.read_at(info.offset + start as u64, len)
+                files[file].0.read_into(info.offset + start as u64, buffer)
             }
             Format::Gguf { .. } => Err(WeightsError::NotSafetensors { name: name.to_string() }),
         }

@@ -14,8 +14,14 @@ pub trait ByteSource {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Fills `buffer` with the bytes at `offset` (exactly `buffer.len()` of them).
+    fn read_into(&mut self, offset: u64, buffer: &mut [u8]) -> Result<(), WeightsError>;
     /// Reads exactly `len` bytes at `offset`.
-    fn read_at(&mut self, offset: u64, len: usize) -> Result<Vec<u8>, WeightsError>;
+    fn read_at(&mut self, offset: u64, len: usize) -> Result<Vec<u8>, WeightsError> {
+        let mut buffer = vec![0; len];
+        self.read_into(offset, &mut buffer)?;
+        Ok(buffer)
+    }
 }
 
 pub struct FileSource {
@@ -40,12 +46,10 @@ impl ByteSource for FileSource {
     fn len(&self) -> u64 {
         self.len
     }
-    fn read_at(&mut self, offset: u64, len: usize) -> Result<Vec<u8>, WeightsError> {
+    fn read_into(&mut self, offset: u64, buffer: &mut [u8]) -> Result<(), WeightsError> {
         let io = |source| WeightsError::Io { path: self.path.clone(), source };
-        let mut buffer = vec![0; len];
         self.file.seek(SeekFrom::Start(offset)).map_err(io)?;
-        self.file.read_exact(&mut buffer).map_err(io)?;
-        Ok(buffer)
+        self.file.read_exact(buffer).map_err(io)
     }
 }
 
@@ -68,10 +72,14 @@ impl ByteSource for MemorySource {
     fn len(&self) -> u64 {
         self.bytes.len() as u64
     }
-    fn read_at(&mut self, offset: u64, len: usize) -> Result<Vec<u8>, WeightsError> {
+    fn read_into(&mut self, offset: u64, buffer: &mut [u8]) -> Result<(), WeightsError> {
+        let len = buffer.len();
         let start = usize::try_from(offset).ok().filter(|s| s.checked_add(len).is_some_and(|e| e <= self.bytes.len()));
         match start {
-            Some(start) => Ok(self.bytes[start..start + len].to_vec()),
+            Some(start) => {
+                buffer.copy_from_slice(&self.bytes[start..start + len]);
+                Ok(())
+            }
             None => Err(WeightsError::Truncated {
                 file: self.name.clone(),
                 expected: offset + len as u64,
