@@ -17,7 +17,7 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
 use crate::affine::has_fused_kernels;
-use crate::fused::{block_reduce, bounded_tanh};
+use crate::fused::{HeadColumns, block_reduce, bounded_tanh};
 
 /// Threads per query head (a power of two: reductions are trees).
 const THREADS: u32 = 64;
@@ -28,8 +28,9 @@ const MAX_HEAD_DIM: u32 = 512;
 
 /// `out[h] = Σ_t softmax_t(softcap(q_h·k_t · scale) + mask_t) · v_t` for query head `h`, with
 /// key/value head `h / group` and `q_h = RoPE(RMSNorm(q_raw_h) · q_norm)` (`cos_sin`: the
-/// position's cos then sin, `2d` values). Keys and values are `[Hkv, n, d]` with `kv_stride`
-/// elements between heads (a view of a larger cache); q and out are `[H, d]`. Seven storage
+/// position's cos then sin, `2d` values; head h of q at `q_offset + h·d`, q may be the start of a
+/// joint q/k/v projection). Keys and values are `[Hkv, n, d]` with `kv_stride` elements between
+/// heads (a view of a larger cache); out is `[H, d]`. Seven storage
 /// buffers: WebGPU guarantees eight per stage and cubecl keeps one.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
@@ -44,6 +45,7 @@ fn decode_attention_kernel(
     group: u32,
     n: u32,
     d: u32,
+    q_offset: u32,
     kv_stride: u32,
     scale: f32,
     cap: f32,
@@ -55,7 +57,8 @@ fn decode_attention_kernel(
 ) {
     let head = CUBE_POS_X;
     let thread = UNIT_POS_X;
-    let q_base = head * d;
+    let q_base = q_offset + head * d;
+    let out_base = head * d;
     let kv_base = (head / group) * kv_stride;
 
     // The query head, normed and rotated, into shared memory (read once per key below).
@@ -147,19 +150,21 @@ fn decode_attention_kernel(
     for j in 0..dims_per_thread {
         let dim = thread + j * threads;
         if dim < d {
-            out[(q_base + dim) as usize] = acc[j as usize] / running_sum;
+            out[(out_base + dim) as usize] = acc[j as usize] / running_sum;
         }
     }
 }
 
 #[backend_extension(Cube)]
 pub trait AttentionKernels: Backend {
-    /// One query token: q `[1, H, d]` before its norm (`q_norm` `[d]`, `eps`) and RoPE
-    /// (`cos_sin` `[1, 2d]`), keys and values `[Hkv, n, d]`, mask `[1, n]` → `[1, H·d]`. `cap` ≤ 0
-    /// means no softcap.
+    /// One query token: `heads` heads of q `[1, total]` from column `column`, before their norm
+    /// (`q_norm` `[d]`, `eps`) and RoPE (`cos_sin` `[1, 2d]`), keys and values `[Hkv, n, d]`,
+    /// mask `[1, n]` → `[1, H·d]`. `cap` ≤ 0 means no softcap.
     #[allow(clippy::too_many_arguments)]
     fn fused_decode_attention(
         q: FloatTensor<Self>,
+        heads: usize,
+        column: usize,
         q_norm: FloatTensor<Self>,
         cos_sin: FloatTensor<Self>,
         eps: f32,
@@ -189,6 +194,8 @@ fn head_strided(t: CubeTensor) -> (CubeTensor, usize) {
 impl AttentionKernels for CubeBackend {
     fn fused_decode_attention(
         q: CubeTensor,
+        heads: usize,
+        column: usize,
         q_norm: CubeTensor,
         cos_sin: CubeTensor,
         eps: f32,
@@ -199,7 +206,7 @@ impl AttentionKernels for CubeBackend {
         cap: f32,
     ) -> CubeTensor {
         let q = into_contiguous(q);
-        let (heads, d) = (q.meta.shape()[1], q.meta.shape()[2]);
+        let d = q_norm.meta.shape()[0];
         let (kv_heads, n) = (keys.meta.shape()[0], keys.meta.shape()[1]);
         let (mut keys, mut stride) = head_strided(keys);
         let (mut values, value_stride) = head_strided(values);
@@ -225,6 +232,7 @@ impl AttentionKernels for CubeBackend {
             (heads / kv_heads) as u32,
             n as u32,
             d as u32,
+            column as u32,
             stride as u32,
             scale,
             cap,
@@ -247,8 +255,8 @@ pub fn fused_decode_applies(device: &burn::tensor::Device, tokens: usize, head_d
 /// A decoded token's query as the q projection gives it, with what turns it into the attention's
 /// query: RMSNorm with `norm` `[d]`, then RoPE with `cos_sin` `[1, 2d]`.
 pub struct DecodeQuery<'a> {
-    /// [1, H, d]
-    pub q: Tensor<3>,
+    /// The H query heads of the one token (possibly beside its keys and values).
+    pub q: HeadColumns,
     pub norm: &'a Tensor<1>,
     pub cos_sin: &'a Tensor<2>,
     pub eps: f32,
@@ -264,10 +272,12 @@ pub fn decode_attention(
     scale: f32,
     softcap: Option<f32>,
 ) -> Tensor<2> {
-    let d = query.q.dims()[2];
+    let (d, heads, column) = (query.q.head_dim, query.q.heads, query.q.column);
     assert!(d <= MAX_HEAD_DIM as usize && d.is_multiple_of(2), "head dimension {d} (at most {MAX_HEAD_DIM}, even)");
     Tensor::from_dispatch(<Dispatch as AttentionKernels>::fused_decode_attention(
-        query.q.into_dispatch(),
+        query.q.x.into_dispatch(),
+        heads,
+        column,
         query.norm.clone().into_dispatch(),
         query.cos_sin.clone().into_dispatch(),
         query.eps,
@@ -343,7 +353,10 @@ mod tests {
             let mask: Vec<f32> = (0..n).map(|t| if t < n / 5 { -1e30 } else { 0.0 }).collect();
             let mask = Tensor::<2>::from_data(TensorData::new(mask, [1, n]), &gpu);
             for softcap in [None, Some(5.0)] {
-                let query = DecodeQuery { q: q.clone(), norm: &norm, cos_sin: &cos_sin, eps: 1e-6 };
+                // q heads after d junk columns, as in a joint q/k/v output.
+                let joint = Tensor::cat(vec![Tensor::<2>::ones([1, d], &gpu), q.clone().reshape([1, heads * d])], 1);
+                let columns = HeadColumns { x: joint, column: d, heads, head_dim: d };
+                let query = DecodeQuery { q: columns, norm: &norm, cos_sin: &cos_sin, eps: 1e-6 };
                 let fused = read(decode_attention(query, keys.clone(), vals.clone(), mask.clone(), 0.3, softcap));
                 let tables = (&norm, &cos, &sin);
                 let want = read(reference(q.clone(), tables, keys.clone(), vals.clone(), mask.clone(), softcap));

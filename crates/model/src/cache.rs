@@ -6,7 +6,7 @@
 use burn::tensor::{Device, Tensor, TensorData};
 
 use crate::config::{LayerType, TextConfig};
-use crate::fused::{CacheInput, write_cache};
+use crate::fused::{CacheInput, HeadColumns, write_cache};
 use crate::gemma::{ModelError, RopeTables};
 
 /// Additive mask value for keys a query must not see (finite: WGSL handles it like any number).
@@ -192,19 +192,19 @@ impl KvCache {
 
     /// Stores layer `layer`'s new keys and values ([Hkv, S, d]) and returns everything the chunk's
     /// queries may attend to: [Hkv, n, d] (positions for full layers, ring slots for sliding ones).
-    /// Writes a chunk's keys and values (`[S, Hkv, d]`, before their norms and RoPE) into layer
+    /// Writes a chunk's keys and values (`Hkv` heads each, before their norms and RoPE) into layer
     /// `layer`'s cache, each transformed as its [`CacheInput`] says, and returns the keys and
     /// values attention reads: `[Hkv, n, d]` (the cache so far, or the whole ring).
     pub(crate) fn write(
         &mut self,
         layer: usize,
         geometry: &ChunkGeometry,
-        (k, k_input): (Tensor<3>, CacheInput),
-        (v, v_input): (Tensor<3>, CacheInput),
+        (k, k_input): (HeadColumns, CacheInput),
+        (v, v_input): (HeadColumns, CacheInput),
         eps: f32,
     ) -> (Tensor<3>, Tensor<3>) {
         let kv = self.layers[layer].as_mut().expect("only layers with their own K/V write to the cache");
-        let [_, heads, d] = k.dims();
+        let (heads, d) = (k.heads, k.head_dim);
         let start = geometry.start;
         // Slots are (start + t) % capacity: a full-attention cache never wraps, a ring may.
         assign_in_place(&mut kv.keys, |keys| write_cache(keys, k, k_input, start, eps));

@@ -200,7 +200,8 @@ fn attention_softmax_kernel(
     }
 }
 
-/// Rows are (token, head) pairs of `x` `[S, heads, d]`; row (t, h) goes to
+/// Rows are (token, head) pairs; row (t, h) is `x[t·x_stride + x_offset + h·d ..][..d]` (the
+/// heads of one projection, possibly a column block of q, k and v computed together) and goes to
 /// `cache[h, (start + t) % capacity, :]` after an optional RMSNorm (`norm`, times `weight` when
 /// `scaled`) and RoPE (`rope`, tables `[S, d]`).
 #[cube(launch)]
@@ -214,6 +215,8 @@ fn write_cache_kernel(
     rows: u32,
     heads: u32,
     size: u32,
+    x_stride: u32,
+    x_offset: u32,
     capacity: u32,
     start: u32,
     eps: f32,
@@ -224,7 +227,7 @@ fn write_cache_kernel(
     #[comptime] levels: u32,
 ) {
     let row = CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X;
-    let base = row * size;
+    let base = (row / heads) * x_stride + x_offset + (row % heads) * size;
     let mut inv_rms = f32::new(1.0);
     if norm {
         inv_rms = inverse_rms(x, base, size, row < rows, eps, threads, levels);
@@ -273,14 +276,15 @@ pub trait FusedOps: Backend {
     fn fused_rms_norm(x: FloatTensor<Self>, weight: FloatTensor<Self>, eps: f32, scaled: bool) -> FloatTensor<Self>;
     /// `gelu_tanh(gate) · up`, same shapes.
     fn fused_gelu_tanh_mul(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self>;
-    /// Writes `x` `[S, heads, d]` into `cache` `[heads, capacity, d]` at slots
-    /// `(start + t) % capacity`, after RMSNorm (`norm`; times `weight` when `scaled`) and RoPE
-    /// (`rope`, tables `[S, 1, d]`). Returns the cache (written in place when nothing else holds
-    /// it). Unread inputs may be any tensor.
+    /// Writes the heads in columns `column..column + heads·d` of `x` `[S, total]` into `cache`
+    /// `[heads, capacity, d]` at slots `(start + t) % capacity`, after RMSNorm (`norm`; times
+    /// `weight` when `scaled`) and RoPE (`rope`, tables `[S, 1, d]`). Returns the cache (written in
+    /// place when nothing else holds it). Unread inputs may be any tensor.
     #[allow(clippy::too_many_arguments)]
     fn fused_write_cache(
         cache: FloatTensor<Self>,
         x: FloatTensor<Self>,
+        column: usize,
         weight: FloatTensor<Self>,
         cos: FloatTensor<Self>,
         sin: FloatTensor<Self>,
@@ -342,6 +346,7 @@ impl FusedOps for CubeBackend {
     fn fused_write_cache(
         cache: CubeTensor,
         x: CubeTensor,
+        column: usize,
         weight: CubeTensor,
         cos: CubeTensor,
         sin: CubeTensor,
@@ -354,9 +359,9 @@ impl FusedOps for CubeBackend {
         // Like Burn's slice_assign: write in place when this is the only reference.
         let cache = if cache.can_mut() && cache.is_contiguous() { cache } else { into_contiguous(cache.copy()) };
         let x = into_contiguous(x);
-        let (heads, size) = (x.meta.shape()[1], x.meta.shape()[2]);
-        let rows = x.meta.shape().num_elements() / size.max(1);
-        let capacity = cache.meta.shape()[1];
+        let (tokens, total) = (x.meta.shape()[0], x.meta.shape()[1]);
+        let (heads, size, capacity) = (cache.meta.shape()[0], cache.meta.shape()[2], cache.meta.shape()[1]);
+        let rows = tokens * heads;
         let (grid_x, grid_y) = grid(rows as u32);
         write_cache_kernel::launch(
             &x.client.clone(),
@@ -370,6 +375,8 @@ impl FusedOps for CubeBackend {
             rows as u32,
             heads as u32,
             size as u32,
+            total as u32,
+            column as u32,
             capacity as u32,
             start as u32,
             eps,
@@ -492,12 +499,37 @@ pub enum CacheInput<'a> {
     NormedRotated { weight: &'a Tensor<1>, cos: &'a Tensor<3>, sin: &'a Tensor<3> },
 }
 
-/// `cache[h, (start + t) % capacity, :] = f(x[t, h, :])` for `x` `[S, heads, d]` and `cache`
+/// The heads of one projection inside a projection's output `x` `[S, total]`: columns
+/// `column..column + heads·head_dim` (q, k and v may come out of one packed matmul, side by side).
+pub struct HeadColumns {
+    pub x: Tensor<2>,
+    pub column: usize,
+    pub heads: usize,
+    pub head_dim: usize,
+}
+
+impl HeadColumns {
+    /// All of `x` `[S, heads·head_dim]`.
+    pub fn whole(x: Tensor<2>, heads: usize, head_dim: usize) -> Self {
+        HeadColumns { x, column: 0, heads, head_dim }
+    }
+
+    /// As a `[S, heads, d]` tensor (a column slice: the tensor-op path).
+    pub fn to_heads(&self) -> Tensor<3> {
+        let s = self.x.dims()[0];
+        let columns = self.column..self.column + self.heads * self.head_dim;
+        self.x.clone().slice([0..s, columns]).reshape([s, self.heads, self.head_dim])
+    }
+}
+
+/// `cache[h, (start + t) % capacity, :] = f(x[t, h, :])` for the heads `x` and `cache`
 /// `[heads, capacity, d]`, with `f` as `input` says; returns the cache. One dispatch, writing
-/// into the cache's own buffer when the caller passes its only reference.
-pub fn write_cache(cache: Tensor<3>, x: Tensor<3>, input: CacheInput, start: usize, eps: f32) -> Tensor<3> {
-    let device = x.device();
+/// into the cache's own buffer when the caller passes its only reference, and reading the heads
+/// where they lie in the projection's output.
+pub fn write_cache(cache: Tensor<3>, x: HeadColumns, input: CacheInput, start: usize, eps: f32) -> Tensor<3> {
+    let device = x.x.device();
     if !has_fused_kernels(&device) {
+        let x = x.to_heads();
         let [s, heads, d] = x.dims();
         let capacity = cache.dims()[1];
         let x = match input {
@@ -520,8 +552,9 @@ pub fn write_cache(cache: Tensor<3>, x: Tensor<3>, input: CacheInput, start: usi
         }
         return cache;
     }
+    let HeadColumns { x, column, .. } = x;
     // Unread inputs bind `x` again (no allocation, no dispatch).
-    let unused = || x.clone();
+    let unused = || x.clone().unsqueeze::<3>();
     let flat = || x.clone().reshape([x.shape().num_elements()]);
     let (weight, cos, sin, norm, scaled, rope) = match input {
         CacheInput::Plain => (flat(), unused(), unused(), false, false, false),
@@ -531,6 +564,7 @@ pub fn write_cache(cache: Tensor<3>, x: Tensor<3>, input: CacheInput, start: usi
     Tensor::from_dispatch(<Dispatch as FusedOps>::fused_write_cache(
         cache.into_dispatch(),
         x.into_dispatch(),
+        column,
         weight.into_dispatch(),
         cos.into_dispatch(),
         sin.into_dispatch(),
@@ -677,14 +711,18 @@ mod tests {
             let cos = Tensor::<1>::from_data(TensorData::new(angles.clone(), [s * d]), &gpu).cos().reshape([s, 1, d]);
             let sin = Tensor::<1>::from_data(TensorData::new(angles, [s * d]), &gpu).sin().reshape([s, 1, d]);
             let input = CacheInput::NormedRotated { weight: &w, cos: &cos, sin: &sin };
-            let fused = read(write_cache(Tensor::empty([heads, s, d], &gpu), x.clone(), input, 0, 1e-6));
+            let columns = HeadColumns::whole(x.clone().reshape([s, heads * d]), heads, d);
+            let fused = read(write_cache(Tensor::empty([heads, s, d], &gpu), columns, input, 0, 1e-6));
             let want = read(reference::rope(reference::rms_norm(x, &w, 1e-6), &cos, &sin).swap_dims(0, 1));
             assert!(max_diff(&fused, &want) < 1e-4, "norm+rope d {d}: {}", max_diff(&fused, &want));
         }
 
-        // Keys and values into a ring of 5 slots from slot 4: the chunk wraps to slots 0 and 1.
+        // Keys and values into a ring of 5 slots from slot 4: the chunk wraps to slots 0 and 1. The
+        // heads are a column block (from column d) of a wider projection output, as when q, k and v
+        // come out of one matmul.
         let (s, heads, d, capacity) = (3, 2, 8, 5);
-        let x = Tensor::<3>::from_data(TensorData::new(values(s * heads * d, 6), [s, heads, d]), &gpu);
+        let total = (heads + 2) * d;
+        let x = Tensor::<2>::from_data(TensorData::new(values(s * total, 6), [s, total]), &gpu);
         let w = Tensor::<1>::from_data(TensorData::new(values(d, 7), [d]), &gpu);
         let angles: Vec<f32> = (0..s * d).map(|i| i as f32 * 0.21).collect();
         let cos = Tensor::<1>::from_data(TensorData::new(angles.clone(), [s * d]), &gpu).cos().reshape([s, 1, d]);
@@ -692,27 +730,20 @@ mod tests {
         let ring =
             || Tensor::<3>::from_data(TensorData::new(values(heads * capacity * d, 8), [heads, capacity, d]), &gpu);
         let cpu = Device::flex();
-        let on_cpu = |t: Tensor<3>| Tensor::<3>::from_data(t.into_data(), &cpu);
-        let inputs = || {
-            [
-                (CacheInput::Plain, CacheInput::Plain),
-                (CacheInput::Normed, CacheInput::Normed),
-                (
-                    CacheInput::NormedRotated { weight: &w, cos: &cos, sin: &sin },
-                    CacheInput::NormedRotated { weight: &w, cos: &cos, sin: &sin },
-                ),
-            ]
-        };
+        let to_cpu = |t: Tensor<3>| Tensor::<3>::from_data(t.into_data(), &cpu);
         let (w_cpu, cos_cpu, sin_cpu) =
-            (Tensor::<1>::from_data(w.clone().into_data(), &cpu), on_cpu(cos.clone()), on_cpu(sin.clone()));
-        for (i, (input, _)) in inputs().into_iter().enumerate() {
-            let fused = read(write_cache(ring(), x.clone(), input, 4, 1e-6));
-            let cpu_input = match i {
+            (Tensor::<1>::from_data(w.clone().into_data(), &cpu), to_cpu(cos.clone()), to_cpu(sin.clone()));
+        let x_cpu = Tensor::<2>::from_data(x.clone().into_data(), &cpu);
+        for i in 0..3 {
+            let input = |w, cos, sin| match i {
                 0 => CacheInput::Plain,
                 1 => CacheInput::Normed,
-                _ => CacheInput::NormedRotated { weight: &w_cpu, cos: &cos_cpu, sin: &sin_cpu },
+                _ => CacheInput::NormedRotated { weight: w, cos, sin },
             };
-            let want = read(write_cache(on_cpu(ring()), on_cpu(x.clone()), cpu_input, 4, 1e-6));
+            let columns = |x: &Tensor<2>| HeadColumns { x: x.clone(), column: d, heads, head_dim: d };
+            let fused = read(write_cache(ring(), columns(&x), input(&w, &cos, &sin), 4, 1e-6));
+            let cpu_input = input(&w_cpu, &cos_cpu, &sin_cpu);
+            let want = read(write_cache(to_cpu(ring()), columns(&x_cpu), cpu_input, 4, 1e-6));
             assert!(max_diff(&fused, &want) < 1e-5, "cache write {i}: {}", max_diff(&fused, &want));
             // Slots 2 and 3 were not written.
             let before = read(ring());

@@ -10,7 +10,7 @@ use hearth_weights::{AffineTensor, Checkpoint, HostTensor, WeightsError};
 use crate::affine::{AffineMatrix, has_fused_kernels};
 use crate::attention::{DecodeQuery, decode_attention, fused_decode_applies};
 use crate::fused::reference::bounded_tanh;
-use crate::fused::{CacheInput, add_rms_norm, attention_softmax, gelu_tanh_mul, rms_norm, write_cache};
+use crate::fused::{CacheInput, HeadColumns, add_rms_norm, attention_softmax, gelu_tanh_mul, rms_norm, write_cache};
 
 use crate::cache::{ChunkGeometry, KvCache};
 use crate::config::{ConfigError, Family, LayerType, TextConfig};
@@ -82,10 +82,15 @@ impl<'a> NormedInput<'a> {
         }
     }
 
+    /// `RMSNorm(x) · Wᵀ` for a packed `W` (the norm folded into its kernel): [S, h] → [S, rows]
+    fn project_packed(&self, w: &AffineMatrix) -> Tensor<2> {
+        w.normed_matmul_transposed(self.x.clone(), self.weight, self.eps)
+    }
+
     /// `linear(RMSNorm(x))`: [S, h] → [S, out]
     fn project(&self, linear: &Linear) -> Tensor<2> {
         match linear {
-            Linear::Affine(w) => w.normed_matmul_transposed(self.x.clone(), self.weight, self.eps),
+            Linear::Affine(w) => self.project_packed(w),
             Linear::Dense(_) => {
                 linear.forward(self.normed.get_or_init(|| rms_norm(self.x.clone(), self.weight, self.eps)).clone())
             }
@@ -94,18 +99,27 @@ impl<'a> NormedInput<'a> {
 }
 
 struct Attention {
-    q_proj: Linear,
+    projections: Projections,
     /// None on KV-shared layers: they reuse their producer's keys and values.
-    kv: Option<KeyValue>,
+    k_norm: Option<Tensor<1>>,
     o_proj: Linear,
     /// RMSNorm weights over the head dimension, with the family's offset applied.
     q_norm: Tensor<1>,
 }
 
-struct KeyValue {
-    k_proj: Linear,
-    v_proj: Linear,
-    k_norm: Tensor<1>,
+/// The query, key and value projections of a layer.
+#[allow(clippy::large_enum_variant)]
+enum Projections {
+    /// A KV-shared layer: queries only.
+    Query(Linear),
+    Separate {
+        q: Linear,
+        k: Linear,
+        v: Linear,
+    },
+    /// q, k and v rows stacked in one packed matrix (packed alike): one launch, whose output
+    /// holds q, k and v side by side.
+    Joint(AffineMatrix),
 }
 
 struct Mlp {
@@ -357,6 +371,27 @@ impl Loader<'_> {
         Ok(self.dense_linear(w, out_features, in_features))
     }
 
+    /// Matrices with the same input, as one packed matrix (their rows stacked in order), where the
+    /// fused kernels run and all are packed alike; `None` otherwise.
+    fn joint(
+        &mut self,
+        names: &[String],
+        rows: [usize; 3],
+        in_features: usize,
+    ) -> Result<Option<AffineMatrix>, ModelError> {
+        if !has_fused_kernels(self.device) {
+            return Ok(None);
+        }
+        let mut parts = Vec::with_capacity(names.len());
+        for (name, rows) in names.iter().zip(rows) {
+            match self.affine(name, rows, in_features)? {
+                Some(part) if AffineMatrix::holds(&part) => parts.push(part),
+                _ => return Ok(None),
+            }
+        }
+        Ok(AffineTensor::stack_rows(parts).map(|joint| AffineMatrix::upload(joint, self.device)))
+    }
+
     fn dense_linear(&self, w: HostTensor, out_features: usize, in_features: usize) -> Linear {
         let mut transposed = vec![0.0; w.data.len()];
         for (o, row) in w.data.chunks_exact(in_features).enumerate() {
@@ -458,18 +493,27 @@ impl Gemma {
         for (i, layer) in c.layers.iter().enumerate() {
             let name = |part: &str| format!("layers.{i}.{part}");
             let (d, kv_heads) = (layer.head_dim, layer.num_kv_heads);
-            let kv = match layer.kv_producer {
+            let q_rows = c.num_heads * d;
+            let (projections, k_norm) = match layer.kv_producer {
                 // Real checkpoints still ship k/v weights on shared layers: they are never read.
-                Some(_) => None,
-                None => Some(KeyValue {
-                    k_proj: loader.linear(&name("self_attn.k_proj"), kv_heads * d, h)?,
-                    v_proj: loader.linear(&name("self_attn.v_proj"), kv_heads * d, h)?,
-                    k_norm: loader.norm(&name("self_attn.k_norm"), d)?,
-                }),
+                Some(_) => (Projections::Query(loader.linear(&name("self_attn.q_proj"), q_rows, h)?), None),
+                None => {
+                    let names = [name("self_attn.q_proj"), name("self_attn.k_proj"), name("self_attn.v_proj")];
+                    let rows = [q_rows, kv_heads * d, kv_heads * d];
+                    let projections = match loader.joint(&names, rows, h)? {
+                        Some(joint) => Projections::Joint(joint),
+                        None => Projections::Separate {
+                            q: loader.linear(&names[0], rows[0], h)?,
+                            k: loader.linear(&names[1], rows[1], h)?,
+                            v: loader.linear(&names[2], rows[2], h)?,
+                        },
+                    };
+                    (projections, Some(loader.norm(&name("self_attn.k_norm"), d)?))
+                }
             };
             let attention = Attention {
-                q_proj: loader.linear(&name("self_attn.q_proj"), c.num_heads * d, h)?,
-                kv,
+                projections,
+                k_norm,
                 o_proj: loader.linear(&name("self_attn.o_proj"), h, c.num_heads * d)?,
                 q_norm: loader.norm(&name("self_attn.q_norm"), d)?,
             };
@@ -538,10 +582,12 @@ impl Gemma {
         }
         for layer in &self.layers {
             let a = &layer.attention;
-            device += linear(&a.q_proj) + linear(&a.o_proj) + dense(&a.q_norm);
-            if let Some(kv) = &a.kv {
-                device += linear(&kv.k_proj) + linear(&kv.v_proj) + dense(&kv.k_norm);
-            }
+            device += linear(&a.o_proj) + dense(&a.q_norm) + a.k_norm.as_ref().map_or(0, dense);
+            device += match &a.projections {
+                Projections::Query(q) => linear(q),
+                Projections::Separate { q, k, v } => linear(q) + linear(k) + linear(v),
+                Projections::Joint(qkv) => qkv.device_bytes(),
+            };
             device += linear(&layer.mlp.gate_proj) + linear(&layer.mlp.up_proj) + linear(&layer.mlp.down_proj);
             if let Some(pli) = &layer.per_layer_input {
                 device += linear(&pli.gate) + linear(&pli.projection) + dense(&pli.post_norm);
@@ -663,22 +709,34 @@ impl Gemma {
         let (s, heads, d) = (a.tokens(), c.num_heads, spec.head_dim);
         let rope = geometry.rope(spec.kind, d);
 
-        // [S, H, d], before its norm and RoPE (the decode kernel applies both itself).
-        let q = a.project(&attn.q_proj).reshape([s, heads, d]);
+        // The heads before their norms and RoPE (the kernels that consume them apply both).
+        let kv_heads = spec.num_kv_heads;
+        let (q, kv) = match &attn.projections {
+            Projections::Query(q) => (HeadColumns::whole(a.project(q), heads, d), None),
+            Projections::Separate { q, k, v } => (
+                HeadColumns::whole(a.project(q), heads, d),
+                Some((HeadColumns::whole(a.project(k), kv_heads, d), HeadColumns::whole(a.project(v), kv_heads, d))),
+            ),
+            Projections::Joint(qkv) => {
+                // [S, (H + 2·Hkv)·d]: q, then k, then v.
+                let out = a.project_packed(qkv);
+                let at = |column, heads| HeadColumns { x: out.clone(), column, heads, head_dim: d };
+                (at(0, heads), Some((at(heads * d, kv_heads), at((heads + kv_heads) * d, kv_heads))))
+            }
+        };
 
-        let (keys, values) = match (&attn.kv, spec.kv_producer) {
-            (Some(kv), _) => {
-                let kv_heads = spec.num_kv_heads;
-                let k = a.project(&kv.k_proj).reshape([s, kv_heads, d]);
-                let v = a.project(&kv.v_proj).reshape([s, kv_heads, d]);
-                let k_input = CacheInput::NormedRotated { weight: &kv.k_norm, cos: &rope.cos, sin: &rope.sin };
+        let (keys, values) = match (kv, &attn.k_norm, spec.kv_producer) {
+            (Some((k, v)), Some(k_norm), _) => {
+                let k_input = CacheInput::NormedRotated { weight: k_norm, cos: &rope.cos, sin: &rope.sin };
                 let v_input = if c.v_norm { CacheInput::Normed } else { CacheInput::Plain };
                 let (keys, values) = cache.write(i, geometry, (k, k_input), (v, v_input), c.rms_norm_eps);
                 produced[i] = Some((keys.clone(), values.clone()));
                 (keys, values)
             }
-            (None, Some(producer)) => produced[producer].clone().expect("producers run before the layers sharing them"),
-            (None, None) => unreachable!("a layer without K/V weights always has a producer"),
+            (None, _, Some(producer)) => {
+                produced[producer].clone().expect("producers run before the layers sharing them")
+            }
+            _ => unreachable!("a layer without K/V weights always has a producer"),
         };
 
         let mask = geometry.mask(spec.kind);

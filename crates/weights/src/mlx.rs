@@ -143,6 +143,25 @@ impl AffineTensor {
         Ok(AffineTensor { rows, cols, params, codes: codes.1, scales: scales.1, biases: biases.1 })
     }
 
+    /// The rows of `parts`, in order, as one tensor; `None` unless all have the same columns and
+    /// packing (and there is at least one).
+    pub fn stack_rows(parts: Vec<AffineTensor>) -> Option<AffineTensor> {
+        let first = parts.first()?;
+        let (cols, params) = (first.cols, first.params);
+        if parts.iter().any(|p| p.cols != cols || p.params != params) {
+            return None;
+        }
+        let mut joint =
+            AffineTensor { rows: 0, cols, params, codes: Vec::new(), scales: Vec::new(), biases: Vec::new() };
+        for part in parts {
+            joint.rows += part.rows;
+            joint.codes.extend(part.codes);
+            joint.scales.extend(part.scales);
+            joint.biases.extend(part.biases);
+        }
+        Some(joint)
+    }
+
     pub fn words_per_row(&self) -> usize {
         self.cols * self.params.bits as usize / 32
     }
