@@ -312,6 +312,14 @@ pub trait FusedOps: Backend {
     ) -> FloatTensor<Self>;
 }
 
+/// A tensor's rows (all but its last dimension) and row size, and a grid of one block per row.
+fn one_block_per_row(x: &CubeTensor) -> (usize, usize, CubeCount) {
+    let size = *x.meta.shape().last().unwrap_or(&1);
+    let rows = x.meta.shape().num_elements() / size.max(1);
+    let (grid_x, grid_y) = grid(rows as u32);
+    (rows, size, CubeCount::Static(grid_x, grid_y, 1))
+}
+
 /// An output tensor shaped like `like`.
 fn empty_like(like: &CubeTensor) -> CubeTensor {
     let shape = like.meta.shape().clone();
@@ -322,13 +330,11 @@ fn empty_like(like: &CubeTensor) -> CubeTensor {
 impl FusedOps for CubeBackend {
     fn fused_rms_norm(x: CubeTensor, weight: CubeTensor, eps: f32, scaled: bool) -> CubeTensor {
         let x = into_contiguous(x);
-        let size = *x.meta.shape().last().unwrap_or(&1);
-        let rows = x.meta.shape().num_elements() / size.max(1);
+        let (rows, size, blocks) = one_block_per_row(&x);
         let out = empty_like(&x);
-        let (grid_x, grid_y) = grid(rows as u32);
         rms_norm_kernel::launch(
             &x.client.clone(),
-            CubeCount::Static(grid_x, grid_y, 1),
+            blocks,
             CubeDim::new_1d(THREADS),
             x.into_buffer_arg(),
             into_contiguous(weight).into_buffer_arg(),
@@ -391,13 +397,11 @@ impl FusedOps for CubeBackend {
 
     fn fused_add_rms_norm(residual: CubeTensor, x: CubeTensor, weight: CubeTensor, eps: f32, scale: f32) -> CubeTensor {
         let x = into_contiguous(x);
-        let size = *x.meta.shape().last().unwrap_or(&1);
-        let rows = x.meta.shape().num_elements() / size.max(1);
+        let (rows, size, blocks) = one_block_per_row(&x);
         let out = empty_like(&x);
-        let (grid_x, grid_y) = grid(rows as u32);
         add_rms_norm_kernel::launch(
             &x.client.clone(),
-            CubeCount::Static(grid_x, grid_y, 1),
+            blocks,
             CubeDim::new_1d(THREADS),
             into_contiguous(residual).into_buffer_arg(),
             x.into_buffer_arg(),
@@ -415,14 +419,12 @@ impl FusedOps for CubeBackend {
 
     fn fused_attention_softmax(scores: CubeTensor, mask: CubeTensor, scale: f32, cap: f32) -> CubeTensor {
         let scores = into_contiguous(scores);
-        let n = *scores.meta.shape().last().unwrap_or(&1);
-        let rows = scores.meta.shape().num_elements() / n.max(1);
+        let (rows, n, blocks) = one_block_per_row(&scores);
         let mask_rows = mask.meta.shape()[0];
         let out = empty_like(&scores);
-        let (grid_x, grid_y) = grid(rows as u32);
         attention_softmax_kernel::launch(
             &scores.client.clone(),
-            CubeCount::Static(grid_x, grid_y, 1),
+            blocks,
             CubeDim::new_1d(THREADS),
             scores.into_buffer_arg(),
             into_contiguous(mask).into_buffer_arg(),
