@@ -21,7 +21,7 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 use hearth_weights::{AffineParams, AffineTensor};
 
-use crate::fused::bounded_tanh;
+use crate::fused::{bounded_tanh, empty_output};
 
 /// Threads that share one output row (a power of two: they sum in a tree).
 const THREADS: u32 = 64;
@@ -276,9 +276,7 @@ impl AffineKernels for CubeBackend {
         let n = ids.meta.shape()[0];
         let k = codes.meta.shape()[1] * per_word;
         let client = ids.client.clone();
-        let shape = burn::tensor::Shape::new([n, k]);
-        let handle = client.empty(n * k * size_of::<f32>());
-        let out = CubeTensor::new_contiguous(client.clone(), ids.device.clone(), shape, handle, DType::F32);
+        let out = empty_output(&ids, burn::tensor::Shape::new([n, k]));
         let (grid_x, grid_y) = grid(((n * k / per_word) as u32).div_ceil(THREADS));
         affine_rows_kernel::launch(
             &client,
@@ -316,12 +314,8 @@ impl AffineKernels for CubeBackend {
         let (tokens, k) = (x.meta.shape()[0], x.meta.shape()[1]);
         debug_assert_eq!(words * 32 / bits as usize, k, "codes and input disagree on k");
         let client = x.client.clone();
-        let out_shape = burn::tensor::Shape::new([tokens, rows]);
-        let handle = client.empty(tokens * rows * size_of::<f32>());
-        let out = CubeTensor::new_contiguous(client.clone(), x.device.clone(), out_shape, handle, DType::F32);
-        let row_blocks = rows as u32;
-        let (grid_x, grid_y) =
-            if row_blocks <= MAX_GRID { (row_blocks.max(1), 1) } else { (MAX_GRID, row_blocks.div_ceil(MAX_GRID)) };
+        let out = empty_output(&x, burn::tensor::Shape::new([tokens, rows]));
+        let (grid_x, grid_y) = grid(rows as u32);
         let tiles = (tokens as u32).div_ceil(TOKEN_TILE).max(1);
         // A single token needs no token tile: a smaller kernel with fewer registers.
         let tile = if tokens == 1 { 1 } else { TOKEN_TILE };

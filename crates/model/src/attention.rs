@@ -10,14 +10,14 @@
 
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Backend, Dispatch, backend_extension};
-use burn::tensor::{DType, Tensor};
+use burn::tensor::Tensor;
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
 use crate::affine::has_fused_kernels;
-use crate::fused::{HeadColumns, block_reduce, bounded_tanh};
+use crate::fused::{HeadColumns, block_reduce, bounded_tanh, empty_output};
 
 /// Threads per query head (a power of two: reductions are trees).
 const THREADS: u32 = 64;
@@ -215,9 +215,7 @@ impl AttentionKernels for CubeBackend {
             (keys, values, stride) = (into_contiguous(keys), into_contiguous(values), n * d);
         }
         let client = q.client.clone();
-        let shape = burn::tensor::Shape::new([1, heads * d]);
-        let handle = client.empty(heads * d * size_of::<f32>());
-        let out = CubeTensor::new_contiguous(client.clone(), q.device.clone(), shape, handle, DType::F32);
+        let out = empty_output(&q, burn::tensor::Shape::new([1, heads * d]));
         decode_attention_kernel::launch(
             &client,
             CubeCount::Static(heads as u32, 1, 1),

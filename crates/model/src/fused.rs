@@ -320,11 +320,15 @@ fn one_block_per_row(x: &CubeTensor) -> (usize, usize, CubeCount) {
     (rows, size, CubeCount::Static(grid_x, grid_y, 1))
 }
 
-/// An output tensor shaped like `like`.
-fn empty_like(like: &CubeTensor) -> CubeTensor {
-    let shape = like.meta.shape().clone();
+/// An uninitialised f32 output of `shape` on `like`'s device (every fused kernel writes all of it).
+pub(crate) fn empty_output(like: &CubeTensor, shape: burn::tensor::Shape) -> CubeTensor {
     let handle = like.client.empty(shape.num_elements() * size_of::<f32>());
     CubeTensor::new_contiguous(like.client.clone(), like.device.clone(), shape, handle, DType::F32)
+}
+
+/// An output tensor shaped like `like`.
+fn empty_like(like: &CubeTensor) -> CubeTensor {
+    empty_output(like, like.meta.shape().clone())
 }
 
 impl FusedOps for CubeBackend {
