@@ -42,10 +42,11 @@ pub fn assemble(root: &Path, wasm: &Path, options: &Options) -> Result<PathBuf, 
 }
 
 /// Belt and braces for build.mjs's `__HEARTH_TEST_BUILD__`: the test hooks of the model store
-/// (download from another server, a fake quota) and the test model's manifest must not ship.
+/// (download from another server, a fake quota, losing the GPU device) and the test model's
+/// manifest must not ship.
 fn check_release_bundle(dist: &Path) -> Result<(), String> {
     let offscreen = std::fs::read_to_string(dist.join("offscreen.js")).map_err(|e| e.to_string())?;
-    if offscreen.contains("hearthTestHooks") {
+    if offscreen.contains("hearthTestHooks") || offscreen.contains("hearthLoseGpuDevice") {
         return Err("the release offscreen.js contains the test hooks; check build.mjs's define".into());
     }
     if dist.join("models/tiny-chat.json").exists() {

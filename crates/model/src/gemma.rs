@@ -5,15 +5,18 @@
 //! Hkv = key/value heads, d = head dim of the layer, L = layers, P = per-layer-input width.
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use hearth_weights::{AffineTensor, Checkpoint, HostTensor, WeightsError};
+use hearth_weights::{AffineTensor, HostTensor, WeightsError};
 
-use crate::affine::{AffineMatrix, has_fused_kernels};
+use crate::affine::AffineMatrix;
 use crate::attention::{DecodeQuery, decode_attention, fused_decode_applies};
 use crate::fused::reference::bounded_tanh;
 use crate::fused::{CacheInput, HeadColumns, add_rms_norm, attention_softmax, gelu_tanh_mul, rms_norm, write_cache};
 
 use crate::cache::{ChunkGeometry, KvCache};
-use crate::config::{ConfigError, Family, LayerType, TextConfig};
+use crate::config::{ConfigError, LayerType, TextConfig};
+
+mod load;
+pub use load::GemmaLoader;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -316,240 +319,7 @@ impl HostTable {
     }
 }
 
-/// Where the text decoder's tensors live: the config's prefix (Hugging Face's layout), or MLX's
-/// `language_model.model.` (mlx-vlm drops the outer `model.`).
-fn tensor_prefix(checkpoint: &Checkpoint, configured: &str) -> String {
-    let candidates = [configured, "language_model.model.", "model.language_model.", "model."];
-    candidates
-        .into_iter()
-        .find(|p| checkpoint.contains(&format!("{p}embed_tokens.weight")))
-        .unwrap_or(configured)
-        .to_string()
-}
-
-/// Reads tensors by their name under the config's prefix, checking shapes.
-struct Loader<'a> {
-    checkpoint: &'a mut Checkpoint,
-    prefix: String,
-    device: &'a Device,
-    norm_offset: f32,
-}
-
-impl Loader<'_> {
-    fn host(&mut self, name: &str, expected: &[usize]) -> Result<HostTensor, ModelError> {
-        let full = format!("{}{name}", self.prefix);
-        let tensor = self.checkpoint.read_f32(&full)?;
-        if tensor.shape != expected {
-            return Err(ModelError::Shape { name: full, expected: expected.to_vec(), actual: tensor.shape });
-        }
-        Ok(tensor)
-    }
-
-    /// A packed checkpoint matrix, when the module is quantized (MLX, or GGUF blocks with an
-    /// affine form); its shape is checked.
-    fn affine(&mut self, name: &str, rows: usize, cols: usize) -> Result<Option<AffineTensor>, ModelError> {
-        let full = format!("{}{name}", self.prefix);
-        let Some(t) = self.checkpoint.read_affine(&full)? else { return Ok(None) };
-        if (t.rows, t.cols) != (rows, cols) {
-            return Err(ModelError::Shape { name: full, expected: vec![rows, cols], actual: vec![t.rows, t.cols] });
-        }
-        Ok(Some(t))
-    }
-
-    /// A `[out, in]` checkpoint matrix: 4- and 8-bit codes stay packed where the fused kernel
-    /// runs; anything else is uploaded as f32 `[in, out]`.
-    fn linear(&mut self, name: &str, out_features: usize, in_features: usize) -> Result<Linear, ModelError> {
-        if has_fused_kernels(self.device)
-            && let Some(q) = self.affine(name, out_features, in_features)?
-        {
-            if AffineMatrix::holds(&q) {
-                return Ok(Linear::Affine(AffineMatrix::upload(q, self.device)));
-            }
-            return Ok(self.dense_linear(q.dequantize(), out_features, in_features));
-        }
-        let w = self.host(&format!("{name}.weight"), &[out_features, in_features])?;
-        Ok(self.dense_linear(w, out_features, in_features))
-    }
-
-    /// Matrices with the same input, as one packed matrix (their rows stacked in order), where the
-    /// fused kernels run and all are packed alike; `None` otherwise.
-    fn joint(
-        &mut self,
-        names: &[String],
-        rows: [usize; 3],
-        in_features: usize,
-    ) -> Result<Option<AffineMatrix>, ModelError> {
-        if !has_fused_kernels(self.device) {
-            return Ok(None);
-        }
-        let mut parts = Vec::with_capacity(names.len());
-        for (name, rows) in names.iter().zip(rows) {
-            match self.affine(name, rows, in_features)? {
-                Some(part) if AffineMatrix::holds(&part) => parts.push(part),
-                _ => return Ok(None),
-            }
-        }
-        Ok(AffineTensor::stack_rows(parts).map(|joint| AffineMatrix::upload(joint, self.device)))
-    }
-
-    fn dense_linear(&self, w: HostTensor, out_features: usize, in_features: usize) -> Linear {
-        let mut transposed = vec![0.0; w.data.len()];
-        for (o, row) in w.data.chunks_exact(in_features).enumerate() {
-            for (i, value) in row.iter().enumerate() {
-                transposed[i * out_features + o] = *value;
-            }
-        }
-        Linear::Dense(Tensor::from_data(TensorData::new(transposed, [in_features, out_features]), self.device))
-    }
-
-    /// The token embedding, split to fit storage bindings; packed when its codes are 4- or
-    /// 8-bit and the fused kernels run.
-    fn embedding(&mut self, vocab: usize, h: usize, max_bytes: usize) -> Result<SplitEmbedding, ModelError> {
-        if has_fused_kernels(self.device)
-            && let Some(q) = self.affine("embed_tokens", vocab, h)?
-            && AffineMatrix::holds(&q)
-        {
-            return Ok(SplitEmbedding::affine(&q, max_bytes, self.device));
-        }
-        let embed = self.host("embed_tokens.weight", &[vocab, h])?;
-        Ok(SplitEmbedding::dense(embed.data, vocab, h, max_bytes, self.device))
-    }
-
-    /// The per-layer-embedding table, kept on the host (packed, in slices of at most `max_bytes`
-    /// of codes, when quantized).
-    fn host_table(
-        &mut self,
-        name: &str,
-        vocab: usize,
-        width: usize,
-        max_bytes: usize,
-    ) -> Result<HostTable, ModelError> {
-        let full = format!("{}{name}", self.prefix);
-        if !self.checkpoint.is_quantized(&full) {
-            return Ok(HostTable::Dense(self.host(&format!("{name}.weight"), &[vocab, width])?));
-        }
-        // Slice by the codes' row size, from the header: the whole table is never read at once.
-        let row_bytes = self.checkpoint.packed_row_bytes(&full).unwrap_or(1);
-        let rows_per_slice = (max_bytes / row_bytes.max(1)).clamp(1, vocab.max(1));
-        let mut slices = Vec::new();
-        for start in (0..vocab).step_by(rows_per_slice) {
-            let end = (start + rows_per_slice).min(vocab);
-            let slice = self
-                .checkpoint
-                .read_affine_rows(&full, Some(start..end))?
-                .ok_or_else(|| ModelError::Weights(WeightsError::Missing { name: format!("{full}.scales") }))?;
-            if slice.cols != width {
-                return Err(ModelError::Shape {
-                    name: full,
-                    expected: vec![vocab, width],
-                    actual: vec![vocab, slice.cols],
-                });
-            }
-            slices.push(slice);
-        }
-        Ok(HostTable::Affine { slices, rows_per_slice })
-    }
-
-    /// An RMSNorm weight with the family's offset (`1 + w` for Gemma 3) folded in.
-    fn norm(&mut self, name: &str, size: usize) -> Result<Tensor<1>, ModelError> {
-        let w = self.host(&format!("{name}.weight"), &[size])?;
-        let data: Vec<f32> = w.data.iter().map(|v| v + self.norm_offset).collect();
-        Ok(Tensor::from_data(TensorData::new(data, [size]), self.device))
-    }
-}
-
 impl Gemma {
-    /// Loads the text decoder from `checkpoint`, one tensor at a time.
-    pub fn load(config: TextConfig, checkpoint: &mut Checkpoint, device: &Device) -> Result<Self, ModelError> {
-        Self::load_with_tensor_limit(config, checkpoint, device, MAX_TENSOR_BYTES)
-    }
-
-    /// As [`load`](Self::load), with the embedding split into blocks of at most `max_tensor_bytes`.
-    pub fn load_with_tensor_limit(
-        config: TextConfig,
-        checkpoint: &mut Checkpoint,
-        device: &Device,
-        max_tensor_bytes: usize,
-    ) -> Result<Self, ModelError> {
-        let c = &config;
-        let h = c.hidden_size;
-        let prefix = tensor_prefix(checkpoint, &c.tensor_prefix);
-        let mut loader = Loader { checkpoint, prefix, device, norm_offset: c.norm_weight_offset };
-        let embed_tokens = loader.embedding(c.vocab_size, h, max_tensor_bytes)?;
-
-        let per_layer = match c.per_layer_input_size {
-            Some(p) => {
-                let width = c.num_layers * p;
-                Some(PerLayerEmbeddings {
-                    table: loader.host_table("embed_tokens_per_layer", c.vocab_size, width, max_tensor_bytes)?,
-                    model_projection: loader.linear("per_layer_model_projection", width, h)?,
-                    projection_norm: loader.norm("per_layer_projection_norm", p)?,
-                })
-            }
-            None => None,
-        };
-
-        let mut layers = Vec::with_capacity(c.num_layers);
-        for (i, layer) in c.layers.iter().enumerate() {
-            let name = |part: &str| format!("layers.{i}.{part}");
-            let (d, kv_heads) = (layer.head_dim, layer.num_kv_heads);
-            let q_rows = c.num_heads * d;
-            let (projections, k_norm) = match layer.kv_producer {
-                // Real checkpoints still ship k/v weights on shared layers: they are never read.
-                Some(_) => (Projections::Query(loader.linear(&name("self_attn.q_proj"), q_rows, h)?), None),
-                None => {
-                    let names = [name("self_attn.q_proj"), name("self_attn.k_proj"), name("self_attn.v_proj")];
-                    let rows = [q_rows, kv_heads * d, kv_heads * d];
-                    let projections = match loader.joint(&names, rows, h)? {
-                        Some(joint) => Projections::Joint(joint),
-                        None => Projections::Separate {
-                            q: loader.linear(&names[0], rows[0], h)?,
-                            k: loader.linear(&names[1], rows[1], h)?,
-                            v: loader.linear(&names[2], rows[2], h)?,
-                        },
-                    };
-                    (projections, Some(loader.norm(&name("self_attn.k_norm"), d)?))
-                }
-            };
-            let attention = Attention {
-                projections,
-                k_norm,
-                o_proj: loader.linear(&name("self_attn.o_proj"), h, c.num_heads * d)?,
-                q_norm: loader.norm(&name("self_attn.q_norm"), d)?,
-            };
-            let inter = layer.intermediate_size;
-            let mlp = Mlp {
-                gate_proj: loader.linear(&name("mlp.gate_proj"), inter, h)?,
-                up_proj: loader.linear(&name("mlp.up_proj"), inter, h)?,
-                down_proj: loader.linear(&name("mlp.down_proj"), h, inter)?,
-            };
-            let per_layer_input = match c.per_layer_input_size {
-                Some(p) => Some(LayerPerLayerInput {
-                    gate: loader.linear(&name("per_layer_input_gate"), p, h)?,
-                    projection: loader.linear(&name("per_layer_projection"), h, p)?,
-                    post_norm: loader.norm(&name("post_per_layer_input_norm"), h)?,
-                }),
-                None => None,
-            };
-            let layer_scalar = match c.family {
-                Family::Gemma4 => Some(loader.host(&name("layer_scalar"), &[1])?.data[0]),
-                Family::Gemma3 => None,
-            };
-            layers.push(DecoderLayer {
-                attention,
-                mlp,
-                input_norm: loader.norm(&name("input_layernorm"), h)?,
-                post_attention_norm: loader.norm(&name("post_attention_layernorm"), h)?,
-                pre_feedforward_norm: loader.norm(&name("pre_feedforward_layernorm"), h)?,
-                post_feedforward_norm: loader.norm(&name("post_feedforward_layernorm"), h)?,
-                per_layer_input,
-                layer_scalar,
-            });
-        }
-        let final_norm = loader.norm("norm", h)?;
-        Ok(Gemma { config, device: device.clone(), embed_tokens, per_layer, layers, final_norm })
-    }
-
     pub fn device(&self) -> &Device {
         &self.device
     }

@@ -33,7 +33,7 @@ pub mod tokenizer;
 
 pub use cache::{CacheOptions, KvCache};
 pub use config::TextConfig;
-pub use gemma::{Gemma, ModelError, WeightBytes};
+pub use gemma::{Gemma, GemmaLoader, ModelError, WeightBytes};
 pub use gpu::{Gpu, GpuError};
 pub use sampling::{Sampler, SamplingOptions};
 pub use session::{PrefillStats, Session};

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use burn::tensor::{Device, Tensor};
 use hearth_model::model_dir::load_model;
-use hearth_model::{CacheOptions, Gemma, KvCache, Sampler, SamplingOptions, Session, gpu};
+use hearth_model::{CacheOptions, Gemma, GemmaLoader, KvCache, Sampler, SamplingOptions, Session, gpu};
 use serde::Deserialize;
 
 const TOLERANCE: f32 = 1e-3;
@@ -164,6 +164,83 @@ fn a_split_embedding_matches_transformers() {
             let mut cache = KvCache::new(&model.config, CacheOptions::default(), model.device());
             let logits = model.forward(&expected.tokens, &mut cache, true).unwrap();
             check(&format!("{case}/{device_name} split embedding"), &read(logits), &expected.logits);
+        }
+    }
+}
+
+/// Loads `dir` as the browser engine does from Cache Storage: windowed sources that hold only
+/// what was fetched, headers fetched as the parser asks, then each load step's named bytes,
+/// dropped before the next step. Returns the model and the most bytes held at once.
+fn load_from_windows(dir: &Path, device: &Device, max_tensor_bytes: usize) -> (Gemma, usize) {
+    use hearth_weights::{ByteSource, Checkpoint, Quantization, WeightsError, WindowedSource, Windows};
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .collect();
+    paths.sort();
+    let files: Vec<(String, Vec<u8>, Windows)> =
+        paths.iter().map(|p| (p.display().to_string(), std::fs::read(p).unwrap(), Windows::default())).collect();
+    let sources = || -> Vec<Box<dyn ByteSource>> {
+        let source = |(name, bytes, windows): &(String, Vec<u8>, Windows)| -> Box<dyn ByteSource> {
+            Box::new(WindowedSource::new(name.clone(), bytes.len() as u64, windows.clone()))
+        };
+        files.iter().map(source).collect()
+    };
+    let fetch = |file: usize, start: u64, end: u64| {
+        files[file].2.insert(start, files[file].1[start as usize..end as usize].to_vec())
+    };
+    let release = || files.iter().for_each(|(_, _, windows)| windows.clear());
+    let held = || files.iter().map(|(_, _, windows)| windows.held_bytes() as usize).sum::<usize>();
+
+    let mut checkpoint = loop {
+        match Checkpoint::from_sources(sources()) {
+            Ok(checkpoint) => break checkpoint,
+            Err(WeightsError::NotFetched { file, offset, len }) => {
+                let index = files.iter().position(|(name, _, _)| *name == file).unwrap();
+                fetch(index, offset, offset + len);
+            }
+            Err(err) => panic!("{err}"),
+        }
+    };
+    let config_json = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    checkpoint.set_quantization(Quantization::from_config_json(&config_json).unwrap());
+    release();
+    let config = hearth_model::model_dir::load_config(dir).unwrap();
+    let mut loader = GemmaLoader::new(config, &checkpoint, max_tensor_bytes);
+    let mut peak = 0;
+    while let Some(reads) = loader.next_reads(&checkpoint) {
+        release();
+        for range in reads.unwrap() {
+            fetch(range.file, range.start, range.end);
+        }
+        peak = peak.max(held());
+        loader.step(&mut checkpoint, device).unwrap_or_else(|e| panic!("step {:?}: {e}", loader.progress()));
+    }
+    (loader.finish(device).unwrap(), peak)
+}
+
+/// The browser loads installed models step by step from fetched pieces (its wasm memory could not
+/// hold a real model's file beside the model): each step names every byte it reads, and the
+/// result equals transformers, while no step holds more than a quarter of the files.
+#[test]
+fn a_model_loaded_from_fetched_pieces_matches_transformers() {
+    for case in CASES {
+        let (dir, expected) = fixture(case);
+        let total: u64 = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+            .map(|p| p.metadata().unwrap().len())
+            .sum();
+        for (device_name, device) in devices() {
+            // Small tensor limits: the embedding in many blocks, the per-layer table in many slices.
+            let (model, peak) = load_from_windows(&dir, &device, 1024);
+            eprintln!("{case}/{device_name}: at most {peak} of {total} bytes held at once");
+            assert!((peak as u64) * 4 < total, "{case}: a step held {peak} of {total} bytes");
+            let mut cache = KvCache::new(&model.config, CacheOptions::default(), model.device());
+            let logits = model.forward(&expected.tokens, &mut cache, true).unwrap();
+            check(&format!("{case}/{device_name} fetched pieces"), &read(logits), &expected.logits);
         }
     }
 }

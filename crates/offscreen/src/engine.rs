@@ -17,17 +17,27 @@ use hearth_protocol::{
     ModelInfo,
 };
 use hearth_weights::{Checkpoint, MemorySource, MetadataValue, Quantization};
+
+use crate::streamed::{StreamedWeights, WeightFile};
 use wasm_bindgen::prelude::*;
 
-/// A model folder's files, fetched by JavaScript.
+/// A model's files, from JavaScript: the small ones whole, the weights whole (bundled test
+/// models, GGUF files given by hand) or read piece by piece from the model store.
 #[wasm_bindgen]
 pub struct ModelFiles {
     name: String,
     config_json: String,
     generation_config_json: Option<String>,
-    weights: Vec<u8>,
+    weights: Weights,
     tokenizer_json: Vec<u8>,
     chat_template: String,
+}
+
+enum Weights {
+    /// One `model.safetensors` or `.gguf` file in memory.
+    Whole(Vec<u8>),
+    /// safetensors files (one, or the shards of a sharded model) read by a JavaScript callback.
+    Streamed(StreamedWeights),
 }
 
 #[wasm_bindgen]
@@ -41,7 +51,29 @@ impl ModelFiles {
         tokenizer_json: Vec<u8>,
         chat_template: String,
     ) -> ModelFiles {
+        let weights = Weights::Whole(weights);
         ModelFiles { name, config_json, generation_config_json, weights, tokenizer_json, chat_template }
+    }
+
+    /// A folder whose safetensors files (`weight_files`: JSON `[{path, size}]`) are read by
+    /// `read_weights(path, offset, length)`, which returns a Promise of a Uint8Array of exactly
+    /// `length` bytes. Only the bytes of one load step are held at a time.
+    pub fn streamed(
+        name: String,
+        config_json: String,
+        generation_config_json: Option<String>,
+        weight_files: String,
+        read_weights: js_sys::Function,
+        tokenizer_json: Vec<u8>,
+        chat_template: String,
+    ) -> Result<ModelFiles, JsError> {
+        let files: Vec<WeightFile> = serde_json::from_str(&weight_files)
+            .map_err(|e| JsError::new(&format!("weight files must be a JSON array of {{path, size}}: {e}")))?;
+        if files.is_empty() {
+            return Err(JsError::new("a model needs at least one weight file"));
+        }
+        let weights = Weights::Streamed(StreamedWeights::new(files, read_weights));
+        Ok(ModelFiles { name, config_json, generation_config_json, weights, tokenizer_json, chat_template })
     }
 
     /// One GGUF file: its metadata holds the config, the tokenizer and the chat template
@@ -49,6 +81,7 @@ impl ModelFiles {
     pub fn gguf(name: String, weights: Vec<u8>, chat_template: Option<String>) -> ModelFiles {
         let (config_json, tokenizer_json) = (String::new(), Vec::new());
         let chat_template = chat_template.unwrap_or_default();
+        let weights = Weights::Whole(weights);
         ModelFiles { name, config_json, generation_config_json: None, weights, tokenizer_json, chat_template }
     }
 }
@@ -56,40 +89,70 @@ impl ModelFiles {
 /// What a model needs besides its weights, read from its files.
 struct Parts {
     config: TextConfig,
-    checkpoint: Checkpoint,
     tokenizer: Tokenizer,
     template: ChatTemplate,
 }
 
-/// A Hugging Face folder's files: config.json (+ generation_config.json), model.safetensors (MLX
-/// models declare their quantization in config.json), tokenizer.json, the chat template.
-fn folder_parts(files: ModelFiles) -> Result<Parts, String> {
+/// A Hugging Face folder's files: config.json (+ generation_config.json), tokenizer.json, the chat
+/// template. (MLX models declare their quantization in config.json.)
+fn folder_parts(files: &ModelFiles) -> Result<Parts, String> {
     let mut config = TextConfig::from_json(&files.config_json).map_err(|e| e.to_string())?;
     if let Some(generation) = &files.generation_config_json {
         config.apply_generation_config(generation).map_err(|e| e.to_string())?;
     }
-    let source = MemorySource::new(format!("{}/model.safetensors", files.name), files.weights);
-    let mut checkpoint = Checkpoint::from_sources(vec![Box::new(source)]).map_err(|e| e.to_string())?;
-    checkpoint.set_quantization(Quantization::from_config_json(&files.config_json).map_err(|e| e.to_string())?);
     let tokenizer = Tokenizer::from_bytes(&files.tokenizer_json).map_err(|e| e.to_string())?;
     let template = ChatTemplate::from_str(&files.chat_template, "<bos>").map_err(|e| e.to_string())?;
-    Ok(Parts { config, checkpoint, tokenizer, template })
+    Ok(Parts { config, tokenizer, template })
 }
 
 /// A GGUF file: config, tokenizer and chat template from its metadata.
-fn gguf_parts(files: ModelFiles) -> Result<Parts, String> {
-    let source = MemorySource::new(format!("{}.gguf", files.name), files.weights);
-    let checkpoint = Checkpoint::from_gguf(Box::new(source)).map_err(|e| e.to_string())?;
+fn gguf_parts(checkpoint: &Checkpoint, chat_template: &str) -> Result<Parts, String> {
     let gguf = checkpoint.gguf().ok_or("not a GGUF file")?;
     let config = TextConfig::from_gguf(gguf).map_err(|e| e.to_string())?;
     let tokenizer = Tokenizer::from_gguf(gguf).map_err(|e| e.to_string())?;
-    let source = Some(files.chat_template.as_str())
+    let source = Some(chat_template)
         .filter(|given| !given.is_empty())
         .or_else(|| gguf.get("tokenizer.chat_template").and_then(MetadataValue::as_str))
         .ok_or("this GGUF file has no chat template (tokenizer.chat_template)")?;
     let bos = tokenizer.decode(&[config.bos_token_id]).map_err(|e| e.to_string())?;
     let template = ChatTemplate::from_str(source, &bos).map_err(|e| e.to_string())?;
-    Ok(Parts { config, checkpoint, tokenizer, template })
+    Ok(Parts { config, tokenizer, template })
+}
+
+/// Reads the weights (headers first, then tensor by tensor) and puts the model on `device`.
+async fn load_weights(
+    mut files: ModelFiles,
+    device: &Device,
+    on_progress: &dyn Fn(usize, usize),
+) -> Result<(Gemma, Parts), String> {
+    let weights = std::mem::replace(&mut files.weights, Weights::Whole(Vec::new()));
+    let load = |parts: &Parts, checkpoint: &mut Checkpoint| {
+        Gemma::load(parts.config.clone(), checkpoint, device).map_err(|e| e.to_string())
+    };
+    match weights {
+        Weights::Whole(bytes) if bytes.starts_with(b"GGUF") => {
+            let source = MemorySource::new(format!("{}.gguf", files.name), bytes);
+            let mut checkpoint = Checkpoint::from_gguf(Box::new(source)).map_err(|e| e.to_string())?;
+            let parts = gguf_parts(&checkpoint, &files.chat_template)?;
+            Ok((load(&parts, &mut checkpoint)?, parts))
+        }
+        Weights::Whole(bytes) => {
+            let parts = folder_parts(&files)?;
+            let source = MemorySource::new(format!("{}/model.safetensors", files.name), bytes);
+            let mut checkpoint = Checkpoint::from_sources(vec![Box::new(source)]).map_err(|e| e.to_string())?;
+            checkpoint.set_quantization(quantization_of(&files)?);
+            Ok((load(&parts, &mut checkpoint)?, parts))
+        }
+        Weights::Streamed(streamed) => {
+            let parts = folder_parts(&files)?;
+            let checkpoint = streamed.open(quantization_of(&files)?).await?;
+            Ok((streamed.load(parts.config.clone(), checkpoint, device, on_progress).await?, parts))
+        }
+    }
+}
+
+fn quantization_of(files: &ModelFiles) -> Result<Option<Quantization>, String> {
+    Quantization::from_config_json(&files.config_json).map_err(|e| e.to_string())
 }
 
 /// The loaded model, shared by chat replies and agent tasks.
@@ -130,7 +193,14 @@ pub fn now_ms() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1e3)
 }
 
-pub async fn start(vendor: String, architecture: String, files: Option<ModelFiles>) -> EngineStatus {
+/// Brings up the GPU, runs the self-test and loads `files` if given; `on_status` hears the load's
+/// progress (`loading`), the result is returned.
+pub async fn start(
+    vendor: String,
+    architecture: String,
+    files: Option<ModelFiles>,
+    on_status: &dyn Fn(&EngineStatus),
+) -> EngineStatus {
     let (device, adapter) = match ensure_gpu(vendor, architecture).await {
         Ok(ready) => ready,
         Err(err) => return EngineStatus::Failed { failure: err.to_failure() },
@@ -160,7 +230,7 @@ pub async fn start(vendor: String, architecture: String, files: Option<ModelFile
     let loaded = ENGINE.with(|e| e.borrow().model.as_ref().map(|m| m.info.clone()));
     let model = match (loaded, files) {
         (loaded, None) => loaded,
-        (_, Some(files)) => match load_model(files, &device) {
+        (_, Some(files)) => match load_model(files, &device, on_status).await {
             Ok(model) => {
                 let info = model.info.clone();
                 ENGINE.with(|e| e.borrow_mut().model = Some(model));
@@ -194,15 +264,20 @@ async fn ensure_gpu(vendor: String, architecture: String) -> Result<(Device, Ada
     Ok(ready)
 }
 
-fn load_model(files: ModelFiles, device: &Device) -> Result<LoadedModel, String> {
+async fn load_model(
+    files: ModelFiles,
+    device: &Device,
+    on_status: &dyn Fn(&EngineStatus),
+) -> Result<LoadedModel, String> {
     let start = now_ms();
     let name = files.name.clone();
-    let Parts { config, mut checkpoint, tokenizer, template } =
-        if files.weights.starts_with(b"GGUF") { gguf_parts(files)? } else { folder_parts(files)? };
+    let on_progress = |done: usize, total: usize| {
+        on_status(&EngineStatus::Loading { model: name.clone(), done: done as u32, total: total as u32 })
+    };
+    let (model, Parts { config, tokenizer, template }) = load_weights(files, device, &on_progress).await?;
     let architecture = format!("{:?}", config.family).to_lowercase();
     let (layers, vocab_size) = (config.num_layers as u32, config.vocab_size as u32);
     let stop_tokens = config.eos_token_ids.clone();
-    let model = Gemma::load(config, &mut checkpoint, device).map_err(|e| e.to_string())?;
     let info = ModelInfo { name, architecture, layers, vocab_size, load_ms: now_ms() - start };
     let handles = ModelHandles {
         session: Rc::new(Mutex::new(Session::new(model, CacheOptions::default()))),

@@ -6,6 +6,7 @@
 
 mod engine;
 mod sha256;
+mod streamed;
 mod tasks;
 
 use hearth_model::gpu;
@@ -22,11 +23,22 @@ pub fn on_load() {
 
 /// Initialises Burn on the browser's WebGPU (once), runs the self-test, loads `model` if given (in
 /// place of any loaded one), and returns the resulting `EngineStatus` as JSON (`ready` or `failed`).
+/// `on_status`, if given, receives `loading` statuses as JSON while the model is read.
 ///
 /// `vendor` and `architecture` come from the page's `GPUAdapterInfo`, which wgpu does not expose.
 #[wasm_bindgen(js_name = startEngine)]
-pub async fn start_engine(vendor: String, architecture: String, model: Option<ModelFiles>) -> String {
-    to_json(&engine::start(vendor, architecture, model).await)
+pub async fn start_engine(
+    vendor: String,
+    architecture: String,
+    model: Option<ModelFiles>,
+    on_status: Option<js_sys::Function>,
+) -> String {
+    let emit = |status: &EngineStatus| {
+        if let Some(on_status) = &on_status {
+            let _ = on_status.call1(&JsValue::NULL, &JsValue::from_str(&to_json(status)));
+        }
+    };
+    to_json(&engine::start(vendor, architecture, model, &emit).await)
 }
 
 /// The `failed` status for a browser without WebGPU (checked in JavaScript before Burn starts),

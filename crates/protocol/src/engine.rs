@@ -22,6 +22,9 @@ pub enum EngineStatus {
     NeedsModel { model: ModelOffer },
     /// Downloading and checking the model's files.
     Installing { model: ModelOffer, progress: ModelProgress },
+    /// Reading the installed model onto the GPU: `done` of `total` load steps (the embedding,
+    /// slices of the per-layer-embedding table, one step per decoder layer, the final norm).
+    Loading { model: String, done: u32, total: u32 },
     /// The engine cannot run; `failure` says why and what to do.
     Failed { failure: EngineFailure },
 }

@@ -3,6 +3,7 @@
 //! on the host.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 use std::path::Path;
 
 use half::{bf16, f16};
@@ -41,6 +42,38 @@ enum Format {
         /// subtract).
         names: BTreeMap<String, (String, f32)>,
     },
+}
+
+/// Bytes `start..end` of a checkpoint's file number `file` (in the order its sources were given;
+/// always 0 for GGUF).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FileRange {
+    pub file: usize,
+    pub start: u64,
+    pub end: u64,
+}
+
+impl FileRange {
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.end == self.start
+    }
+
+    /// Sorted, with touching or overlapping ranges of a file joined.
+    fn merge(mut ranges: Vec<FileRange>) -> Vec<FileRange> {
+        ranges.sort();
+        let mut merged: Vec<FileRange> = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            match merged.last_mut() {
+                Some(last) if last.file == r.file && r.start <= last.end => last.end = last.end.max(r.end),
+                _ => merged.push(r),
+            }
+        }
+        merged
+    }
 }
 
 #[derive(Deserialize)]
@@ -234,7 +267,7 @@ impl Checkpoint {
     pub fn read_affine_rows(
         &mut self,
         module: &str,
-        rows: Option<std::ops::Range<usize>>,
+        rows: Option<Range<usize>>,
     ) -> Result<Option<AffineTensor>, WeightsError> {
         if !self.is_quantized(module) {
             return Ok(None);
@@ -259,32 +292,92 @@ impl Checkpoint {
         if rows.end > all_rows || rows.start > rows.end {
             return Err(bad(&format!("rows {rows:?} asked of a tensor with {all_rows}")));
         }
-        // Where the rows' bytes of `name` lie: its shape cut to the rows, its info, start and length.
-        let locate = |me: &Self, name: &str| -> Result<(Vec<usize>, TensorInfo, usize, usize), WeightsError> {
-            let info = me.info(name).ok_or_else(|| WeightsError::Missing { name: name.to_string() })?.clone();
-            let row_bytes = info.shape.iter().skip(1).product::<usize>() * info.dtype.size_in_bytes();
-            if info.shape.first() != Some(&all_rows) {
-                return Err(bad(&format!("`{name}` has {:?} rows, its weight {all_rows}", info.shape.first())));
-            }
-            let mut shape = info.shape.clone();
-            shape[0] = rows.len();
-            Ok((shape, info, rows.start * row_bytes, rows.len() * row_bytes))
-        };
         // The codes are read straight into their u32 buffer: no byte copy to convert.
-        let (shape, info, start, len) = locate(self, &weight)?;
+        let (shape, info, start, len) = self.row_span(module, &weight, &rows, all_rows)?;
         let mut codes = vec![0u32; len / 4];
         self.read_range_into(&weight, &info, start, bytemuck::cast_slice_mut(&mut codes))?;
         if cfg!(target_endian = "big") {
             codes.iter_mut().for_each(|word| *word = u32::from_le(*word));
         }
         let mut floats = |name: String| -> Result<(Vec<usize>, Vec<f32>), WeightsError> {
-            let (shape, info, start, len) = locate(self, &name)?;
+            let (shape, info, start, len) = self.row_span(module, &name, &rows, all_rows)?;
             let bytes = self.read_range(&name, &info, start, len)?;
             Ok((shape, to_f32(&name, info.dtype, &bytes)?))
         };
         let scales = floats(format!("{module}.scales"))?;
         let biases = floats(format!("{module}.biases"))?;
         AffineTensor::new(module, params, (shape, codes), scales, biases).map(Some)
+    }
+
+    /// Where rows `rows` of the safetensors tensor `name` (part of quantized `module`, whose
+    /// weight has `all_rows`) lie: its shape cut to the rows, its info, start and length.
+    fn row_span(
+        &self,
+        module: &str,
+        name: &str,
+        rows: &Range<usize>,
+        all_rows: usize,
+    ) -> Result<(Vec<usize>, TensorInfo, usize, usize), WeightsError> {
+        let info = self.info(name).ok_or_else(|| WeightsError::Missing { name: name.to_string() })?.clone();
+        let row_bytes = info.shape.iter().skip(1).product::<usize>() * info.dtype.size_in_bytes();
+        if info.shape.first() != Some(&all_rows) {
+            return Err(WeightsError::Quantization {
+                name: module.to_string(),
+                reason: format!("`{name}` has {:?} rows, its weight {all_rows}", info.shape.first()),
+            });
+        }
+        let mut shape = info.shape.clone();
+        shape[0] = rows.len();
+        Ok((shape, info, rows.start * row_bytes, rows.len() * row_bytes))
+    }
+
+    /// The bytes of every tensor whose name starts with one of `prefixes`, merged where they
+    /// touch: what a load step reads, for a caller that fetches files piece by piece.
+    pub fn ranges_under(&self, prefixes: &[String]) -> Vec<FileRange> {
+        let wanted = |name: &str| prefixes.iter().any(|p| name.starts_with(p.as_str()));
+        let mut ranges = Vec::new();
+        match &self.format {
+            Format::Safetensors { files, location } => {
+                for (name, &file) in location.iter().filter(|(name, _)| wanted(name)) {
+                    if let Some(info) = files[file].1.tensors.get(name) {
+                        ranges.push(FileRange { file, start: info.offset, end: info.offset + info.len as u64 });
+                    }
+                }
+            }
+            Format::Gguf { file, names, .. } => {
+                for (gguf_name, _) in names.iter().filter(|(name, _)| wanted(name)).map(|(_, v)| v) {
+                    if let Some(t) = file.tensors.get(gguf_name) {
+                        ranges.push(FileRange { file: 0, start: t.offset, end: t.offset + t.len as u64 });
+                    }
+                }
+            }
+        }
+        FileRange::merge(ranges)
+    }
+
+    /// The bytes [`Self::read_affine_rows`] reads for `rows` of quantized `module` (none when it
+    /// is not quantized).
+    pub fn row_ranges(&self, module: &str, rows: Range<usize>) -> Result<Vec<FileRange>, WeightsError> {
+        if !self.is_quantized(module) {
+            return Ok(Vec::new());
+        }
+        if let Some(tensor) = self.gguf_packable(module) {
+            let row_bytes = (tensor.len / tensor.shape[0].max(1)) as u64;
+            let start = tensor.offset + rows.start as u64 * row_bytes;
+            return Ok(vec![FileRange { file: 0, start, end: start + rows.len() as u64 * row_bytes }]);
+        }
+        let Format::Safetensors { location, .. } = &self.format else { return Ok(Vec::new()) };
+        let weight = format!("{module}.weight");
+        let all_rows = self.info(&weight).and_then(|i| i.shape.first().copied()).unwrap_or(0);
+        let mut ranges = Vec::new();
+        for part in ["weight", "scales", "biases"] {
+            let name = format!("{module}.{part}");
+            let (_, info, start, len) = self.row_span(module, &name, &rows, all_rows)?;
+            let file = location[&name];
+            let start = info.offset + start as u64;
+            ranges.push(FileRange { file, start, end: start + len as u64 });
+        }
+        Ok(FileRange::merge(ranges))
     }
 
     /// Rows of a GGUF matrix (all when `None`), reading only their blocks, repacked.
@@ -467,5 +560,59 @@ mod tests {
         assert_eq!(ckpt.gguf().and_then(|g| g.architecture()), Some("gemma3"));
         assert!(ckpt.info("rope_freqs.weight").is_none());
         assert!(matches!(ckpt.read_raw("rope_freqs.weight"), Err(WeightsError::NotSafetensors { .. })));
+    }
+
+    /// Fetches `ranges` of `full` into `windows` (as a browser caller would), after clearing them.
+    fn fetch(windows: &crate::Windows, full: &[u8], ranges: &[FileRange]) {
+        windows.clear();
+        for r in ranges {
+            windows.insert(r.start, full[r.start as usize..r.end as usize].to_vec());
+        }
+    }
+
+    #[test]
+    fn the_ranges_a_step_names_are_all_it_reads() {
+        use crate::{WindowedSource, Windows};
+        let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let words = |v: &[u32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        // A 4-bit module of 3 rows × 8 columns (one word a row, one group of 8), and a plain norm.
+        let file = build(&[
+            ("m.weight", "U32", vec![3, 1], words(&[0x7654_3210, 0x0123_4567, 0xffff_0000])),
+            ("m.scales", "F32", vec![3, 1], f32s(&[0.5, 1.0, 2.0])),
+            ("m.biases", "F32", vec![3, 1], f32s(&[-1.0, 0.0, 1.0])),
+            ("norm.weight", "F32", vec![2], f32s(&[3.0, 4.0])),
+        ]);
+        let quantization = Quantization::from_config_json(r#"{"quantization": {"group_size": 8, "bits": 4}}"#).unwrap();
+        let mut whole = Checkpoint::from_sources(vec![Box::new(MemorySource::new("m", file.clone()))]).unwrap();
+        whole.set_quantization(quantization.clone());
+
+        let windows = Windows::default();
+        let len = file.len() as u64;
+        let header = Checkpoint::from_sources(vec![Box::new(WindowedSource::new("m", len, windows.clone()))]);
+        assert!(matches!(header, Err(WeightsError::NotFetched { offset: 0, len: 8, .. })), "nothing fetched yet");
+        windows.insert(0, file[..8].to_vec());
+        let header = Checkpoint::from_sources(vec![Box::new(WindowedSource::new("m", len, windows.clone()))]);
+        let Err(WeightsError::NotFetched { offset: 8, len: json, .. }) = header else { panic!("{:?}", header.err()) };
+        windows.insert(0, file[..8 + json as usize].to_vec());
+        let mut streamed =
+            Checkpoint::from_sources(vec![Box::new(WindowedSource::new("m", len, windows.clone()))]).unwrap();
+        streamed.set_quantization(quantization);
+
+        fetch(&windows, &file, &streamed.ranges_under(&["norm.".into()]));
+        assert_eq!(streamed.read_f32("norm.weight").unwrap(), whole.read_f32("norm.weight").unwrap());
+        assert!(matches!(streamed.read_affine("m"), Err(WeightsError::NotFetched { .. })));
+
+        fetch(&windows, &file, &streamed.ranges_under(&["m.".into()]));
+        assert_eq!(streamed.read_affine("m").unwrap(), whole.read_affine("m").unwrap());
+        assert_eq!(streamed.ranges_under(&["m.".into()]).len(), 1, "the module's tensors touch: one range");
+
+        let rows = streamed.row_ranges("m", 1..3).unwrap();
+        fetch(&windows, &file, &rows);
+        assert_eq!(windows.held_bytes(), 3 * 2 * 4, "two rows of codes, scales and biases");
+        assert_eq!(
+            streamed.read_affine_rows("m", Some(1..3)).unwrap(),
+            whole.read_affine_rows("m", Some(1..3)).unwrap()
+        );
+        assert!(streamed.row_ranges("norm", 0..1).unwrap().is_empty(), "not quantized");
     }
 }

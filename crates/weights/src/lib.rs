@@ -22,12 +22,12 @@ pub mod quant;
 pub mod safetensors;
 mod source;
 
-pub use checkpoint::{Checkpoint, HostTensor};
+pub use checkpoint::{Checkpoint, FileRange, HostTensor};
 pub use gguf::{GgufError, GgufFile, GgufTensor, MetadataValue};
 pub use mlx::{AffineParams, AffineTensor, Quantization};
 pub use quant::GgmlType;
 pub use safetensors::{DType, Header, TensorInfo};
-pub use source::{ByteSource, FileSource, MemorySource};
+pub use source::{ByteSource, FileSource, MemorySource, WindowedSource, Windows};
 
 use std::path::PathBuf;
 
@@ -51,6 +51,9 @@ pub enum WeightsError {
     Quantization { name: String, reason: String },
     #[error("the model uses `{mode}` quantization; Hearth reads MLX affine (4- or 8-bit) and GGUF models")]
     UnsupportedQuantization { mode: String },
+    /// Only from a [`WindowedSource`]: the caller fetches these bytes and reads again.
+    #[error("bytes {offset}..+{len} of {file} have not been fetched yet")]
+    NotFetched { file: String, offset: u64, len: u64 },
     #[error("tensor `{name}` is in a GGUF file: its raw bytes are ggml blocks, not a safetensors dtype")]
     NotSafetensors { name: String },
 }

@@ -46,7 +46,7 @@ h3 { margin: 0 0 6px; font-size: 14px; }
 .engine .loading { width: 100%; height: 6px; margin: 6px 0 2px; accent-color: var(--accent); }
 .engine .error { color: var(--danger); margin: 6px 0 2px; overflow-wrap: anywhere; }
 .engine .fix { margin: 2px 0 6px; color: var(--fg); }
-.engine[data-state="needs_model"] .status, .engine[data-state="installing"] .status { color: var(--fg); font-weight: 600; }
+.engine[data-state="needs_model"] .status, .engine[data-state="installing"] .status, .engine[data-state="loading"] .status { color: var(--fg); font-weight: 600; }
 .engine .offer { margin: 6px 0 2px; color: var(--fg); font-size: 13px; }
 .engine .download { width: 100%; height: 8px; margin: 6px 0 2px; accent-color: var(--accent); }
 .engine .download-amounts, .engine .download-rate, .engine .download-file { margin: 2px 0; }

@@ -8,7 +8,7 @@ export type ToWorker = { "kind": "offscreen_ready" } | { "kind": "engine_status"
 
 export type ToTab = { "kind": "engine_status", status: EngineStatus, } | { "kind": "task_update", update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, } | { "kind": "cancel_tools" } | { "kind": "open_overlay" };
 
-export type EngineStatus = { "state": "idle" } | { "state": "starting" } | { "state": "ready", adapter: AdapterReport, self_test: SelfTestReport, model: ModelInfo | null, } | { "state": "needs_model", model: ModelOffer, } | { "state": "installing", model: ModelOffer, progress: ModelProgress, } | { "state": "failed", failure: EngineFailure, };
+export type EngineStatus = { "state": "idle" } | { "state": "starting" } | { "state": "ready", adapter: AdapterReport, self_test: SelfTestReport, model: ModelInfo | null, } | { "state": "needs_model", model: ModelOffer, } | { "state": "installing", model: ModelOffer, progress: ModelProgress, } | { "state": "loading", model: string, done: number, total: number, } | { "state": "failed", failure: EngineFailure, };
 
 export type AdapterReport = { 
 /**

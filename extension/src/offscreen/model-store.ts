@@ -351,8 +351,15 @@ export async function remove(m: ModelManifest): Promise<void> {
   for (const request of await cache.keys()) if (request.url.startsWith(base)) await cache.delete(request);
 }
 
-/** A whole installed file, read from the cache only (no network). */
-export async function readFile(m: ModelManifest, path: string): Promise<Uint8Array> {
+/** An installed file, read from the cache only (no network). */
+export interface StoredFile {
+  size: number;
+  /** Bytes `offset`…`offset + length`: only the parts they lie in are touched, sliced as Blobs. */
+  read(offset: number, length: number): Promise<Uint8Array>;
+}
+
+/** Opens an installed file of `m`; a missing or damaged part is an error that asks for a Retry. */
+export async function openFile(m: ModelManifest, path: string): Promise<StoredFile> {
   const cache = await caches.open(CACHE_NAME);
   const broken = async (what: string) => {
     await cache.delete(installedKey(m));
@@ -361,15 +368,29 @@ export async function readFile(m: ModelManifest, path: string): Promise<Uint8Arr
   const marker = await cache.match(markerKey(m, path));
   if (!marker) throw await broken(`${path} is missing`);
   const { size, parts } = (await marker.json()) as FileMarker;
-  const out = new Uint8Array(size);
-  for (const [start, end] of parts) {
-    const part = await cache.match(partKey(m, path, start, end));
-    if (!part) throw await broken(`bytes ${start}–${end} of ${path} are missing`);
-    const bytes = new Uint8Array(await part.arrayBuffer());
-    if (bytes.length !== end - start) throw await broken(`bytes ${start}–${end} of ${path} are damaged`);
-    out.set(bytes, start);
-  }
-  return out;
+  const read = async (offset: number, length: number): Promise<Uint8Array> => {
+    if (offset < 0 || length < 0 || offset + length > size) throw await broken(`${path} has no bytes ${offset}–${offset + length}`);
+    const out = new Uint8Array(length);
+    for (const [start, end] of parts) {
+      const from = Math.max(start, offset);
+      const to = Math.min(end, offset + length);
+      if (from >= to) continue;
+      const part = await cache.match(partKey(m, path, start, end));
+      if (!part) throw await broken(`bytes ${start}–${end} of ${path} are missing`);
+      // A Blob from Cache Storage stays on disk: slicing it reads only the bytes asked for.
+      const blob = await part.blob();
+      if (blob.size !== end - start) throw await broken(`bytes ${start}–${end} of ${path} are damaged`);
+      out.set(new Uint8Array(await blob.slice(from - start, to - start).arrayBuffer()), from - offset);
+    }
+    return out;
+  };
+  return { size, read };
+}
+
+/** A whole installed file (a small one: configs, tokenizers), from the cache only. */
+export async function readFile(m: ModelManifest, path: string): Promise<Uint8Array> {
+  const file = await openFile(m, path);
+  return file.read(0, file.size);
 }
 
 /** Counts stored bytes, measures the download speed and reports at most every PROGRESS_INTERVAL_MS. */

@@ -13,6 +13,52 @@ interface Gpu {
   requestAdapter(): Promise<{ info?: { vendor: string; architecture: string } } | null>;
 }
 
+/** The part of a WebGPU device watched here. */
+interface GpuDevice {
+  lost: Promise<{ reason?: string; message?: string }>;
+  destroy(): void;
+}
+
+/**
+ * The engine's GPU device, watched for loss (a driver reset, the GPU process crashing, a laptop
+ * switching GPUs). wgpu does not tell the glue, so `requestDevice` is wrapped before the engine
+ * starts. A device cannot be replaced inside a running engine (Burn keeps one per module), so a
+ * loss ends this document's engine: it reports a `gpu_device` failure, and Retry makes the worker
+ * create a fresh offscreen document.
+ */
+let gpuDevice: GpuDevice | null = null;
+let deviceLost: string | null = null;
+
+function watchGpuDevices(): void {
+  type RequestDevice = (this: unknown, ...args: unknown[]) => Promise<GpuDevice>;
+  const adapter = (globalThis as { GPUAdapter?: { prototype: { requestDevice: RequestDevice } } }).GPUAdapter?.prototype;
+  if (!adapter) return;
+  const requestDevice = adapter.requestDevice;
+  adapter.requestDevice = async function (this: unknown, ...args: unknown[]) {
+    const device = await requestDevice.apply(this, args);
+    gpuDevice = device;
+    void device.lost.then((info) => {
+      deviceLost = info.message || info.reason || "no reason given";
+      void sendToWorker({ kind: "engine_status", status: lostStatus() });
+    });
+    return device;
+  };
+}
+watchGpuDevices();
+
+function lostStatus(): EngineStatus {
+  return failed(
+    "gpu_device",
+    `The GPU device was lost (${deviceLost ?? "unknown"}). Your conversation is kept.`,
+    "Press Retry: Hearth starts its engine again on a new device. If it keeps happening, update the graphics driver or close other tabs that use the GPU heavily.",
+  );
+}
+
+if (__HEARTH_TEST_BUILD__) {
+  // Test builds only: the e2e suite loses the device on purpose, as a driver reset would.
+  (globalThis as { hearthLoseGpuDevice?: () => boolean }).hearthLoseGpuDevice = () => (gpuDevice?.destroy(), gpuDevice !== null);
+}
+
 let engine: Promise<Wasm> | null = null;
 /** Which model the engine holds: `bundled:<folder>` or `store:<id>@<revision>`. */
 let loadedModel: string | null = null;
@@ -76,14 +122,19 @@ async function bundledModel(wasm: Wasm, folder: string): Promise<unknown> {
   );
 }
 
-/** An installed model, read from the store only: no network request. */
+/**
+ * An installed model, read from the store only: no network request. The engine reads the weights
+ * piece by piece as it loads them (one layer at a time), never the whole file at once.
+ */
 async function storedModel(wasm: Wasm, m: ModelManifest): Promise<unknown> {
   const has = (path: string) => m.files.some((f) => f.path === path);
   const text = async (path: string) => new TextDecoder().decode(await store.readFile(m, path));
-  if (!has("model.safetensors") || !has("config.json") || !has("tokenizer.json")) {
+  // One model.safetensors, or the shards listed beside model.safetensors.index.json.
+  const weightPaths = m.files.map((f) => f.path).filter((path) => path.endsWith(".safetensors"));
+  if (weightPaths.length === 0 || !has("config.json") || !has("tokenizer.json")) {
     throw new store.InstallError(
       "model_load",
-      `${m.name} has no config.json, tokenizer.json and single model.safetensors; the engine cannot load sharded weights yet.`,
+      `${m.name} lacks config.json, tokenizer.json or its .safetensors weights.`,
       "Choose another model in Hearth's settings.",
     );
   }
@@ -92,11 +143,19 @@ async function storedModel(wasm: Wasm, m: ModelManifest): Promise<unknown> {
   else if (has("tokenizer_config.json")) template = String((JSON.parse(await text("tokenizer_config.json")) as { chat_template?: unknown }).chat_template ?? "");
   else template = "";
   if (!template) throw new store.InstallError("model_load", `${m.name} has no chat template.`, "Choose another model in Hearth's settings.");
-  return new wasm.ModelFiles(
+  const weights = new Map<string, store.StoredFile>();
+  for (const path of weightPaths) weights.set(path, await store.openFile(m, path));
+  const weightFiles = [...weights].map(([path, file]) => ({ path, size: file.size }));
+  const readWeights = (path: string, offset: number, length: number): Promise<Uint8Array> => {
+    const file = weights.get(path);
+    return file ? file.read(offset, length) : Promise.reject(new Error(`${path} is not a weight file of ${m.name}`));
+  };
+  return wasm.ModelFiles.streamed(
     m.name,
     await text("config.json"),
     has("generation_config.json") ? await text("generation_config.json") : undefined,
-    await store.readFile(m, "model.safetensors"),
+    JSON.stringify(weightFiles),
+    readWeights,
     await store.readFile(m, "tokenizer.json"),
     template,
   );
@@ -147,9 +206,13 @@ async function engineStatus(modelId: string | null): Promise<EngineStatus> {
     engine = null;
     return failed("engine_load", `The engine failed to load: ${String(error)}`, "Reload Hearth from chrome://extensions; if it persists, reinstall it.");
   }
+  if (deviceLost !== null) return lostStatus();
   const adapter = await adapterOf(wasm);
   if ("state" in adapter) return adapter;
-  const start = async (files?: unknown) => JSON.parse(await wasm.startEngine(adapter.vendor, adapter.architecture, files)) as EngineStatus;
+  // While a model loads, its progress (`loading`) goes to the worker; the result is the answer.
+  const onStatus = (status: string) => void sendToWorker({ kind: "engine_status", status: JSON.parse(status) as EngineStatus });
+  const start = async (files?: unknown) =>
+    JSON.parse(await wasm.startEngine(adapter.vendor, adapter.architecture, files, onStatus)) as EngineStatus;
 
   let key: string;
   let files: unknown;
@@ -219,6 +282,8 @@ async function runTool(request: ToolRequest): Promise<string> {
 /** Runs a task message; a failure is reported to the tab rather than lost. */
 async function taskMessage(msg: Extract<ToOffscreen, { kind: "start_task" | "task_control" }>): Promise<void> {
   try {
+    // A lost device computes nothing: say so rather than fail somewhere inside the model.
+    if (deviceLost !== null && msg.kind === "start_task") throw new Error(`the GPU device was lost (${deviceLost}); press Retry above the conversation`);
     const wasm = await loadEngine();
     await wasm.taskMessage(JSON.stringify(msg));
   } catch (error) {

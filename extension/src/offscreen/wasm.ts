@@ -3,19 +3,31 @@
 
 export interface Wasm {
   default(): Promise<unknown>;
-  startEngine(vendor: string, architecture: string, model?: unknown): Promise<string>;
+  startEngine(vendor: string, architecture: string, model?: unknown, onStatus?: (status: string) => void): Promise<string>;
   webgpuUnavailable(detail: string): string;
   generate(request: string, onEvent: (event: string) => void): Promise<void>;
   setTaskHost(onUpdate: (tabId: number, update: string) => void, runTool: (request: string) => Promise<string>): void;
   taskMessage(message: string): Promise<void>;
-  ModelFiles: new (
-    name: string,
-    configJson: string,
-    generationConfigJson: string | undefined,
-    weights: Uint8Array,
-    tokenizerJson: Uint8Array,
-    chatTemplate: string,
-  ) => unknown;
+  ModelFiles: {
+    new (
+      name: string,
+      configJson: string,
+      generationConfigJson: string | undefined,
+      weights: Uint8Array,
+      tokenizerJson: Uint8Array,
+      chatTemplate: string,
+    ): unknown;
+    /** Weights read piece by piece: `weightFiles` is JSON `[{path, size}]`. */
+    streamed(
+      name: string,
+      configJson: string,
+      generationConfigJson: string | undefined,
+      weightFiles: string,
+      readWeights: (path: string, offset: number, length: number) => Promise<Uint8Array>,
+      tokenizerJson: Uint8Array,
+      chatTemplate: string,
+    ): unknown;
+  };
   Sha256: new () => { update(bytes: Uint8Array): void; finalize(): string; free(): void };
 }
 

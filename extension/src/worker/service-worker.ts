@@ -16,6 +16,8 @@ let status: EngineStatus = { state: "idle" };
 let engineModel: string | null = null;
 /** A download runs in the offscreen document: its `installing` statuses are current. */
 let installInFlight = false;
+/** The offscreen document is starting the engine: its `loading` statuses are current. */
+let startInFlight = false;
 const watchers = new Set<number>();
 let offscreenStarting: Promise<void> | null = null;
 let onOffscreenReady: (() => void) | null = null;
@@ -32,7 +34,7 @@ onSettingsChanged((settings) => {
   // Another model was chosen: start the engine again with it (it is offered for download if it
   // is not installed). An engine nobody asked for yet, or one busy starting, picks it up itself.
   const model = settings.model || null;
-  if (model !== engineModel && !["idle", "starting", "installing"].includes(status.state)) void startEngine();
+  if (model !== engineModel && !["idle", "starting", "installing", "loading"].includes(status.state)) void startEngine();
 });
 
 chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) => {
@@ -68,8 +70,8 @@ function handle(msg: ToWorker, sender: chrome.runtime.MessageSender): Promise<un
       onOffscreenReady?.();
       break;
     case "engine_status":
-      // Progress that arrives after the download ended (messages may cross) is stale.
-      if (msg.status.state !== "installing" || installInFlight) setStatus(msg.status);
+      // Progress that arrives after the download or the load ended (messages may cross) is stale.
+      if (msg.status.state === "installing" ? installInFlight : msg.status.state === "loading" ? startInFlight || installInFlight : true) setStatus(msg.status);
       break;
     case "watch_engine":
       if (tabId === undefined) return;
@@ -157,14 +159,20 @@ async function ensureEngine(): Promise<void> {
 }
 
 async function startEngine(): Promise<void> {
+  // A lost GPU device cannot be replaced inside the engine: a fresh offscreen document gets a new one.
+  const deviceLost = status.state === "failed" && status.failure.kind === "gpu_device";
   setStatus({ state: "starting" });
+  startInFlight = true;
   try {
+    if (deviceLost && (await chrome.offscreen.hasDocument())) await chrome.offscreen.closeDocument();
     await ensureOffscreenDocument();
     engineModel = (await loadSettings()).model || null;
     // The offscreen document answers once the engine is ready (or failed), or with the model to install.
     const next = (await toOffscreen({ kind: "start_engine", model_id: engineModel })) as EngineStatus | undefined;
+    startInFlight = false;
     if (next) setStatus(next);
   } catch (error) {
+    startInFlight = false;
     setStatus({
       state: "failed",
       failure: {

@@ -92,9 +92,10 @@ test("model download: quota, drop and resume, a corrupt file, install, and no re
   chrome = await launch({ profile });
   // The settings choose the test model by id: it comes from the store, not the bundled copy.
   await inWorker(`chrome.storage.sync.set({ settings: { model: "tiny-chat" } }).then(() => true)`);
-  // Every `installing` status the offscreen document sends, as the worker receives them.
-  await inWorker(`(globalThis.progressSeen = [], chrome.runtime.onMessage.addListener((m) => {
+  // Every `installing` and `loading` status the offscreen document sends, as the worker receives them.
+  await inWorker(`(globalThis.progressSeen = [], globalThis.loadingSeen = [], chrome.runtime.onMessage.addListener((m) => {
     if (m?.to === "worker" && m.msg?.kind === "engine_status" && m.msg.status.state === "installing") progressSeen.push(m.msg.status.progress);
+    if (m?.to === "worker" && m.msg?.kind === "engine_status" && m.msg.status.state === "loading") loadingSeen.push(m.msg.status);
   }), true)`);
 
   const page = await openOverlay();
@@ -181,6 +182,12 @@ test("model download: quota, drop and resume, a corrupt file, install, and no re
   assert.equal(await waitForData(page, "engine", ["ready", "failed"], 60_000), "ready", `engine: ${await host.getAttribute("data-failure")}`);
   assert.equal(await host.getAttribute("data-model"), "tiny-chat (test model, random weights)");
   await screenshot(page, "download-ready");
+  // The installed model was streamed onto the GPU step by step from the store, with progress: one
+  // `loading` status per step (embedding, per-layer table, its projection, 6 layers, final norm).
+  const loading = await inWorker(`loadingSeen`);
+  assert.ok(loading.length >= 8, `loading statuses: ${JSON.stringify(loading)}`);
+  assert.deepEqual(loading.map((l) => l.done), [...loading.keys()], "one status per step, in order");
+  assert.ok(loading.every((l) => l.total === loading.length && l.model === "tiny-chat (test model, random weights)"));
   assert.deepEqual([...new Set(hub.requests.slice(sent).map((r) => r.path))], ["tokenizer.json", "chat_template.jinja"], "verified files are never downloaded again");
 
   keys = await cacheKeys();

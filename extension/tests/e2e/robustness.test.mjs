@@ -1,12 +1,12 @@
 // What browsers do to extensions, during agent tasks: a page with a strict Content-Security-Policy,
-// the service worker stopped mid-task, the offscreen document torn down, the task's tab closed
-// mid-task, and two tabs asking at once. The model is the scripted one of test builds.
+// the service worker stopped mid-task, the offscreen document torn down, the GPU device lost, the
+// task's tab closed mid-task, and two tabs asking at once. The model is the scripted one of test builds.
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { launch } from "../lib/browser.mjs";
 import { servePages } from "../lib/pages.mjs";
-import { clickInOverlay, overlayEval, screenshot, waitForEngine } from "../lib/overlay.mjs";
+import { clickInOverlay, overlayEval, overlayText, screenshot, waitForEngine } from "../lib/overlay.mjs";
 import { ask, call, decide, done, pageText as text, indexOf, openAgentPage, str, useScript, waitForTask } from "../lib/agent.mjs";
 
 const signUp = (email) => [
@@ -77,6 +77,23 @@ test("the offscreen document torn down: the engine comes back, the user sees it,
   await ask(page, "Sign me up as back@example.com.");
   assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
   assert.equal(await text(page, "#result"), "Signed up: back@example.com");
+});
+
+test("the GPU device lost: the overlay says so, Retry brings the engine back on a new device, the next task runs", { timeout: 240_000 }, async () => {
+  const page = await openAgentPage(chrome, `${pages.url}/agent/shadow.html`);
+  // As a driver reset would: the engine's device is destroyed under it.
+  assert.equal(await chrome.console.evaluate("/offscreen.html", "hearthLoseGpuDevice()"), true);
+  assert.equal(await waitForEngine(page, ["failed"], 30_000), "failed");
+  assert.equal(await page.locator("hearth-overlay").getAttribute("data-failure"), "gpu_device");
+  assert.match(await overlayText(page, ".engine .error"), /The GPU device was lost \(.+\)\. Your conversation is kept\./);
+  assert.match(await overlayText(page, ".engine .fix"), /Press Retry/);
+  await screenshot(page, "robustness-device-lost");
+  await clickInOverlay(page, "button.retry");
+  assert.equal(await waitForEngine(page, ["ready", "failed"]), "ready");
+  await useScript(chrome, signUp("gpu@example.com"));
+  await ask(page, "Sign me up as gpu@example.com.");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  assert.equal(await text(page, "#result"), "Signed up: gpu@example.com");
 });
 
 test("the task's tab closed mid-task: nothing breaks, other tabs carry on", { timeout: 90_000 }, async () => {

@@ -1,8 +1,9 @@
 // The engine's state above the conversation: starting (with a progress bar), ready (a one-line
 // summary, GPU details folded away), needs_model (the model to download, its size, Download),
-// installing (bytes, %, speed, time left), or failed (what happened, what fixes it, and Retry).
-// The state is mirrored on the host element (data-engine, data-adapter, data-self-test,
-// data-values, data-fused-error, data-failure, data-model, data-offer, data-download) for tests.
+// installing (bytes, %, speed, time left), loading (the model going onto the GPU, step by step),
+// or failed (what happened, what fixes it, and Retry). The state is mirrored on the host element
+// (data-engine, data-adapter, data-self-test, data-values, data-fused-error, data-failure,
+// data-model, data-offer, data-download, data-load) for tests.
 
 import type { EngineStatus } from "../../generated/protocol";
 import { button, el } from "./dom";
@@ -32,6 +33,7 @@ export function engineView(retry: () => void, install: (modelId: string) => void
       delete data.model;
       delete data.offer;
       delete data.download;
+      delete data.load;
       data.engine = status.state;
       switch (status.state) {
         case "idle":
@@ -119,6 +121,16 @@ export function engineView(retry: () => void, install: (modelId: string) => void
             el("p", { class: "download-rate meta" }, rate),
           );
           if (progress.file) body.append(el("p", { class: "download-file meta" }, t("downloadFile", progress.file)));
+          break;
+        }
+        case "loading": {
+          const percent = status.total > 0 ? (100 * status.done) / status.total : 0;
+          data.load = `${status.done}/${status.total}`;
+          line.textContent = t("modelLoading", status.model);
+          body.append(
+            el("progress", { class: "download", max: "100", value: percent.toFixed(1), "aria-label": t("modelLoading", status.model) }),
+            el("p", { class: "load-progress meta" }, t("loadProgress", String(status.done), String(status.total))),
+          );
           break;
         }
         case "failed": {

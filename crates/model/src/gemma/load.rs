@@ -1,0 +1,371 @@
+//! Loading a Gemma checkpoint as a list of steps (the embedding, slices of the per-layer-embedding
+//! table, each decoder layer, …), each naming the bytes it reads before it reads them. Natively
+//! the steps simply run in order; the browser engine fetches each step's bytes from Cache Storage
+//! first and drops them after, so a model file is never held whole in memory.
+
+use std::ops::Range;
+
+use burn::tensor::{Device, Tensor, TensorData};
+use hearth_weights::{AffineTensor, Checkpoint, FileRange, HostTensor, WeightsError};
+
+use super::*;
+use crate::affine::{AffineMatrix, has_fused_kernels};
+use crate::config::{Family, TextConfig};
+
+/// Where the text decoder's tensors live: the config's prefix (Hugging Face's layout), or MLX's
+/// `language_model.model.` (mlx-vlm drops the outer `model.`).
+fn tensor_prefix(checkpoint: &Checkpoint, configured: &str) -> String {
+    let candidates = [configured, "language_model.model.", "model.language_model.", "model."];
+    candidates
+        .into_iter()
+        .find(|p| checkpoint.contains(&format!("{p}embed_tokens.weight")))
+        .unwrap_or(configured)
+        .to_string()
+}
+
+/// Reads tensors by their name under the config's prefix, checking shapes.
+struct Loader<'a> {
+    checkpoint: &'a mut Checkpoint,
+    prefix: &'a str,
+    device: &'a Device,
+    norm_offset: f32,
+}
+
+impl Loader<'_> {
+    fn host(&mut self, name: &str, expected: &[usize]) -> Result<HostTensor, ModelError> {
+        let full = format!("{}{name}", self.prefix);
+        let tensor = self.checkpoint.read_f32(&full)?;
+        if tensor.shape != expected {
+            return Err(ModelError::Shape { name: full, expected: expected.to_vec(), actual: tensor.shape });
+        }
+        Ok(tensor)
+    }
+
+    /// A packed checkpoint matrix, when the module is quantized (MLX, or GGUF blocks with an
+    /// affine form); its shape is checked.
+    fn affine(&mut self, name: &str, rows: usize, cols: usize) -> Result<Option<AffineTensor>, ModelError> {
+        let full = format!("{}{name}", self.prefix);
+        let Some(t) = self.checkpoint.read_affine(&full)? else { return Ok(None) };
+        if (t.rows, t.cols) != (rows, cols) {
+            return Err(ModelError::Shape { name: full, expected: vec![rows, cols], actual: vec![t.rows, t.cols] });
+        }
+        Ok(Some(t))
+    }
+
+    /// A `[out, in]` checkpoint matrix: 4- and 8-bit codes stay packed where the fused kernel
+    /// runs; anything else is uploaded as f32 `[in, out]`.
+    fn linear(&mut self, name: &str, out_features: usize, in_features: usize) -> Result<Linear, ModelError> {
+        if has_fused_kernels(self.device)
+            && let Some(q) = self.affine(name, out_features, in_features)?
+        {
+            if AffineMatrix::holds(&q) {
+                return Ok(Linear::Affine(AffineMatrix::upload(q, self.device)));
+            }
+            return Ok(self.dense_linear(q.dequantize(), out_features, in_features));
+        }
+        let w = self.host(&format!("{name}.weight"), &[out_features, in_features])?;
+        Ok(self.dense_linear(w, out_features, in_features))
+    }
+
+    /// Matrices with the same input, as one packed matrix (their rows stacked in order), where the
+    /// fused kernels run and all are packed alike; `None` otherwise.
+    fn joint(
+        &mut self,
+        names: &[String],
+        rows: [usize; 3],
+        in_features: usize,
+    ) -> Result<Option<AffineMatrix>, ModelError> {
+        if !has_fused_kernels(self.device) {
+            return Ok(None);
+        }
+        let mut parts = Vec::with_capacity(names.len());
+        for (name, rows) in names.iter().zip(rows) {
+            match self.affine(name, rows, in_features)? {
+                Some(part) if AffineMatrix::holds(&part) => parts.push(part),
+                _ => return Ok(None),
+            }
+        }
+        Ok(AffineTensor::stack_rows(parts).map(|joint| AffineMatrix::upload(joint, self.device)))
+    }
+
+    fn dense_linear(&self, w: HostTensor, out_features: usize, in_features: usize) -> Linear {
+        let mut transposed = vec![0.0; w.data.len()];
+        for (o, row) in w.data.chunks_exact(in_features).enumerate() {
+            for (i, value) in row.iter().enumerate() {
+                transposed[i * out_features + o] = *value;
+            }
+        }
+        Linear::Dense(Tensor::from_data(TensorData::new(transposed, [in_features, out_features]), self.device))
+    }
+
+    /// The token embedding, split to fit storage bindings; packed when its codes are 4- or
+    /// 8-bit and the fused kernels run.
+    fn embedding(&mut self, vocab: usize, h: usize, max_bytes: usize) -> Result<SplitEmbedding, ModelError> {
+        if has_fused_kernels(self.device)
+            && let Some(q) = self.affine("embed_tokens", vocab, h)?
+            && AffineMatrix::holds(&q)
+        {
+            return Ok(SplitEmbedding::affine(&q, max_bytes, self.device));
+        }
+        let embed = self.host("embed_tokens.weight", &[vocab, h])?;
+        Ok(SplitEmbedding::dense(embed.data, vocab, h, max_bytes, self.device))
+    }
+
+    /// An RMSNorm weight with the family's offset (`1 + w` for Gemma 3) folded in.
+    fn norm(&mut self, name: &str, size: usize) -> Result<Tensor<1>, ModelError> {
+        let w = self.host(&format!("{name}.weight"), &[size])?;
+        let data: Vec<f32> = w.data.iter().map(|v| v + self.norm_offset).collect();
+        Ok(Tensor::from_data(TensorData::new(data, [size]), self.device))
+    }
+
+    /// Rows `rows` of the quantized table `name` ([vocab, width]), packed, for the host.
+    fn table_rows(
+        &mut self,
+        name: &str,
+        rows: Range<usize>,
+        vocab: usize,
+        width: usize,
+    ) -> Result<AffineTensor, ModelError> {
+        let full = format!("{}{name}", self.prefix);
+        let slice = self
+            .checkpoint
+            .read_affine_rows(&full, Some(rows))?
+            .ok_or_else(|| ModelError::Weights(WeightsError::Missing { name: format!("{full}.scales") }))?;
+        if slice.cols != width {
+            return Err(ModelError::Shape {
+                name: full,
+                expected: vec![vocab, width],
+                actual: vec![vocab, slice.cols],
+            });
+        }
+        Ok(slice)
+    }
+
+    /// Decoder layer `i`.
+    fn layer(&mut self, c: &TextConfig, i: usize) -> Result<DecoderLayer, ModelError> {
+        let h = c.hidden_size;
+        let layer = &c.layers[i];
+        let name = |part: &str| format!("layers.{i}.{part}");
+        let (d, kv_heads) = (layer.head_dim, layer.num_kv_heads);
+        let q_rows = c.num_heads * d;
+        let (projections, k_norm) = match layer.kv_producer {
+            // Real checkpoints still ship k/v weights on shared layers: they are never read.
+            Some(_) => (Projections::Query(self.linear(&name("self_attn.q_proj"), q_rows, h)?), None),
+            None => {
+                let names = [name("self_attn.q_proj"), name("self_attn.k_proj"), name("self_attn.v_proj")];
+                let rows = [q_rows, kv_heads * d, kv_heads * d];
+                let projections = match self.joint(&names, rows, h)? {
+                    Some(joint) => Projections::Joint(joint),
+                    None => Projections::Separate {
+                        q: self.linear(&names[0], rows[0], h)?,
+                        k: self.linear(&names[1], rows[1], h)?,
+                        v: self.linear(&names[2], rows[2], h)?,
+                    },
+                };
+                (projections, Some(self.norm(&name("self_attn.k_norm"), d)?))
+            }
+        };
+        let attention = Attention {
+            projections,
+            k_norm,
+            o_proj: self.linear(&name("self_attn.o_proj"), h, c.num_heads * d)?,
+            q_norm: self.norm(&name("self_attn.q_norm"), d)?,
+        };
+        let inter = layer.intermediate_size;
+        let mlp = Mlp {
+            gate_proj: self.linear(&name("mlp.gate_proj"), inter, h)?,
+            up_proj: self.linear(&name("mlp.up_proj"), inter, h)?,
+            down_proj: self.linear(&name("mlp.down_proj"), h, inter)?,
+        };
+        let per_layer_input = match c.per_layer_input_size {
+            Some(p) => Some(LayerPerLayerInput {
+                gate: self.linear(&name("per_layer_input_gate"), p, h)?,
+                projection: self.linear(&name("per_layer_projection"), h, p)?,
+                post_norm: self.norm(&name("post_per_layer_input_norm"), h)?,
+            }),
+            None => None,
+        };
+        let layer_scalar = match c.family {
+            Family::Gemma4 => Some(self.host(&name("layer_scalar"), &[1])?.data[0]),
+            Family::Gemma3 => None,
+        };
+        Ok(DecoderLayer {
+            attention,
+            mlp,
+            input_norm: self.norm(&name("input_layernorm"), h)?,
+            post_attention_norm: self.norm(&name("post_attention_layernorm"), h)?,
+            pre_feedforward_norm: self.norm(&name("pre_feedforward_layernorm"), h)?,
+            post_feedforward_norm: self.norm(&name("post_feedforward_layernorm"), h)?,
+            per_layer_input,
+            layer_scalar,
+        })
+    }
+}
+
+/// One part of a load. Each reads only its own tensors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Embedding,
+    /// Rows of the quantized per-layer-embedding table (the whole table is never read at once).
+    TableRows(Range<usize>),
+    /// The per-layer-embedding table stored as plain floats (small models).
+    DenseTable,
+    PerLayerProjection,
+    Layer(usize),
+    FinalNorm,
+}
+
+/// A Gemma model being loaded step by step ([`GemmaLoader::step`]), for callers that fetch the
+/// bytes of each step first ([`GemmaLoader::next_reads`]). [`Gemma::load`] runs it in one go.
+pub struct GemmaLoader {
+    config: TextConfig,
+    prefix: String,
+    max_tensor_bytes: usize,
+    parts: std::collections::VecDeque<Part>,
+    total_steps: usize,
+    embed_tokens: Option<SplitEmbedding>,
+    table_slices: Vec<AffineTensor>,
+    rows_per_slice: usize,
+    dense_table: Option<HostTensor>,
+    per_layer_projection: Option<(Linear, Tensor<1>)>,
+    layers: Vec<DecoderLayer>,
+    final_norm: Option<Tensor<1>>,
+}
+
+impl GemmaLoader {
+    /// Plans the load of `config`'s decoder from `checkpoint` (headers only are read), with
+    /// device tensors of at most `max_tensor_bytes`.
+    pub fn new(config: TextConfig, checkpoint: &Checkpoint, max_tensor_bytes: usize) -> Self {
+        let prefix = tensor_prefix(checkpoint, &config.tensor_prefix);
+        let mut parts = vec![Part::Embedding];
+        let mut rows_per_slice = config.vocab_size.max(1);
+        if config.per_layer_input_size.is_some() {
+            let table = format!("{prefix}embed_tokens_per_layer");
+            if checkpoint.is_quantized(&table) {
+                // Sliced by the codes' row size, from the header.
+                let row_bytes = checkpoint.packed_row_bytes(&table).unwrap_or(1).max(1);
+                rows_per_slice = (max_tensor_bytes / row_bytes).clamp(1, config.vocab_size.max(1));
+                let vocab = config.vocab_size;
+                let slices = (0..vocab).step_by(rows_per_slice);
+                parts.extend(slices.map(|start| Part::TableRows(start..(start + rows_per_slice).min(vocab))));
+            } else {
+                parts.push(Part::DenseTable);
+            }
+            parts.push(Part::PerLayerProjection);
+        }
+        parts.extend((0..config.num_layers).map(Part::Layer));
+        parts.push(Part::FinalNorm);
+        GemmaLoader {
+            total_steps: parts.len(),
+            parts: parts.into(),
+            prefix,
+            max_tensor_bytes,
+            rows_per_slice,
+            embed_tokens: None,
+            table_slices: Vec::new(),
+            dense_table: None,
+            per_layer_projection: None,
+            layers: Vec::with_capacity(config.num_layers),
+            final_norm: None,
+            config,
+        }
+    }
+
+    /// Steps done and steps in all (for progress).
+    pub fn progress(&self) -> (usize, usize) {
+        (self.total_steps - self.parts.len(), self.total_steps)
+    }
+
+    /// The bytes the next step reads, or `None` when every step has run.
+    pub fn next_reads(&self, checkpoint: &Checkpoint) -> Option<Result<Vec<FileRange>, ModelError>> {
+        let under = |names: &[&str]| {
+            let prefixes: Vec<String> = names.iter().map(|n| format!("{}{n}", self.prefix)).collect();
+            Ok(checkpoint.ranges_under(&prefixes))
+        };
+        Some(match self.parts.front()? {
+            Part::Embedding => under(&["embed_tokens."]),
+            Part::TableRows(rows) => checkpoint
+                .row_ranges(&format!("{}embed_tokens_per_layer", self.prefix), rows.clone())
+                .map_err(ModelError::from),
+            Part::DenseTable => under(&["embed_tokens_per_layer."]),
+            Part::PerLayerProjection => under(&["per_layer_model_projection.", "per_layer_projection_norm."]),
+            Part::Layer(i) => under(&[&format!("layers.{i}.")]),
+            Part::FinalNorm => under(&["norm."]),
+        })
+    }
+
+    /// Runs the next step; `false` once every step has run.
+    pub fn step(&mut self, checkpoint: &mut Checkpoint, device: &Device) -> Result<bool, ModelError> {
+        let Some(part) = self.parts.pop_front() else { return Ok(false) };
+        let c = &self.config;
+        let h = c.hidden_size;
+        let mut loader = Loader { checkpoint, prefix: &self.prefix, device, norm_offset: c.norm_weight_offset };
+        match part {
+            Part::Embedding => {
+                self.embed_tokens = Some(loader.embedding(c.vocab_size, h, self.max_tensor_bytes)?);
+            }
+            Part::TableRows(rows) => {
+                let width = c.num_layers * c.per_layer_input_size.unwrap_or(0);
+                self.table_slices.push(loader.table_rows("embed_tokens_per_layer", rows, c.vocab_size, width)?);
+            }
+            Part::DenseTable => {
+                let width = c.num_layers * c.per_layer_input_size.unwrap_or(0);
+                self.dense_table = Some(loader.host("embed_tokens_per_layer.weight", &[c.vocab_size, width])?);
+            }
+            Part::PerLayerProjection => {
+                let p = c.per_layer_input_size.unwrap_or(0);
+                let projection = loader.linear("per_layer_model_projection", c.num_layers * p, h)?;
+                self.per_layer_projection = Some((projection, loader.norm("per_layer_projection_norm", p)?));
+            }
+            Part::Layer(i) => self.layers.push(loader.layer(c, i)?),
+            Part::FinalNorm => self.final_norm = Some(loader.norm("norm", h)?),
+        }
+        Ok(!self.parts.is_empty())
+    }
+
+    /// The model, once every step has run.
+    pub fn finish(self, device: &Device) -> Result<Gemma, ModelError> {
+        let unfinished = || ModelError::Weights(WeightsError::Missing { name: "(the load stopped early)".into() });
+        if !self.parts.is_empty() {
+            return Err(unfinished());
+        }
+        let per_layer = match self.per_layer_projection {
+            Some((model_projection, projection_norm)) => {
+                let table = match self.dense_table {
+                    Some(dense) => HostTable::Dense(dense),
+                    None => HostTable::Affine { slices: self.table_slices, rows_per_slice: self.rows_per_slice },
+                };
+                Some(PerLayerEmbeddings { table, model_projection, projection_norm })
+            }
+            None => None,
+        };
+        Ok(Gemma {
+            config: self.config,
+            device: device.clone(),
+            embed_tokens: self.embed_tokens.ok_or_else(unfinished)?,
+            per_layer,
+            layers: self.layers,
+            final_norm: self.final_norm.ok_or_else(unfinished)?,
+        })
+    }
+}
+
+impl Gemma {
+    /// Loads the text decoder from `checkpoint`, one tensor at a time.
+    pub fn load(config: TextConfig, checkpoint: &mut Checkpoint, device: &Device) -> Result<Self, ModelError> {
+        Self::load_with_tensor_limit(config, checkpoint, device, MAX_TENSOR_BYTES)
+    }
+
+    /// As [`load`](Self::load), with device tensors (embedding blocks) and host slices (the
+    /// per-layer-embedding table) of at most `max_tensor_bytes`.
+    pub fn load_with_tensor_limit(
+        config: TextConfig,
+        checkpoint: &mut Checkpoint,
+        device: &Device,
+        max_tensor_bytes: usize,
+    ) -> Result<Self, ModelError> {
+        let mut loader = GemmaLoader::new(config, checkpoint, max_tensor_bytes);
+        while loader.step(checkpoint, device)? {}
+        loader.finish(device)
+    }
+}

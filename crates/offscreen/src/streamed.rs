@@ -1,0 +1,122 @@
+//! Weight files read piece by piece from JavaScript (the model store in Cache Storage), so that a
+//! model of gigabytes is never held whole in wasm memory (whose 4 GiB would not even hold E4B):
+//! the loader names the bytes of each step ([`hearth_model::GemmaLoader::next_reads`]), they are
+//! fetched, read, and dropped before the next step.
+
+use hearth_model::gemma::MAX_TENSOR_BYTES;
+use hearth_model::{Gemma, GemmaLoader, TextConfig};
+use hearth_weights::{ByteSource, Checkpoint, Quantization, WeightsError, WindowedSource, Windows};
+use serde::Deserialize;
+use wasm_bindgen::JsValue;
+
+use burn::tensor::Device;
+
+/// One weight file of a model folder, as the store lists it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct WeightFile {
+    pub path: String,
+    pub size: u64,
+}
+
+/// How much of each file is fetched first for its header; more is fetched when the header is
+/// longer (a GGUF file's metadata holds the whole tokenizer).
+const HEADER_GUESS: u64 = 1 << 20;
+
+pub struct StreamedWeights {
+    files: Vec<(WeightFile, Windows)>,
+    /// `read(path, offset, length)` → `Promise<Uint8Array>` of exactly `length` bytes.
+    read: js_sys::Function,
+}
+
+impl StreamedWeights {
+    pub fn new(files: Vec<WeightFile>, read: js_sys::Function) -> Self {
+        Self { files: files.into_iter().map(|f| (f, Windows::default())).collect(), read }
+    }
+
+    fn sources(&self) -> Vec<Box<dyn ByteSource>> {
+        let source = |(file, windows): &(WeightFile, Windows)| -> Box<dyn ByteSource> {
+            Box::new(WindowedSource::new(file.path.clone(), file.size, windows.clone()))
+        };
+        self.files.iter().map(source).collect()
+    }
+
+    /// Fetches bytes `start..end` of file `index` and makes them readable.
+    async fn fetch(&self, index: usize, start: u64, end: u64) -> Result<(), String> {
+        let Some((file, windows)) = self.files.get(index) else {
+            return Err(format!("the loader asked for weight file {index}, which does not exist"));
+        };
+        let js =
+            |e: JsValue| format!("reading {} failed: {}", file.path, e.as_string().unwrap_or_else(|| format!("{e:?}")));
+        let args =
+            (JsValue::from_str(&file.path), JsValue::from_f64(start as f64), JsValue::from_f64((end - start) as f64));
+        let promise = self.read.call3(&JsValue::NULL, &args.0, &args.1, &args.2).map_err(js)?;
+        let value = wasm_bindgen_futures::JsFuture::from(js_sys::Promise::resolve(&promise)).await.map_err(js)?;
+        let bytes = js_sys::Uint8Array::new(&value);
+        if u64::from(bytes.length()) != end - start {
+            return Err(format!(
+                "reading {} gave {} bytes where {} were asked",
+                file.path,
+                bytes.length(),
+                end - start
+            ));
+        }
+        windows.insert(start, bytes.to_vec());
+        Ok(())
+    }
+
+    /// Drops every fetched byte.
+    fn release(&self) {
+        self.files.iter().for_each(|(_, windows)| windows.clear());
+    }
+
+    /// The files' headers, fetched as the parsers ask for them.
+    pub async fn open(&self, quantization: Option<Quantization>) -> Result<Checkpoint, String> {
+        for (index, (file, _)) in self.files.iter().enumerate() {
+            self.fetch(index, 0, file.size.min(HEADER_GUESS)).await?;
+        }
+        loop {
+            match Checkpoint::from_sources(self.sources()) {
+                Ok(mut checkpoint) => {
+                    self.release();
+                    checkpoint.set_quantization(quantization);
+                    return Ok(checkpoint);
+                }
+                Err(WeightsError::NotFetched { file, offset, len }) => {
+                    let index = self.files.iter().position(|(f, _)| f.path == file).ok_or("unknown weight file")?;
+                    let (file, windows) = &self.files[index];
+                    let have = windows.prefix_len();
+                    let want = (offset + len).max(have * 2).min(file.size);
+                    if want <= have {
+                        return Err(format!("the header of {} asks for bytes it does not have", file.path));
+                    }
+                    windows.clear();
+                    self.fetch(index, 0, want).await?;
+                }
+                Err(err) => return Err(err.to_string()),
+            }
+        }
+    }
+
+    /// Loads the model step by step: each step's bytes are fetched, read and dropped;
+    /// `on_progress(done, total)` before each step.
+    pub async fn load(
+        &self,
+        config: TextConfig,
+        mut checkpoint: Checkpoint,
+        device: &Device,
+        on_progress: &dyn Fn(usize, usize),
+    ) -> Result<Gemma, String> {
+        let mut loader = GemmaLoader::new(config, &checkpoint, MAX_TENSOR_BYTES);
+        while let Some(reads) = loader.next_reads(&checkpoint) {
+            let (done, total) = loader.progress();
+            on_progress(done, total);
+            self.release();
+            for range in reads.map_err(|e| e.to_string())? {
+                self.fetch(range.file, range.start, range.end).await?;
+            }
+            loader.step(&mut checkpoint, device).map_err(|e| e.to_string())?;
+        }
+        self.release();
+        loader.finish(device).map_err(|e| e.to_string())
+    }
+}
