@@ -34,7 +34,7 @@ pub use backend::{
     CancelToken, Clock, GenerationRequest, GenerationStats, ModelBackend, ModelChunk, ModelError, ToolError,
     ToolExecutor, ToolInvocation, ToolOutput,
 };
-pub use context::{ApproxTokenCounter, ContextBudget, TokenCounter};
+pub use context::{ApproxTokenCounter, ContextBudget, Entry, EntryKind, TokenCounter};
 pub use events::{AgentEvent, PauseReason};
 pub use page::{ElementInfo, FormInfo, PageInfo, Snapshot};
 pub use parser::{ParsedCall, ParsedOutput, StreamParser, parse_output, parse_to_json};

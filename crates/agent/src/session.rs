@@ -248,6 +248,27 @@ impl Agent {
         self.entries.iter().map(|e| e.message.clone()).collect()
     }
 
+    /// The conversation as it stands (messages and what compaction knows of them), for keeping
+    /// outside the engine: the offscreen document holding it may be torn down at any time.
+    pub fn history(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// Gives an agent without a conversation yet the one [`Self::history`] returned; it then
+    /// waits for the next task. Grants, pending calls and the latest snapshot are not kept: a
+    /// restored task asks again before risky actions and takes a new snapshot. `false` (and
+    /// nothing changes) when this agent has a conversation already.
+    pub fn restore_history(&mut self, entries: Vec<Entry>) -> bool {
+        if !self.entries.is_empty() {
+            return false;
+        }
+        // Call ids go on from the restored ones (`call_<n>`, counted from 1).
+        self.next_call = entries.iter().map(|e| e.message.tool_calls.len() as u64).sum();
+        self.entries = entries;
+        self.finished = true;
+        true
+    }
+
     /// The last prompt sent to the model.
     pub fn last_prompt(&self) -> Option<&str> {
         self.last_prompt.as_deref()

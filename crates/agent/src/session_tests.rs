@@ -533,3 +533,34 @@ fn compaction_near_the_budget_drops_old_steps_but_not_user_messages() {
     assert!((1..=10).contains(&compactions), "{compactions}");
     assert!(model.prompts.last().unwrap().contains("Collect prices. Stay on shop.test."));
 }
+
+/// The engine may be torn down between tasks: a new agent given the old one's history (through
+/// JSON, as the worker keeps it) continues the conversation, with fresh call ids and no grants.
+#[test]
+fn a_restored_history_continues_the_conversation() {
+    let mut first = agent();
+    first.start_task("Sign me up as Ada Lovelace, ada@example.test.", Some(page()));
+    let mut model = ScriptedModel::texts([
+        call("snapshot", ""),
+        call("done", &format!("result:{}", s("Signed up as Ada Lovelace."))),
+    ]);
+    run(&mut first, &mut model, &mut tools());
+    let kept = serde_json::to_string(first.history()).unwrap();
+
+    let mut second = agent();
+    assert!(second.restore_history(serde_json::from_str(&kept).unwrap()));
+    assert_eq!(second.messages(), first.messages());
+    assert!(!second.restore_history(Vec::new()), "a conversation is never overwritten");
+    // Restored, it waits for the user's next task.
+    assert_eq!(run(&mut second, &mut ScriptedModel::texts(Vec::<String>::new()), &mut tools()).0, Outcome::Idle);
+
+    second.start_task("And what email did I give?", Some(page()));
+    let mut model = ScriptedModel::texts([call("done", &format!("result:{}", s("ada@example.test")))]);
+    let (outcome, _) = run(&mut second, &mut model, &mut tools());
+    assert_eq!(outcome, Outcome::Done { result: "ada@example.test".into(), success: true });
+    let prompt = second.last_prompt().unwrap();
+    assert!(prompt.contains("Sign me up as Ada Lovelace") && prompt.contains("And what email did I give?"), "{prompt}");
+    let ids: Vec<_> = second.messages().iter().flat_map(|m| m.tool_calls.clone()).filter_map(|c| c.id).collect();
+    let unique: std::collections::BTreeSet<_> = ids.iter().collect();
+    assert_eq!(unique.len(), ids.len(), "call ids stay unique across the restore: {ids:?}");
+}

@@ -14,8 +14,9 @@ use std::rc::Rc;
 use futures::future::{Either, select};
 use futures::stream::{self, LocalBoxStream, StreamExt};
 use hearth_agent::{
-    Agent, AgentConfig, AgentControl, ApproxTokenCounter, Clock, GenerationRequest, GenerationStats, ModelBackend,
-    ModelChunk, ModelError, TokenCounter, ToolError, ToolExecutor, ToolInvocation, ToolOutput, builtin_tools,
+    Agent, AgentConfig, AgentControl, ApproxTokenCounter, Clock, Entry, GenerationRequest, GenerationStats,
+    ModelBackend, ModelChunk, ModelError, TokenCounter, ToolError, ToolExecutor, ToolInvocation, ToolOutput,
+    builtin_tools,
 };
 use hearth_model::generate::{self, GenerateOptions};
 use hearth_model::tokenizer::Tokenizer;
@@ -74,7 +75,14 @@ fn ended(tab_id: u32, outcome: Outcome) {
 }
 
 /// Starts a task in the tab's conversation; while one runs there, the text steers it instead.
-pub async fn start_task(tab_id: u32, text: String, page: Option<PageInfo>, settings: TaskSettings) {
+/// `history` (from `TaskUpdate::History`) restores a conversation this engine does not hold.
+pub async fn start_task(
+    tab_id: u32,
+    text: String,
+    page: Option<PageInfo>,
+    settings: TaskSettings,
+    history: Option<String>,
+) {
     let Some(model) = engine::model() else {
         return ended(
             tab_id,
@@ -85,7 +93,13 @@ pub async fn start_task(tab_id: u32, text: String, page: Option<PageInfo>, setti
     };
     let started = TASKS.with(|t| {
         let mut tasks = t.borrow_mut();
-        let conversation = tasks.conversations.entry(tab_id).or_insert_with(|| new_conversation(&model, &settings));
+        let conversation = tasks.conversations.entry(tab_id).or_insert_with(|| {
+            let mut conversation = new_conversation(&model, &settings);
+            if let (Some(agent), Some(entries)) = (conversation.agent.as_mut(), restored(history.as_deref())) {
+                agent.restore_history(entries);
+            }
+            conversation
+        });
         let Some(agent) = conversation.agent.as_mut() else {
             conversation.control.steer(text.clone());
             return false;
@@ -184,13 +198,24 @@ async fn run(tab_id: u32, model: ModelHandles) {
     let mut backend = TaskModel::new(model, &settings);
     let mut tools = TabTools { tab_id, host };
     let outcome = agent.run(&mut backend, &mut tools, &mut |event| emit(tab_id, &TaskUpdate::Event { event })).await;
-    TASKS.with(|t| {
+    let history = serde_json::to_string(agent.history()).unwrap_or_default();
+    let kept = TASKS.with(|t| {
         // Forgotten meanwhile (tab closed, new chat): drop the agent.
-        if let Some(conversation) = t.borrow_mut().conversations.get_mut(&tab_id) {
-            conversation.agent = Some(agent);
-        }
+        let mut tasks = t.borrow_mut();
+        let conversation = tasks.conversations.get_mut(&tab_id)?;
+        conversation.agent = Some(agent);
+        Some(())
     });
+    if kept.is_some() {
+        emit(tab_id, &TaskUpdate::History { history });
+    }
     ended(tab_id, outcome);
+}
+
+/// A conversation kept by the worker; one that does not parse (another version of Hearth wrote
+/// it) is dropped rather than trusted in part.
+fn restored(history: Option<&str>) -> Option<Vec<Entry>> {
+    serde_json::from_str(history?).ok()
 }
 
 /// Exact token counts from the model's own tokenizer (the budget is in model tokens).

@@ -50,7 +50,16 @@ pub enum ToOffscreen {
     /// and the response is the final `EngineStatus`.
     InstallModel { model_id: String },
     /// Start a task in the tab's conversation (created on first use).
-    StartTask { tab_id: u32, text: String, page: Option<PageInfo>, settings: TaskSettings },
+    StartTask {
+        tab_id: u32,
+        text: String,
+        page: Option<PageInfo>,
+        settings: TaskSettings,
+        /// The tab's conversation as last reported (`TaskUpdate::History`), for an engine that no
+        /// longer holds it (the offscreen document was recreated); ignored otherwise.
+        #[serde(default)]
+        history: Option<String>,
+    },
     /// The user acted on the tab's task.
     TaskControl { tab_id: u32, action: TaskAction },
 }

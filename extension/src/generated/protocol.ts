@@ -2,7 +2,12 @@
 
 export type RuntimeMessage = { "to": "offscreen", "msg": ToOffscreen } | { "to": "worker", "msg": ToWorker } | { "to": "tab", "msg": ToTab };
 
-export type ToOffscreen = { "kind": "start_engine", model_id: string | null, } | { "kind": "install_model", model_id: string, } | { "kind": "start_task", tab_id: number, text: string, page: PageInfo | null, settings: TaskSettings, } | { "kind": "task_control", tab_id: number, action: TaskAction, };
+export type ToOffscreen = { "kind": "start_engine", model_id: string | null, } | { "kind": "install_model", model_id: string, } | { "kind": "start_task", tab_id: number, text: string, page: PageInfo | null, settings: TaskSettings, 
+/**
+ * The tab's conversation as last reported (`TaskUpdate::History`), for an engine that no
+ * longer holds it (the offscreen document was recreated); ignored otherwise.
+ */
+history: string | null, } | { "kind": "task_control", tab_id: number, action: TaskAction, };
 
 export type ToWorker = { "kind": "offscreen_ready" } | { "kind": "engine_status", status: EngineStatus, } | { "kind": "watch_engine" } | { "kind": "install_model", model_id: string, } | { "kind": "model_installed", model_id: string, } | { "kind": "start_task", text: string, page: PageInfo | null, } | { "kind": "task_control", action: TaskAction, } | { "kind": "task_update", tab_id: number, update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, };
 
@@ -194,7 +199,7 @@ max_new_tokens: number, };
 
 export type TaskAction = { "action": "confirm", decision: Decision, } | { "action": "answer", text: string, } | { "action": "stop" } | { "action": "steer", text: string, } | { "action": "continue" } | { "action": "forget" };
 
-export type TaskUpdate = { "update": "event", event: AgentEvent, } | { "update": "ended", outcome: Outcome, };
+export type TaskUpdate = { "update": "event", event: AgentEvent, } | { "update": "ended", outcome: Outcome, } | { "update": "history", history: string, };
 
 export type ToolRequest = { 
 /**

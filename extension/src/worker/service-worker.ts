@@ -59,8 +59,11 @@ chrome.action.onClicked.addListener((tab) => {
 chrome.tabs.onRemoved.addListener((tabId) => {
   watchers.delete(tabId);
   void toOffscreen({ kind: "task_control", tab_id: tabId, action: { action: "forget" } }).catch(() => {});
-  void chrome.storage.session.remove(`transcript:${tabId}`);
+  void chrome.storage.session.remove([`transcript:${tabId}`, historyKey(tabId)]);
 });
+
+/** Where the agent's record of a tab's conversation is kept (memory only, like the transcript). */
+const historyKey = (tabId: number) => `agent:${tabId}`;
 
 /** Handles a message; returns a promise when the sender waits for an answer. */
 function handle(msg: ToWorker, sender: chrome.runtime.MessageSender): Promise<unknown> | undefined {
@@ -97,7 +100,9 @@ function handle(msg: ToWorker, sender: chrome.runtime.MessageSender): Promise<un
       if (tabId !== undefined) void controlTask(tabId, msg.action);
       break;
     case "task_update":
-      toTab(msg.tab_id, { kind: "task_update", update: msg.update });
+      // The agent's own record of the conversation stays here (for a recreated engine), not in the tab.
+      if (msg.update.update === "history") void chrome.storage.session.set({ [historyKey(msg.tab_id)]: msg.update.history }).catch(() => {});
+      else toTab(msg.tab_id, { kind: "task_update", update: msg.update });
       break;
     case "run_tool":
       return runTool(msg.request);
@@ -110,7 +115,9 @@ async function startTask(tabId: number, url: string | undefined, text: string, p
   if (isSiteDisabled(settings, url)) return;
   try {
     await ensureEngine();
-    await toOffscreen({ kind: "start_task", tab_id: tabId, text, page, settings: taskSettings(settings) });
+    // An engine that lost the tab's conversation (its document was recreated) takes it up again.
+    const history = ((await chrome.storage.session.get(historyKey(tabId)))[historyKey(tabId)] as string | undefined) ?? null;
+    await toOffscreen({ kind: "start_task", tab_id: tabId, text, page, settings: taskSettings(settings), history });
   } catch (error) {
     toTab(tabId, { kind: "task_update", update: { update: "ended", outcome: { kind: "failed", message: `The engine is not running: ${String(error)}` } } });
   }
@@ -121,6 +128,7 @@ async function controlTask(tabId: number, action: TaskAction) {
   if (action.action === "stop" || action.action === "forget") {
     toTab(tabId, { kind: "cancel_tools" });
   }
+  if (action.action === "forget") await chrome.storage.session.remove(historyKey(tabId)).catch(() => {});
   await toOffscreen({ kind: "task_control", tab_id: tabId, action }).catch(() => {});
 }
 

@@ -7,7 +7,7 @@ import { after, before, test } from "node:test";
 import { launch } from "../lib/browser.mjs";
 import { servePages } from "../lib/pages.mjs";
 import { clickInOverlay, overlayEval, overlayText, screenshot, waitForEngine } from "../lib/overlay.mjs";
-import { ask, call, decide, done, pageText as text, indexOf, openAgentPage, str, useScript, waitForTask } from "../lib/agent.mjs";
+import { ask, call, decide, done, pageText as text, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 
 const signUp = (email) => [
   call("snapshot"),
@@ -65,8 +65,11 @@ test("the service worker stopped mid-task: the task goes on", { timeout: 90_000 
   assert.equal(await text(page, "#result"), "Signed up: sw@example.com");
 });
 
-test("the offscreen document torn down: the engine comes back, the user sees it, the next task runs", { timeout: 240_000 }, async () => {
+test("the offscreen document torn down: the engine comes back, the user sees it, the next task runs and remembers the conversation", { timeout: 240_000 }, async () => {
   const page = await openAgentPage(chrome, `${pages.url}/agent/shadow.html`);
+  await useScript(chrome, [done("Noted: your name is Ada Lovelace.")]);
+  await ask(page, "Remember that my name is Ada Lovelace.");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
   await chrome.console.evaluate("/service-worker.js", "chrome.offscreen.closeDocument()");
   // Reopening the panel finds the engine gone and starts it again, showing it.
   await page.keyboard.press("Escape");
@@ -77,6 +80,9 @@ test("the offscreen document torn down: the engine comes back, the user sees it,
   await ask(page, "Sign me up as back@example.com.");
   assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
   assert.equal(await text(page, "#result"), "Signed up: back@example.com");
+  // The new engine took the conversation up where the old one left it (the worker kept it).
+  const [first] = await scriptedPrompts(chrome);
+  assert.match(first, /Remember that my name is Ada Lovelace\.[\s\S]*Noted: your name is Ada Lovelace\.[\s\S]*Sign me up as back@example\.com\./);
 });
 
 test("the GPU device lost: the overlay says so, Retry brings the engine back on a new device, the next task runs", { timeout: 240_000 }, async () => {

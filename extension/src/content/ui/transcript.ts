@@ -172,7 +172,15 @@ export function continued(t: Transcript): Touched {
 
 /** One update from the worker. */
 export function applyUpdate(t: Transcript, update: TaskUpdate, now = Date.now()): Touched {
-  return update.update === "event" ? applyEvent(t, update.event, now) : applyOutcome(t, update.outcome);
+  switch (update.update) {
+    case "event":
+      return applyEvent(t, update.event, now);
+    case "ended":
+      return applyOutcome(t, update.outcome);
+    case "history":
+      // The worker keeps it; tabs are never sent one.
+      return [];
+  }
 }
 
 function applyEvent(t: Transcript, event: AgentEvent, now: number): Touched {
