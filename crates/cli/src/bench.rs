@@ -10,8 +10,9 @@ use std::time::Instant;
 use burn::tensor::{Device, Tensor, TensorData};
 use hearth_model::affine::AffineMatrix;
 use hearth_model::dispatches::count_dispatches;
-use hearth_model::{CacheOptions, Gemma, Sampler, SamplingOptions, Session, TextConfig};
-use hearth_weights::{AffineParams, AffineTensor, Checkpoint, MemorySource, Quantization};
+use hearth_model::gemma::MAX_TENSOR_BYTES;
+use hearth_model::{CacheOptions, Gemma, GemmaLoader, Sampler, SamplingOptions, Session, TextConfig};
+use hearth_weights::{AffineParams, AffineTensor, Checkpoint, FileRange, MemorySource, Quantization};
 use serde_json::{Value, json};
 
 /// Which model shape to build.
@@ -122,6 +123,8 @@ struct Loaded {
     label: String,
     file_bytes: u64,
     load_s: f64,
+    /// The most bytes one load step reads: what the browser holds at once while streaming.
+    largest_step_bytes: Option<u64>,
 }
 
 /// The real model at `path`: file → device, timed from opening the file.
@@ -144,7 +147,7 @@ fn load_real(device: &Device, path: &std::path::Path) -> Result<Loaded, String> 
     let load_s = load.elapsed().as_secs_f64();
     model.config.eos_token_ids = vec![];
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    Ok(Loaded { model, label: format!("{name} (real weights)"), file_bytes, load_s })
+    Ok(Loaded { model, label: format!("{name} (real weights)"), file_bytes, load_s, largest_step_bytes: None })
 }
 
 fn model_figures(device: &Device, options: &BenchOptions) -> Result<(), String> {
@@ -177,15 +180,23 @@ fn load_synthetic(device: &Device, options: &BenchOptions) -> Result<Loaded, Str
         .map_err(|e| e.to_string())?;
     checkpoint.set_quantization(Quantization::from_config_json(&config_json).map_err(|e| e.to_string())?);
     config.eos_token_ids = vec![];
-    let model = Gemma::load(config, &mut checkpoint, device).map_err(|e| e.to_string())?;
+    // Step by step, as the browser streams an installed model, noting each step's reads.
+    let mut loader = GemmaLoader::new(config, &checkpoint, MAX_TENSOR_BYTES);
+    let mut largest_step = 0;
+    while let Some(reads) = loader.next_reads(&checkpoint) {
+        let bytes: u64 = reads.map_err(|e| e.to_string())?.iter().map(FileRange::len).sum();
+        largest_step = largest_step.max(bytes);
+        loader.step(&mut checkpoint, device).map_err(|e| e.to_string())?;
+    }
+    let model = loader.finish(device).map_err(|e| e.to_string())?;
     sync(device);
     let load_s = load.elapsed().as_secs_f64();
     let label = format!("{label}: random 4-bit weights (MLX layout, group {GROUP})");
-    Ok(Loaded { model, label, file_bytes: file_bytes as u64, load_s })
+    Ok(Loaded { model, label, file_bytes: file_bytes as u64, load_s, largest_step_bytes: Some(largest_step) })
 }
 
 fn measure(device: &Device, loaded: Loaded, options: &BenchOptions) -> Result<(), String> {
-    let Loaded { model, label, file_bytes, load_s } = loaded;
+    let Loaded { model, label, file_bytes, load_s, largest_step_bytes } = loaded;
     let weights = model.weight_bytes();
     println!("## {label}\n");
     println!("| what | figure |");
@@ -202,6 +213,13 @@ fn measure(device: &Device, loaded: Loaded, options: &BenchOptions) -> Result<()
     );
     if let Some(usage) = device.memory_pool_usage() {
         println!("| device memory reserved after load | {:.2} GB |", usage.bytes_reserved as f64 / 1e9);
+    }
+    if let Some(step) = largest_step_bytes {
+        println!(
+            "| largest load step (bytes the browser holds at once while streaming the file) | {:.0} MB of {:.2} GB |",
+            step as f64 / 1e6,
+            file_bytes as f64 / 1e9
+        );
     }
     if let Some(peak) = peak_host_bytes() {
         let note = if options.model.is_none() { "; includes the checkpoint, built in memory" } else { "" };

@@ -38,7 +38,7 @@ function watchGpuDevices(): void {
     const device = await requestDevice.apply(this, args);
     gpuDevice = device;
     void device.lost.then((info) => {
-      deviceLost = info.message || info.reason || "no reason given";
+      deviceLost = (info.message || info.reason || "no reason given").replace(/\.$/, "");
       void sendToWorker({ kind: "engine_status", status: lostStatus() });
     });
     return device;
