@@ -24,19 +24,22 @@ impl GpuError {
     /// The failure as the overlay shows it, with the action that fixes it.
     pub fn to_failure(&self) -> EngineFailure {
         match self {
-            GpuError::NoAdapter(_) => EngineFailure {
-                kind: FailureKind::WebgpuUnavailable,
-                message: self.to_string(),
-                fix: "Hearth needs WebGPU. Use Chrome or Chromium 121 or newer with hardware acceleration on \
-                      (chrome://settings/system); check chrome://gpu shows \"WebGPU: Hardware accelerated\". \
-                      On Linux, start the browser with --enable-unsafe-webgpu."
-                    .into(),
-            },
-            GpuError::Device(_) => EngineFailure {
-                kind: FailureKind::GpuDevice,
-                message: self.to_string(),
-                fix: "Close other GPU-heavy tabs, update the graphics driver, then reload the extension.".into(),
-            },
+            GpuError::NoAdapter(detail) => EngineFailure::localized(
+                FailureKind::WebgpuUnavailable,
+                self.to_string(),
+                "Hearth needs WebGPU. Use Chrome or Chromium 121 or newer with hardware acceleration on \
+                 (chrome://settings/system); check chrome://gpu shows \"WebGPU: Hardware accelerated\". \
+                 On Linux, start the browser with --enable-unsafe-webgpu.",
+                "failureNoAdapter",
+                vec![detail.clone()],
+            ),
+            GpuError::Device(detail) => EngineFailure::localized(
+                FailureKind::GpuDevice,
+                self.to_string(),
+                "Close other GPU-heavy tabs, update the graphics driver, then reload the extension.",
+                "failureGpuRefused",
+                vec![detail.clone()],
+            ),
         }
     }
 }

@@ -208,13 +208,12 @@ pub async fn start(
     let report = match self_test::run(&device, now_ms).await {
         Ok(report) if report.passed => report,
         Ok(report) => {
+            let (error, tolerance) = (report.max_abs_error.to_string(), report.tolerance.to_string());
             return failed(
                 FailureKind::SelfTestFailed,
-                format!(
-                    "The GPU ({}) computed a wrong answer: error {} > {}.",
-                    adapter.name, report.max_abs_error, report.tolerance
-                ),
+                format!("The GPU ({}) computed a wrong answer: error {error} > {tolerance}.", adapter.name),
                 "Update the graphics driver, or try another browser profile without GPU flags.",
+                ("failureSelfTest", vec![adapter.name.clone(), error, tolerance]),
             );
         }
         Err(err) => {
@@ -222,6 +221,7 @@ pub async fn start(
                 FailureKind::GpuDevice,
                 err.to_string(),
                 "Reload the extension; if it persists, restart the browser (the GPU device may be lost).",
+                ("failureSelfTestError", vec![err.to_string()]),
             );
         }
     };
@@ -237,15 +237,17 @@ pub async fn start(
                 Some(info)
             }
             Err(message) => {
-                return failed(FailureKind::ModelLoad, message, "Reinstall the model (its files are invalid).");
+                let fix = "Reinstall the model (its files are invalid).";
+                return failed(FailureKind::ModelLoad, message.clone(), fix, ("failureModelInvalid", vec![message]));
             }
         },
     };
     EngineStatus::Ready { adapter, self_test: report, model }
 }
 
-fn failed(kind: FailureKind, message: String, fix: &str) -> EngineStatus {
-    EngineStatus::Failed { failure: EngineFailure { kind, message, fix: fix.into() } }
+/// A failure in English, and its `(key, args)` in the extension's locales.
+fn failed(kind: FailureKind, message: String, fix: &str, (key, args): (&str, Vec<String>)) -> EngineStatus {
+    EngineStatus::Failed { failure: EngineFailure::localized(kind, message, fix, key, args) }
 }
 
 async fn ensure_gpu(vendor: String, architecture: String) -> Result<(Device, AdapterReport), gpu::GpuError> {

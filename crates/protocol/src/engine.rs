@@ -94,6 +94,29 @@ pub struct EngineFailure {
     pub message: String,
     /// What they can do about it.
     pub fix: String,
+    /// The same in the extension's locales: the service worker replaces `message` and `fix` by
+    /// their text in the browser's language before any tab sees them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub text: Option<FailureText>,
+}
+
+/// Where a failure's text is in `_locales/*/messages.json`: `key` holds the message and
+/// `key` + `Fix` the fix; `args` fill their placeholders in order (details such as a driver's own
+/// error stay as they came).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct FailureText {
+    pub key: String,
+    pub args: Vec<String>,
+}
+
+impl EngineFailure {
+    /// A failure with English `message` and `fix` (the command line shows them) and the locale
+    /// key the extension shows instead.
+    pub fn localized(kind: FailureKind, message: String, fix: &str, key: &str, args: Vec<String>) -> Self {
+        let text = Some(FailureText { key: key.into(), args });
+        EngineFailure { kind, message, fix: fix.into(), text }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]

@@ -17,7 +17,7 @@ mod model;
 mod task;
 pub mod typescript;
 
-pub use engine::{AdapterReport, EngineFailure, EngineStatus, FailureKind, ModelInfo, SelfTestReport};
+pub use engine::{AdapterReport, EngineFailure, EngineStatus, FailureKind, FailureText, ModelInfo, SelfTestReport};
 pub use generation::{GenerateRequest, GenerationEvent, GenerationStats};
 pub use model::{ManifestFile, ModelFormat, ModelManifest, ModelOffer, ModelProgress};
 pub use task::{

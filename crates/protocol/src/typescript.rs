@@ -3,7 +3,7 @@
 use ts_rs::{Config, TS};
 
 use crate::{
-    AdapterReport, AgentEvent, Decision, ElementInfo, EngineFailure, EngineStatus, FailureKind, FormInfo,
+    AdapterReport, AgentEvent, Decision, ElementInfo, EngineFailure, EngineStatus, FailureKind, FailureText, FormInfo,
     GenerateRequest, GenerationEvent, GenerationStats, ManifestFile, ModelFormat, ModelInfo, ModelManifest, ModelOffer,
     ModelProgress, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason, RuntimeMessage, SelfTestReport, Snapshot,
     TaskAction, TaskSettings, TaskUpdate, ToOffscreen, ToTab, ToWorker, ToolOutput, ToolReply, ToolRequest,
@@ -24,6 +24,7 @@ pub fn typescript_module() -> String {
         AdapterReport::decl(&cfg),
         SelfTestReport::decl(&cfg),
         EngineFailure::decl(&cfg),
+        FailureText::decl(&cfg),
         FailureKind::decl(&cfg),
         ModelInfo::decl(&cfg),
         ModelOffer::decl(&cfg),

@@ -88,7 +88,14 @@ message: string,
 /**
  * What they can do about it.
  */
-fix: string, };
+fix: string, 
+/**
+ * The same in the extension's locales: the service worker replaces `message` and `fix` by
+ * their text in the browser's language before any tab sees them.
+ */
+text?: FailureText, };
+
+export type FailureText = { key: string, args: Array<string>, };
 
 export type FailureKind = "webgpu_unavailable" | "gpu_device" | "self_test_failed" | "engine_load" | "model_load" | "model_download" | "model_corrupt" | "storage_quota" | "model_unpinned";
 

@@ -12,7 +12,8 @@
 // file's marker. (Cache keys must be http(s) URLs, and a URL's #fragment is ignored when matching,
 // hence the query strings; `.invalid` never resolves, and nothing here fetches these URLs.)
 
-import type { FailureKind, ManifestFile, ModelManifest, ModelProgress } from "../generated/protocol";
+import type { EngineFailure, FailureKind, ManifestFile, ModelManifest, ModelProgress } from "../generated/protocol";
+import { failure } from "../shared/failures";
 import { totalBytes, unpinnedReason } from "../shared/models";
 
 export const CACHE_NAME = "hearth-models-v1";
@@ -26,14 +27,13 @@ const PROGRESS_INTERVAL_MS = 250;
 /** Speed is averaged over this window. */
 const SPEED_WINDOW_MS = 5_000;
 
-/** An installation that cannot go on, with what the user can do about it. */
+/** An installation that cannot go on, with what the user can do about it (text in the locales). */
 export class InstallError extends Error {
-  constructor(
-    readonly kind: FailureKind,
-    message: string,
-    readonly fix: string,
-  ) {
-    super(message);
+  readonly failure: EngineFailure;
+  constructor(kind: FailureKind, key: string, ...args: (string | number)[]) {
+    const known = failure(kind, key, ...args);
+    super(known.message);
+    this.failure = known;
     this.name = "InstallError";
   }
 }
@@ -121,8 +121,7 @@ export async function download(
   options: DownloadOptions = DEFAULT_DOWNLOAD,
 ): Promise<void> {
   const source: PartSource = (file, start, end, onBytes) => fetchRange(m, file, start, end, onBytes, options);
-  const corruptFix = "Press Retry to download it again. If it keeps failing, the server is not sending the pinned revision's bytes.";
-  await installWith(m, source, newHasher, onProgress, options, corruptFix);
+  await installWith(m, source, newHasher, onProgress, options, "failureCorrupt");
 }
 
 /**
@@ -138,13 +137,9 @@ export async function importFiles(
 ): Promise<void> {
   for (const f of m.files) {
     const blob = files.get(f.path);
-    if (!blob) throw new InstallError("model_load", `The folder has no ${f.path}, which ${m.name} needs.`, "Choose the folder that holds all of the model's files.");
+    if (!blob) throw new InstallError("model_load", "failureFolderMissing", f.path, m.name);
     if (f.size !== null && blob.size !== f.size) {
-      throw new InstallError(
-        "model_corrupt",
-        `${f.path} in the folder has ${blob.size} bytes; ${m.name}'s manifest says ${f.size}. It is another version of the model, or an incomplete copy.`,
-        `Download ${m.repo} at revision ${m.revision} again, or let Hearth download it.`,
-      );
+      throw new InstallError("model_corrupt", "failureFolderSize", f.path, blob.size, m.name, f.size, m.repo, m.revision ?? "");
     }
   }
   const source: PartSource = async (file, start, end, onBytes) => {
@@ -152,8 +147,7 @@ export async function importFiles(
     onBytes(bytes.length);
     return bytes;
   };
-  const corruptFix = `The folder holds another version of the file: download ${m.repo} at revision ${m.revision} again, or let Hearth download it.`;
-  await installWith(m, source, newHasher, onProgress, { ...DEFAULT_DOWNLOAD, ...options }, corruptFix);
+  await installWith(m, source, newHasher, onProgress, { ...DEFAULT_DOWNLOAD, ...options }, "failureCorruptFolder");
 }
 
 async function installWith(
@@ -162,12 +156,11 @@ async function installWith(
   newHasher: () => Hasher,
   onProgress: (progress: ModelProgress) => void,
   options: DownloadOptions,
-  corruptFix: string,
+  /** The locale key of a corrupt file's failure (its fix depends on where the file came from). */
+  corruptKey: string,
 ): Promise<void> {
   const unpinned = unpinnedReason(m);
-  if (unpinned) {
-    throw new InstallError("model_unpinned", unpinned, "Choose another model in Hearth's settings, or update Hearth once this model is pinned.");
-  }
+  if (unpinned) throw new InstallError("model_unpinned", "failureUnpinned", unpinned);
   const cache = await caches.open(CACHE_NAME);
   if (await cache.match(installedKey(m))) return;
   const total = totalBytes(m);
@@ -180,7 +173,7 @@ async function installWith(
   const progress = new ProgressMeter(m.id, total, onProgress);
   for (const file of m.files) {
     progress.startFile(file.path);
-    await storeFile(cache, m, file, source, newHasher, progress, options, corruptFix);
+    await storeFile(cache, m, file, source, newHasher, progress, options, corruptKey);
   }
   progress.report(true);
   await put(cache, installedKey(m), JSON.stringify(m), m, options);
@@ -196,7 +189,7 @@ async function storeFile(
   newHasher: () => Hasher,
   progress: ProgressMeter,
   options: DownloadOptions,
-  corruptFix: string,
+  corruptKey: string,
 ): Promise<void> {
   const size = file.size!;
   if (await cache.match(markerKey(m, file.path))) {
@@ -224,11 +217,7 @@ async function storeFile(
     finished = true;
     if (digest !== file.sha256) {
       await Promise.all(ranges.map(([start, end]) => cache.delete(partKey(m, file.path, start, end))));
-      throw new InstallError(
-        "model_corrupt",
-        `${file.path} of ${m.name} is corrupt: its SHA-256 is ${digest.slice(0, 16)}…, the manifest pins ${file.sha256!.slice(0, 16)}…; it was deleted and nothing was installed.`,
-        corruptFix,
-      );
+      throw new InstallError("model_corrupt", corruptKey, file.path, m.name, digest.slice(0, 16), file.sha256!.slice(0, 16), m.repo, m.revision ?? "");
     }
     const marker: FileMarker = { size, sha256: digest, parts: ranges };
     await put(cache, markerKey(m, file.path), JSON.stringify(marker), m, options);
@@ -257,13 +246,14 @@ async function fetchRange(
       const response = await fetch(url, { headers: { Range: `bytes=${from}-${end - 1}` }, cache: "no-store", credentials: "omit" });
       if (response.status === 200 && from !== 0) {
         await response.body?.cancel();
-        throw new InstallError("model_download", `${options.baseUrl} ignored a Range request for ${file.path}.`, "Try again later; the server may be misconfigured.");
+        throw new InstallError("model_download", "failureRangeIgnored", options.baseUrl, file.path);
       }
       if (response.status !== 200 && response.status !== 206) {
         await response.body?.cancel();
-        const message = `Downloading ${file.path} of ${m.name} failed: HTTP ${response.status} from ${new URL(url).host}.`;
-        if (response.status >= 500 || response.status === 429) throw new Error(message);
-        throw new InstallError("model_download", message, "Check that you can reach huggingface.co, then press Retry; the download resumes.");
+        const host = new URL(url).host;
+        // Server trouble is retried (its detail ends up in the retries' message); anything else is final.
+        if (response.status >= 500 || response.status === 429) throw new Error(`HTTP ${response.status} from ${host}`);
+        throw new InstallError("model_download", "failureHttp", file.path, m.name, response.status, host);
       }
       const range = response.headers.get("content-range");
       if (response.status === 206 && range && !range.startsWith(`bytes ${from}-`)) {
@@ -289,11 +279,8 @@ async function fetchRange(
       // A connection that made progress before it dropped starts the count again.
       if (got > before) failures = 0;
       if (++failures > options.retries) {
-        throw new InstallError(
-          "model_download",
-          `Downloading ${file.path} of ${m.name} failed ${failures} times in a row: ${error instanceof Error ? error.message : String(error)}.`,
-          "Check your connection, then press Retry: the download resumes from what is already stored.",
-        );
+        const detail = error instanceof Error ? error.message : String(error);
+        throw new InstallError("model_download", "failureRetries", file.path, m.name, failures, detail);
       }
       await new Promise((r) => setTimeout(r, options.backoffMs * 2 ** (failures - 1)));
     }
@@ -313,11 +300,7 @@ async function availableBytes(options: DownloadOptions): Promise<number | null> 
 }
 
 function quotaError(m: ModelManifest, needed: number, available: number): InstallError {
-  return new InstallError(
-    "storage_quota",
-    `Not enough storage for ${m.name}: it needs ${describeBytes(needed)} more, and the browser allows Hearth ${describeBytes(available)}.`,
-    "Free disk space (the browser lets extensions use a share of the free disk), then press Retry; what is stored is kept.",
-  );
+  return new InstallError("storage_quota", "failureQuota", m.name, describeBytes(needed), describeBytes(available));
 }
 
 /** `cache.put`, turning a full disk into the quota message. */
@@ -363,7 +346,7 @@ export async function openFile(m: ModelManifest, path: string): Promise<StoredFi
   const cache = await caches.open(CACHE_NAME);
   const broken = async (what: string) => {
     await cache.delete(installedKey(m));
-    return new InstallError("model_load", `The stored copy of ${m.name} is incomplete (${what}).`, "Press Retry to download the missing part again.");
+    return new InstallError("model_load", "failureStoredIncomplete", m.name, what);
   };
   const marker = await cache.match(markerKey(m, path));
   if (!marker) throw await broken(`${path} is missing`);

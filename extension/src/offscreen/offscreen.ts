@@ -3,6 +3,7 @@
 // worker. Engine logic lives in Rust (crates/offscreen); model files live in ./model-store.ts.
 
 import type { EngineFailure, EngineStatus, ModelManifest, ModelOffer, TaskUpdate, ToOffscreen, ToolReply, ToolRequest } from "../generated/protocol";
+import { failure } from "../shared/failures";
 import { isRuntimeMessage, sendToWorker } from "../shared/messages";
 import { buildInfo, DEFAULT_MODEL_ID, loadManifest, totalBytes, unpinnedReason } from "../shared/models";
 import * as store from "./model-store";
@@ -47,11 +48,7 @@ function watchGpuDevices(): void {
 watchGpuDevices();
 
 function lostStatus(): EngineStatus {
-  return failed(
-    "gpu_device",
-    `The GPU device was lost (${deviceLost ?? "unknown"}). Your conversation is kept.`,
-    "Press Retry: Hearth starts its engine again on a new device. If it keeps happening, update the graphics driver or close other tabs that use the GPU heavily.",
-  );
+  return failed("gpu_device", "failureDeviceLost", deviceLost ?? "unknown");
 }
 
 if (__HEARTH_TEST_BUILD__) {
@@ -132,17 +129,13 @@ async function storedModel(wasm: Wasm, m: ModelManifest): Promise<unknown> {
   // One model.safetensors, or the shards listed beside model.safetensors.index.json.
   const weightPaths = m.files.map((f) => f.path).filter((path) => path.endsWith(".safetensors"));
   if (weightPaths.length === 0 || !has("config.json") || !has("tokenizer.json")) {
-    throw new store.InstallError(
-      "model_load",
-      `${m.name} lacks config.json, tokenizer.json or its .safetensors weights.`,
-      "Choose another model in Hearth's settings.",
-    );
+    throw new store.InstallError("model_load", "failureModelFiles", m.name);
   }
   let template: string;
   if (has("chat_template.jinja")) template = await text("chat_template.jinja");
   else if (has("tokenizer_config.json")) template = String((JSON.parse(await text("tokenizer_config.json")) as { chat_template?: unknown }).chat_template ?? "");
   else template = "";
-  if (!template) throw new store.InstallError("model_load", `${m.name} has no chat template.`, "Choose another model in Hearth's settings.");
+  if (!template) throw new store.InstallError("model_load", "failureNoTemplate", m.name);
   const weights = new Map<string, store.StoredFile>();
   for (const path of weightPaths) weights.set(path, await store.openFile(m, path));
   const weightFiles = [...weights].map(([path, file]) => ({ path, size: file.size }));
@@ -164,7 +157,7 @@ async function storedModel(wasm: Wasm, m: ModelManifest): Promise<unknown> {
 /** Why `m` cannot be offered at all, as a status, or null. */
 function manifestProblem(m: ModelManifest): EngineStatus | null {
   const unpinned = unpinnedReason(m);
-  if (unpinned) return failed("model_unpinned", unpinned, "Choose another model in Hearth's settings, or update Hearth once this model is pinned.");
+  if (unpinned) return failed("model_unpinned", "failureUnpinned", unpinned);
   // Both formats load: MLX 4-bit models say in config.json how they are quantized.
   return null;
 }
@@ -173,13 +166,14 @@ async function offerOf(m: ModelManifest): Promise<ModelOffer> {
   return { id: m.id, name: m.name, total_bytes: totalBytes(m), stored_bytes: await store.storedBytes(m) };
 }
 
-function failed(kind: EngineFailure["kind"], message: string, fix: string): EngineStatus {
-  return { state: "failed", failure: { kind, message, fix } };
+/** A failure by its locale key (the worker puts it in the user's language). */
+function failed(kind: EngineFailure["kind"], key: string, ...args: (string | number)[]): EngineStatus {
+  return { state: "failed", failure: failure(kind, key, ...args) };
 }
 
 function failureOf(error: unknown): EngineStatus {
-  if (error instanceof store.InstallError) return failed(error.kind, error.message, error.fix);
-  return failed("model_load", `The model could not be read: ${String(error)}`, "Press Retry; if it persists, delete the model in Hearth's options and install it again.");
+  if (error instanceof store.InstallError) return { state: "failed", failure: error.failure };
+  return failed("model_load", "failureModelRead", String(error));
 }
 
 /** The GPU's vendor and architecture, or the status saying there is no WebGPU. */
@@ -204,7 +198,7 @@ async function engineStatus(modelId: string | null): Promise<EngineStatus> {
     bundled = (await buildInfo()).bundled_model;
   } catch (error) {
     engine = null;
-    return failed("engine_load", `The engine failed to load: ${String(error)}`, "Reload Hearth from chrome://extensions; if it persists, reinstall it.");
+    return failed("engine_load", "failureEngineLoad", String(error));
   }
   if (deviceLost !== null) return lostStatus();
   const adapter = await adapterOf(wasm);

@@ -5,6 +5,7 @@
 import type { ModelManifest } from "../generated/protocol";
 import { settingsForm } from "../content/ui/settings-view";
 import { formatBytes, formatNumber, t } from "../content/ui/i18n";
+import { localizeFailure } from "../shared/failures";
 import { sendToWorker } from "../shared/messages";
 import { allManifests, totalBytes, unpinnedReason } from "../shared/models";
 import { loadSettings, onSettingsChanged, saveSettings, type Settings } from "../shared/settings";
@@ -140,7 +141,8 @@ async function importFolder(files: File[]): Promise<void> {
     await sendToWorker({ kind: "model_installed", model_id: model.id }).catch(() => {});
     say("done", t("importDone", model.name));
   } catch (error) {
-    const detail = error instanceof store.InstallError ? `${error.message} ${error.fix}` : String(error);
+    const known = error instanceof store.InstallError ? localizeFailure(error.failure) : null;
+    const detail = known ? `${known.message} ${known.fix}` : String(error);
     say("failed", t("importFailed", model.name, detail));
   } finally {
     bar.hidden = true;

@@ -4,6 +4,7 @@
 // run_javascript). It keeps no state that cannot be rebuilt: Chrome may stop it at any time.
 
 import type { EngineStatus, RuntimeMessage, TaskAction, ToWorker } from "../generated/protocol";
+import { failure, localizeFailure } from "../shared/failures";
 import { isRuntimeMessage } from "../shared/messages";
 import { loadSettings, onSettingsChanged, isSiteDisabled, taskSettings } from "../shared/settings";
 import { registerContentScript } from "./content-script";
@@ -144,7 +145,8 @@ function toTab(tabId: number, msg: Extract<RuntimeMessage, { to: "tab" }>["msg"]
 }
 
 function setStatus(next: EngineStatus): void {
-  status = next;
+  // Failures reach tabs in the browser's language (the offscreen document has no chrome.i18n).
+  status = next.state === "failed" ? { ...next, failure: localizeFailure(next.failure) } : next;
   for (const tabId of watchers) pushStatus(tabId);
 }
 
@@ -181,14 +183,7 @@ async function startEngine(): Promise<void> {
     if (next) setStatus(next);
   } catch (error) {
     startInFlight = false;
-    setStatus({
-      state: "failed",
-      failure: {
-        kind: "engine_load",
-        message: `The engine could not start: ${String(error)}`,
-        fix: "Reload Hearth from chrome://extensions; if it persists, reinstall it.",
-      },
-    });
+    setStatus({ state: "failed", failure: failure("engine_load", "failureEngineStart", String(error)) });
   }
 }
 
@@ -206,10 +201,7 @@ async function installModel(modelId: string): Promise<void> {
     await ensureOffscreenDocument();
     next = (await toOffscreen({ kind: "install_model", model_id: modelId })) as EngineStatus | undefined;
   } catch (error) {
-    next = {
-      state: "failed",
-      failure: { kind: "model_download", message: `The download stopped: ${String(error)}`, fix: "Press Retry; the download resumes from what is already stored." },
-    };
+    next = { state: "failed", failure: failure("model_download", "failureDownloadStopped", String(error)) };
   } finally {
     installInFlight = false;
   }

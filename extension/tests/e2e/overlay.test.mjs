@@ -499,6 +499,9 @@ describe("the overlay in Simplified Chinese", () => {
       assert.equal(await overlayEval(page, "textarea.composer", "function () { return this.placeholder; }"), "询问此页面，或告诉 Hearth 要做什么…");
       assert.equal(await overlayText(page, "button.send"), "发送");
       assert.equal(await overlayText(page, ".engine .status"), "引擎无法运行。");
+      // The failure itself (from the Rust engine) is in Chinese too: the worker localizes it.
+      assert.match(await overlayText(page, ".engine .error"), /^没有可用的 WebGPU 适配器：/);
+      assert.match(await overlayText(page, ".engine .fix"), /Hearth 需要 WebGPU/);
       const tabId = await tabIdOf(chrome, page);
       await toTab(chrome, tabId, event({ type: "confirm_request", call_id: "z1", name: "click", arguments: { index: 2 }, risk: "high", reasons: [{ kind: "password_field" }], message: "Allow click? Hearth asks because it touches a password field." }));
       await waitForData(page, "task", "confirm");

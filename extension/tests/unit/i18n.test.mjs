@@ -60,3 +60,14 @@ test("every t(\"key\") in src/ and every key of the options page and manifest ex
   const missing = [...used].filter(([key]) => !(key in en)).map(([key, where]) => `${key} (${where.join(", ")})`);
   assert.deepEqual(missing, []);
 });
+
+test("every failure key the engine, the store and the worker use has a message and a fix", () => {
+  const sources = [...files(join(ROOT, "src"), ".ts"), ...files(join(ROOT, "../crates"), ".rs")];
+  const keys = new Set();
+  for (const file of sources) {
+    for (const m of readFileSync(file, "utf8").matchAll(/"(failure[A-Z]\w*)"/g)) keys.add(m[1]);
+  }
+  assert.ok(keys.size >= 20, `only ${keys.size} failure keys found: is the pattern still right?`);
+  const missing = [...keys].filter((key) => !(key in en) || !(`${key}Fix` in en));
+  assert.deepEqual(missing, [], "failure keys without a message or a fix in the locales");
+});
