@@ -7,7 +7,7 @@ use hearth_model::gemma::MAX_TENSOR_BYTES;
 use hearth_model::{Gemma, GemmaLoader, TextConfig};
 use hearth_weights::{ByteSource, Checkpoint, Quantization, WeightsError, WindowedSource, Windows};
 use serde::Deserialize;
-use wasm_bindgen::JsValue;
+use wasm_bindgen::{JsCast, JsValue};
 
 use burn::tensor::Device;
 
@@ -45,8 +45,10 @@ impl StreamedWeights {
         let Some((file, windows)) = self.files.get(index) else {
             return Err(format!("the loader asked for weight file {index}, which does not exist"));
         };
-        let js =
-            |e: JsValue| format!("reading {} failed: {}", file.path, e.as_string().unwrap_or_else(|| format!("{e:?}")));
+        let js = |e: JsValue| {
+            let detail = e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).or_else(|| e.as_string());
+            format!("reading {} failed: {}", file.path, detail.unwrap_or_else(|| format!("{e:?}")))
+        };
         let args =
             (JsValue::from_str(&file.path), JsValue::from_f64(start as f64), JsValue::from_f64((end - start) as f64));
         let promise = self.read.call3(&JsValue::NULL, &args.0, &args.1, &args.2).map_err(js)?;

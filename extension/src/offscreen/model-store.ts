@@ -344,8 +344,11 @@ export interface StoredFile {
 /** Opens an installed file of `m`; a missing or damaged part is an error that asks for a Retry. */
 export async function openFile(m: ModelManifest, path: string): Promise<StoredFile> {
   const cache = await caches.open(CACHE_NAME);
+  // The model is no longer installed, and this file no longer complete: a download fetches only
+  // the parts that are missing, then checks the whole file again.
   const broken = async (what: string) => {
     await cache.delete(installedKey(m));
+    await cache.delete(markerKey(m, path));
     return new InstallError("model_load", "failureStoredIncomplete", m.name, what);
   };
   const marker = await cache.match(markerKey(m, path));

@@ -60,6 +60,8 @@ let engine: Promise<Wasm> | null = null;
 /** Which model the engine holds: `bundled:<folder>` or `store:<id>@<revision>`. */
 let loadedModel: string | null = null;
 let installing: Promise<EngineStatus> | null = null;
+/** Set when reading an installed model's weights found the store damaged during the last load. */
+let storeFailure: store.InstallError | null = null;
 
 function loadEngine(): Promise<Wasm> {
   engine ??= (async () => {
@@ -139,9 +141,16 @@ async function storedModel(wasm: Wasm, m: ModelManifest): Promise<unknown> {
   const weights = new Map<string, store.StoredFile>();
   for (const path of weightPaths) weights.set(path, await store.openFile(m, path));
   const weightFiles = [...weights].map(([path, file]) => ({ path, size: file.size }));
-  const readWeights = (path: string, offset: number, length: number): Promise<Uint8Array> => {
+  const readWeights = async (path: string, offset: number, length: number): Promise<Uint8Array> => {
     const file = weights.get(path);
-    return file ? file.read(offset, length) : Promise.reject(new Error(`${path} is not a weight file of ${m.name}`));
+    if (!file) throw new Error(`${path} is not a weight file of ${m.name}`);
+    try {
+      return await file.read(offset, length);
+    } catch (error) {
+      // A damaged store is the store's failure (with its own fix), not the model's.
+      if (error instanceof store.InstallError) storeFailure = error;
+      throw error;
+    }
   };
   return wasm.ModelFiles.streamed(
     m.name,
@@ -231,7 +240,11 @@ async function engineStatus(modelId: string | null): Promise<EngineStatus> {
   } catch (error) {
     return failureOf(error);
   }
+  storeFailure = null;
   const status = await start(files);
+  // (Set by the weights' reader during `start`, which TypeScript cannot see.)
+  const damaged = storeFailure as store.InstallError | null;
+  if (status.state === "failed" && damaged) return { state: "failed", failure: damaged.failure };
   if (status.state === "ready" && files !== undefined) loadedModel = key;
   return status;
 }

@@ -204,6 +204,27 @@ test("model download: quota, drop and resume, a corrupt file, install, and no re
   assert.equal(await waitForData(restarted, "engine", ["ready", "failed", "needs_model"], 60_000), "ready");
   assert.equal(await (await overlayHost(restarted)).getAttribute("data-model"), "tiny-chat (test model, random weights)");
   assert.equal(hub.requests.length, requests, "an installed model makes no network request");
+
+  // 6. A part of the stored weights goes missing (the browser evicted it, the disk failed): the
+  //    load stops with the store's own message, and Retry downloads that part alone.
+  await inOffscreen(`caches.open("hearth-models-v1").then((c) => c.keys().then((keys) => c.delete(keys.find((r) => r.url.endsWith("/model.safetensors?range=131072-196607")))))`);
+  await inWorker(`chrome.offscreen.closeDocument().then(() => true)`);
+  const damaged = await openOverlay();
+  assert.equal(await waitForData(damaged, "engine", ["ready", "failed", "needs_model"], 60_000), "failed");
+  assert.equal(await (await overlayHost(damaged)).getAttribute("data-failure"), "model_load");
+  assert.match(await overlayText(damaged, ".engine .error"), /The stored copy of tiny-chat .* is incomplete \(bytes 131072–196608 of model\.safetensors are missing\)\./);
+  assert.match(await overlayText(damaged, ".engine .fix"), /download the missing part again/);
+  await screenshot(damaged, "download-damaged-store");
+  const beforeRepair = hub.requests.length;
+  // The offscreen document is a new one: point its downloads at the test hub again.
+  await setHooks({ downloadBase: hub.url, partBytes: PART_BYTES, backoffMs: 50 });
+  await clickInOverlay(damaged, "button.retry");
+  await waitForData(damaged, "engine", "needs_model", 30_000);
+  await clickInOverlay(damaged, "button.download-model");
+  assert.equal(await waitForData(damaged, "engine", ["ready", "failed"], 60_000), "ready", `engine: ${await (await overlayHost(damaged)).getAttribute("data-failure")}`);
+  const repair = hub.requests.slice(beforeRepair);
+  assert.deepEqual(repair.map((r) => [r.path, r.start]), [["model.safetensors", 131072]], "only the missing part is downloaded again");
+  assert.deepEqual(await storedHashes(), expectedHashes);
   assert.deepEqual(unexpectedErrors(), []);
 });
 
