@@ -85,11 +85,15 @@ interface TestHooks {
   partBytes?: number;
   backoffMs?: number;
   quotaBytes?: number;
+  /** Each read of an installed model's weights waits this long (to catch the `loading` state). */
+  readDelayMs?: number;
 }
+
+const testHooks = (): TestHooks => (__HEARTH_TEST_BUILD__ ? ((globalThis as { hearthTestHooks?: TestHooks }).hearthTestHooks ?? {}) : {});
 
 function downloadOptions(): store.DownloadOptions {
   if (!__HEARTH_TEST_BUILD__) return store.DEFAULT_DOWNLOAD;
-  const hooks: TestHooks = (globalThis as { hearthTestHooks?: TestHooks }).hearthTestHooks ?? {};
+  const hooks = testHooks();
   const quota = hooks.quotaBytes;
   return {
     ...store.DEFAULT_DOWNLOAD,
@@ -144,6 +148,7 @@ async function storedModel(wasm: Wasm, m: ModelManifest): Promise<unknown> {
   const readWeights = async (path: string, offset: number, length: number): Promise<Uint8Array> => {
     const file = weights.get(path);
     if (!file) throw new Error(`${path} is not a weight file of ${m.name}`);
+    if (__HEARTH_TEST_BUILD__ && testHooks().readDelayMs) await new Promise((r) => setTimeout(r, testHooks().readDelayMs));
     try {
       return await file.read(offset, length);
     } catch (error) {

@@ -216,11 +216,16 @@ test("model download: quota, drop and resume, a corrupt file, install, and no re
   assert.match(await overlayText(damaged, ".engine .fix"), /download the missing part again/);
   await screenshot(damaged, "download-damaged-store");
   const beforeRepair = hub.requests.length;
-  // The offscreen document is a new one: point its downloads at the test hub again.
-  await setHooks({ downloadBase: hub.url, partBytes: PART_BYTES, backoffMs: 50 });
+  // The offscreen document is a new one: point its downloads at the test hub again, and slow the
+  // weights' reads down so that the load's progress can be seen.
+  await setHooks({ downloadBase: hub.url, partBytes: PART_BYTES, backoffMs: 50, readDelayMs: 300 });
   await clickInOverlay(damaged, "button.retry");
   await waitForData(damaged, "engine", "needs_model", 30_000);
   await clickInOverlay(damaged, "button.download-model");
+  await waitForData(damaged, "engine", "loading", 30_000);
+  assert.match(await overlayText(damaged, ".engine .status"), /^Loading tiny-chat .* onto your GPU…$/);
+  assert.match(await overlayText(damaged, ".engine .load-progress"), /^Step \d+ of 10$/);
+  await screenshot(damaged, "download-loading");
   assert.equal(await waitForData(damaged, "engine", ["ready", "failed"], 60_000), "ready", `engine: ${await (await overlayHost(damaged)).getAttribute("data-failure")}`);
   const repair = hub.requests.slice(beforeRepair);
   assert.deepEqual(repair.map((r) => [r.path, r.start]), [["model.safetensors", 131072]], "only the missing part is downloaded again");

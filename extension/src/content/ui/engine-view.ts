@@ -129,7 +129,8 @@ export function engineView(retry: () => void, install: (modelId: string) => void
           line.textContent = t("modelLoading", status.model);
           body.append(
             el("progress", { class: "download", max: "100", value: percent.toFixed(1), "aria-label": t("modelLoading", status.model) }),
-            el("p", { class: "load-progress meta" }, t("loadProgress", String(status.done), String(status.total))),
+            // `done` steps are done: the one being read is the next.
+            el("p", { class: "load-progress meta" }, t("loadProgress", String(Math.min(status.done + 1, status.total)), String(status.total))),
           );
           break;
         }
