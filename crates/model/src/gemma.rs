@@ -26,6 +26,9 @@ pub enum ModelError {
     Config(#[from] ConfigError),
     #[error("tensor `{name}` has shape {actual:?}, the config implies {expected:?}")]
     Shape { name: String, expected: Vec<usize>, actual: Vec<usize> },
+    /// A caller of [`GemmaLoader`] asked for the model before every step had run.
+    #[error("the model was asked for after {done} of its {total} load steps; this is a bug in the loading code")]
+    LoadIncomplete { done: usize, total: usize },
     #[error("token id {0} is outside the vocabulary")]
     TokenOutOfRange(u32),
     #[error("the prompt is empty")]

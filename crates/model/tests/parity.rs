@@ -207,6 +207,11 @@ fn load_from_windows(dir: &Path, device: &Device, max_tensor_bytes: usize) -> (G
     checkpoint.set_quantization(Quantization::from_config_json(&config_json).unwrap());
     release();
     let config = hearth_model::model_dir::load_config(dir).unwrap();
+    let early = GemmaLoader::new(config.clone(), &checkpoint, max_tensor_bytes).finish(device);
+    assert!(
+        matches!(early, Err(hearth_model::ModelError::LoadIncomplete { done: 0, .. })),
+        "a model is never half loaded"
+    );
     let mut loader = GemmaLoader::new(config, &checkpoint, max_tensor_bytes);
     let mut peak = 0;
     while let Some(reads) = loader.next_reads(&checkpoint) {

@@ -325,8 +325,9 @@ impl GemmaLoader {
 
     /// The model, once every step has run.
     pub fn finish(self, device: &Device) -> Result<Gemma, ModelError> {
-        let unfinished = || ModelError::Weights(WeightsError::Missing { name: "(the load stopped early)".into() });
-        if !self.parts.is_empty() {
+        let (done, total) = self.progress();
+        let unfinished = || ModelError::LoadIncomplete { done, total };
+        if done < total {
             return Err(unfinished());
         }
         let per_layer = match self.per_layer_projection {
