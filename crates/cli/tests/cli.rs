@@ -101,19 +101,21 @@ fn generate_streams_transformers_greedy_tokens() {
 
 #[test]
 fn generate_reads_a_gguf_file_with_its_own_tokenizer() {
-    let dir = repo().join("crates/model/fixtures/gemma3-gguf");
-    let expected = json(dir.join("expected.json"));
-    let model = dir.join("model.gguf");
-    let prompt = expected["tokenizer"][0]["text"].as_str().expect("prompt");
-    let args =
-        ["generate", "--model", model.to_str().expect("utf-8 path"), "--max-tokens", "8", "--print-ids", "--cpu"];
-    let mut args = args.to_vec();
-    args.push(prompt);
-    let out = hearth(&args, "");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert_eq!(printed_ids(&stderr), expected_greedy(&expected));
-    assert!(stderr.contains("loaded in"), "load time is reported: {stderr}");
+    for case in ["gemma3-gguf", "gemma4-gguf"] {
+        let dir = repo().join("crates/model/fixtures").join(case);
+        let expected = json(dir.join("expected.json"));
+        let model = dir.join("model.gguf");
+        let prompt = expected["tokenizer"][0]["text"].as_str().expect("prompt");
+        let args =
+            ["generate", "--model", model.to_str().expect("utf-8 path"), "--max-tokens", "8", "--print-ids", "--cpu"];
+        let mut args = args.to_vec();
+        args.push(prompt);
+        let out = hearth(&args, "");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{case}: {stderr}");
+        assert_eq!(printed_ids(&stderr), expected_greedy(&expected), "{case}");
+        assert!(stderr.contains("loaded in"), "{case}: load time is reported: {stderr}");
+    }
 }
 
 #[test]

@@ -5,14 +5,15 @@
 //! - `gemma4_text` (tensors under `model.`)
 //! - `gemma3_text` (tensors under `model.`; `1 + w` norms, `query_pre_attn_scalar`)
 //!
-//! A GGUF file has no `config.json`: [`TextConfig::from_gguf`] reads llama.cpp's `gemma3.*`
-//! metadata keys into the same description.
+//! A GGUF file has no `config.json`: [`TextConfig::from_gguf`] reads llama.cpp's `gemma3.*` or
+//! `gemma4.*` metadata keys ([`gguf`]) into the same description.
+
+mod gguf;
 
 use std::collections::BTreeMap;
 
-use hearth_weights::{GgufFile, MetadataValue};
+use hearth_weights::GgufFile;
 use serde::Deserialize;
-use serde_json::json;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -22,7 +23,7 @@ pub enum ConfigError {
     UnsupportedModel(String),
     #[error("config.json is inconsistent: {0}")]
     Invalid(String),
-    #[error("GGUF architecture `{0}` is not supported (supported: gemma3)")]
+    #[error("GGUF architecture `{0}` is not supported (supported: gemma3, gemma4)")]
     UnsupportedGguf(String),
     #[error("the GGUF metadata is inconsistent: {0}")]
     InvalidGguf(String),
@@ -153,6 +154,8 @@ struct RawConfig {
 struct LayerOverride {
     head_dim: Option<usize>,
     num_key_value_heads: Option<usize>,
+    /// Written by the GGUF reader only (llama.cpp stores one MLP width per layer).
+    intermediate_size: Option<usize>,
 }
 
 impl TextConfig {
@@ -220,7 +223,9 @@ impl TextConfig {
                 kind,
                 head_dim: layer_head_dim,
                 num_kv_heads: overrides.num_key_value_heads.unwrap_or(num_kv_heads),
-                intermediate_size: intermediate_size * if raw.use_double_wide_mlp && shared { 2 } else { 1 },
+                intermediate_size: overrides
+                    .intermediate_size
+                    .unwrap_or(intermediate_size * if raw.use_double_wide_mlp && shared { 2 } else { 1 }),
                 rope: rope_for(family, &raw, kind, layer_head_dim)?,
                 kv_producer: producers[i],
             });
@@ -266,7 +271,10 @@ impl TextConfig {
 
     /// The configuration a GGUF file's metadata describes (llama.cpp's `{arch}.*` keys).
     ///
-    /// Only `gemma3` for now. llama.cpp writes the shape (`embedding_length`, `block_count`,
+    /// `gemma4`: see [`gguf`] for the keys; they are required, and full layers' partial RoPE
+    /// comes from the `rope_freqs` tensor at load time ([`Self::apply_rope_freq_factors`]).
+    ///
+    /// `gemma3`: llama.cpp writes the shape (`embedding_length`, `block_count`,
     /// `feed_forward_length`, `attention.head_count`, `attention.head_count_kv`,
     /// `attention.key_length`), `attention.layer_norm_rms_epsilon`, `rope.freq_base` (global
     /// layers) and `attention.sliding_window`; the rest is fixed per architecture in llama.cpp and
@@ -283,14 +291,33 @@ impl TextConfig {
     /// - ids from `tokenizer.ggml.bos_token_id` / `eos_token_id`, plus `<end_of_turn>` as a stop
     ///   token when the vocabulary has it (Gemma 3's generation_config.json stops on both).
     ///
-    /// A key that is missing falls back to Gemma 3 270M's value (hidden 640, 18 layers, 4 heads,
-    /// 1 KV head, head dim 256, MLP 2048, eps 1e-6, RoPE 1e6 / 1e4, window 512, vocab 262 144, bos
-    /// 2, eos 1): the loader's shape checks then catch a file that is not that model.
+    /// A Gemma 3 key that is missing falls back to Gemma 3 270M's value (hidden 640, 18 layers, 4
+    /// heads, 1 KV head, head dim 256, MLP 2048, eps 1e-6, RoPE 1e6 / 1e4, window 512, vocab
+    /// 262 144, bos 2, eos 1): the loader's shape checks then catch a file that is not that model.
     pub fn from_gguf(file: &GgufFile) -> Result<Self, ConfigError> {
-        match file.architecture() {
-            Some("gemma3") => Self::from_json(&gemma3_gguf_config(file)?.to_string()),
-            other => Err(ConfigError::UnsupportedGguf(other.unwrap_or("(none)").to_string())),
+        Self::from_json(&gguf::config_json(file)?.to_string())
+    }
+
+    /// Applies llama.cpp's `rope_freqs` tensor (a GGUF's per-pair frequency divisors, one per
+    /// rotated pair of a full-attention head) to every full-attention layer. Gemma 4's converter
+    /// spells proportional RoPE this way: 1 for the pairs that rotate, 1e30 for the rest.
+    pub fn apply_rope_freq_factors(&mut self, factors: &[f32]) -> Result<(), ConfigError> {
+        if factors.iter().any(|f| !(f.is_finite() && *f > 0.0)) {
+            return Err(ConfigError::InvalidGguf("rope_freqs holds a factor that is not a positive number".into()));
         }
+        for (i, layer) in self.layers.iter_mut().enumerate().filter(|(_, l)| l.kind == LayerType::Full) {
+            let pairs = layer.rope.inv_freq.len();
+            if factors.len() != pairs {
+                return Err(ConfigError::InvalidGguf(format!(
+                    "rope_freqs has {} factors but layer {i}'s heads rotate {pairs} pairs",
+                    factors.len()
+                )));
+            }
+            for (freq, factor) in layer.rope.inv_freq.iter_mut().zip(factors) {
+                *freq /= factor;
+            }
+        }
+        Ok(())
     }
 
     /// Takes the stop tokens from a `generation_config.json`, when it names any.
@@ -309,102 +336,6 @@ impl TextConfig {
     pub fn window(&self) -> usize {
         self.sliding_window
     }
-}
-
-/// A `config.json` equivalent of a `gemma3` GGUF file's metadata (see [`TextConfig::from_gguf`]).
-fn gemma3_gguf_config(file: &GgufFile) -> Result<serde_json::Value, ConfigError> {
-    let bad = |key: &str, what: &str| ConfigError::InvalidGguf(format!("gemma3.{key} is not {what}"));
-    let value = |key: &str| file.get(&format!("gemma3.{key}"));
-    // A per-layer array whose entries agree counts as one value.
-    let number = |key: &str| -> Result<Option<f64>, ConfigError> {
-        match value(key) {
-            None => Ok(None),
-            Some(MetadataValue::Array(items)) => {
-                let numbers: Option<Vec<f64>> = items.iter().map(MetadataValue::as_f64).collect();
-                match numbers.as_deref() {
-                    Some([first, rest @ ..]) if rest.iter().all(|v| v == first) => Ok(Some(*first)),
-                    _ => Err(bad(key, "one number (per-layer values differ)")),
-                }
-            }
-            Some(v) => v.as_f64().map(Some).ok_or_else(|| bad(key, "a number")),
-        }
-    };
-    // Bounds far above any Gemma keep a corrupt file from asking for absurd allocations.
-    let count = |key: &str, default: usize| -> Result<usize, ConfigError> {
-        let limit = match key {
-            "block_count" => 1 << 10,
-            "vocab_size" => 1 << 24,
-            _ => 1 << 20,
-        };
-        match number(key)? {
-            None => Ok(default),
-            Some(v) if v >= 1.0 && v.fract() == 0.0 && v <= limit as f64 => Ok(v as usize),
-            Some(_) => Err(bad(key, &format!("a count from 1 to {limit}"))),
-        }
-    };
-    let hidden = count("embedding_length", 640)?;
-    let layers = count("block_count", 18)?;
-    let heads = count("attention.head_count", 4)?;
-    let kv_heads = count("attention.head_count_kv", 1)?;
-    let head_dim = count("attention.key_length", 256)?;
-    if count("attention.value_length", head_dim)? != head_dim {
-        return Err(ConfigError::InvalidGguf("value_length differs from key_length".into()));
-    }
-    let tokens = file.get("tokenizer.ggml.tokens").and_then(MetadataValue::as_array);
-    let vocab = count("vocab_size", tokens.map_or(262_144, <[MetadataValue]>::len))?;
-
-    let layer_types: Vec<&str> = match value("attention.sliding_window_pattern") {
-        Some(MetadataValue::Array(flags)) => flags
-            .iter()
-            .map(|f| f.as_bool().map(|sliding| if sliding { "sliding_attention" } else { "full_attention" }))
-            .collect::<Option<_>>()
-            .ok_or_else(|| bad("attention.sliding_window_pattern", "bools"))?,
-        _ => {
-            let period = count("attention.sliding_window_pattern", 6)?;
-            (0..layers).map(|i| if (i + 1) % period == 0 { "full_attention" } else { "sliding_attention" }).collect()
-        }
-    };
-    // llama.cpp (`llm_load_hparams`, LLM_ARCH_GEMMA3): the 27B model scales queries by
-    // (hidden / heads)^-½, every other size by key_length^-½.
-    let query_pre_attn_scalar = if layers == 62 { hidden as f64 / heads as f64 } else { head_dim as f64 };
-
-    let mut full_rope = json!({"rope_type": "default", "rope_theta": number("rope.freq_base")?.unwrap_or(1e6)});
-    let scaling = value("rope.scaling.type").and_then(MetadataValue::as_str);
-    match scaling {
-        None | Some("none") => {}
-        Some("linear") => {
-            full_rope["rope_type"] = json!("linear");
-            full_rope["factor"] = json!(number("rope.scaling.factor")?.unwrap_or(1.0));
-        }
-        Some(other) => return Err(ConfigError::InvalidGguf(format!("RoPE scaling `{other}` is not supported"))),
-    }
-    let sliding_rope = json!({"rope_type": "default", "rope_theta": number("rope.freq_base_swa")?.unwrap_or(1e4)});
-
-    let id = |key: &str| file.get(key).and_then(MetadataValue::as_u64);
-    let mut eos = vec![id("tokenizer.ggml.eos_token_id").unwrap_or(1)];
-    let end_of_turn = tokens.and_then(|t| t.iter().position(|v| v.as_str() == Some("<end_of_turn>")));
-    if let Some(end_of_turn) = end_of_turn.map(|i| i as u64).filter(|i| !eos.contains(i)) {
-        eos.push(end_of_turn);
-    }
-    Ok(json!({
-        "model_type": "gemma3_text",
-        "vocab_size": vocab,
-        "hidden_size": hidden,
-        "intermediate_size": count("feed_forward_length", 2048)?,
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads,
-        "head_dim": head_dim,
-        "layer_types": layer_types,
-        "sliding_window": count("attention.sliding_window", 512)?,
-        "rms_norm_eps": number("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-6),
-        "rope_parameters": {"sliding_attention": sliding_rope, "full_attention": full_rope},
-        "query_pre_attn_scalar": query_pre_attn_scalar,
-        "final_logit_softcapping": number("final_logit_softcapping")?,
-        "attn_logit_softcapping": number("attn_logit_softcapping")?,
-        "bos_token_id": id("tokenizer.ggml.bos_token_id").unwrap_or(2),
-        "eos_token_id": eos,
-    }))
 }
 
 fn invalid(message: &str) -> ConfigError {
@@ -479,7 +410,7 @@ fn rope_for(family: Family, raw: &RawConfig, kind: LayerType, head_dim: usize) -
 mod tests {
     use super::*;
 
-    fn e2b_like() -> String {
+    pub(super) fn e2b_like() -> String {
         let mut types = Vec::new();
         for _ in 0..7 {
             types.extend(["sliding_attention"; 4]);
@@ -528,48 +459,6 @@ mod tests {
         // Exponent divided by the full head dim (512), not by the rotated width.
         assert!((full[1] - 1e6f64.powf(-2.0 / 512.0) as f32).abs() < 1e-9);
         assert_eq!(c.layers[0].rope.inv_freq.len(), 128);
-    }
-
-    fn gguf(metadata: &[(&str, MetadataValue)]) -> GgufFile {
-        GgufFile {
-            version: 3,
-            metadata: metadata.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
-            tensors: BTreeMap::new(),
-            alignment: 32,
-            data_offset: 0,
-        }
-    }
-
-    #[test]
-    fn gguf_metadata_falls_back_to_gemma3_270m() {
-        let arch = ("general.architecture", MetadataValue::String("gemma3".into()));
-        let c = TextConfig::from_gguf(&gguf(std::slice::from_ref(&arch))).unwrap();
-        assert_eq!((c.hidden_size, c.num_layers, c.num_heads, c.vocab_size), (640, 18, 4, 262_144));
-        assert_eq!((c.layers[0].head_dim, c.layers[0].num_kv_heads, c.layers[0].intermediate_size), (256, 1, 2048));
-        assert_eq!((c.layers[4].kind, c.layers[5].kind), (LayerType::Sliding, LayerType::Full));
-        assert_eq!((c.sliding_window, c.attention_scale, c.norm_weight_offset), (512, 1.0 / 16.0, 1.0));
-        assert_eq!((c.bos_token_id, c.eos_token_ids.clone()), (2, vec![1]));
-
-        // The 27B layout scales queries by (hidden / heads)^-½; linear RoPE scaling on global layers.
-        let big = gguf(&[
-            arch.clone(),
-            ("gemma3.block_count", MetadataValue::U32(62)),
-            ("gemma3.embedding_length", MetadataValue::U32(5376)),
-            ("gemma3.attention.head_count", MetadataValue::U32(32)),
-            ("gemma3.attention.head_count_kv", MetadataValue::U32(16)),
-            ("gemma3.attention.key_length", MetadataValue::U32(128)),
-            ("gemma3.rope.scaling.type", MetadataValue::String("linear".into())),
-            ("gemma3.rope.scaling.factor", MetadataValue::F32(8.0)),
-        ]);
-        let c = TextConfig::from_gguf(&big).unwrap();
-        assert_eq!(c.attention_scale, 168f32.powf(-0.5));
-        let full = &c.layers[5].rope.inv_freq;
-        assert!((full[0] - 1.0 / 8.0).abs() < 1e-9);
-
-        let absurd = gguf(&[arch.clone(), ("gemma3.block_count", MetadataValue::U64(u64::MAX))]);
-        assert!(matches!(TextConfig::from_gguf(&absurd), Err(ConfigError::InvalidGguf(_))));
-        let other = gguf(&[("general.architecture", MetadataValue::String("llama".into()))]);
-        assert!(TextConfig::from_gguf(&other).unwrap_err().to_string().contains("llama"));
     }
 
     #[test]

@@ -44,8 +44,9 @@ impl Tokenizer {
     /// (Gemma 1–3; Gemma's scores do not follow its merge order, its piece order does) or by score
     /// (other files), longer left parts first. Runs of spaces, which the file spells as spaces, are
     /// respelled with `▁` as in `tokenizer.json`. Control pieces (`<bos>`, `<start_of_turn>`…)
-    /// become special tokens and user-defined ones plain added tokens, both matched whole. The
-    /// normalizer, pre-tokenizer and decoder are `GemmaTokenizer`'s.
+    /// become special tokens and user-defined ones plain added tokens, both matched whole; with a
+    /// file's own merges (Gemma 4), so do the pieces no merge builds. The normalizer,
+    /// pre-tokenizer and decoder are `GemmaTokenizer`'s.
     pub fn from_gguf(file: &GgufFile) -> Result<Self, TokenizerError> {
         let fail = |message: String| TokenizerError::Gguf(message);
         let model = file.get("tokenizer.ggml.model").and_then(MetadataValue::as_str).unwrap_or("none");
@@ -81,12 +82,32 @@ impl Tokenizer {
         }
         // A later duplicate wins, as in a Python dict.
         let vocab: HashMap<String, u32> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
-        let merges = match strings("tokenizer.ggml.merges")? {
-            Some(merges) => merges
-                .iter()
-                .map(|m| m.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())))
-                .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| fail("a merge is not two pieces".into()))?,
+        let file_merges = strings("tokenizer.ggml.merges")?
+            .map(|merges| {
+                merges
+                    .iter()
+                    .map(|m| m.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| fail("a merge is not two pieces".into()))
+            })
+            .transpose()?;
+        // Pieces no merge builds: BPE never emits them from text, so the tokenizer the file was
+        // converted from had them as added tokens (llama.cpp's converter types only the named
+        // special tokens as control, leaving Gemma 4's `<|turn>`, `<turn|>`… normal).
+        let unreachable: Vec<String> = match &file_merges {
+            Some(merges) => {
+                let built: std::collections::HashSet<String> = merges.iter().map(|(a, b)| format!("{a}{b}")).collect();
+                raw_tokens
+                    .iter()
+                    .zip(types.iter().chain(std::iter::repeat(&1.0)))
+                    .filter(|(t, kind)| **kind == 1.0 && t.chars().nth(1).is_some() && !built.contains(*t))
+                    .map(|(t, _)| t.clone())
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        let merges = match file_merges {
+            Some(merges) => merges,
             None if gemma_sentencepiece => derive_merges(&tokens, &vocab, |i| -(i as f64)),
             None => {
                 let scores = numbers("tokenizer.ggml.scores", tokens.len())?
@@ -119,6 +140,7 @@ impl Tokenizer {
         // Only those the vocabulary spells the same (not the respelled runs of spaces).
         let user: Vec<AddedToken> = of_type(4.0)
             .filter(|s| vocab.contains_key(*s))
+            .chain(unreachable.iter())
             .map(|s| AddedToken::from(s.clone(), false).normalized(false))
             .collect();
         inner.add_tokens(user).map_err(|e| fail(e.to_string()))?;

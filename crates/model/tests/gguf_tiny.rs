@@ -1,8 +1,14 @@
-//! A GGUF file end to end without real weights: fixtures/gemma3-gguf/model.gguf is a tiny random
-//! Gemma 3 written like llama.cpp's converter writes one (gen_gguf_tiny.py: llama.cpp's tensor
-//! names, norms stored as 1 + w, mixed quantized types, tokenizer and config only in the
-//! metadata). The config and tokenizer rebuilt from the metadata, and the logits of the weights
-//! read through the GGUF checkpoint, must match transformers.
+//! GGUF files end to end without real weights, each a tiny random model written like llama.cpp's
+//! converter writes one (llama.cpp's tensor names and metadata keys, mixed quantized types,
+//! tokenizer and config only in the metadata):
+//! - fixtures/gemma3-gguf (gen_gguf_tiny.py): Gemma 3, norms stored as 1 + w, a SentencePiece
+//!   vocabulary without merges;
+//! - fixtures/gemma4-gguf (gen_gguf_gemma4.py): Gemma 4 in E2B's layout (per-layer embeddings, KV
+//!   sharing, double-wide MLPs, proportional RoPE through the `rope_freqs` tensor), a BPE
+//!   vocabulary with merges.
+//!
+//! The config and tokenizer rebuilt from the metadata, and the logits of the weights read through
+//! the GGUF checkpoint, must match transformers (and the `tokenizers` library).
 
 use std::path::{Path, PathBuf};
 
@@ -27,15 +33,17 @@ struct TokenizerCase {
     decoded: String,
 }
 
-fn fixture() -> (PathBuf, Expected) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gemma3-gguf");
+const CASES: [&str; 2] = ["gemma3-gguf", "gemma4-gguf"];
+
+fn fixture(case: &str) -> (PathBuf, Expected) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(case);
     let text = std::fs::read_to_string(dir.join("expected.json")).expect("fixture present");
     (dir.join("model.gguf"), serde_json::from_str(&text).expect("fixture parses"))
 }
 
 #[test]
-fn config_comes_from_the_gguf_metadata() {
-    let (path, _) = fixture();
+fn gemma3_config_comes_from_the_gguf_metadata() {
+    let (path, _) = fixture("gemma3-gguf");
     let files = ModelFiles::open(&path).unwrap();
     assert!(files.is_gguf());
     let c = files.config().unwrap();
@@ -57,12 +65,34 @@ fn config_comes_from_the_gguf_metadata() {
 }
 
 #[test]
-fn tokenizer_from_metadata_matches_transformers() {
-    let (path, expected) = fixture();
-    let tokenizer = ModelFiles::open(&path).unwrap().tokenizer().unwrap();
-    for case in &expected.tokenizer {
-        assert_eq!(tokenizer.encode(&case.text).unwrap(), case.ids, "{:?}", case.text);
-        assert_eq!(tokenizer.decode(&case.ids).unwrap(), case.decoded, "{:?}", case.text);
+fn gemma4_config_comes_from_the_gguf_metadata() {
+    let (path, _) = fixture("gemma4-gguf");
+    let c = ModelFiles::open(&path).unwrap().config().unwrap();
+    assert_eq!((c.hidden_size, c.num_layers, c.num_heads, c.vocab_size), (32, 6, 2, 384));
+    assert_eq!((c.norm_weight_offset, c.attention_scale, c.final_logit_softcap), (0.0, 1.0, Some(30.0)));
+    assert_eq!((c.per_layer_input_size, c.sliding_window), (Some(16), 8));
+    let shape = |i: usize| {
+        let l = &c.layers[i];
+        (l.kind, l.head_dim, l.num_kv_heads, l.intermediate_size, l.kv_producer)
+    };
+    assert_eq!(shape(0), (LayerType::Sliding, 16, 1, 32, None));
+    assert_eq!(shape(2), (LayerType::Full, 32, 1, 32, None));
+    // Layers 4 and 5 reuse the K/V of the last earlier layer of their type; their MLPs are doubled.
+    assert_eq!(shape(4), (LayerType::Sliding, 16, 1, 64, Some(3)));
+    assert_eq!(shape(5), (LayerType::Full, 32, 1, 64, Some(2)));
+    // <eos>, <turn|> and <|tool_response>, as Gemma 4's generation_config.json stops.
+    assert_eq!((c.bos_token_id, c.eos_token_ids.clone()), (2, vec![1, 106, 50]));
+}
+
+#[test]
+fn tokenizer_from_metadata_matches_the_reference() {
+    for case_name in CASES {
+        let (path, expected) = fixture(case_name);
+        let tokenizer = ModelFiles::open(&path).unwrap().tokenizer().unwrap();
+        for case in &expected.tokenizer {
+            assert_eq!(tokenizer.encode(&case.text).unwrap(), case.ids, "{case_name}: {:?}", case.text);
+            assert_eq!(tokenizer.decode(&case.ids).unwrap(), case.decoded, "{case_name}: {:?}", case.text);
+        }
     }
 }
 
@@ -78,8 +108,15 @@ fn devices() -> Vec<(&'static str, Device)> {
 
 #[test]
 fn logits_and_greedy_tokens_match_transformers() {
-    let (path, expected) = fixture();
-    for (name, device) in devices() {
+    for case in CASES {
+        logits_and_greedy_tokens_match(case);
+    }
+}
+
+fn logits_and_greedy_tokens_match(case: &str) {
+    let (path, expected) = fixture(case);
+    for (device_name, device) in devices() {
+        let name = format!("{case} on {device_name}");
         let model = ModelFiles::open(&path).unwrap().load(&device).unwrap_or_else(|e| panic!("{name}: {e}"));
         let mut cache = KvCache::new(&model.config, CacheOptions::default(), &device);
         let logits: Tensor<2> = model.forward(&expected.tokens, &mut cache, true).unwrap();

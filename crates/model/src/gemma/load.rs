@@ -23,6 +23,9 @@ fn tensor_prefix(checkpoint: &Checkpoint, configured: &str) -> String {
         .to_string()
 }
 
+/// llama.cpp's per-pair RoPE divisors of full-attention layers (GGUF only; no prefix).
+const ROPE_FREQS: &str = "rope_freqs.weight";
+
 /// Reads tensors by their name under the config's prefix, checking shapes.
 struct Loader<'a> {
     checkpoint: &'a mut Checkpoint,
@@ -283,7 +286,11 @@ impl GemmaLoader {
             Ok(checkpoint.ranges_under(&prefixes))
         };
         Some(match self.parts.front()? {
-            Part::Embedding => under(&["embed_tokens."]),
+            Part::Embedding => {
+                let mut ranges = checkpoint.ranges_under(&[format!("{}embed_tokens.", self.prefix)]);
+                ranges.extend(checkpoint.ranges_under(&[ROPE_FREQS.to_string()]));
+                Ok(ranges)
+            }
             Part::TableRows(rows) => checkpoint
                 .row_ranges(&format!("{}embed_tokens_per_layer", self.prefix), rows.clone())
                 .map_err(ModelError::from),
@@ -297,6 +304,10 @@ impl GemmaLoader {
     /// Runs the next step; `false` once every step has run.
     pub fn step(&mut self, checkpoint: &mut Checkpoint, device: &Device) -> Result<bool, ModelError> {
         let Some(part) = self.parts.pop_front() else { return Ok(false) };
+        if part == Part::Embedding && checkpoint.contains(ROPE_FREQS) {
+            let factors = checkpoint.read_f32(ROPE_FREQS)?;
+            self.config.apply_rope_freq_factors(&factors.data)?;
+        }
         let c = &self.config;
         let h = c.hidden_size;
         let mut loader = Loader { checkpoint, prefix: &self.prefix, device, norm_offset: c.norm_weight_offset };
