@@ -57,21 +57,21 @@ pub fn to_affine(
             bytes.len()
         )));
     }
-    let mut codes = Vec::with_capacity(cols);
-    let mut groups = Vec::with_capacity(cols / params.group_size);
-    let (mut words, mut scales, mut biases) = (Vec::new(), Vec::new(), Vec::new());
-    let words_per_row = cols * params.bits as usize / 32;
-    words.reserve(rows * words_per_row);
-    for row in bytes.chunks_exact((cols / block_values * block_bytes).max(1)).take(rows) {
-        codes.clear();
-        groups.clear();
-        for block in row.chunks_exact(block_bytes) {
-            unpack_block(ty, block, &mut codes, &mut groups);
-        }
-        pack_codes(&codes, params.bits, &mut words);
-        scales.extend(groups.iter().map(|g| g.0));
-        biases.extend(groups.iter().map(|g| g.1));
+    // Blocks hold whole groups and whole words, so the tensor repacks block by block into
+    // consecutive words and groups, rows included.
+    let blocks = rows * cols / block_values;
+    let words_per_block = block_values * params.bits as usize / 32;
+    let groups_per_block = block_values / params.group_size;
+    let mut words = vec![0u32; blocks * words_per_block];
+    let mut scales = vec![0f32; blocks * groups_per_block];
+    let mut biases = vec![0f32; blocks * groups_per_block];
+    let outputs = words
+        .chunks_exact_mut(words_per_block)
+        .zip(scales.chunks_exact_mut(groups_per_block).zip(biases.chunks_exact_mut(groups_per_block)));
+    for (block, (words, (scales, biases))) in bytes.chunks_exact(block_bytes).zip(outputs) {
+        repack_block(ty, block, words, scales, biases);
     }
+    let words_per_row = cols * params.bits as usize / 32;
     let groups_per_row = cols / params.group_size;
     AffineTensor::new(
         name,
@@ -83,97 +83,136 @@ pub fn to_affine(
     .map(Some)
 }
 
-/// Appends `codes` to `words` as a little-endian stream of `bits`-bit fields (4 or 8).
-fn pack_codes(codes: &[u8], bits: u32, words: &mut Vec<u32>) {
-    let per_word = (32 / bits) as usize;
-    words.extend(
-        codes
-            .chunks_exact(per_word)
-            .map(|chunk| chunk.iter().enumerate().fold(0u32, |w, (j, &q)| w | u32::from(q) << (bits as usize * j))),
-    );
-}
-
 fn half(b: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
 }
 
-/// One block's unsigned codes, in value order, and its groups' `(scale, bias)`.
-fn unpack_block(ty: GgmlType, b: &[u8], codes: &mut Vec<u8>, groups: &mut Vec<(f32, f32)>) {
+/// Eight bytes, little-endian, as a u64.
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(bytes)
+}
+
+/// The nibbles in the low 4 bits of each byte of `x`, first byte first, as one word of 4-bit
+/// codes (little-endian fields).
+fn nibble_word(x: u64) -> u32 {
+    let mut n = x & 0x0F0F_0F0F_0F0F_0F0F;
+    n = (n | (n >> 4)) & 0x00FF_00FF_00FF_00FF;
+    n = (n | (n >> 8)) & 0x0000_FFFF_0000_FFFF;
+    (n | (n >> 16)) as u32
+}
+
+/// 8 × `words.len()` 4-bit codes: the low nibbles of `qs` (8 bytes a word), or the high ones.
+fn nibble_words(qs: &[u8], high: bool, words: &mut [u32]) {
+    let shift = if high { 4 } else { 0 };
+    for (i, word) in words.iter_mut().enumerate() {
+        *word = nibble_word(u64_at(qs, 8 * i) >> shift);
+    }
+}
+
+/// Eight 8-bit codes (first in the low byte) into words `at` and `at + 1`.
+fn put_codes(words: &mut [u32], at: usize, codes: u64) {
+    words[at] = codes as u32;
+    words[at + 1] = (codes >> 32) as u32;
+}
+
+const LOW_NIBBLES: u64 = 0x0F0F_0F0F_0F0F_0F0F;
+const LOW_BITS: u64 = 0x0101_0101_0101_0101;
+
+/// Bit i of a byte moved to bit 4 of byte i: Q5_0/Q5_1's fifth bits, eight values at a time.
+const FIFTH_BITS: [u64; 256] = {
+    let mut table = [0u64; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let mut bit = 0;
+        while bit < 8 {
+            table[byte] |= (((byte >> bit) & 1) as u64) << (8 * bit + 4);
+            bit += 1;
+        }
+        byte += 1;
+    }
+    table
+};
+
+/// One block's codes as words and its groups' scales and biases.
+fn repack_block(ty: GgmlType, b: &[u8], words: &mut [u32], scales: &mut [f32], biases: &mut [f32]) {
     use GgmlType::*;
     match ty {
-        Q4_0 => {
+        // Values 0..16 are the low nibbles of the 16 code bytes, 16..32 the high ones.
+        Q4_0 | Q4_1 => {
+            let qs = if ty == Q4_0 { &b[2..18] } else { &b[4..20] };
+            nibble_words(qs, false, &mut words[0..2]);
+            nibble_words(qs, true, &mut words[2..4]);
             let d = half(b, 0);
-            nibbles(&b[2..18], codes);
-            groups.push((d, -8.0 * d));
+            (scales[0], biases[0]) = if ty == Q4_0 { (d, -8.0 * d) } else { (d, half(b, 2)) };
         }
-        Q4_1 => {
-            nibbles(&b[4..20], codes);
-            groups.push((half(b, 0), half(b, 2)));
-        }
-        Q5_0 => {
+        Q5_0 | Q5_1 => {
+            let (qh, qs) = if ty == Q5_0 { (&b[2..6], &b[6..22]) } else { (&b[4..8], &b[8..24]) };
+            // Value j: nibble j of the code bytes (low nibbles first), fifth bit = bit j of qh.
+            for i in 0..2 {
+                let x = u64_at(qs, 8 * i);
+                put_codes(words, 2 * i, (x & LOW_NIBBLES) | FIFTH_BITS[qh[i] as usize]);
+                put_codes(words, 4 + 2 * i, ((x >> 4) & LOW_NIBBLES) | FIFTH_BITS[qh[2 + i] as usize]);
+            }
             let d = half(b, 0);
-            five_bit(&b[2..6], &b[6..22], codes);
-            groups.push((d, -16.0 * d));
-        }
-        Q5_1 => {
-            five_bit(&b[4..8], &b[8..24], codes);
-            groups.push((half(b, 0), half(b, 2)));
+            (scales[0], biases[0]) = if ty == Q5_0 { (d, -16.0 * d) } else { (d, half(b, 2)) };
         }
         Q8_0 => {
+            // Signed q as unsigned q + 128: the top bit flipped.
+            for i in 0..4 {
+                put_codes(words, 2 * i, u64_at(b, 2 + 8 * i) ^ 0x8080_8080_8080_8080);
+            }
             let d = half(b, 0);
-            codes.extend(b[2..34].iter().map(|&q| (q as i8 as i16 + 128) as u8));
-            groups.push((d, -128.0 * d));
+            (scales[0], biases[0]) = (d, -128.0 * d);
         }
         Q4K | Q5K => {
             let (d, dmin) = (half(b, 0), half(b, 2));
             let pairs = crate::quant::scale_min_k4(&b[4..16]);
-            let (qh, qs) = if ty == Q4K { (None, &b[16..144]) } else { (Some(&b[16..48]), &b[48..176]) };
             for (s, &(sc, m)) in pairs.iter().enumerate() {
+                scales[s] = d * sc as f32;
+                biases[s] = -(dmin * m as f32);
+            }
+            if ty == Q4K {
                 // Sub-blocks 2i and 2i+1 share bytes 32i..32i+32: low then high nibbles.
-                let shift = 4 * (s % 2);
-                for (l, &q) in qs[32 * (s / 2)..32 * (s / 2) + 32].iter().enumerate() {
-                    let fifth = qh.map_or(0, |qh| ((qh[l] >> s) & 1) << 4);
-                    codes.push(((q >> shift) & 0x0F) | fifth);
+                let qs = &b[16..144];
+                for pair in 0..4 {
+                    let bytes = &qs[32 * pair..32 * pair + 32];
+                    nibble_words(bytes, false, &mut words[8 * pair..8 * pair + 4]);
+                    nibble_words(bytes, true, &mut words[8 * pair + 4..8 * pair + 8]);
                 }
-                groups.push((d * sc as f32, -(dmin * m as f32)));
+            } else {
+                // As Q4_K, with the fifth bit of value l of sub-block s in bit s of qh[l].
+                let (qh, qs) = (&b[16..48], &b[48..176]);
+                for s in 0..8 {
+                    for i in 0..4 {
+                        let low = (u64_at(qs, 32 * (s / 2) + 8 * i) >> (4 * (s % 2))) & LOW_NIBBLES;
+                        let fifth = ((u64_at(qh, 8 * i) >> s) & LOW_BITS) << 4;
+                        put_codes(words, 8 * s + 2 * i, low | fifth);
+                    }
+                }
             }
         }
         Q6K => {
-            let (ql, qh, scales) = (&b[0..128], &b[128..192], &b[192..208]);
+            let (ql, qh, sub_scales) = (&b[0..128], &b[128..192], &b[192..208]);
             let d = half(b, 208);
             // Value 128·half + 32·k + l: low bits from nibble k / 2 of ql[64·half + 32·(k % 2) + l],
             // high bits from field k of qh[32·half + l]; group (16 values) 8·half + 2·k + l / 16.
             for half_index in 0..2 {
                 for k in 0..4 {
-                    for l in 0..32 {
-                        let low = (ql[64 * half_index + 32 * (k % 2) + l] >> (4 * (k / 2))) & 0x0F;
-                        let high = (qh[32 * half_index + l] >> (2 * k)) & 0x03;
-                        codes.push(low | (high << 4));
-                    }
-                    for group in 0..2 {
-                        let scale = d * (scales[8 * half_index + 2 * k + group] as i8) as f32;
-                        groups.push((scale, -32.0 * scale));
+                    for i in 0..4 {
+                        let low = u64_at(ql, 64 * half_index + 32 * (k % 2) + 8 * i) >> (4 * (k / 2));
+                        let high = (u64_at(qh, 32 * half_index + 8 * i) >> (2 * k)) & (LOW_BITS * 3);
+                        put_codes(words, 32 * half_index + 8 * k + 2 * i, (low & LOW_NIBBLES) | high << 4);
                     }
                 }
             }
+            for (g, &sc) in sub_scales.iter().enumerate() {
+                let scale = d * (sc as i8) as f32;
+                (scales[g], biases[g]) = (scale, -32.0 * scale);
+            }
         }
         _ => unreachable!("affine_params accepted {ty}"),
-    }
-}
-
-/// 16 bytes of 4-bit codes: low nibbles are values 0..16, high nibbles 16..32.
-fn nibbles(qs: &[u8], codes: &mut Vec<u8>) {
-    codes.extend(qs.iter().map(|&q| q & 0x0F));
-    codes.extend(qs.iter().map(|&q| q >> 4));
-}
-
-/// Q5_0/Q5_1 codes: nibbles as [`nibbles`], the fifth bit of value j is bit j of `qh`.
-fn five_bit(qh: &[u8], qs: &[u8], codes: &mut Vec<u8>) {
-    let qh = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
-    let start = codes.len();
-    nibbles(qs, codes);
-    for (j, q) in codes[start..].iter_mut().enumerate() {
-        *q |= (((qh >> j) & 1) as u8) << 4;
     }
 }
 
