@@ -95,7 +95,9 @@ test("the GPU device lost: the overlay says so, Retry brings the engine back on 
   assert.match(await overlayText(page, ".engine .fix"), /Press Retry/);
   await screenshot(page, "robustness-device-lost");
   await clickInOverlay(page, "button.retry");
-  assert.equal(await waitForEngine(page, ["ready", "failed"]), "ready");
+  // The overlay still shows the old failure until the worker answers the Retry: wait for it to go.
+  await page.waitForFunction(() => document.querySelector("hearth-overlay")?.dataset.engine !== "failed", null, { timeout: 60_000, polling: 100 });
+  assert.equal(await waitForEngine(page, ["ready", "failed"]), "ready", `after Retry: ${await page.locator("hearth-overlay").getAttribute("data-failure")}`);
   await useScript(chrome, signUp("gpu@example.com"));
   await ask(page, "Sign me up as gpu@example.com.");
   assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
