@@ -108,7 +108,7 @@ impl Tokenizer {
         };
         let merges = match file_merges {
             Some(merges) => merges,
-            None if gemma_sentencepiece => derive_merges(&tokens, &vocab, |i| -(i as f64)),
+            None if gemma_sentencepiece => merges_in_piece_order(&tokens, &vocab),
             None => {
                 let scores = numbers("tokenizer.ggml.scores", tokens.len())?
                     .ok_or_else(|| fail("neither merges nor scores".into()))?;
@@ -167,6 +167,25 @@ impl Tokenizer {
 /// U+001C–U+001F).
 fn python_space(c: char) -> bool {
     c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
+/// [`derive_merges`] when the score is the piece's position (higher for earlier pieces), without
+/// the sort: candidates then come piece by piece in vocabulary order, and within a piece longest
+/// left part first, which is exactly the order the sort would give.
+fn merges_in_piece_order(tokens: &[String], vocab: &HashMap<String, u32>) -> Vec<(String, String)> {
+    let mut merges = Vec::new();
+    for (index, token) in tokens.iter().enumerate() {
+        if vocab.get(token) != Some(&(index as u32)) {
+            continue; // an earlier duplicate: the dict kept the later one
+        }
+        for (split, _) in token.char_indices().skip(1).collect::<Vec<_>>().into_iter().rev() {
+            let (left, right) = token.split_at(split);
+            if vocab.contains_key(left) && vocab.contains_key(right) {
+                merges.push((left.to_string(), right.to_string()));
+            }
+        }
+    }
+    merges
 }
 
 /// BPE merges implied by a vocabulary, as transformers' `generate_merges`: every split of a piece
@@ -247,5 +266,22 @@ impl StreamDecoder {
             self.emitted = text.len();
         }
         Ok(new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn piece_order_merges_equal_the_sorted_derivation() {
+        let tokens: Vec<String> = ["a", "b", "c", "ab", "bc", "abc", "▁", "▁a", "▁ab", "b", "ca", "abca", "é", "éa"]
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+        let vocab: HashMap<String, u32> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+        let sorted = derive_merges(&tokens, &vocab, |i| -(i as f64));
+        assert!(sorted.len() > 8, "{sorted:?}");
+        assert_eq!(merges_in_piece_order(&tokens, &vocab), sorted);
     }
 }
