@@ -52,6 +52,13 @@ fn check_release_bundle(dist: &Path) -> Result<(), String> {
     if dist.join("models/tiny-chat.json").exists() {
         return Err("the release build carries the test model's manifest".into());
     }
+    // The overlay's state mirror (a hidden element inside its shadow root) is for tests only: a
+    // release overlay writes its state (the answer, the pending call…) nowhere a page can read.
+    let content = std::fs::read_to_string(dist.join("content.js")).map_err(|e| e.to_string())?;
+    let mirror = ["test-state", "dataset.task", "dataset.answer", "dataset.pendingCall"];
+    if let Some(hook) = mirror.iter().find(|h| content.contains(*h)) {
+        return Err(format!("the release content.js carries the test state mirror ({hook}); check build.mjs"));
+    }
     Ok(())
 }
 

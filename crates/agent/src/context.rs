@@ -14,6 +14,12 @@ use hearth_chat::{Message, MessageContent};
 /// Counts tokens as the model's tokenizer would. The real tokenizer plugs in here.
 pub trait TokenCounter {
     fn count(&self, text: &str) -> usize;
+
+    /// The tokens this tokenizer matches whole in plain text (special and added tokens: `<eos>`,
+    /// `<|turn>`…), which page text must never produce. Empty: Gemma's known markup is used.
+    fn special_tokens(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A deterministic stand-in for a tokenizer: about four ASCII characters per token, one token

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use ts_rs::TS;
 
-use crate::policy::RiskReason;
+use crate::policy::{ActionTarget, RiskReason};
 use crate::tools::RiskLevel;
 
 /// An event of a running task, in order.
@@ -20,6 +20,9 @@ pub enum AgentEvent {
         name: String,
         #[ts(type = "Record<string, unknown>")]
         arguments: Map<String, Value>,
+        /// What it acts on, in the user's words (`None` for tools without a target).
+        #[serde(default)]
+        target: Option<Box<ActionTarget>>,
     },
     /// `output` is what the model sees (or the error it is told).
     ToolResult { call_id: String, name: String, ok: bool, output: String },
@@ -31,6 +34,10 @@ pub enum AgentEvent {
         arguments: Map<String, Value>,
         risk: RiskLevel,
         reasons: Vec<RiskReason>,
+        /// What it acts on, in the user's words: the card names it, shows where it leads and
+        /// what will be typed, and the overlay outlines the element on the page.
+        #[serde(default)]
+        target: Option<Box<ActionTarget>>,
         /// One sentence for the dialog.
         message: String,
     },

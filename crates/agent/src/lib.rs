@@ -38,6 +38,6 @@ pub use context::{ApproxTokenCounter, ContextBudget, Entry, EntryKind, TokenCoun
 pub use events::{AgentEvent, PauseReason};
 pub use page::{ElementInfo, FormInfo, PageInfo, Snapshot};
 pub use parser::{ParsedCall, ParsedOutput, StreamParser, parse_output, parse_to_json};
-pub use policy::{Assessment, Decision, RiskReason};
+pub use policy::{ActionTarget, Assessment, Decision, RiskReason};
 pub use session::{Agent, AgentConfig, AgentControl, ContextError, Outcome, PromptStats, SessionError};
 pub use tools::{RiskLevel, ToolDefinition, builtin_tools, validate_arguments};

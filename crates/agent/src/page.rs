@@ -1,7 +1,7 @@
 //! Page data as the model sees it: indexed snapshots of interactive elements, and fencing of
 //! untrusted page text.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
@@ -55,6 +55,9 @@ pub struct FormInfo {
     /// id / name / aria-label of the form.
     #[serde(default)]
     pub name: String,
+    /// The form's `target` attribute (`_blank` opens its result in a new tab).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
 }
 
 /// A snapshot of the page's interactive elements.
@@ -116,29 +119,116 @@ fn one_line(s: &str, max_chars: usize) -> String {
     }
 }
 
-/// Neutralises text that the tokenizer would read as Gemma control tokens (`<|turn>`,
-/// `<tool_call|>`, `<|"|>`…), so page content can neither end its own fence nor forge turns
-/// or tool calls. A zero-width space is inserted after the `<` / before the `>`.
-pub fn neutralize_special_tokens(text: &str) -> String {
-    if !text.contains("<|") && !text.contains("|>") && !text.contains("<eos>") && !text.contains("<bos>") {
-        return text.to_owned();
+/// Control markup of Gemma 3 and 4 chat templates, used when the tokenizer's own list is not
+/// known (tests, the approximate counter).
+pub const GEMMA_MARKUP: &[&str] = &[
+    "<bos>",
+    "<eos>",
+    "<pad>",
+    "<mask>",
+    "<|turn>",
+    "<turn|>",
+    "<|tool_call>",
+    "<tool_call|>",
+    "<|tool_response>",
+    "<tool_response|>",
+    "<|tool>",
+    "<tool|>",
+    "<|channel>",
+    "<channel|>",
+    "<|\"|>",
+    "<|think|>",
+    "<|image|>",
+    "<|audio|>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "<start_of_image>",
+    "<end_of_image>",
+];
+
+/// Defuses text that the tokenizer would read as control tokens (`<|turn>`, `<tool_call|>`,
+/// `<|"|>`…), so page content can neither end its own fence nor forge turns or tool calls.
+///
+/// The list is the tokenizer's own (every special or added token it matches whole in plain
+/// text: one source of truth), plus the generic `<|` / `|>` halves that Gemma 4's markup is
+/// built from. A zero-width space is inserted after the first character of each match, which
+/// the tokenizer then reads as ordinary text.
+#[derive(Debug, Clone)]
+pub struct Neutralizer {
+    /// Tokens by their first character, longest first (the longest match wins).
+    by_first: HashMap<char, Vec<String>>,
+}
+
+impl Default for Neutralizer {
+    fn default() -> Self {
+        Self::new(GEMMA_MARKUP.iter().copied())
     }
-    text.replace("<|", "<\u{200B}|")
-        .replace("|>", "|\u{200B}>")
-        .replace("<eos>", "<\u{200B}eos>")
-        .replace("<bos>", "<\u{200B}bos>")
+}
+
+impl Neutralizer {
+    /// From the tokens a tokenizer matches whole. Pure whitespace and one-character tokens are
+    /// skipped (they are ordinary text); `<|`, `|>`, `<<<` and `>>>` (the fence) are always
+    /// included.
+    pub fn new<'a>(tokens: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut by_first: HashMap<char, Vec<String>> = HashMap::new();
+        let always = ["<|", "|>", "<<<", ">>>"];
+        for token in tokens.into_iter().chain(always).filter(|t| t.chars().count() > 1 && !t.trim().is_empty()) {
+            if let Some(first) = token.chars().next() {
+                by_first.entry(first).or_default().push(token.to_owned());
+            }
+        }
+        for list in by_first.values_mut() {
+            list.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+            list.dedup();
+        }
+        Self { by_first }
+    }
+
+    /// `text` with every control token broken by a zero-width space.
+    pub fn neutralize(&self, text: &str) -> String {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(c) = rest.chars().next() {
+            let width = c.len_utf8();
+            let matched = self.by_first.get(&c).and_then(|list| list.iter().find(|t| rest.starts_with(t.as_str())));
+            match matched {
+                Some(token) => {
+                    out.push(c);
+                    out.push('\u{200B}');
+                    out.push_str(&token[width..]);
+                    rest = &rest[token.len()..];
+                }
+                None => {
+                    out.push(c);
+                    rest = &rest[width..];
+                }
+            }
+        }
+        out
+    }
+
+    /// Wraps page content in a labelled fence; the system prompt tells the model that anything
+    /// inside is data, never instructions. Control tokens and fence markers inside the content
+    /// (and the source, a page-controlled URL) are defused, so the page cannot close the fence
+    /// early or forge a turn.
+    pub fn fence(&self, source: &str, content: &str) -> String {
+        let body = self.neutralize(content);
+        let source = self.neutralize(source);
+        format!("{FENCE_OPEN} from {source}>>>\n{body}\n{FENCE_CLOSE}")
+    }
+}
+
+/// [`Neutralizer::neutralize`] with Gemma's markup list (tests and tools without a tokenizer).
+pub fn neutralize_special_tokens(text: &str) -> String {
+    Neutralizer::default().neutralize(text)
 }
 
 pub const FENCE_OPEN: &str = "<<<UNTRUSTED PAGE CONTENT";
 pub const FENCE_CLOSE: &str = "<<<END UNTRUSTED PAGE CONTENT>>>";
 
-/// Wraps page content in a labelled fence; the system prompt tells the model that anything
-/// inside is data, never instructions. Fence markers inside the content are defused so the
-/// page cannot close the fence early.
+/// [`Neutralizer::fence`] with Gemma's markup list.
 pub fn fence_untrusted(source: &str, content: &str) -> String {
-    let body = neutralize_special_tokens(content).replace("<<<", "<\u{200B}<<");
-    let source = neutralize_special_tokens(source).replace(">>>", ">\u{200B}>>");
-    format!("{FENCE_OPEN} from {source}>>>\n{body}\n{FENCE_CLOSE}")
+    Neutralizer::default().fence(source, content)
 }
 
 #[cfg(test)]
@@ -180,5 +270,18 @@ mod tests {
         for token in ["<turn|>", "<|turn>", "<|tool_call>", "<tool_call|>"] {
             assert!(!f.contains(token), "{token} survived");
         }
+    }
+
+    #[test]
+    fn the_tokenizers_own_tokens_are_neutralized() {
+        // A token only this tokenizer has (Gemma 3's markup, an unused slot) is defused too.
+        let n = Neutralizer::new(["<start_of_turn>", "<unused7>", "<eos>", "  ", "a"]);
+        let out = n.neutralize("x<start_of_turn>user<unused7> a  b<eos>");
+        assert!(!out.contains("<start_of_turn>") && !out.contains("<unused7>") && !out.contains("<eos>"), "{out}");
+        // Ordinary text (and whitespace tokens) is left alone.
+        assert_eq!(n.neutralize("plain text, a  b < c > d"), "plain text, a  b < c > d");
+        // Overlapping markup: the longest token wins and is broken once.
+        assert_eq!(Neutralizer::default().neutralize("<|turn>").matches('\u{200B}').count(), 1);
+        assert_eq!(n.neutralize("<|tool_call>"), "<\u{200B}|tool_call>");
     }
 }

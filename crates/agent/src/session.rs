@@ -26,9 +26,10 @@ use crate::context::{
     prune_old_results, prune_page_results, truncate_head_tail,
 };
 use crate::events::{AgentEvent, PauseReason};
-use crate::page::{PageInfo, Snapshot, fence_untrusted, neutralize_special_tokens};
+use crate::page::{GEMMA_MARKUP, Neutralizer, PageInfo, Snapshot};
 use crate::parser::{ParseEvent, ParsedOutput, ParserOptions, StreamParser};
-use crate::policy::{Assessment, Decision, Grants, RepetitionGuard, assess};
+use crate::policy::grants::GrantScope;
+use crate::policy::{Assessment, Decision, Grants, RepetitionGuard, assess, describe_target, host_of, site_of};
 use crate::prompt::default_system_prompt;
 use crate::tools::{ASK_USER, DONE, READ_PAGE, RiskLevel, ToolDefinition, validate_arguments};
 
@@ -97,6 +98,8 @@ pub enum SessionError {
     NothingToConfirm,
     #[error("no question is waiting for an answer")]
     NothingToAnswer,
+    #[error("the decision is for {answered}, but the action waiting for confirmation is {waiting}")]
+    WrongCall { answered: String, waiting: String },
 }
 
 /// The prompt does not fit.
@@ -163,6 +166,10 @@ struct PendingCall {
     invalid: Option<String>,
     repetition_checked: bool,
     assessment: Option<Assessment>,
+    /// The call's target in the user's words (for the cards).
+    target: Option<Box<crate::policy::ActionTarget>>,
+    /// Where the call was judged (the grant it may receive covers only this).
+    scope: GrantScope,
     decision: Option<Decision>,
     answer: Option<String>,
     awaiting: bool,
@@ -188,6 +195,8 @@ pub struct Agent {
     repetition: RepetitionGuard,
     page: Option<PageInfo>,
     latest_snapshot: Option<Snapshot>,
+    /// Defuses the tokenizer's control tokens in everything that comes from a page.
+    neutralizer: Neutralizer,
     iterations: usize,
     bad_turns: usize,
     next_call: u64,
@@ -206,6 +215,8 @@ impl Agent {
     ) -> Self {
         let chat_tools = tools.iter().map(ToolDefinition::to_chat_tool).collect();
         let repetition = RepetitionGuard::new(config.repeat_limit, config.repeat_window_ms);
+        let special = counter.special_tokens();
+        let neutralizer = Neutralizer::new(special.iter().map(String::as_str).chain(GEMMA_MARKUP.iter().copied()));
         Self {
             template,
             tools,
@@ -220,6 +231,7 @@ impl Agent {
             repetition,
             page: None,
             latest_snapshot: None,
+            neutralizer,
             iterations: 0,
             bad_turns: 0,
             next_call: 0,
@@ -288,34 +300,61 @@ impl Agent {
         self.iterations = 0;
         self.bad_turns = 0;
         self.finished = false;
-        let mut message = text.trim().to_owned();
-        if let Some(p) = &page {
-            // Titles are page-controlled: defuse control tokens.
-            message.push_str(&format!(
-                "\n\n(Current page: {} — {})",
-                neutralize_special_tokens(&p.title),
-                neutralize_special_tokens(&p.url)
-            ));
-        }
+        let message = self.user_turn(text, page.as_ref());
         self.page = page;
         self.entries.push(Entry { message: Message::user(message), kind: EntryKind::User });
     }
 
-    /// Approves or denies the action waiting for confirmation; then call `run` again.
-    pub fn confirm(&mut self, decision: Decision) -> Result<(), SessionError> {
+    /// The user's turn: what they typed, with page-derived parts fenced. The overlay puts the
+    /// page's selection first as Markdown quote lines (`> …`); it and the page's title and URL
+    /// are the page's words, not the user's.
+    fn user_turn(&self, text: &str, page: Option<&PageInfo>) -> String {
+        let text = text.trim();
+        let lines: Vec<&str> = text.lines().collect();
+        let quoted = lines.iter().take_while(|l| l.starts_with('>')).count();
+        let source = page.map_or("the page", |p| p.url.as_str());
+        let mut message = String::new();
+        if quoted > 0 {
+            let quote: Vec<&str> = lines[..quoted]
+                .iter()
+                .map(|l| l.strip_prefix("> ").or_else(|| l.strip_prefix('>')).unwrap_or(l))
+                .collect();
+            message.push_str("Text the user selected on the page:\n");
+            message.push_str(&self.neutralizer.fence(source, &quote.join("\n")));
+            message.push_str("\n\n");
+        }
+        message.push_str(lines[quoted..].join("\n").trim());
+        if let Some(p) = page {
+            message.push_str("\n\nThe current page:\n");
+            message.push_str(&self.neutralizer.fence(&p.url, &format!("{} — {}", p.title, p.url)));
+        }
+        message
+    }
+
+    /// Approves or denies the action waiting for confirmation, named by its call id (a decision
+    /// for another call is refused); then call `run` again.
+    pub fn confirm(&mut self, call_id: &str, decision: Decision) -> Result<(), SessionError> {
         let call = self
             .pending
             .front_mut()
             .filter(|c| c.awaiting && c.assessment.is_some())
             .ok_or(SessionError::NothingToConfirm)?;
+        if call.id != call_id {
+            return Err(SessionError::WrongCall { answered: call_id.to_owned(), waiting: call.id.clone() });
+        }
         call.awaiting = false;
         call.decision = Some(decision);
         if decision == Decision::AllowForTask
             && let Some(a) = &call.assessment
         {
-            self.grants.grant(&call.name, a);
+            self.grants.grant(&call.name, a, &call.scope);
         }
         Ok(())
+    }
+
+    /// The id of the call waiting for confirmation, if one is.
+    pub fn awaiting_confirmation(&self) -> Option<&str> {
+        self.pending.front().filter(|c| c.awaiting && c.assessment.is_some()).map(|c| c.id.as_str())
     }
 
     /// Answers the pending `ask_user` question; then call `run` again.
@@ -554,6 +593,8 @@ impl Agent {
             invalid,
             repetition_checked: false,
             assessment: None,
+            target: None,
+            scope: GrantScope::default(),
             decision: None,
             answer: None,
             awaiting: false,
@@ -621,26 +662,42 @@ impl Agent {
                     self.finish_call(Err(problem), false, on_event);
                     continue;
                 };
-                let target = call
-                    .arguments
-                    .get("index")
+                let index = ["index", "to_index"].iter().find_map(|k| call.arguments.get(*k));
+                let target = index
                     .and_then(Value::as_u64)
                     .and_then(|i| self.latest_snapshot.as_ref()?.element(u32::try_from(i).ok()?));
                 let assessment = assess(tool, &call.arguments, target, self.page.as_ref());
-                if assessment.needs_confirmation() && !self.grants.covers(&call.name, &assessment) {
+                if let Some(refusal) = assessment.refusal.clone() {
+                    self.finish_call(Err(refusal), false, on_event);
+                    continue;
+                }
+                let scope = GrantScope {
+                    site: self.page.as_ref().and_then(|p| host_of(&p.url)).map(|h| site_of(&h)).unwrap_or_default(),
+                    script: (call.name == crate::tools::RUN_JAVASCRIPT)
+                        .then(|| call.arguments.get("code").and_then(Value::as_str).unwrap_or_default().to_owned()),
+                };
+                call.target = describe_target(&call.name, &call.arguments, target, self.page.as_ref()).map(Box::new);
+                if assessment.needs_confirmation() && !self.grants.covers(&call.name, &assessment, &scope) {
                     let id = call.id.clone();
                     if !call.awaiting {
                         call.awaiting = true;
                         let reasons: Vec<String> = assessment.reasons.iter().map(|r| r.describe()).collect();
+                        let what = call.target.as_ref().map_or_else(|| call.name.clone(), |t| t.description.clone());
                         on_event(AgentEvent::ConfirmRequest {
                             call_id: id.clone(),
                             name: call.name.clone(),
                             arguments: call.arguments.clone(),
                             risk: assessment.risk,
                             reasons: assessment.reasons.clone(),
-                            message: format!("Allow {}? Hearth asks because {}.", call.name, reasons.join(" and ")),
+                            target: call.target.clone(),
+                            message: format!(
+                                "Allow {} on {what}? Hearth asks because {}.",
+                                call.name,
+                                reasons.join(" and ")
+                            ),
                         });
                         call.assessment = Some(assessment);
+                        call.scope = scope;
                     }
                     return Some(Outcome::NeedsConfirmation { call_id: id });
                 }
@@ -663,6 +720,7 @@ impl Agent {
                 call_id: invocation.call_id.clone(),
                 name: invocation.name.clone(),
                 arguments: invocation.arguments.clone(),
+                target: call.target.clone(),
             });
             let result = {
                 let run = pin!(executor.execute(&invocation));
@@ -681,7 +739,10 @@ impl Agent {
                     let (text, page) = self.format_output(&invocation.name, output);
                     self.finish_call(Ok(text), page, on_event);
                 }
-                Some(Err(e)) => self.finish_call(Err(e.0), false, on_event),
+                Some(Err(e)) => {
+                    let message = self.fenced_failure(&e.0);
+                    self.finish_call(Err(message), false, on_event);
+                }
             }
         }
         None
@@ -699,17 +760,22 @@ impl Agent {
             let mut body = format!("Page: {} — {}\n", snapshot.page.title, snapshot.page.url);
             body.push_str(&snapshot.render(previous.as_ref()));
             let body = truncate_head_tail(&body, max, self.counter.as_ref());
-            let text = fence_untrusted(&snapshot.page.url, &body);
+            let text = self.neutralizer.fence(&snapshot.page.url, &body);
             self.latest_snapshot = Some(snapshot);
             return (text, true);
         }
         let body = truncate_head_tail(&output.text, max, self.counter.as_ref());
-        if output.from_page {
-            let source = output.page.as_ref().map_or("the page", |p| p.url.as_str());
-            (fence_untrusted(source, &body), tool == READ_PAGE)
-        } else {
-            (neutralize_special_tokens(&body), tool == READ_PAGE)
-        }
+        // Every result that comes back over the bus is the page's words or quotes them (an
+        // action's result names its element by the page's label, a navigation the page's title):
+        // all of it is fenced, not only what the executor marks `from_page`.
+        let source = output.page.as_ref().or(self.page.as_ref()).map_or("the page", |p| p.url.as_str()).to_owned();
+        (self.neutralizer.fence(&source, &body), tool == READ_PAGE)
+    }
+
+    /// A tool's failure as the model sees it: the executor's message quotes the page too.
+    fn fenced_failure(&self, message: &str) -> String {
+        let source = self.page.as_ref().map_or("the page", |p| p.url.as_str());
+        self.neutralizer.fence(source, message)
     }
 
     /// Records the front call's result and removes it from the queue.
@@ -717,7 +783,7 @@ impl Agent {
         let Some(call) = self.pending.pop_front() else { return };
         let (ok, text) = match result {
             Ok(t) => (true, t),
-            Err(e) => (false, format!("Error: {}", neutralize_special_tokens(&e))),
+            Err(e) => (false, format!("Error: {}", self.neutralizer.neutralize(&e))),
         };
         on_event(AgentEvent::ToolResult {
             call_id: call.id.clone(),

@@ -158,6 +158,15 @@ impl Tokenizer {
         self.inner.decode(ids, false).map_err(|e| TokenizerError::Decode(e.to_string()))
     }
 
+    /// Every token matched whole in plain text (special and added tokens: `<eos>`, `<|turn>`,
+    /// `<unused7>`…): the list page text is neutralized by, so that it can never produce one.
+    pub fn added_tokens(&self) -> Vec<String> {
+        let mut tokens: Vec<String> =
+            self.inner.get_added_tokens_decoder().into_iter().map(|(_, t)| t.content).collect();
+        tokens.sort();
+        tokens
+    }
+
     pub fn token_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
     }

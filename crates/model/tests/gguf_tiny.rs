@@ -93,6 +93,12 @@ fn tokenizer_from_metadata_matches_the_reference() {
             assert_eq!(tokenizer.encode(&case.text).unwrap(), case.ids, "{case_name}: {:?}", case.text);
             assert_eq!(tokenizer.decode(&case.ids).unwrap(), case.decoded, "{case_name}: {:?}", case.text);
         }
+        // The tokens the agent neutralizes in page text are exactly those matched whole.
+        let added = tokenizer.added_tokens();
+        assert!(added.iter().any(|t| t == "<eos>"), "{case_name}: {added:?}");
+        for token in added.iter().filter(|t| !t.trim().is_empty()) {
+            assert_eq!(tokenizer.encode(token).unwrap().len(), 1, "{case_name}: {token:?} is one token");
+        }
     }
 }
 

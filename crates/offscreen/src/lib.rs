@@ -10,7 +10,7 @@ mod streamed;
 mod tasks;
 
 use hearth_model::gpu;
-use hearth_protocol::{EngineStatus, GenerateRequest, GenerationEvent, ToOffscreen};
+use hearth_protocol::{EngineStatus, GenerateRequest, GenerationEvent, WorkerToEngine};
 use wasm_bindgen::prelude::*;
 
 pub use engine::ModelFiles;
@@ -68,15 +68,15 @@ pub fn set_task_host(on_update: js_sys::Function, run_tool: js_sys::Function) {
     tasks::set_host(tasks::TaskHost { on_update, run_tool });
 }
 
-/// Handles a `ToOffscreen` task message (`start_task`, `task_control`) as JSON. Resolves when the
+/// Handles a `WorkerToEngine` task message (`start_task`, `task_control`) as JSON. Resolves when the
 /// run it starts returns (the task waits for the user, or is over); updates stream meanwhile.
 #[wasm_bindgen(js_name = taskMessage)]
 pub async fn task_message(message: String) -> Result<(), JsError> {
-    match serde_json::from_str::<ToOffscreen>(&message) {
-        Ok(ToOffscreen::StartTask { tab_id, text, page, settings, history }) => {
+    match serde_json::from_str::<WorkerToEngine>(&message) {
+        Ok(WorkerToEngine::StartTask { tab_id, text, page, settings, history }) => {
             tasks::start_task(tab_id, text, page, settings, history).await
         }
-        Ok(ToOffscreen::TaskControl { tab_id, action }) => tasks::control(tab_id, action).await,
+        Ok(WorkerToEngine::TaskControl { tab_id, action }) => tasks::control(tab_id, action).await,
         Ok(other) => return Err(JsError::new(&format!("not a task message: {other:?}"))),
         Err(err) => return Err(JsError::new(&format!("malformed task message: {err}"))),
     }

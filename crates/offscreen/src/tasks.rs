@@ -143,8 +143,8 @@ pub async fn control(tab_id: u32, action: TaskAction) {
             return Next::Nothing;
         };
         match action {
-            TaskAction::Confirm { decision } => {
-                agent.confirm(decision).map_or_else(|e| Next::Refused(e.to_string()), |()| Next::Run)
+            TaskAction::Confirm { call_id, decision } => {
+                agent.confirm(&call_id, decision).map_or_else(|e| Next::Refused(e.to_string()), |()| Next::Run)
             }
             TaskAction::Answer { text } => {
                 agent.answer(&text).map_or_else(|e| Next::Refused(e.to_string()), |()| Next::Run)
@@ -224,6 +224,10 @@ struct TokenizerCounter(Rc<Tokenizer>);
 impl TokenCounter for TokenizerCounter {
     fn count(&self, text: &str) -> usize {
         self.0.encode(text).map_or_else(|_| ApproxTokenCounter.count(text), |ids| ids.len())
+    }
+
+    fn special_tokens(&self) -> Vec<String> {
+        self.0.added_tokens()
     }
 }
 

@@ -6,8 +6,8 @@ use serde_json::{Map, Value};
 use ts_rs::TS;
 
 pub use hearth_agent::{
-    AgentEvent, Decision, ElementInfo, FormInfo, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason, Snapshot,
-    ToolOutput,
+    ActionTarget, AgentEvent, Decision, ElementInfo, FormInfo, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason,
+    Snapshot, ToolOutput,
 };
 
 /// The user's settings a task runs with.
@@ -33,8 +33,8 @@ impl Default for TaskSettings {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum TaskAction {
-    /// Answers the confirmation card.
-    Confirm { decision: Decision },
+    /// Answers the confirmation card of `call_id` (a decision for any other call is refused).
+    Confirm { call_id: String, decision: Decision },
     /// Answers an `ask_user` question.
     Answer { text: String },
     /// Stops generation and the running tool; the conversation is kept.

@@ -3,10 +3,11 @@
 use ts_rs::{Config, TS};
 
 use crate::{
-    AdapterReport, AgentEvent, Decision, ElementInfo, EngineFailure, EngineStatus, FailureKind, FailureText, FormInfo,
-    GenerateRequest, GenerationEvent, GenerationStats, ManifestFile, ModelFormat, ModelInfo, ModelManifest, ModelOffer,
-    ModelProgress, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason, RuntimeMessage, SelfTestReport, Snapshot,
-    TaskAction, TaskSettings, TaskUpdate, ToOffscreen, ToTab, ToWorker, ToolOutput, ToolReply, ToolRequest,
+    ActionTarget, AdapterReport, AgentEvent, Decision, ElementInfo, EngineFailure, EngineStatus, EngineToWorker,
+    FailureKind, FailureText, FormInfo, GenerateRequest, GenerationEvent, GenerationStats, ManifestFile, ModelFormat,
+    ModelInfo, ModelManifest, ModelOffer, ModelProgress, OptionsToWorker, Outcome, PageInfo, PauseReason, RiskLevel,
+    RiskReason, SelfTestReport, Snapshot, TabToWorker, TaskAction, TaskSettings, TaskUpdate, ToolOutput, ToolReply,
+    ToolRequest, WorkerToEngine, WorkerToTab,
 };
 
 /// Path of the generated file, relative to the repository root.
@@ -16,10 +17,11 @@ pub const GENERATED_PATH: &str = "extension/src/generated/protocol.ts";
 pub fn typescript_module() -> String {
     let cfg = Config::default();
     let declarations = [
-        RuntimeMessage::decl(&cfg),
-        ToOffscreen::decl(&cfg),
-        ToWorker::decl(&cfg),
-        ToTab::decl(&cfg),
+        TabToWorker::decl(&cfg),
+        EngineToWorker::decl(&cfg),
+        OptionsToWorker::decl(&cfg),
+        WorkerToEngine::decl(&cfg),
+        WorkerToTab::decl(&cfg),
         EngineStatus::decl(&cfg),
         AdapterReport::decl(&cfg),
         SelfTestReport::decl(&cfg),
@@ -46,6 +48,7 @@ pub fn typescript_module() -> String {
         Decision::decl(&cfg),
         RiskLevel::decl(&cfg),
         RiskReason::decl(&cfg),
+        ActionTarget::decl(&cfg),
         ToolOutput::decl(&cfg),
         Snapshot::decl(&cfg),
         ElementInfo::decl(&cfg),

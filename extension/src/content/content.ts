@@ -1,23 +1,32 @@
 // Content script entry (registered only for http(s) pages the user has not disabled): mounts the
 // overlay in the top frame and runs the page tools the service worker sends for this tab's task.
 
-import type { RuntimeMessage, ToolReply, ToolRequest } from "../generated/protocol";
-import { isRuntimeMessage } from "../shared/messages";
-import { mountOverlay, openWithSelection } from "./overlay";
+import type { ToolReply, ToolRequest, WorkerToTab } from "../generated/protocol";
+import { isFromWorker, isMessage } from "../shared/messages";
+import { mountOverlayWhenReady, openWithSelection, protectOverlay } from "./overlay";
 import { executeTool, ToolFailure } from "./tools";
 
 /** Tools in progress; stop aborts them. */
 const running = new Set<AbortController>();
 
-if (window.top === window && !document.querySelector("hearth-overlay")) {
-  mountOverlay();
-  chrome.runtime.onMessage.addListener((message: unknown, _sender, sendResponse) => {
-    if (!isRuntimeMessage(message) || message.to !== "tab") return false;
-    return onTabMessage(message.msg, sendResponse);
+/** Set in this extension's isolated world (never in the DOM, which the page controls) by the first injection. */
+const LOADED = "__hearthContentScript";
+const world = globalThis as { [LOADED]?: boolean };
+
+// The script runs at document_start: before any page script, so the overlay's shield and host come
+// first (overlay.ts); the overlay itself is mounted once the document is parsed.
+if (window.top === window && !world[LOADED]) {
+  world[LOADED] = true;
+  protectOverlay();
+  mountOverlayWhenReady();
+  chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) => {
+    // Only the service worker (our extension, not a tab) may ask this tab to run tools.
+    if (!isMessage(message) || !isFromWorker(sender)) return false;
+    return onTabMessage(message as WorkerToTab, sendResponse);
   });
 }
 
-function onTabMessage(msg: Extract<RuntimeMessage, { to: "tab" }>["msg"], sendResponse: (reply: ToolReply) => void): boolean {
+function onTabMessage(msg: WorkerToTab, sendResponse: (reply: ToolReply) => void): boolean {
   switch (msg.kind) {
     case "run_tool":
       void runTool(msg.request).then(sendResponse);

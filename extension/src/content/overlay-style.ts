@@ -1,15 +1,18 @@
-// The overlay's stylesheet, scoped by the shadow root. `:host { all: initial }` keeps page CSS out.
+// The overlay's stylesheet, scoped by the shadow root. Page CSS cannot reach inside; the host
+// element's own box (position, display, visibility…) is set inline with !important by overlay.ts,
+// which beats any page stylesheet. The fonts and colours are set on the shadow root's top-level
+// elements rather than on :host, where a page's `hearth-overlay { … }` rule would win over them.
 // Light and dark themes follow prefers-color-scheme; animations only run when the user has not
 // asked for reduced motion.
 
 export const OVERLAY_CSS = `
-:host { all: initial; position: fixed; right: 16px; bottom: 16px; z-index: 2147483647;
-  font: 14px/1.45 system-ui, -apple-system, "Segoe UI", "PingFang SC", "Microsoft YaHei", sans-serif;
+:host { all: initial; position: fixed; right: 16px; bottom: 16px; z-index: 2147483647; }
+:host > * { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", "PingFang SC", "Microsoft YaHei", sans-serif;
   color-scheme: light; --bg: #fffdfa; --fg: #1c1917; --muted: #57534e; --line: rgb(120 113 108 / .32);
   --card: #f5f5f4; --user: #ffedd5; --accent: #c2410c; --accent-hover: #9a3412; --accent-fg: #fff;
   --danger: #b91c1c; --ok: #15803d; --warn: #b45309; --focus: #2563eb; --code: rgb(120 113 108 / .16); }
 @media (prefers-color-scheme: dark) {
-  :host { color-scheme: dark; --bg: #1c1917; --fg: #f5f5f4; --muted: #a8a29e; --line: rgb(168 162 158 / .3);
+  :host > * { color-scheme: dark; --bg: #1c1917; --fg: #f5f5f4; --muted: #a8a29e; --line: rgb(168 162 158 / .3);
     --card: #292524; --user: #431407; --accent: #ea580c; --accent-hover: #f97316; --danger: #f87171;
     --ok: #4ade80; --warn: #fbbf24; --focus: #60a5fa; --code: rgb(168 162 158 / .18); }
 }
@@ -103,7 +106,7 @@ dd { margin: 0; overflow-wrap: anywhere; }
 .tool-details summary { cursor: pointer; font-size: 12px; color: var(--muted); margin-top: 4px; }
 .label { margin: 6px 0 2px; font-size: 12px; font-weight: 600; }
 .error-card { border-color: var(--danger); }
-.error-card .error { margin: 0; }
+.error-card .error { margin: 0; overflow-wrap: anywhere; }
 .notice { margin: 8px 0; font-size: 12px; color: var(--muted); text-align: center; }
 
 .confirm { border: 2px solid var(--warn); }
@@ -116,6 +119,14 @@ dd { margin: 0; overflow-wrap: anywhere; }
 .risk { margin: 0; }
 .action { margin: 4px 0; overflow-wrap: anywhere; font-size: 12.5px; }
 .reasons { margin: 0 0 6px; padding-left: 1.3em; }
+.confirm h3 { overflow-wrap: anywhere; }
+.confirm .message { margin: 0 0 6px; }
+.target-destination, .target-text { margin: 4px 0; overflow-wrap: anywhere; font-size: 12.5px; }
+.target-destination .sign, .target-text .sign { color: var(--muted); }
+.target-text .typed { font: 12.5px ui-monospace, SFMono-Regular, Menlo, monospace; white-space: pre-wrap; }
+.card pre.code { max-height: 320px; white-space: pre; overflow-wrap: normal; }
+.target-outline { position: fixed; left: 0; top: 0; width: 0; height: 0; pointer-events: none; box-sizing: border-box;
+  border: 3px solid var(--focus); border-radius: 4px; box-shadow: 0 0 0 2px rgb(255 255 255 / .8); }
 .actions, .options { display: flex; flex-wrap: wrap; gap: 6px; margin-top: 6px; }
 .decision, .option, .continue, .retry, .clear, .disable-site, .send, .stop { border: 1px solid var(--line);
   border-radius: 6px; padding: 5px 10px; background: var(--bg); }

@@ -1,22 +1,35 @@
 // The overlay: a launcher button and a panel inside a *closed* shadow root, so the page can neither
-// read nor restyle it. Its state is mirrored as data-* attributes on the host element for tests:
-// data-state (open/closed), data-view (chat/settings), data-engine, data-adapter, data-self-test,
-// data-values, data-fused-error, data-failure, data-model, data-offer, data-download, data-task, data-answer, data-cards, data-pending-call.
+// read nor restyle it. The host element <hearth-overlay> carries nothing but its inline style:
+// - it and its shadow root are made at document_start (protectOverlay), before any page script
+//   could define a look-alike element, and are only ever reached through this module's variables,
+//   never looked up in the document (a page may hold <hearth-overlay> elements of its own);
+// - its box is set inline with !important (beats any page stylesheet) and set again when the page
+//   changes its attributes; it is put back (a few times) when the page removes it;
+// - keystrokes, text input, clipboard and focus events from inside never reach page listeners
+//   (ui/shield.ts), which is why the overlay's handlers for those events are registered there.
+// Test builds (__HEARTH_TEST_BUILD__) mirror the state for tests as data-* attributes of a hidden
+// <div class="test-state"> inside the shadow root (read over the DevTools protocol): data-state
+// (open/closed), data-view (chat/settings), data-engine, data-adapter, data-self-test, data-values,
+// data-fused-error, data-failure, data-model, data-offer, data-download, data-load, data-task,
+// data-answer, data-cards, data-pending-call. Release builds mirror nothing.
 //
 // The pieces live in ./ui: transcript.ts (the conversation as data), cards.ts (entries → DOM),
 // markdown.ts (safe rendering), composer.ts, engine-view.ts, settings-view.ts, persist.ts.
 
-import type { Decision, EngineStatus, TaskAction, ToTab, ToWorker } from "../generated/protocol";
-import { isRuntimeMessage, sendToWorker } from "../shared/messages";
+import type { Decision, EngineStatus, TabToWorker, TaskAction, WorkerToTab } from "../generated/protocol";
+import { isFromWorker, isMessage, sendFromTab } from "../shared/messages";
 import { isSiteDisabled, loadSettings, onSettingsChanged, saveSettings, siteOf, type Settings } from "../shared/settings";
 import { OVERLAY_CSS } from "./overlay-style";
+import { elementByIndex } from "./tools/elements";
 import { renderEntry } from "./ui/cards";
-import { createComposer } from "./ui/composer";
+import { createComposer, type Listen } from "./ui/composer";
 import { button, clip, el } from "./ui/dom";
 import { engineView } from "./ui/engine-view";
 import { formatNumber, t } from "./ui/i18n";
+import { targetOutline } from "./ui/outline";
 import { TranscriptStore } from "./ui/persist";
 import { settingsForm } from "./ui/settings-view";
+import { installShield, type Shield } from "./ui/shield";
 import {
   answer,
   applyUpdate,
@@ -28,6 +41,7 @@ import {
   pendingAsk,
   toolCardCount,
   userMessage,
+  type Entry,
   type Touched,
   type Transcript,
 } from "./ui/transcript";
@@ -38,21 +52,6 @@ import {
  */
 type TabInfo = { kind: "tab_info"; tab_id: number };
 
-/** Events a closed shadow root would still let bubble to the page's listeners. */
-const ISOLATED_EVENTS = [
-  "keydown",
-  "keyup",
-  "keypress",
-  "beforeinput",
-  "input",
-  "compositionstart",
-  "compositionupdate",
-  "compositionend",
-  "paste",
-  "copy",
-  "cut",
-];
-
 /** The most page text `openWithSelection` quotes into the composer. */
 const MAX_QUOTE = 4000;
 
@@ -62,22 +61,76 @@ interface Overlay {
   unmount(): void;
 }
 
+/** The host's box, set inline with !important: `all: initial` first, then what it needs. */
+const HOST_STYLE: [string, string][] = [
+  ["all", "initial"],
+  ["position", "fixed"],
+  ["right", "16px"],
+  ["bottom", "16px"],
+  ["z-index", "2147483647"],
+  ["display", "block"],
+  ["visibility", "visible"],
+  ["opacity", "1"],
+  // Not reset by `all`.
+  ["direction", "ltr"],
+  ["unicode-bidi", "isolate"],
+];
+
+/** How many times the host is put back after the page removed it. */
+const MAX_REATTACH = 3;
+
+interface HostParts {
+  host: HTMLElement;
+  shadow: ShadowRoot;
+  shield: Shield;
+}
+
+let parts: HostParts | null = null;
 let overlay: Overlay | null = null;
 let watchingSettings = false;
 
 /**
- * Mounts the overlay (synchronously, so a second injection of the content script sees it). The
- * worker registers the content script only for sites the user has not disabled; the check here
- * also covers a site disabled since, and brings the overlay back when it is enabled again.
+ * Run first, at document_start: the shield's capture listeners go in before any page script's, and
+ * the host with its closed shadow root is made before a page script could define <hearth-overlay>.
+ */
+export function protectOverlay(): void {
+  if (parts) return;
+  const shield = installShield();
+  const host = document.createElement("hearth-overlay");
+  const shadow = host.attachShadow({ mode: "closed" });
+  shield.guard(host, shadow);
+  parts = { host, shadow, shield };
+}
+
+/** Mounts the overlay once the document has its root element and has been parsed. */
+export function mountOverlayWhenReady(): void {
+  protectOverlay();
+  if (document.readyState !== "loading") return mountOverlay();
+  // On window, in the capture phase, registered before the page's: the page cannot stop it.
+  const ready = () => {
+    if (document.readyState === "loading") return;
+    window.removeEventListener("DOMContentLoaded", ready, true);
+    window.removeEventListener("load", ready, true);
+    mountOverlay();
+  };
+  window.addEventListener("DOMContentLoaded", ready, true);
+  window.addEventListener("load", ready, true);
+}
+
+/**
+ * Mounts the overlay. The worker registers the content script only for sites the user has not
+ * disabled; the check here also covers a site disabled since, and brings the overlay back when it
+ * is enabled again.
  */
 export function mountOverlay(): void {
   if (overlay) return;
-  overlay = createOverlay();
+  protectOverlay();
+  overlay = createOverlay(parts!);
   if (!watchingSettings) {
     watchingSettings = true;
     onSettingsChanged((next) => {
       if (isSiteDisabled(next, location.href)) unmountOverlay();
-      else if (!overlay) overlay = createOverlay();
+      else if (!overlay) overlay = createOverlay(parts!);
       else overlay.settingsChanged(next);
     });
   }
@@ -100,10 +153,14 @@ export function unmountOverlay(): void {
   overlay = null;
 }
 
-function createOverlay(): Overlay {
-  const host = document.createElement("hearth-overlay");
-  const shadow = host.attachShadow({ mode: "closed" });
-  const data = host.dataset;
+function createOverlay({ host, shadow, shield }: HostParts): Overlay {
+  // Handlers for the events the shield keeps from the page (removed on unmount).
+  const removals: (() => void)[] = [];
+  const listen: Listen = (type, handler) => void removals.push(shield.on(type, handler));
+  // The state mirror of test builds; release builds write into an object nobody sees.
+  const mirror = __HEARTH_TEST_BUILD__ ? el("div", { class: "test-state", hidden: true, "aria-hidden": "true" }) : null;
+  const data: DOMStringMap = mirror ? mirror.dataset : {};
+  const outline = targetOutline();
 
   // --- structure -------------------------------------------------------------------------------
   const launcher = button("launcher", "H", t("launcherLabel"), { "aria-expanded": "false", "aria-controls": "hearth-panel" });
@@ -121,7 +178,7 @@ function createOverlay(): Overlay {
   const continueButton = button("continue", t("continueLabel"), t("continueHint"));
   continueButton.hidden = true;
   const taskbar = el("div", { class: "taskbar" }, usage, continueButton);
-  const composer = createComposer({ submit, stop });
+  const composer = createComposer({ submit, stop }, listen);
   const chat = el("div", { class: "chat" }, empty, log, taskbar, composer.element);
 
   const form = settingsForm((patch) => void saveSettings(patch).then((s) => {
@@ -155,14 +212,14 @@ function createOverlay(): Overlay {
   const sheet = new CSSStyleSheet();
   sheet.replaceSync(OVERLAY_CSS);
   shadow.adoptedStyleSheets = [sheet];
-  shadow.append(launcher, panel);
+  // The outline first: the launcher and the panel are drawn over it.
+  shadow.replaceChildren(outline.element, launcher, panel);
+  if (mirror) shadow.append(mirror);
 
   data.state = "closed";
   data.view = "chat";
   data.engine = "idle";
-  // Keystrokes (and text input) in the overlay belong to it, not to the page's shortcuts.
-  for (const type of ISOLATED_EVENTS) host.addEventListener(type, (e) => e.stopPropagation());
-  shadow.addEventListener("keydown", (e) => {
+  listen("keydown", (e) => {
     if (e instanceof KeyboardEvent && e.key === "Escape" && !e.isComposing && !panel.hidden) {
       e.preventDefault();
       setOpen(false);
@@ -173,7 +230,7 @@ function createOverlay(): Overlay {
   let transcript: Transcript = emptyTranscript();
   let status: EngineStatus = { state: "idle" };
   /** Messages typed before the model was ready, sent when it is. */
-  const queued: ToWorker[] = [];
+  const queued: TabToWorker[] = [];
   const store = new TranscriptStore();
   let restored = false;
   let cutOff = false;
@@ -233,14 +290,14 @@ function createOverlay(): Overlay {
   settingsToggle.addEventListener("click", () => showSettings(settingsView.hidden));
 
   // --- talking to the worker -------------------------------------------------------------------
-  function send(msg: ToWorker, onReply?: (reply: unknown) => void): void {
+  function send(msg: TabToWorker, onReply?: (reply: unknown) => void): void {
     const failed = () => {
       // The extension was reloaded or updated under this page: its old content script is cut off.
       if (!cutOff) commit(localError(transcript, t("extensionReloaded")));
       cutOff = true;
     };
     try {
-      sendToWorker(msg).then(onReply, failed);
+      sendFromTab(msg).then(onReply, failed);
     } catch {
       failed();
     }
@@ -250,13 +307,13 @@ function createOverlay(): Overlay {
     send({ kind: "task_control", action });
   }
 
-  const listener = (message: unknown) => {
-    if (isRuntimeMessage(message) && message.to === "tab") onTabMessage(message.msg as ToTab | TabInfo);
+  const listener = (message: unknown, sender: chrome.runtime.MessageSender) => {
+    if (isMessage(message) && isFromWorker(sender)) onTabMessage(message as WorkerToTab | TabInfo);
     return false;
   };
   chrome.runtime.onMessage.addListener(listener);
 
-  function onTabMessage(msg: ToTab | TabInfo): void {
+  function onTabMessage(msg: WorkerToTab | TabInfo): void {
     switch (msg.kind) {
       case "engine_status":
         status = msg.status;
@@ -303,7 +360,7 @@ function createOverlay(): Overlay {
       control({ action: "answer", text });
       return true;
     }
-    const message: ToWorker = { kind: "start_task", text, page: { url: location.href, title: document.title } };
+    const message: TabToWorker = { kind: "start_task", text, page: { url: location.href, title: document.title } };
     const ready = engineReady();
     commit(userMessage(transcript, text, !ready));
     if (ready) send(message);
@@ -321,10 +378,13 @@ function createOverlay(): Overlay {
 
   const actions = {
     decide(entryId: number, decision: Decision) {
+      const entry = transcript.entries.find((e) => e.id === entryId);
+      const callId = entry?.kind === "confirm" ? entry.callId : null;
       const touched = decide(transcript, entryId, decision);
-      if (!touched.length) return;
+      if (!touched.length || callId === null) return;
       commit(touched);
-      control({ action: "confirm", decision });
+      // The decision names the call it answers: the engine refuses it for any other.
+      control({ action: "confirm", call_id: callId, decision });
       composer.focus();
     },
     choose(entryId: number, option: string) {
@@ -426,6 +486,8 @@ function createOverlay(): Overlay {
     const waiting = [...transcript.entries].reverse().find((e) => (e.kind === "confirm" && e.decision === undefined) || (e.kind === "ask" && e.answer === undefined));
     if ((task === "confirm" || task === "ask") && waiting && "callId" in waiting) data.pendingCall = waiting.callId;
     else delete data.pendingCall;
+    // The page element the waiting confirmation is about, outlined until it is decided.
+    outline.show(task === "confirm" && waiting?.kind === "confirm" ? targetElement(waiting) : null);
     const running = task === "running";
     composer.setMode(pendingAsk(transcript) ? "answer" : running ? "steer" : "task");
     if (running !== composer.running) composer.setRunning(running);
@@ -471,7 +533,7 @@ function createOverlay(): Overlay {
   }
 
   updateChrome();
-  document.documentElement.append(host);
+  const stopKeeping = keepOnPage(host);
 
   return {
     openWithSelection() {
@@ -489,8 +551,58 @@ function createOverlay(): Overlay {
     unmount() {
       void store.flush();
       chrome.runtime.onMessage.removeListener(listener);
+      for (const remove of removals.splice(0)) remove();
+      outline.show(null);
+      stopKeeping();
       host.remove();
+      shadow.replaceChildren();
     },
+  };
+}
+
+/** The page element a confirmation is about: its target's number, or the call's `index`. */
+function targetElement(entry: Extract<Entry, { kind: "confirm" }>): Element | null {
+  const index = entry.target?.index ?? entry.args.index;
+  return typeof index === "number" && Number.isInteger(index) && index > 0 ? elementByIndex(index) : null;
+}
+
+/**
+ * Puts the host on the page with its inline style, and keeps both there: the style is set again
+ * when the page changes the host's attributes (which it may not add to), and the host is put back
+ * when the page removes it, MAX_REATTACH times at most. Returns what stops it.
+ */
+function keepOnPage(host: HTMLElement): () => void {
+  const applyStyle = () => {
+    host.style.cssText = "";
+    for (const [property, value] of HOST_STYLE) host.style.setProperty(property, value, "important");
+  };
+  applyStyle();
+  const style = host.style.cssText;
+  const guard = new MutationObserver(() => {
+    for (const name of host.getAttributeNames()) if (name !== "style") host.removeAttribute(name);
+    if (host.style.cssText !== style) applyStyle();
+  });
+  guard.observe(host, { attributes: true });
+
+  let reattached = 0;
+  const keeper = new MutationObserver(() => {
+    const root = document.documentElement;
+    if (!root || host.parentNode === root) return;
+    if (reattached++ >= MAX_REATTACH) return keeper.disconnect();
+    attach();
+  });
+  const attach = () => {
+    const root = document.documentElement;
+    if (!root) return;
+    // The page may have replaced its root element: watch the current one.
+    keeper.observe(document, { childList: true });
+    keeper.observe(root, { childList: true });
+    root.append(host);
+  };
+  attach();
+  return () => {
+    guard.disconnect();
+    keeper.disconnect();
   };
 }
 

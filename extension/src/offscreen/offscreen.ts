@@ -1,10 +1,14 @@
 // The offscreen document: loads the Rust engine (wasm), finds the model's files (bundled with a
 // test build, or installed in the model store), downloads models, and answers the service
 // worker. Engine logic lives in Rust (crates/offscreen); model files live in ./model-store.ts.
+//
+// It takes requests from the service worker only (`senderRole(sender) === "worker"`): a content
+// script's chrome.runtime.sendMessage reaches this document too, and must not start or control
+// tasks, or install models.
 
-import type { EngineFailure, EngineStatus, ModelManifest, ModelOffer, TaskUpdate, ToOffscreen, ToolReply, ToolRequest } from "../generated/protocol";
+import type { EngineFailure, EngineStatus, ModelManifest, ModelOffer, TaskUpdate, ToolReply, ToolRequest, WorkerToEngine } from "../generated/protocol";
 import { failure } from "../shared/failures";
-import { isRuntimeMessage, sendToWorker } from "../shared/messages";
+import { dropped, isMessage, sendFromEngine, senderRole } from "../shared/messages";
 import { buildInfo, DEFAULT_MODEL_ID, loadManifest, totalBytes, unpinnedReason } from "../shared/models";
 import * as store from "./model-store";
 import { loadWasm, type Wasm } from "./wasm";
@@ -40,7 +44,7 @@ function watchGpuDevices(): void {
     gpuDevice = device;
     void device.lost.then((info) => {
       deviceLost = (info.message || info.reason || "no reason given").replace(/\.$/, "");
-      void sendToWorker({ kind: "engine_status", status: lostStatus() });
+      void sendFromEngine({ kind: "engine_status", status: lostStatus() });
     });
     return device;
   };
@@ -67,7 +71,7 @@ function loadEngine(): Promise<Wasm> {
   engine ??= (async () => {
     const module = await loadWasm();
     module.setTaskHost(
-      (tabId, update) => void sendToWorker({ kind: "task_update", tab_id: tabId, update: JSON.parse(update) as TaskUpdate }),
+      (tabId, update) => void sendFromEngine({ kind: "task_update", tab_id: tabId, update: JSON.parse(update) as TaskUpdate }),
       (request) => runTool(JSON.parse(request) as ToolRequest),
     );
     return module;
@@ -218,7 +222,7 @@ async function engineStatus(modelId: string | null): Promise<EngineStatus> {
   const adapter = await adapterOf(wasm);
   if ("state" in adapter) return adapter;
   // While a model loads, its progress (`loading`) goes to the worker; the result is the answer.
-  const onStatus = (status: string) => void sendToWorker({ kind: "engine_status", status: JSON.parse(status) as EngineStatus });
+  const onStatus = (status: string) => void sendFromEngine({ kind: "engine_status", status: JSON.parse(status) as EngineStatus });
   const start = async (files?: unknown) =>
     JSON.parse(await wasm.startEngine(adapter.vendor, adapter.architecture, files, onStatus)) as EngineStatus;
 
@@ -266,7 +270,7 @@ function installModel(modelId: string): Promise<EngineStatus> {
       await store.download(
         manifest,
         () => new wasm.Sha256(),
-        (progress) => void sendToWorker({ kind: "engine_status", status: { state: "installing", model, progress } }),
+        (progress) => void sendFromEngine({ kind: "engine_status", status: { state: "installing", model, progress } }),
         downloadOptions(),
       );
     } catch (error) {
@@ -281,7 +285,7 @@ function installModel(modelId: string): Promise<EngineStatus> {
 async function runTool(request: ToolRequest): Promise<string> {
   let reply: ToolReply;
   try {
-    reply = ((await sendToWorker({ kind: "run_tool", request })) as ToolReply | undefined) ?? {
+    reply = ((await sendFromEngine({ kind: "run_tool", request })) as ToolReply | undefined) ?? {
       status: "failed",
       message: "The extension did not answer the tool call; try again.",
     };
@@ -292,7 +296,7 @@ async function runTool(request: ToolRequest): Promise<string> {
 }
 
 /** Runs a task message; a failure is reported to the tab rather than lost. */
-async function taskMessage(msg: Extract<ToOffscreen, { kind: "start_task" | "task_control" }>): Promise<void> {
+async function taskMessage(msg: Extract<WorkerToEngine, { kind: "start_task" | "task_control" }>): Promise<void> {
   try {
     // A lost device computes nothing: say so rather than fail somewhere inside the model.
     if (deviceLost !== null && msg.kind === "start_task") throw new Error(`the GPU device was lost (${deviceLost}); press Retry above the conversation`);
@@ -300,13 +304,17 @@ async function taskMessage(msg: Extract<ToOffscreen, { kind: "start_task" | "tas
     await wasm.taskMessage(JSON.stringify(msg));
   } catch (error) {
     const update: TaskUpdate = { update: "ended", outcome: { kind: "failed", message: `The engine failed: ${String(error)}` } };
-    void sendToWorker({ kind: "task_update", tab_id: msg.tab_id, update });
+    void sendFromEngine({ kind: "task_update", tab_id: msg.tab_id, update });
   }
 }
 
-chrome.runtime.onMessage.addListener((message: unknown, _sender, sendResponse) => {
-  if (!isRuntimeMessage(message) || message.to !== "offscreen") return false;
-  const msg = message.msg;
+chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) => {
+  // The options page's and content scripts' messages reach this document too: only the worker's count.
+  if (!isMessage(message) || senderRole(sender) !== "worker") {
+    dropped("offscreen document", message, sender);
+    return false;
+  }
+  const msg = message as WorkerToEngine;
   switch (msg.kind) {
     case "start_engine":
       // The worker waits for the answer.
@@ -323,4 +331,4 @@ chrome.runtime.onMessage.addListener((message: unknown, _sender, sendResponse) =
   return false;
 });
 
-void sendToWorker({ kind: "offscreen_ready" });
+void sendFromEngine({ kind: "offscreen_ready" });

@@ -6,7 +6,7 @@ import type { ModelManifest } from "../generated/protocol";
 import { settingsForm } from "../content/ui/settings-view";
 import { formatBytes, formatNumber, t } from "../content/ui/i18n";
 import { localizeFailure } from "../shared/failures";
-import { sendToWorker } from "../shared/messages";
+import { sendFromOptions } from "../shared/messages";
 import { allManifests, totalBytes, unpinnedReason } from "../shared/models";
 import { loadSettings, onSettingsChanged, saveSettings, type Settings } from "../shared/settings";
 import * as store from "../offscreen/model-store";
@@ -138,7 +138,7 @@ async function importFolder(files: File[]): Promise<void> {
       say("checking", t("importChecking", model.name, p.file, formatNumber(percent)));
     });
     await saveSettings({ model: model.id });
-    await sendToWorker({ kind: "model_installed", model_id: model.id }).catch(() => {});
+    await sendFromOptions({ kind: "model_installed", model_id: model.id }).catch(() => {});
     say("done", t("importDone", model.name));
   } catch (error) {
     const known = error instanceof store.InstallError ? localizeFailure(error.failure) : null;

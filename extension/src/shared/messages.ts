@@ -1,18 +1,90 @@
-// Typed helpers over chrome.runtime messaging. The shapes come from the generated protocol.
+// Typed helpers over chrome.runtime messaging. The shapes come from the generated protocol: one
+// enum per sender and receiver (crates/protocol/src/bus.rs), with no address and no claim about
+// who sent it. Receivers classify the browser's MessageSender with `senderRole` and never trust the
+// message's own fields for that: a compromised renderer can send anything a content script can.
 
-import type { RuntimeMessage, ToOffscreen, ToTab, ToWorker } from "../generated/protocol";
+import type { EngineToWorker, OptionsToWorker, TabToWorker, WorkerToEngine, WorkerToTab } from "../generated/protocol";
 
-export type { RuntimeMessage, ToOffscreen, ToTab, ToWorker };
+export type { EngineToWorker, OptionsToWorker, TabToWorker, WorkerToEngine, WorkerToTab };
 
-/** True when `value` looks like one of Hearth's messages (other extensions' messages are ignored). */
-export function isRuntimeMessage(value: unknown): value is RuntimeMessage {
-  if (typeof value !== "object" || value === null) return false;
-  const { to, msg } = value as { to?: unknown; msg?: unknown };
-  return (to === "offscreen" || to === "worker" || to === "tab") && typeof msg === "object" && msg !== null;
+/** Who sent a message, as the browser says (`chrome.runtime.MessageSender`). */
+export type SenderRole = "tab" | "engine" | "options" | "worker";
+
+/** The extension's own pages and scripts, by file. */
+const PAGES = { engine: "offscreen.html", options: "options.html", worker: "service-worker.js" } as const;
+
+/** True when `url` is the extension's file `file` (a query or a fragment aside). */
+function isOwnFile(url: string | undefined, file: string): boolean {
+  if (!url) return false;
+  try {
+    const parsed = new URL(url);
+    return `${parsed.origin}${parsed.pathname}` === chrome.runtime.getURL(file);
+  } catch {
+    return false;
+  }
 }
 
-/** Sends to the service worker (from a tab or the offscreen document). */
-export function sendToWorker(msg: ToWorker): Promise<unknown> {
-  const message: RuntimeMessage = { to: "worker", msg };
-  return chrome.runtime.sendMessage(message);
+/**
+ * Who sent a message, from what the browser filled in (never from the message):
+ * - `tab`: a content script in a tab's top frame (the overlay), `sender.tab.id` being its tab;
+ * - `engine`: the offscreen document; `options`: the options page;
+ * - `worker`: the service worker (Chromium gives its script's URL as `sender.url`, and no tab);
+ * - `null`: anything else (another frame, another extension page, an extension page in a tab
+ *   other than the options page): drop its message.
+ */
+export function senderRole(sender: chrome.runtime.MessageSender): SenderRole | null {
+  if (sender.id !== chrome.runtime.id) return null;
+  const ownPage = sender.url?.startsWith(chrome.runtime.getURL("")) ?? false;
+  if (sender.tab) {
+    // The options page opens in a tab (options_ui.open_in_tab).
+    if (ownPage) return isOwnFile(sender.url, PAGES.options) && sender.frameId === 0 ? "options" : null;
+    return sender.tab.id !== undefined && sender.tab.id >= 0 && sender.frameId === 0 ? "tab" : null;
+  }
+  if (isOwnFile(sender.url, PAGES.engine)) return "engine";
+  if (isOwnFile(sender.url, PAGES.worker)) return "worker";
+  if (isOwnFile(sender.url, PAGES.options)) return "options";
+  return null;
+}
+
+/** For content scripts: true when the message comes from the service worker (our id, no tab). */
+export function isFromWorker(sender: chrome.runtime.MessageSender): boolean {
+  return sender.id === chrome.runtime.id && !sender.tab;
+}
+
+/** True when `value` has the shape of one of Hearth's messages (`{kind: …}`). */
+export function isMessage(value: unknown): value is { kind: string } {
+  return typeof value === "object" && value !== null && typeof (value as { kind?: unknown }).kind === "string";
+}
+
+/** In test builds, says why a message was dropped (a warning: the e2e suite fails on errors). */
+export function dropped(where: string, message: unknown, sender: chrome.runtime.MessageSender): void {
+  if (__HEARTH_TEST_BUILD__) {
+    const kind = isMessage(message) ? message.kind : typeof message;
+    console.warn(`Hearth ${where}: dropped a "${kind}" message from ${sender.url ?? "?"} (tab ${sender.tab?.id ?? "none"}, frame ${sender.frameId ?? "none"})`);
+  }
+}
+
+/** A tab's content script to the service worker (which acts on the sender's tab only). */
+export function sendFromTab(msg: TabToWorker): Promise<unknown> {
+  return chrome.runtime.sendMessage(msg);
+}
+
+/** The offscreen document to the service worker. */
+export function sendFromEngine(msg: EngineToWorker): Promise<unknown> {
+  return chrome.runtime.sendMessage(msg);
+}
+
+/** The options page to the service worker. */
+export function sendFromOptions(msg: OptionsToWorker): Promise<unknown> {
+  return chrome.runtime.sendMessage(msg);
+}
+
+/** The service worker to the offscreen document. */
+export function sendToEngine(msg: WorkerToEngine): Promise<unknown> {
+  return chrome.runtime.sendMessage(msg);
+}
+
+/** The service worker to a tab's top-frame content script (the overlay lives there). */
+export function sendToTab(tabId: number, msg: WorkerToTab): Promise<unknown> {
+  return chrome.tabs.sendMessage(tabId, msg, { frameId: 0 });
 }

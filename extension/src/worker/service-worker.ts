@@ -2,10 +2,16 @@
 // the engine's state and each tab's task updates to the tabs, and routes tool calls from the
 // engine to the task's own tab (or runs the browser-level tools itself: navigation, screenshot,
 // run_javascript). It keeps no state that cannot be rebuilt: Chrome may stop it at any time.
+//
+// Every message is checked by its sender, as the browser reports it (`senderRole`): a tab's
+// messages act on that tab only (its id comes from `sender.tab.id`, never from the message), the
+// engine's only come from the offscreen document, and anything else is dropped. storage.session
+// (every tab's transcript and agent history) stays closed to content scripts: the overlay loads
+// and saves its own tab's transcript through the worker.
 
-import type { EngineStatus, RuntimeMessage, TaskAction, ToWorker } from "../generated/protocol";
+import type { EngineStatus, EngineToWorker, OptionsToWorker, TabToWorker, TaskAction, WorkerToEngine, WorkerToTab } from "../generated/protocol";
 import { failure, localizeFailure } from "../shared/failures";
-import { isRuntimeMessage } from "../shared/messages";
+import { dropped, isMessage, senderRole, sendToEngine, sendToTab } from "../shared/messages";
 import { loadSettings, onSettingsChanged, isSiteDisabled, taskSettings } from "../shared/settings";
 import { registerContentScript } from "./content-script";
 import { runTool } from "./tools";
@@ -23,10 +29,11 @@ const watchers = new Set<number>();
 let offscreenStarting: Promise<void> | null = null;
 let onOffscreenReady: (() => void) | null = null;
 
-// The overlay keeps its tab's transcript in storage.session (memory only, gone when the browser
-// quits) so that it survives reloads and worker restarts. Content scripts may only use it once the
-// worker opens it to them; pages themselves never can.
-void chrome.storage.session.setAccessLevel({ accessLevel: "TRUSTED_AND_UNTRUSTED_CONTEXTS" });
+/**
+ * A stored transcript larger than this is not saved (storage.session holds 10 MB for every tab
+ * together: one tab must not be able to crowd the others out).
+ */
+const MAX_TRANSCRIPT_CHARS = 2_000_000;
 
 chrome.runtime.onInstalled.addListener(() => void registerContentScript());
 chrome.runtime.onStartup.addListener(() => void registerContentScript());
@@ -39,13 +46,23 @@ onSettingsChanged((settings) => {
 });
 
 chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) => {
-  if (!isRuntimeMessage(message) || message.to !== "worker") return false;
-  const reply = handle(message.msg, sender);
+  const reply = dispatch(message, sender);
   if (!reply) return false;
   // Keeps the channel open until the answer is ready (tool calls take a while).
-  void reply.then(sendResponse);
+  void reply.then(sendResponse, () => sendResponse(undefined));
   return true;
 });
+
+/** Routes a message by who the browser says sent it; returns a promise when the sender waits for an answer. */
+function dispatch(message: unknown, sender: chrome.runtime.MessageSender): Promise<unknown> | undefined {
+  const role = isMessage(message) ? senderRole(sender) : null;
+  const tabId = sender.tab?.id;
+  if (role === "tab" && tabId !== undefined) return fromTab(message as TabToWorker, tabId, sender.tab?.url);
+  if (role === "engine") return fromEngine(message as EngineToWorker);
+  if (role === "options") return fromOptions(message as OptionsToWorker);
+  dropped("worker", message, sender);
+  return undefined;
+}
 
 // The keyboard shortcut (manifest `commands`) opens the overlay of the active tab.
 chrome.commands.onCommand.addListener((command, tab) => {
@@ -60,15 +77,50 @@ chrome.action.onClicked.addListener((tab) => {
 chrome.tabs.onRemoved.addListener((tabId) => {
   watchers.delete(tabId);
   void toOffscreen({ kind: "task_control", tab_id: tabId, action: { action: "forget" } }).catch(() => {});
-  void chrome.storage.session.remove([`transcript:${tabId}`, historyKey(tabId)]);
+  void chrome.storage.session.remove([transcriptKey(tabId), historyKey(tabId)]);
 });
 
 /** Where the agent's record of a tab's conversation is kept (memory only, like the transcript). */
 const historyKey = (tabId: number) => `agent:${tabId}`;
+/**
+ * Where the overlay's transcript of a tab is kept: storage.session (memory only, gone when the
+ * browser quits), so that it survives reloads, navigations and worker restarts.
+ */
+const transcriptKey = (tabId: number) => `transcript:${tabId}`;
 
-/** Handles a message; returns a promise when the sender waits for an answer. */
-function handle(msg: ToWorker, sender: chrome.runtime.MessageSender): Promise<unknown> | undefined {
-  const tabId = sender.tab?.id;
+/** A message from the content script in `tabId`'s top frame: it acts on that tab only. */
+function fromTab(msg: TabToWorker, tabId: number, url: string | undefined): Promise<unknown> | undefined {
+  switch (msg.kind) {
+    case "watch_engine":
+      watchers.add(tabId);
+      pushStatus(tabId);
+      // A failed engine is retried when someone asks again: the cause (a lost device, a driver) may be gone.
+      if (status.state === "idle" || status.state === "failed") void startEngine();
+      // Chrome may have torn the offscreen document down: bring the engine back (the overlay shows it starting).
+      else if (status.state === "ready") void restartIfGone();
+      // A content script cannot learn its tab id otherwise (the overlay uses it to restore its transcript).
+      return Promise.resolve({ tab_id: tabId });
+    case "install_model":
+      if (status.state === "needs_model" && status.model.id === msg.model_id) void installModel(msg.model_id);
+      break;
+    case "start_task":
+      void startTask(tabId, url, msg.text, msg.page);
+      break;
+    case "task_control":
+      void controlTask(tabId, msg.action);
+      break;
+    case "load_transcript":
+      return chrome.storage.session.get(transcriptKey(tabId)).then((stored) => stored[transcriptKey(tabId)] ?? null);
+    case "save_transcript":
+      return saveTranscript(tabId, msg.transcript);
+    case "clear_transcript":
+      return chrome.storage.session.remove(transcriptKey(tabId)).then(() => true);
+  }
+  return undefined;
+}
+
+/** A message from the offscreen document (the engine). */
+function fromEngine(msg: EngineToWorker): Promise<unknown> | undefined {
   switch (msg.kind) {
     case "offscreen_ready":
       onOffscreenReady?.();
@@ -76,29 +128,6 @@ function handle(msg: ToWorker, sender: chrome.runtime.MessageSender): Promise<un
     case "engine_status":
       // Progress that arrives after the download or the load ended (messages may cross) is stale.
       if (msg.status.state === "installing" ? installInFlight : msg.status.state === "loading" ? startInFlight || installInFlight : true) setStatus(msg.status);
-      break;
-    case "watch_engine":
-      if (tabId === undefined) return;
-      watchers.add(tabId);
-      pushStatus(tabId);
-      // A failed engine is retried when someone asks again: the cause (a lost device, a driver) may be gone.
-      if (status.state === "idle" || status.state === "failed") void startEngine();
-      // Chrome may have torn the offscreen document down: bring the engine back (the overlay shows it starting).
-      else if (status.state === "ready") void restartIfGone();
-      // The overlay keys its stored transcript by tab; a content script cannot learn its tab id.
-      return Promise.resolve({ tab_id: tabId });
-    case "install_model":
-      if (status.state === "needs_model" && status.model.id === msg.model_id) void installModel(msg.model_id);
-      break;
-    case "model_installed":
-      // Installed from a folder in the options page: an engine waiting for a model can load it now.
-      if (status.state === "needs_model" || status.state === "failed") void startEngine();
-      break;
-    case "start_task":
-      if (tabId !== undefined) void startTask(tabId, sender.tab?.url, msg.text, msg.page);
-      break;
-    case "task_control":
-      if (tabId !== undefined) void controlTask(tabId, msg.action);
       break;
     case "task_update":
       // The agent's own record of the conversation stays here (for a recreated engine), not in the tab.
@@ -109,6 +138,27 @@ function handle(msg: ToWorker, sender: chrome.runtime.MessageSender): Promise<un
       return runTool(msg.request);
   }
   return undefined;
+}
+
+/** A message from the options page. */
+function fromOptions(msg: OptionsToWorker): Promise<unknown> | undefined {
+  switch (msg.kind) {
+    case "model_installed":
+      // Installed from a folder in the options page: an engine waiting for a model can load it now.
+      if (status.state === "needs_model" || status.state === "failed") void startEngine();
+      break;
+  }
+  return undefined;
+}
+
+/** Stores the overlay's transcript of `tabId` (it is the overlay's data: only its size is checked). */
+async function saveTranscript(tabId: number, transcript: unknown): Promise<boolean> {
+  const size = JSON.stringify(transcript ?? null).length;
+  if (transcript === null || typeof transcript !== "object" || size > MAX_TRANSCRIPT_CHARS) return false;
+  // A save that crosses the tab's closing must not outlive it.
+  if (!(await chrome.tabs.get(tabId).then(() => true, () => false))) return false;
+  await chrome.storage.session.set({ [transcriptKey(tabId)]: transcript });
+  return true;
 }
 
 async function startTask(tabId: number, url: string | undefined, text: string, page: { url: string; title: string } | null) {
@@ -133,15 +183,13 @@ async function controlTask(tabId: number, action: TaskAction) {
   await toOffscreen({ kind: "task_control", tab_id: tabId, action }).catch(() => {});
 }
 
-function toOffscreen(msg: Extract<RuntimeMessage, { to: "offscreen" }>["msg"]): Promise<unknown> {
-  const message: RuntimeMessage = { to: "offscreen", msg };
-  return chrome.runtime.sendMessage(message);
+function toOffscreen(msg: WorkerToEngine): Promise<unknown> {
+  return sendToEngine(msg);
 }
 
-function toTab(tabId: number, msg: Extract<RuntimeMessage, { to: "tab" }>["msg"]): void {
-  const message: RuntimeMessage = { to: "tab", msg };
+function toTab(tabId: number, msg: WorkerToTab): void {
   // Only the top frame's content script shows the overlay.
-  chrome.tabs.sendMessage(tabId, message, { frameId: 0 }).catch(() => {});
+  sendToTab(tabId, msg).catch(() => {});
 }
 
 function setStatus(next: EngineStatus): void {
@@ -151,9 +199,8 @@ function setStatus(next: EngineStatus): void {
 }
 
 function pushStatus(tabId: number): void {
-  const message: RuntimeMessage = { to: "tab", msg: { kind: "engine_status", status } };
   // A closed or navigated tab has no listener any more: stop telling it.
-  chrome.tabs.sendMessage(tabId, message).catch(() => watchers.delete(tabId));
+  sendToTab(tabId, { kind: "engine_status", status }).catch(() => watchers.delete(tabId));
 }
 
 async function restartIfGone(): Promise<void> {

@@ -2,7 +2,8 @@
 // top frame's content script; navigation, screenshots and run_javascript need browser APIs and
 // run here. Every failure becomes a `failed` reply whose message tells the model what to do.
 
-import type { PageInfo, RuntimeMessage, ToolReply, ToolRequest } from "../generated/protocol";
+import type { PageInfo, ToolReply, ToolRequest } from "../generated/protocol";
+import { sendToTab } from "../shared/messages";
 import { isSiteDisabled, loadSettings } from "../shared/settings";
 
 /** How long a page may take to load after navigate / go_back. */
@@ -44,9 +45,8 @@ export async function runTool(request: ToolRequest): Promise<ToolReply> {
 
 /** Runs a page tool in the tab's content script. */
 async function inTab(tabId: number, request: ToolRequest): Promise<ToolReply> {
-  const message: RuntimeMessage = { to: "tab", msg: { kind: "run_tool", request } };
   try {
-    const reply = (await chrome.tabs.sendMessage(tabId, message, { frameId: 0 })) as ToolReply | undefined;
+    const reply = (await sendToTab(tabId, { kind: "run_tool", request })) as ToolReply | undefined;
     return reply ?? failed("The page did not answer; it may still be loading. Wait, then take a new snapshot.");
   } catch {
     return failed("The page is not reachable (it navigated, reloaded or is still loading). Take a new snapshot.");

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { launch } from "../lib/browser.mjs";
 import { servePages } from "../lib/pages.mjs";
-import { screenshot } from "../lib/overlay.mjs";
+import { screenshot, waitForData } from "../lib/overlay.mjs";
 import { answer, ask, call, chooseOption, decide, done, pageText as text, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 
 let pages;
@@ -39,6 +39,7 @@ test("a long React form: typed values, select and checkbox reach React's state",
   await ask(page, "Sign me up: Grace Hopper, grace@example.com, password 'correct horse', 1 Navy Way, Arlington, United States; subscribe me, and leave the team a note.");
   await decide(page, "allow_once"); // a password field
   await decide(page, "allow_once"); // "subscribe"
+  await decide(page, "allow_once"); // "Create account" submits a POST form
   assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
   await screenshot(page, "agent-react-form-done");
   const state = JSON.parse(await text(page, "#result"));
@@ -173,7 +174,7 @@ test("a disabled site: no tool runs there, and no overlay is injected", { timeou
   ]);
   await ask(page, "Sign me up with ada@example.com.");
   // While the task waits for the page, the user disables Hearth on this site.
-  await page.waitForFunction(() => document.querySelector("hearth-overlay")?.dataset.cards === "2", null, { timeout: 30_000 });
+  await waitForData(page, "cards", "2", 30_000);
   const origin = new URL(pages.url).origin;
   await chrome.console.evaluate("/service-worker.js", `chrome.storage.sync.set({ settings: { disabledSites: [${JSON.stringify(origin)}] } })`);
   await page.waitForFunction(() => !document.querySelector("hearth-overlay"), null, { timeout: 10_000 });

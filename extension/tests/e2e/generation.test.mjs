@@ -11,7 +11,7 @@ import { after, before, test } from "node:test";
 import { resolve } from "node:path";
 import { launch } from "../lib/browser.mjs";
 import { serve } from "../lib/server.mjs";
-import { clickLauncher, overlayHost, waitForEngine } from "../lib/overlay.mjs";
+import { clickLauncher, overlayData, overlayHost, waitForEngine } from "../lib/overlay.mjs";
 
 const MODEL_DIR = resolve(import.meta.dirname, "../../../crates/model/fixtures/tiny-chat");
 const GGUF_DIR = resolve(import.meta.dirname, "../../../crates/model/fixtures/gemma3-gguf");
@@ -46,10 +46,10 @@ test("the browser generates the native CLI's greedy tokens", { timeout: 600_000 
   try {
     const page = await chrome.context.newPage();
     await page.goto(`${server.url}/smoke.html`);
-    const host = await overlayHost(page);
+    await overlayHost(page);
     await clickLauncher(page);
     assert.equal(await waitForEngine(page, ["ready", "failed"]), "ready");
-    assert.match(await host.getAttribute("data-model"), /tiny-chat/);
+    assert.match(await overlayData(page, "model"), /tiny-chat/);
     // Generation runs in the offscreen document's wasm module, called as the engine calls it.
     const events = await chrome.console.evaluate(
       "/offscreen.html",

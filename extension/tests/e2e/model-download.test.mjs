@@ -15,7 +15,7 @@ import { join, resolve } from "node:path";
 import { after, before, test } from "node:test";
 import { launch } from "../lib/browser.mjs";
 import { serveHub } from "../lib/hub-server.mjs";
-import { clickInOverlay, clickLauncher, overlayHost, overlayText, screenshot, waitForData } from "../lib/overlay.mjs";
+import { clickInOverlay, clickLauncher, overlayData, overlayHost, overlayText, screenshot, waitForData } from "../lib/overlay.mjs";
 import { serve } from "../lib/server.mjs";
 
 const ROOT = resolve(import.meta.dirname, "../../..");
@@ -99,9 +99,9 @@ test("model download: quota, drop and resume, a corrupt file, install, and no re
   }), true)`);
 
   const page = await openOverlay();
-  const host = await overlayHost(page);
-  assert.equal(await waitForData(page, "engine", ["needs_model", "ready", "failed"], 60_000), "needs_model", `engine: ${await host.getAttribute("data-failure")}`);
-  assert.equal(await host.getAttribute("data-offer"), "tiny-chat");
+  await overlayHost(page);
+  assert.equal(await waitForData(page, "engine", ["needs_model", "ready", "failed"], 60_000), "needs_model", `engine: ${await overlayData(page, "failure")}`);
+  assert.equal(await overlayData(page, "offer"), "tiny-chat");
   const offer = await overlayText(page, ".engine .offer");
   assert.match(offer, /Download tiny-chat .*\(323 KB\)\?/, offer);
   await screenshot(page, "download-offer");
@@ -179,8 +179,8 @@ test("model download: quota, drop and resume, a corrupt file, install, and no re
   await clickInOverlay(page, "button.retry");
   await waitForData(page, "engine", "needs_model", 30_000);
   await clickInOverlay(page, "button.download-model");
-  assert.equal(await waitForData(page, "engine", ["ready", "failed"], 60_000), "ready", `engine: ${await host.getAttribute("data-failure")}`);
-  assert.equal(await host.getAttribute("data-model"), "tiny-chat (test model, random weights)");
+  assert.equal(await waitForData(page, "engine", ["ready", "failed"], 60_000), "ready", `engine: ${await overlayData(page, "failure")}`);
+  assert.equal(await overlayData(page, "model"), "tiny-chat (test model, random weights)");
   await screenshot(page, "download-ready");
   // The installed model was streamed onto the GPU step by step from the store, with progress: one
   // `loading` status per step (embedding, per-layer table, its projection, 6 layers, final norm).
@@ -202,7 +202,7 @@ test("model download: quota, drop and resume, a corrupt file, install, and no re
   chrome = await launch({ profile });
   const restarted = await openOverlay();
   assert.equal(await waitForData(restarted, "engine", ["ready", "failed", "needs_model"], 60_000), "ready");
-  assert.equal(await (await overlayHost(restarted)).getAttribute("data-model"), "tiny-chat (test model, random weights)");
+  assert.equal(await overlayData(restarted, "model"), "tiny-chat (test model, random weights)");
   assert.equal(hub.requests.length, requests, "an installed model makes no network request");
 
   // 6. A part of the stored weights goes missing (the browser evicted it, the disk failed): the
@@ -211,7 +211,7 @@ test("model download: quota, drop and resume, a corrupt file, install, and no re
   await inWorker(`chrome.offscreen.closeDocument().then(() => true)`);
   const damaged = await openOverlay();
   assert.equal(await waitForData(damaged, "engine", ["ready", "failed", "needs_model"], 60_000), "failed");
-  assert.equal(await (await overlayHost(damaged)).getAttribute("data-failure"), "model_load");
+  assert.equal(await overlayData(damaged, "failure"), "model_load");
   assert.match(await overlayText(damaged, ".engine .error"), /The stored copy of tiny-chat .* is incomplete \(bytes 131072–196608 of model\.safetensors are missing\)\./);
   assert.match(await overlayText(damaged, ".engine .fix"), /download the missing part again/);
   await screenshot(damaged, "download-damaged-store");
@@ -226,7 +226,7 @@ test("model download: quota, drop and resume, a corrupt file, install, and no re
   assert.match(await overlayText(damaged, ".engine .status"), /^Loading tiny-chat .* onto your GPU…$/);
   assert.match(await overlayText(damaged, ".engine .load-progress"), /^Step \d+ of 10$/);
   await screenshot(damaged, "download-loading");
-  assert.equal(await waitForData(damaged, "engine", ["ready", "failed"], 60_000), "ready", `engine: ${await (await overlayHost(damaged)).getAttribute("data-failure")}`);
+  assert.equal(await waitForData(damaged, "engine", ["ready", "failed"], 60_000), "ready", `engine: ${await overlayData(damaged, "failure")}`);
   const repair = hub.requests.slice(beforeRepair);
   assert.deepEqual(repair.map((r) => [r.path, r.start]), [["model.safetensors", 131072]], "only the missing part is downloaded again");
   assert.deepEqual(await storedHashes(), expectedHashes);

@@ -14,6 +14,7 @@ import { serve } from "../lib/server.mjs";
 import {
   clickInOverlay,
   clickLauncher,
+  overlayData,
   overlayEval,
   overlayHost,
   overlayText,
@@ -176,7 +177,7 @@ describe("the overlay", () => {
     await toTab(chrome, tabId, ended({ kind: "done", result: answer, success: true }));
 
     assert.equal(await waitForData(page, "task", "done"), "done");
-    assert.equal(await overlayHost(page).then((h) => h.getAttribute("data-answer")), answer);
+    assert.equal(await overlayData(page, "answer"), answer);
     assert.equal((await queryOverlay(page, ".result")).length, 1, "the streamed answer became the result");
     assert.equal((await queryOverlay(page, "img")).length, 0, "no image element from model text");
     assert.equal((await queryOverlay(page, ".result script")).length, 0, "no script element from model text");

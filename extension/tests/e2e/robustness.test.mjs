@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { launch } from "../lib/browser.mjs";
 import { servePages } from "../lib/pages.mjs";
-import { clickInOverlay, overlayEval, overlayText, screenshot, waitForEngine } from "../lib/overlay.mjs";
+import { clickInOverlay, overlayData, overlayEval, overlayText, screenshot, waitForData, waitForEngine } from "../lib/overlay.mjs";
 import { ask, call, decide, done, pageText as text, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 
 const signUp = (email) => [
@@ -27,8 +27,14 @@ after(async () => {
   await pages?.close();
 });
 
-const waitForCards = (page, n) =>
-  page.waitForFunction((n) => Number(document.querySelector("hearth-overlay")?.dataset.cards) >= n, n, { timeout: 30_000 });
+/** Waits until the overlay shows at least `n` tool cards. */
+async function waitForCards(page, n) {
+  const deadline = Date.now() + 30_000;
+  while (!(Number(await overlayData(page, "cards")) >= n)) {
+    if (Date.now() > deadline) throw new Error(`fewer than ${n} tool cards after 30 s: ${await overlayData(page, "cards")}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
 
 test("a page with a strict CSP: the overlay is styled and the tools work", { timeout: 90_000 }, async () => {
   const page = await openAgentPage(chrome, `${pages.url}/agent/strict-csp.html`);
@@ -42,7 +48,16 @@ test("a page with a strict CSP: the overlay is styled and the tools work", { tim
     done("Sent."),
   ]);
   await ask(page, "Send them a hello.");
+  // While the card waits, the button it is about is outlined (inside the overlay, despite the CSP).
+  await waitForTask(page, ["confirm"]);
+  const button = await page.locator('button[type="submit"]').boundingBox();
+  const outline = await overlayEval(page, ".target-outline", "function () { const r = this.getBoundingClientRect(); return this.hidden ? null : { x: r.x, y: r.y, width: r.width, height: r.height }; }");
+  assert.ok(
+    outline && outline.x < button.x && outline.y < button.y && outline.x + outline.width > button.x + button.width && outline.y + outline.height > button.y + button.height,
+    `the outline ${JSON.stringify(outline)} surrounds the button ${JSON.stringify(button)}`,
+  );
   await decide(page, "allow_once"); // "send"
+  assert.equal(await overlayEval(page, ".target-outline", "function () { return this.hidden; }"), true, "the outline goes once the card is decided");
   assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
   await screenshot(page, "robustness-strict-csp");
   assert.equal(await text(page, "#result"), "Sent: Hello from Hearth");
@@ -90,14 +105,14 @@ test("the GPU device lost: the overlay says so, Retry brings the engine back on 
   // As a driver reset would: the engine's device is destroyed under it.
   assert.equal(await chrome.console.evaluate("/offscreen.html", "hearthLoseGpuDevice()"), true);
   assert.equal(await waitForEngine(page, ["failed"], 30_000), "failed");
-  assert.equal(await page.locator("hearth-overlay").getAttribute("data-failure"), "gpu_device");
+  assert.equal(await overlayData(page, "failure"), "gpu_device");
   assert.match(await overlayText(page, ".engine .error"), /The GPU device was lost \(.+\)\. Your conversation is kept\./);
   assert.match(await overlayText(page, ".engine .fix"), /Press Retry/);
   await screenshot(page, "robustness-device-lost");
   await clickInOverlay(page, "button.retry");
   // The overlay still shows the old failure until the worker answers the Retry: wait for it to go.
-  await page.waitForFunction(() => document.querySelector("hearth-overlay")?.dataset.engine !== "failed", null, { timeout: 60_000, polling: 100 });
-  assert.equal(await waitForEngine(page, ["ready", "failed"]), "ready", `after Retry: ${await page.locator("hearth-overlay").getAttribute("data-failure")}`);
+  await waitForData(page, "engine", "failed", 60_000, { not: true });
+  assert.equal(await waitForEngine(page, ["ready", "failed"]), "ready", `after Retry: ${await overlayData(page, "failure")}`);
   await useScript(chrome, signUp("gpu@example.com"));
   await ask(page, "Sign me up as gpu@example.com.");
   assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
@@ -125,8 +140,8 @@ test("two tabs asking at once: each answer goes to its own tab", { timeout: 120_
   assert.deepEqual(states, ["done", "done"]);
   assert.equal(await text(first, "#result"), "Signed up: one@example.com");
   assert.equal(await text(second, "#result"), "Signed up: two@example.com");
-  assert.match(await first.locator("hearth-overlay").getAttribute("data-answer"), /one@example\.com/);
-  assert.match(await second.locator("hearth-overlay").getAttribute("data-answer"), /two@example\.com/);
+  assert.match(await overlayData(first, "answer"), /one@example\.com/);
+  assert.match(await overlayData(second, "answer"), /two@example\.com/);
 });
 
 test("the console stayed clean", () => {

@@ -6,7 +6,7 @@ import { after, before, test } from "node:test";
 import { resolve } from "node:path";
 import { launch } from "../lib/browser.mjs";
 import { serve } from "../lib/server.mjs";
-import { clickLauncher, overlayHost, screenshot, waitForEngine } from "../lib/overlay.mjs";
+import { clickLauncher, overlayData, overlayHost, screenshot, waitForEngine } from "../lib/overlay.mjs";
 
 /** softmax(A·B) over rows for the self-test's fixed data, computed here independently of Rust. */
 function expectedSelfTest() {
@@ -39,28 +39,28 @@ test("Burn on WebGPU computes the self-test and the overlay shows it", { timeout
   try {
     const page = await chrome.context.newPage();
     await page.goto(`${server.url}/smoke.html`);
-    const host = await overlayHost(page);
-    assert.equal(await host.getAttribute("data-state"), "closed");
-    assert.equal(await host.getAttribute("data-engine"), "idle", "nothing runs on the GPU before the user opens Hearth");
+    await overlayHost(page);
+    assert.equal(await overlayData(page, "state"), "closed");
+    assert.equal(await overlayData(page, "engine"), "idle", "nothing runs on the GPU before the user opens Hearth");
     assert.ok(chrome.console.extensionId(), "the service worker is running");
 
     await clickLauncher(page);
-    assert.equal(await host.getAttribute("data-state"), "open");
+    assert.equal(await overlayData(page, "state"), "open");
     const state = await waitForEngine(page, ["ready", "failed"]);
     await screenshot(page, "smoke-overlay-ready");
-    assert.equal(state, "ready", `engine failed: ${await host.getAttribute("data-failure")}`);
+    assert.equal(state, "ready", `engine failed: ${await overlayData(page, "failure")}`);
 
-    assert.equal(await host.getAttribute("data-self-test"), "passed");
-    const values = JSON.parse(await host.getAttribute("data-values"));
+    assert.equal(await overlayData(page, "self-test"), "passed");
+    const values = JSON.parse(await overlayData(page, "values"));
     const expected = expectedSelfTest();
     assert.equal(values.length, expected.length);
     const maxError = Math.max(...values.map((v, i) => Math.abs(v - expected[i])));
-    console.log(`adapter: ${await host.getAttribute("data-adapter")}; max |GPU − JS reference| = ${maxError.toExponential(2)}`);
+    console.log(`adapter: ${await overlayData(page, "adapter")}; max |GPU − JS reference| = ${maxError.toExponential(2)}`);
     console.log(`values read back from the overlay: ${values.map((v) => v.toFixed(5)).join(" ")}`);
     assert.ok(maxError < 1e-5, `GPU result differs from the reference by ${maxError}`);
     // The fused 4- and 8-bit dequantize-matmul kernels (the model's weights go through them) ran
     // on this adapter against a host reference.
-    const fusedError = Number(await host.getAttribute("data-fused-error"));
+    const fusedError = Number(await overlayData(page, "fused-error"));
     console.log(`fused kernels: max |GPU − host reference| = ${fusedError.toExponential(2)}`);
     assert.ok(fusedError < 1e-4, `fused kernels differ from the reference by ${fusedError}`);
 
@@ -76,10 +76,10 @@ test("without WebGPU the overlay says so and what to do", { timeout: 120_000 }, 
   try {
     const page = await chrome.context.newPage();
     await page.goto(`${server.url}/smoke.html`);
-    const host = await overlayHost(page);
+    await overlayHost(page);
     await clickLauncher(page);
     assert.equal(await waitForEngine(page, ["ready", "failed"]), "failed");
-    assert.equal(await host.getAttribute("data-failure"), "webgpu_unavailable");
+    assert.equal(await overlayData(page, "failure"), "webgpu_unavailable");
     await screenshot(page, "smoke-overlay-no-webgpu");
     assert.deepEqual(chrome.console.errors, []);
   } finally {

@@ -2,7 +2,7 @@
 // confirmation and answer buttons), and the model is the scripted one of test builds, loaded
 // into the offscreen document's engine.
 
-import { clickInOverlay, clickLauncher, overlayHost, waitForEngine } from "./overlay.mjs";
+import { clickInOverlay, clickLauncher, overlayData, overlayHost, waitForData, waitForEngine } from "./overlay.mjs";
 
 /** A tool call as Gemma 4 writes it. */
 export const call = (name, args = "") => `<|tool_call>call:${name}{${args}}<tool_call|>`;
@@ -22,7 +22,7 @@ export async function openAgentPage(chrome, url) {
   await overlayHost(page);
   await clickLauncher(page);
   const state = await waitForEngine(page, ["ready", "failed"]);
-  if (state !== "ready") throw new Error(`engine failed: ${await page.locator("hearth-overlay").getAttribute("data-failure")}`);
+  if (state !== "ready") throw new Error(`engine failed: ${await overlayData(page, "failure")}`);
   return page;
 }
 
@@ -51,45 +51,28 @@ export async function ask(page, text) {
 }
 
 /** Waits until the overlay's task state is one of `states`; returns it. */
-export async function waitForTask(page, states, timeout = 60_000) {
-  const handle = await page.waitForFunction(
-    (wanted) => {
-      const state = document.querySelector("hearth-overlay")?.dataset.task;
-      return wanted.includes(state) ? state : null;
-    },
-    states,
-    { timeout, polling: 100 },
-  );
-  return handle.jsonValue();
+export function waitForTask(page, states, timeout = 60_000) {
+  return waitForData(page, "task", states, timeout);
 }
 
 /** The overlay's final answer (`done`'s result). */
 export async function answer(page) {
-  return (await overlayHost(page)).getAttribute("data-answer");
+  await overlayHost(page);
+  return overlayData(page, "answer");
 }
 
 /** Answers the confirmation card and waits until the overlay has moved past it. */
 export async function decide(page, decision) {
   await waitForTask(page, ["confirm"]);
-  const host = await overlayHost(page);
-  const callId = await host.getAttribute("data-pending-call");
+  const callId = await overlayData(page, "pending-call");
   await clickInOverlay(page, `.card.confirm[data-call-id="${callId}"] button[data-decision="${decision}"]`);
-  await page.waitForFunction(
-    (id) => document.querySelector("hearth-overlay")?.dataset.pendingCall !== id,
-    callId,
-    { timeout: 10_000, polling: 50 },
-  );
+  await waitForData(page, "pending-call", callId, 10_000, { not: true, polling: 50 });
 }
 
 /** Picks an `ask_user` option and waits until the overlay has moved past the question. */
 export async function chooseOption(page, text) {
   await waitForTask(page, ["ask"]);
-  const host = await overlayHost(page);
-  const callId = await host.getAttribute("data-pending-call");
+  const callId = await overlayData(page, "pending-call");
   await clickInOverlay(page, `.card.ask[data-call-id="${callId}"] button.option[data-option="${text}"]`);
-  await page.waitForFunction(
-    (id) => document.querySelector("hearth-overlay")?.dataset.pendingCall !== id,
-    callId,
-    { timeout: 10_000, polling: 50 },
-  );
+  await waitForData(page, "pending-call", callId, 10_000, { not: true, polling: 50 });
 }

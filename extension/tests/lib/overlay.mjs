@@ -1,38 +1,105 @@
-// Driving the overlay from a test. Its shadow root is closed: tests read the state the overlay
-// mirrors onto its host element as data-* attributes, and reach inside the shadow root through the
-// DevTools protocol (DOM.getDocument with pierce), clicking at an element's box like a person.
+// Driving the overlay from a test. Its shadow root is closed and its host element carries no state:
+// tests reach inside the shadow root through the DevTools protocol (DOM.getDocument with pierce),
+// reading the state test builds mirror as data-* attributes of a hidden <div class="test-state">
+// there, and clicking at an element's box like a person. A page may hold look-alike
+// <hearth-overlay> elements: Hearth's is the one with a closed shadow root holding that mirror.
 
 import { mkdirSync } from "node:fs";
 import { resolve } from "node:path";
 
 export const ARTIFACTS = resolve(import.meta.dirname, "../../../artifacts/e2e");
 
-/** Waits for the overlay to be injected and returns its host element's locator. */
-export async function overlayHost(page) {
-  const host = page.locator("hearth-overlay");
-  await host.waitFor({ state: "attached", timeout: 15_000 });
-  return host;
+/** How long `overlayHost` waits for the overlay to be injected. */
+const HOST_TIMEOUT_MS = 15_000;
+
+/**
+ * Waits for the overlay to be injected. Returns its host as `{ getAttribute, boundingBox }`:
+ * `getAttribute("data-<name>")` reads the test-state mirror (`overlayData`), `boundingBox()` is the
+ * host's box in the page (null when it has none).
+ */
+export async function overlayHost(page, timeout = HOST_TIMEOUT_MS) {
+  const cdp = await cdpOf(page);
+  const deadline = Date.now() + timeout;
+  // (While the page navigates, the protocol may fail for a moment.)
+  while (!(await hearthHost(cdp).catch(() => null))) {
+    if (Date.now() > deadline) throw new Error(`Hearth's overlay was not injected after ${timeout} ms`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return {
+    getAttribute: (attribute) => {
+      if (!attribute.startsWith("data-")) throw new Error(`the overlay's host has no ${attribute}: only data-* state can be read`);
+      return overlayData(page, attribute.slice("data-".length));
+    },
+    boundingBox: () => hostBox(page),
+  };
 }
 
-/** Clicks the launcher button like a person would (it fills the host element while closed). */
+/** Whether Hearth's overlay host is in the page (look-alikes the page made do not count). */
+export async function overlayPresent(page) {
+  return (await hearthHost(await cdpOf(page))) !== null;
+}
+
+/** The box of Hearth's host element in the page's viewport ({ x, y, width, height }), or null. */
+export async function hostBox(page) {
+  const cdp = await cdpOf(page);
+  const host = await hearthHost(cdp);
+  if (!host) return null;
+  const box = await cdp.send("DOM.getBoxModel", { nodeId: host.nodeId }).catch(() => null);
+  if (!box) return null;
+  const [x1, y1, , , x3, y3] = box.model.border;
+  return { x: x1, y: y1, width: x3 - x1, height: y3 - y1 };
+}
+
+/** Clicks the launcher button like a person would. */
 export async function clickLauncher(page) {
-  const host = await overlayHost(page);
-  const box = await host.boundingBox();
-  if (!box) throw new Error("the overlay host has no box: is the launcher visible?");
-  await page.mouse.click(box.x + box.width / 2, box.y + box.height / 2);
+  await overlayHost(page);
+  await clickInOverlay(page, ".launcher");
+}
+
+/**
+ * The overlay's `data-<name>` state (kebab-case, as the attribute: "pending-call"), or null. Read
+ * over the DevTools protocol from the hidden test-state element inside the closed shadow root.
+ */
+export async function overlayData(page, name) {
+  const state = await testState(await cdpOf(page));
+  return state?.[`data-${name}`] ?? null;
+}
+
+/**
+ * All of the overlay's data-* state as its dataset would show it (camelCase keys: `pendingCall`),
+ * `{}` while the overlay is not in the page.
+ */
+export async function overlayState(page) {
+  const state = (await testState(await cdpOf(page))) ?? {};
+  const out = {};
+  for (const [attribute, value] of Object.entries(state)) {
+    if (attribute.startsWith("data-")) out[attribute.slice(5).replace(/-([a-z])/g, (_, c) => c.toUpperCase())] = value;
+  }
+  return out;
+}
+
+/**
+ * Waits until the overlay's `data-<name>` is `wanted` (a value, or one of an array; null for
+ * absent); returns it. With `{ not: true }`, waits until it is none of them.
+ */
+export async function waitForData(page, name, wanted, timeout = 15_000, { not = false, polling = 100 } = {}) {
+  const values = Array.isArray(wanted) ? wanted : [wanted];
+  const cdp = await cdpOf(page);
+  const deadline = Date.now() + timeout;
+  let value = null;
+  for (;;) {
+    value = (await testState(cdp).catch(() => null))?.[`data-${name}`] ?? null;
+    if (values.includes(value) !== not) return value;
+    if (Date.now() > deadline) {
+      throw new Error(`the overlay's data-${name} is ${JSON.stringify(value)} after ${timeout} ms, waiting for it ${not ? "not " : ""}to be ${values.map((v) => JSON.stringify(v)).join(" or ")}`);
+    }
+    await new Promise((r) => setTimeout(r, polling));
+  }
 }
 
 /** Waits until the engine state shown by the overlay is one of `states`; returns it. */
-export async function waitForEngine(page, states, timeout = 180_000) {
-  const handle = await page.waitForFunction(
-    (wanted) => {
-      const state = document.querySelector("hearth-overlay")?.dataset.engine;
-      return wanted.includes(state) ? state : null;
-    },
-    states,
-    { timeout, polling: 200 },
-  );
-  return handle.jsonValue();
+export function waitForEngine(page, states, timeout = 180_000) {
+  return waitForData(page, "engine", states, timeout, { polling: 200 });
 }
 
 export async function screenshot(page, name) {
@@ -56,16 +123,47 @@ async function cdpOf(page) {
   return session;
 }
 
-/** The overlay's shadow root node, or null while it is not in the page. */
-async function shadowRootOf(cdp) {
+/** The attributes of a DOM.Node as an object. */
+const attributesOf = (node) => {
+  const out = {};
+  const list = node.attributes ?? [];
+  for (let i = 0; i + 1 < list.length; i += 2) out[list[i]] = list[i + 1];
+  return out;
+};
+
+/** The test-state mirror among a shadow root's children, or undefined. */
+const mirrorIn = (shadow) => shadow.children?.find((child) => child.nodeName === "DIV" && /(^|\s)test-state(\s|$)/.test(attributesOf(child).class ?? ""));
+
+/**
+ * Hearth's host node (with `.shadow`, its shadow root, and `.mirror`, the test-state element), or
+ * null while it is not in the page. A <hearth-overlay> of the page's own (no shadow root, an open
+ * one, or one without the mirror) is passed over.
+ */
+async function hearthHost(cdp) {
   const { root } = await cdp.send("DOM.getDocument", { depth: -1, pierce: true });
   const stack = [root];
   while (stack.length) {
     const node = stack.pop();
-    if (node.nodeName === "HEARTH-OVERLAY") return node.shadowRoots?.[0] ?? null;
+    if (node.nodeName === "HEARTH-OVERLAY") {
+      const shadow = node.shadowRoots?.find((s) => s.shadowRootType === "closed");
+      const mirror = shadow && mirrorIn(shadow);
+      if (mirror) return Object.assign(node, { shadow, mirror });
+    }
+    // Not into iframes' documents: Hearth's overlay is only in the top frame.
     stack.push(...(node.children ?? []), ...(node.shadowRoots ?? []));
   }
   return null;
+}
+
+/** The overlay's shadow root node, or null while it is not in the page. */
+async function shadowRootOf(cdp) {
+  return (await hearthHost(cdp))?.shadow ?? null;
+}
+
+/** The test-state mirror's attributes, or null while the overlay is not in the page. */
+async function testState(cdp) {
+  const host = await hearthHost(cdp);
+  return host ? attributesOf(host.mirror) : null;
 }
 
 /** Node ids of the elements matching `selector` inside the overlay's shadow root (may be empty). */
@@ -146,18 +244,4 @@ async function clickInOverlayOnce(page, selector) {
 /** The text content of `selector` inside the overlay. */
 export function overlayText(page, selector) {
   return overlayEval(page, selector, "function () { return this.textContent; }");
-}
-
-/** Waits until the host's `data-<name>` is `wanted` (a value, or one of an array); returns it. */
-export async function waitForData(page, name, wanted, timeout = 15_000) {
-  const values = Array.isArray(wanted) ? wanted : [wanted];
-  const handle = await page.waitForFunction(
-    ([key, accepted]) => {
-      const value = document.querySelector("hearth-overlay")?.getAttribute(`data-${key}`) ?? null;
-      return accepted.includes(value) ? { value } : null;
-    },
-    [name, values],
-    { timeout, polling: 100 },
-  );
-  return (await handle.jsonValue()).value;
 }

@@ -156,3 +156,32 @@ test("transcript: steering keeps the task, a new task clears the answer; storage
   assert.equal(tr.reviveTranscript({ version: 2 }), null);
   assert.equal(tr.reviveTranscript("junk"), null);
 });
+
+test("transcript: a confirmation's target (what it acts on) is kept when it has the right shape", () => {
+  const t = tr.emptyTranscript();
+  const confirm = (extra) => {
+    const [id] = tr.applyUpdate(t, ev({ type: "confirm_request", call_id: `c${t.nextId}`, name: "click", arguments: { index: 4 }, risk: "high", reasons: [], message: "Allow click?", ...extra }));
+    return t.entries.find((e) => e.id === id);
+  };
+  const full = confirm({ target: { description: "the button “Place order”", index: 4, destination: "shop.example", text: null } });
+  assert.deepEqual(full.target, { description: "the button “Place order”", index: 4, destination: "shop.example", text: null });
+  assert.equal(confirm({}).target, undefined, "an engine without targets: no target");
+  assert.equal(confirm({ target: null }).target, undefined);
+  assert.equal(confirm({ target: "junk" }).target, undefined);
+  assert.deepEqual(confirm({ target: { description: 7, index: "4", text: "••••••" } }).target, { description: "", index: null, destination: null, text: "••••••" }, "wrong field types are dropped");
+  // Stored before targets existed: revived as it was.
+  const revived = tr.reviveTranscript(JSON.parse(JSON.stringify(t)));
+  assert.equal(revived.entries[1].target, undefined);
+  assert.equal(revived.entries[0].target.destination, "shop.example");
+});
+
+test("transcript: the code of a run_javascript confirmation is kept whole; other long arguments are cut", () => {
+  const t = tr.emptyTranscript();
+  const code = `/* ${"x".repeat(5000)} */ document.title`;
+  tr.applyUpdate(t, ev({ type: "confirm_request", call_id: "j", name: "run_javascript", arguments: { code, note: "y".repeat(5000) }, risk: "critical", reasons: [{ kind: "runs_javascript" }], message: "Allow run_javascript?" }));
+  const entry = t.entries.at(-1);
+  assert.equal(entry.args.code, code);
+  assert.equal(entry.args.note.length, 2001);
+  tr.applyUpdate(t, ev({ type: "confirm_request", call_id: "k", name: "type", arguments: { code }, risk: "high", reasons: [], message: "Allow type?" }));
+  assert.equal(t.entries.at(-1).args.code.length, 2001, "only run_javascript's code is exempt");
+});

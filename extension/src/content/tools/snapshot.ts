@@ -33,7 +33,7 @@
 import type { ElementInfo, Snapshot } from "../../generated/protocol";
 import { flatChildren, frameDocument, is, isCollapsedBox, isElement, isFrame, isScrollable, pageInfo, styleOf } from "./dom";
 import {
-  attributesOf, formInfo, formOf, frameOrigin, indexFor, isCrossOriginFrame, isDisabled, isInteractive, isVisible, labelOf, nameOf, roleOf,
+  attributesOf, formInfo, formOf, recordJudged, frameOrigin, indexFor, isCrossOriginFrame, isDisabled, isInteractive, isVisible, labelOf, nameOf, roleOf,
   textOf,
 } from "./elements";
 
@@ -191,5 +191,6 @@ function toInfo({ el, depth: found }: Found): ElementInfo {
   if (attributes.length > 0) info.attributes = attributes;
   const form = formOf(el);
   if (form) info.form = formInfo(form);
+  recordJudged(el);
   return info;
 }

@@ -114,6 +114,17 @@ function confirmCard(entry: Extract<Entry, { kind: "confirm" }>, actions: CardAc
     return b;
   });
   const chosen = decisions.find(([d]) => d === entry.decision);
+  // Entries stored before the engine described its targets have none.
+  const target = entry.target;
+  const description = typeof target?.description === "string" && target.description ? target.description : null;
+  const destination = typeof target?.destination === "string" && target.destination ? target.destination : null;
+  const typed = typeof target?.text === "string" ? target.text : null;
+  // The code a person allows is shown whole (scrollable), not summarized.
+  const code = entry.name === "run_javascript" && typeof entry.args.code === "string" ? entry.args.code : null;
+  // Shown on lines of their own (the typed text as the engine gives it: masked for passwords).
+  const shown = new Set([...(code === null ? [] : ["code"]), ...(typed === null ? [] : ["text"])]);
+  const rest = Object.fromEntries(Object.entries(entry.args).filter(([key]) => !shown.has(key)));
+  const summary = summarizeArgs(rest);
   return el(
     "section",
     {
@@ -124,9 +135,17 @@ function confirmCard(entry: Extract<Entry, { kind: "confirm" }>, actions: CardAc
       "data-call-id": entry.callId,
       "data-decision": entry.decision,
     },
-    el("h3", { id: titleId }, entry.message),
+    description
+      ? el("h3", { id: titleId, class: "target-description" }, el("code", { class: "tool-name" }, entry.name), " ", description)
+      : el("h3", { id: titleId }, entry.message),
+    description ? el("p", { class: "message" }, entry.message) : null,
     el("p", { class: "risk" }, el("span", { class: `badge risk-${entry.risk}` }, riskLabel(entry.risk))),
-    el("div", { class: "action" }, el("code", { class: "tool-name" }, entry.name), " ", summarizeArgs(entry.args)),
+    destination ? el("p", { class: "target-destination" }, el("span", { class: "sign", "aria-hidden": "true" }, "→ "), destination) : null,
+    typed !== null
+      ? el("p", { class: "target-text" }, el("span", { class: "sign", "aria-hidden": "true" }, "⌨ "), el("span", { class: "typed" }, `“${typed}”`))
+      : null,
+    description && !summary && code === null ? null : el("div", { class: "action" }, el("code", { class: "tool-name" }, entry.name), summary ? " " : "", summary),
+    code !== null ? el("pre", { class: "code", tabindex: "0", "aria-label": t("toolArguments") }, code) : null,
     el(
       "div",
       { id: reasonsId },
@@ -185,6 +204,10 @@ export function reasonText(reason: RiskReason): string {
       return t("reasonRunsJavascript");
     case "off_site":
       return t("reasonOffSite", reason.host);
+    case "new_window":
+      return t("reasonNewWindow");
+    case "posts_form":
+      return t("reasonPostsForm", reason.host);
   }
 }
 

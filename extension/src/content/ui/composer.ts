@@ -1,9 +1,15 @@
 // The message box: starts a task, steers a running one, or answers the model's question. Enter
 // sends, Shift+Enter starts a new line; Enter that confirms an IME composition (Chinese, Japanese…)
-// does not send. The Stop button shows while a task runs.
+// does not send. The Stop button shows while a task runs. Its keyboard and input handlers are
+// driven by the overlay's shield (ui/shield.ts): those events never reach listeners in the page,
+// nor, therefore, listeners on the textarea itself.
 
 import { button, el } from "./dom";
 import { t } from "./i18n";
+import type { ShieldHandler, ShieldedEvent } from "./shield";
+
+/** Registers a handler for an event type the shield keeps from the page. */
+export type Listen = (type: ShieldedEvent, handler: ShieldHandler) => void;
 
 export type ComposerMode = "task" | "steer" | "answer";
 
@@ -19,7 +25,7 @@ export interface Composer {
   focus(): void;
 }
 
-export function createComposer(handlers: { submit(text: string): boolean; stop(): void }): Composer {
+export function createComposer(handlers: { submit(text: string): boolean; stop(): void }, listen: Listen): Composer {
   const textarea = el("textarea", { class: "composer", rows: "2", "aria-label": t("promptLabel"), placeholder: t("promptPlaceholder") });
   const send = el("button", { type: "submit", class: "send" }, t("sendLabel"));
   const stop = button("stop", t("stopLabel"), t("stopHint"));
@@ -30,8 +36,11 @@ export function createComposer(handlers: { submit(text: string): boolean; stop()
     textarea.style.height = "auto";
     textarea.style.height = `${Math.min(textarea.scrollHeight + 2, 160)}px`;
   };
-  textarea.addEventListener("input", fit);
-  textarea.addEventListener("keydown", (e) => {
+  listen("input", (_e, target) => {
+    if (target === textarea) fit();
+  });
+  listen("keydown", (e, target) => {
+    if (target !== textarea || !(e instanceof KeyboardEvent)) return;
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing && e.keyCode !== 229) {
       e.preventDefault();
       form.requestSubmit();

@@ -1,9 +1,10 @@
 // The engine's state above the conversation: starting (with a progress bar), ready (a one-line
 // summary, GPU details folded away), needs_model (the model to download, its size, Download),
 // installing (bytes, %, speed, time left), loading (the model going onto the GPU, step by step),
-// or failed (what happened, what fixes it, and Retry). The state is mirrored on the host element
-// (data-engine, data-adapter, data-self-test, data-values, data-fused-error, data-failure,
-// data-model, data-offer, data-download, data-load) for tests.
+// or failed (what happened, what fixes it, and Retry). The state is mirrored into `data` (in test
+// builds the dataset of the overlay's hidden test-state element, inside its shadow root): data-engine,
+// data-adapter, data-self-test, data-values, data-fused-error, data-failure, data-model, data-offer,
+// data-download, data-load.
 
 import type { EngineStatus } from "../../generated/protocol";
 import { button, el } from "./dom";

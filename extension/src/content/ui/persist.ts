@@ -1,37 +1,38 @@
-// The transcript of this tab in chrome.storage.session (memory only, cleared when the browser
-// quits; survives page reloads, navigations in the tab and service-worker restarts).
+// The transcript of this tab, kept by the service worker in chrome.storage.session (memory only,
+// cleared when the browser quits; survives page reloads, navigations in the tab and
+// service-worker restarts; removed when the tab closes).
 //
-// A content script cannot learn its tab id, so the key comes from the service worker: it answers
-// `watch_engine` with `{kind: "tab_info", tab_id}`. Until then, or when the worker has not opened
-// storage.session to content scripts (setAccessLevel TRUSTED_AND_UNTRUSTED_CONTEXTS), the
-// transcript lives in memory only.
+// storage.session is closed to content scripts (it holds every tab's conversation): the overlay
+// asks the worker with `load_transcript`, `save_transcript` and `clear_transcript`, and the worker
+// files them under the sender's own tab (`sender.tab.id`). The store opens once the worker has
+// answered `watch_engine` (the overlay is connected); until then, or when the worker cannot be
+// reached, the transcript lives in memory only.
 
+import { sendFromTab } from "../../shared/messages";
 import { reviveTranscript, type Transcript } from "./transcript";
-
-export const transcriptKey = (tabId: number) => `transcript:${tabId}`;
 
 const SAVE_DELAY_MS = 250;
 
 export class TranscriptStore {
-  #key: string | null = null;
+  #open = false;
   #timer: ReturnType<typeof setTimeout> | null = null;
   #latest: Transcript | null = null;
   #broken = false;
 
   get ready(): boolean {
-    return this.#key !== null && !this.#broken;
+    return this.#open && !this.#broken;
   }
 
-  /** Sets the tab and returns what was stored for it (null if nothing, or storage is closed to us). */
-  async open(tabId: number): Promise<Transcript | null> {
-    this.#key = transcriptKey(tabId);
-    const area = this.#area();
-    if (!area) return null;
+  /**
+   * Opens the store (the worker answered `watch_engine` with this tab's id; it files the
+   * transcript under the sender's tab itself) and returns what was stored for the tab, or null.
+   */
+  async open(_tabId: number): Promise<Transcript | null> {
+    this.#open = true;
     try {
-      const stored = await area.get(this.#key);
-      return reviveTranscript(stored[this.#key]);
+      return reviveTranscript(await sendFromTab({ kind: "load_transcript" }));
     } catch {
-      // "Access to storage is not allowed from this context": the worker has not opened it.
+      // The extension was reloaded under this page: its worker is gone for this content script.
       this.#broken = true;
       return null;
     }
@@ -48,10 +49,9 @@ export class TranscriptStore {
   }
 
   async flush(): Promise<void> {
-    const area = this.#area();
-    if (!area || !this.#key || !this.#latest || this.#broken) return;
+    if (!this.ready || !this.#latest) return;
     try {
-      await area.set({ [this.#key]: this.#latest });
+      await sendFromTab({ kind: "save_transcript", transcript: this.#latest });
     } catch {
       this.#broken = true;
     }
@@ -61,12 +61,7 @@ export class TranscriptStore {
     if (this.#timer !== null) clearTimeout(this.#timer);
     this.#timer = null;
     this.#latest = null;
-    const area = this.#area();
-    if (!area || !this.#key || this.#broken) return;
-    await area.remove(this.#key).catch(() => {});
-  }
-
-  #area(): chrome.storage.StorageArea | null {
-    return this.#broken ? null : (chrome.storage?.session ?? null);
+    if (!this.ready) return;
+    await sendFromTab({ kind: "clear_transcript" }).catch(() => {});
   }
 }

@@ -29,6 +29,8 @@ export type Entry = { id: number } & (
       risk: RiskLevel;
       reasons: RiskReason[];
       message: string;
+      /** What the call acts on (absent in entries stored before the engine sent it). */
+      target?: ConfirmTarget;
       decision?: Decision;
     }
   | { kind: "ask"; callId: string; question: string; options: string[]; answer?: string }
@@ -37,6 +39,21 @@ export type Entry = { id: number } & (
   | { kind: "error"; message: string; recoverable: boolean }
   | { kind: "notice"; notice: Notice }
 );
+
+/**
+ * The element, destination and text a confirmation is about: the engine's `ActionTarget`
+ * (`confirm_request.target`), read defensively since older engines and stored entries lack it.
+ */
+export interface ConfirmTarget {
+  /** "the button “Place order”". */
+  description: string;
+  /** The element's number in the page's snapshot, when the call acts on one. */
+  index: number | null;
+  /** The site a navigation, form or link leads to. */
+  destination: string | null;
+  /** The text to be typed (masked for password fields by the engine). */
+  text: string | null;
+}
 
 export type Notice =
   | { kind: "paused"; reason: PauseReason }
@@ -221,10 +238,12 @@ function applyEvent(t: Transcript, event: AgentEvent, now: number): Touched {
           kind: "confirm",
           callId: event.call_id,
           name: event.name,
-          args: clipArgs(event.arguments),
+          // The code a person allows is shown whole.
+          args: clipArgs(event.arguments, event.name === "run_javascript" ? "code" : undefined),
           risk: event.risk,
           reasons: event.reasons,
           message: event.message,
+          ...confirmTarget((event as { target?: unknown }).target),
         }).id,
       ];
     case "ask_user":
@@ -312,11 +331,29 @@ function applyOutcome(t: Transcript, outcome: Outcome): Touched {
   return touched;
 }
 
-/** Arguments as shown and stored: long strings cut. */
-function clipArgs(args: Record<string, unknown>): Record<string, unknown> {
+/** Arguments as shown and stored: long strings cut (except `whole`). */
+function clipArgs(args: Record<string, unknown>, whole?: string): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(args ?? {})) {
-    out[key] = typeof value === "string" && value.length > 2000 ? `${value.slice(0, 2000)}…` : value;
+    out[key] = key !== whole && typeof value === "string" && value.length > 2000 ? `${value.slice(0, 2000)}…` : value;
   }
   return out;
+}
+
+const MAX_TARGET_TEXT = 2000;
+const optionalText = (value: unknown, max = MAX_TARGET_TEXT): string | null =>
+  typeof value === "string" && value.length > 0 ? value.slice(0, max) : null;
+
+/** `{ target }` from a confirm_request's `target` when it has the right shape, else nothing. */
+export function confirmTarget(value: unknown): { target?: ConfirmTarget } {
+  if (typeof value !== "object" || value === null) return {};
+  const v = value as Record<string, unknown>;
+  const index = typeof v.index === "number" && Number.isInteger(v.index) && v.index > 0 ? v.index : null;
+  const target: ConfirmTarget = {
+    description: optionalText(v.description, 500) ?? "",
+    index,
+    destination: optionalText(v.destination, 500),
+    text: optionalText(v.text, MAX_TEXT),
+  };
+  return target.description || index !== null || target.destination || target.text ? { target } : {};
 }

@@ -1,0 +1,603 @@
+//! Safety policy: pure functions deciding whether an action needs the user's confirmation (or
+//! cannot run at all), the in-memory grants and the repetition guard of one task.
+//!
+//! The model is assumed fooled by the page: the policy judges what an action will do (which
+//! site it leads to, whether it submits a form and how), from the element the latest snapshot
+//! described, never from what the model says about it.
+//! - [`site`]: URLs parsed as the browser parses them, sites by the public-suffix list.
+//! - [`words`]: committing words on a target ("Place order", "删除").
+//! - [`target`]: the target in the user's words, for the confirmation card.
+//! - [`grants`]: "Allow for this task", scoped to one tool, reason, site (and script).
+
+use std::collections::{BTreeSet, VecDeque};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use ts_rs::TS;
+
+use crate::page::{ElementInfo, FormInfo, PageInfo};
+use crate::tools::{NAVIGATE, PRESS_KEY, RUN_JAVASCRIPT, RiskLevel, ToolDefinition};
+
+pub mod grants;
+pub mod site;
+pub mod target;
+pub mod words;
+
+pub use grants::{Decision, Grants};
+pub use site::{host_of, site_of, web_url};
+pub use target::{ActionTarget, describe_target};
+pub use words::danger_word;
+
+/// URL words (whole words of the host or path) of pages where every interaction may spend money
+/// or move data.
+const SENSITIVE_URL_WORDS: &[&str] = &[
+    "checkout", "payment", "payments", "pay", "paypal", "billing", "cart", "basket", "purchase", "transfer", "bank",
+    "banking", "wallet", "cashier", "zhifu",
+];
+
+/// Why an action needs confirmation.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, TS)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RiskReason {
+    /// The target's text or attributes contain a committing word ("Place order", "删除").
+    DangerousWord {
+        word: String,
+    },
+    /// A checkout or payment page.
+    SensitivePage {
+        host: String,
+    },
+    PasswordField,
+    PaymentField,
+    RunsJavascript,
+    /// The action leads to another site: a navigation, a link, a form's destination.
+    OffSite {
+        host: String,
+    },
+    /// A link or form that opens a new tab or window.
+    NewWindow,
+    /// Submits a form with method POST (it sends data that may commit something), to `host`.
+    PostsForm {
+        host: String,
+    },
+}
+
+impl RiskReason {
+    /// A sentence for the confirmation dialog.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::DangerousWord { word } => format!("the target looks like a “{word}” action"),
+            Self::SensitivePage { host } => format!("this is a checkout or payment page on {host}"),
+            Self::PasswordField => "it types into a password field".into(),
+            Self::PaymentField => "it types into a payment card field".into(),
+            Self::RunsJavascript => "it runs JavaScript in the page".into(),
+            Self::OffSite { host } => format!("it leaves this site for {host}"),
+            Self::NewWindow => "it opens a new tab or window".into(),
+            Self::PostsForm { host } => format!("it submits a form to {host}"),
+        }
+    }
+}
+
+/// The risk of one action.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assessment {
+    pub risk: RiskLevel,
+    /// Empty when the action can run without asking.
+    pub reasons: Vec<RiskReason>,
+    /// Set when the action must not run at all (its target is unknown to the policy); the text
+    /// tells the model what to do instead.
+    pub refusal: Option<String>,
+}
+
+impl Assessment {
+    pub fn needs_confirmation(&self) -> bool {
+        self.refusal.is_none() && !self.reasons.is_empty()
+    }
+
+    fn refused(risk: RiskLevel, why: impl Into<String>) -> Self {
+        Self { risk, reasons: Vec::new(), refusal: Some(why.into()) }
+    }
+}
+
+/// Arguments that name an element of the latest snapshot.
+const INDEX_ARGUMENTS: &[&str] = &["index", "to_index"];
+
+/// Where submitting a form leads, and how.
+struct Submission<'a> {
+    form: &'a FormInfo,
+    /// The destination: the submitter's `formaction` or the form's action.
+    action: &'a str,
+    /// `get` or `post` (`formmethod` of the submitter first).
+    method: String,
+    /// `formtarget` of the submitter, or the form's `target`.
+    target: Option<&'a str>,
+}
+
+/// Assesses a validated call. `target` is the element an index argument points at, looked up
+/// in the latest snapshot (`None` when the index is not in it, or there is no snapshot);
+/// `page` is the page the action runs on.
+pub fn assess(
+    tool: &ToolDefinition,
+    arguments: &Map<String, Value>,
+    target: Option<&ElementInfo>,
+    page: Option<&PageInfo>,
+) -> Assessment {
+    let mut reasons = BTreeSet::new();
+    let risk = tool.risk;
+    let key = arguments.get("key").and_then(Value::as_str);
+    // Enter and Space activate their target like a click (and Enter submits a field's form).
+    let commits_key = tool.name == PRESS_KEY && matches!(key, Some("Enter" | "Space"));
+    let names_element = INDEX_ARGUMENTS.iter().any(|k| arguments.contains_key(*k));
+    if names_element && target.is_none() {
+        return Assessment::refused(
+            risk,
+            "That element is not in the latest snapshot (the page may have changed, or no snapshot was taken in this task). Take a new snapshot and use a number from it.",
+        );
+    }
+    if commits_key && target.is_none() {
+        // Without an index the key goes to whatever has the focus, which the policy cannot judge.
+        return Assessment::refused(
+            risk,
+            "press_key Enter or Space needs the index of the element it acts on (from the latest snapshot).",
+        );
+    }
+    let from_site = page.and_then(|p| host_of(&p.url)).map(|h| site_of(&h));
+    let page_url = page.map(|p| p.url.as_str());
+    // Leaving the site, by whatever means: judged on the destination URL as the browser reads it.
+    let judge_destination = |reasons: &mut BTreeSet<RiskReason>, url: &url::Url| {
+        let host = url.host_str().unwrap_or_default().to_owned();
+        if from_site.as_deref() != Some(site_of(&host).as_str()) {
+            reasons.insert(RiskReason::OffSite { host: host.clone() });
+        }
+        if is_sensitive_url(url.as_str()) {
+            reasons.insert(RiskReason::SensitivePage { host });
+        }
+    };
+    if tool.name == RUN_JAVASCRIPT {
+        reasons.insert(RiskReason::RunsJavascript);
+    }
+    if tool.name == NAVIGATE {
+        let text = arguments.get("url").and_then(Value::as_str).unwrap_or_default();
+        match web_url(text, page_url) {
+            Some(url) => judge_destination(&mut reasons, &url),
+            None => return Assessment::refused(risk, "Only http:// and https:// addresses can be opened."),
+        }
+    }
+    let activates = tool.name == "click" || commits_key;
+    let interacts = matches!(tool.name.as_str(), "click" | "type" | "select") || commits_key;
+    if interacts && let Some(page) = page.filter(|p| is_sensitive_url(&p.url)) {
+        reasons.insert(RiskReason::SensitivePage { host: host_of(&page.url).unwrap_or_default() });
+    }
+    if let Some(el) = target.filter(|_| interacts) {
+        if activates && let Some(word) = danger_word(&target_text(el)) {
+            reasons.insert(RiskReason::DangerousWord { word });
+        }
+        if tool.name == "select"
+            && let Some(word) = danger_word(&label_text(el))
+        {
+            reasons.insert(RiskReason::DangerousWord { word });
+        }
+        // A link leads where its href says (resolved by the page), in this tab or another.
+        if activates && is_link(el) {
+            if let Some(url) = el.attr("href").and_then(|h| web_url(h, page_url)) {
+                judge_destination(&mut reasons, &url);
+            }
+            if opens_elsewhere(el.attr("target")) {
+                reasons.insert(RiskReason::NewWindow);
+            }
+        }
+        if tool.name == "type" {
+            if is_password_field(el) {
+                reasons.insert(RiskReason::PasswordField);
+            }
+            if is_payment_field(el) {
+                reasons.insert(RiskReason::PaymentField);
+            }
+        }
+        // Submitting a form, by any means: a submit control clicked or activated by key, Enter
+        // in one of its fields, `type … submit:true`.
+        let submits = (activates && is_submit_control(el))
+            || (tool.name == "type" && arguments.get("submit") == Some(&Value::Bool(true)))
+            || (key == Some("Enter") && is_text_field(el));
+        if submits && let Some(submission) = submission_of(el) {
+            match web_url(submission.action, page_url) {
+                Some(url) => {
+                    let host = url.host_str().unwrap_or_default().to_owned();
+                    judge_destination(&mut reasons, &url);
+                    if submission.method == "post" {
+                        reasons.insert(RiskReason::PostsForm { host });
+                    }
+                }
+                // A form whose action is not a web address (`javascript:`…) cannot be judged.
+                None if !submission.action.is_empty() => {
+                    reasons.insert(RiskReason::PostsForm { host: submission.action.chars().take(60).collect() });
+                }
+                None => {}
+            }
+            if opens_elsewhere(submission.target) {
+                reasons.insert(RiskReason::NewWindow);
+            }
+            if let Some(word) = danger_word(&format!("{} {}", submission.action, submission.form.name)) {
+                reasons.insert(RiskReason::DangerousWord { word });
+            }
+        }
+    }
+    let risk = if reasons.is_empty() { risk } else { risk.max(RiskLevel::High) };
+    Assessment { risk, reasons: reasons.into_iter().collect(), refusal: None }
+}
+
+/// The text that says what an activated element does (its label, value and identifiers).
+fn target_text(el: &ElementInfo) -> String {
+    let mut parts = vec![label_text(el)];
+    parts.extend(el.attr("value").map(str::to_owned));
+    parts.join(" ")
+}
+
+/// An element's label and identifiers (for typing, the field's own value is left out: it is
+/// what is about to be replaced).
+fn label_text(el: &ElementInfo) -> String {
+    let mut parts = vec![el.text.as_str()];
+    for key in ["aria-label", "title", "name", "id", "alt"] {
+        parts.extend(el.attr(key));
+    }
+    parts.join(" ")
+}
+
+fn is_link(el: &ElementInfo) -> bool {
+    el.attr("href").is_some() && (matches!(el.tag.as_str(), "a" | "area") || el.role.as_deref() == Some("link"))
+}
+
+/// Whether a browsing-context name opens another tab or window (`_blank`, or a named one).
+fn opens_elsewhere(target: Option<&str>) -> bool {
+    target
+        .map(str::trim)
+        .is_some_and(|t| !t.is_empty() && !["_self", "_top", "_parent"].contains(&t.to_ascii_lowercase().as_str()))
+}
+
+fn is_submit_control(el: &ElementInfo) -> bool {
+    let ty = el.attr("type").map(str::to_ascii_lowercase);
+    match el.tag.as_str() {
+        "button" => ty.as_deref().is_none_or(|t| t == "submit") && el.form.is_some(),
+        "input" => matches!(ty.as_deref(), Some("submit" | "image")),
+        _ => false,
+    }
+}
+
+/// Fields where Enter submits the form (implicit submission).
+fn is_text_field(el: &ElementInfo) -> bool {
+    el.tag == "input"
+        && !matches!(
+            el.attr("type").map(str::to_ascii_lowercase).as_deref(),
+            Some("checkbox" | "radio" | "button" | "reset" | "file" | "range" | "color")
+        )
+}
+
+fn submission_of(el: &ElementInfo) -> Option<Submission<'_>> {
+    let form = el.form.as_ref()?;
+    let action = el.attr("formaction").filter(|a| !a.is_empty()).unwrap_or(&form.action);
+    let method = el.attr("formmethod").filter(|m| !m.is_empty()).unwrap_or(&form.method).to_ascii_lowercase();
+    let target = el.attr("formtarget").or(form.target.as_deref());
+    Some(Submission { form, action, method, target })
+}
+
+pub fn is_password_field(el: &ElementInfo) -> bool {
+    el.attr("type").is_some_and(|t| t.eq_ignore_ascii_case("password"))
+        || el.attr("autocomplete").is_some_and(|a| a.to_ascii_lowercase().contains("password"))
+}
+
+pub fn is_payment_field(el: &ElementInfo) -> bool {
+    if el.attr("autocomplete").is_some_and(|a| a.trim().to_ascii_lowercase().starts_with("cc-")) {
+        return true;
+    }
+    let ids =
+        format!("{} {} {}", el.attr("name").unwrap_or(""), el.attr("id").unwrap_or(""), el.text).to_ascii_lowercase();
+    ["card", "cvv", "cvc", "ccnum", "cc-num", "security code", "iban", "卡号"].iter().any(|w| ids.contains(w))
+}
+
+/// Whether a URL's host or path names a checkout/payment step.
+pub fn is_sensitive_url(url: &str) -> bool {
+    let Some(url) = web_url(url, None) else { return false };
+    let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
+    let path = url.path().to_ascii_lowercase();
+    [host, path]
+        .iter()
+        .any(|part| part.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| SENSITIVE_URL_WORDS.contains(&w)))
+}
+
+/// Pauses a task that repeats the same action: `max_repeats` identical calls within
+/// `window_ms` (a model stuck in a loop).
+#[derive(Debug, Clone)]
+pub struct RepetitionGuard {
+    pub max_repeats: usize,
+    pub window_ms: u64,
+    recent: VecDeque<(String, u64)>,
+}
+
+impl RepetitionGuard {
+    pub fn new(max_repeats: usize, window_ms: u64) -> Self {
+        Self { max_repeats, window_ms, recent: VecDeque::new() }
+    }
+
+    /// Records an action at `now_ms`; true when it is the `max_repeats`-th identical one in the
+    /// window (the task should pause before running it).
+    pub fn record(&mut self, tool: &str, arguments: &Map<String, Value>, now_ms: u64) -> bool {
+        let key = format!("{tool}{}", Value::Object(arguments.clone()));
+        while self.recent.front().is_some_and(|(_, t)| now_ms.saturating_sub(*t) > self.window_ms) {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((key.clone(), now_ms));
+        let count = self.recent.iter().filter(|(k, _)| *k == key).count();
+        count >= self.max_repeats.max(1)
+    }
+
+    /// Forgets history (after the user resumes a paused task).
+    pub fn reset(&mut self) {
+        self.recent.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::page::FormInfo;
+    use crate::tools::builtin_tools;
+    use serde_json::json;
+
+    fn tool(name: &str) -> ToolDefinition {
+        builtin_tools().into_iter().find(|t| t.name == name).unwrap()
+    }
+
+    fn button(text: &str) -> ElementInfo {
+        ElementInfo { index: 1, tag: "button".into(), text: text.into(), ..Default::default() }
+    }
+
+    fn with(mut el: ElementInfo, attrs: &[(&str, &str)]) -> ElementInfo {
+        el.attributes.extend(attrs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        el
+    }
+
+    fn link(href: &str) -> ElementInfo {
+        with(
+            ElementInfo { index: 1, tag: "a".into(), text: "Read more".into(), ..Default::default() },
+            &[("href", href)],
+        )
+    }
+
+    fn in_form(mut el: ElementInfo, action: &str, method: &str) -> ElementInfo {
+        el.form = Some(FormInfo { action: action.into(), method: method.into(), ..Default::default() });
+        el
+    }
+
+    fn field() -> ElementInfo {
+        ElementInfo { index: 1, tag: "input".into(), text: "Search".into(), ..Default::default() }
+    }
+
+    fn page(url: &str) -> PageInfo {
+        PageInfo { url: url.into(), title: String::new() }
+    }
+
+    fn run(name: &str, args: Value, el: Option<&ElementInfo>, url: &str) -> Assessment {
+        assess(&tool(name), args.as_object().unwrap(), el, Some(&page(url)))
+    }
+
+    fn click(el: &ElementInfo, url: &str) -> Assessment {
+        run("click", json!({"index": 1}), Some(el), url)
+    }
+
+    #[test]
+    fn enter_and_space_commit_like_a_click_other_keys_do_not() {
+        let press = |key: &str, el: &ElementInfo| {
+            run("press_key", json!({"key": key, "index": 1}), Some(el), "https://shop.test/")
+        };
+        assert!(press("Enter", &button("Place order")).needs_confirmation());
+        assert!(press("Space", &button("Delete")).needs_confirmation());
+        assert!(!press("ArrowDown", &button("Place order")).needs_confirmation());
+        // Enter in a field submits its form: the form's action counts.
+        let field =
+            in_form(ElementInfo { index: 1, tag: "input".into(), ..Default::default() }, "/checkout/pay", "get");
+        assert!(press("Enter", &field).needs_confirmation());
+        assert!(!press("Escape", &field).needs_confirmation());
+    }
+
+    #[test]
+    fn enter_or_space_without_an_index_is_refused() {
+        for key in ["Enter", "Space"] {
+            let a = run("press_key", json!({"key": key}), None, "https://shop.test/");
+            assert!(a.refusal.is_some() && !a.needs_confirmation(), "{key}");
+        }
+        let a = run("press_key", json!({"key": "ArrowDown"}), None, "https://shop.test/");
+        assert!(a.refusal.is_none() && !a.needs_confirmation());
+    }
+
+    #[test]
+    fn an_index_missing_from_the_snapshot_is_refused() {
+        for (name, args) in [
+            ("click", json!({"index": 9})),
+            ("type", json!({"index": 9, "text": "x"})),
+            ("hover", json!({"index": 9})),
+            ("scroll", json!({"to_index": 9})),
+            ("press_key", json!({"key": "ArrowDown", "index": 9})),
+        ] {
+            let a = run(name, args, None, "https://shop.test/");
+            assert!(a.refusal.as_deref().is_some_and(|r| r.contains("snapshot")), "{name}");
+        }
+        assert!(run("scroll", json!({"direction": "down"}), None, "https://shop.test/").refusal.is_none());
+    }
+
+    #[test]
+    fn harmless_click_is_allowed() {
+        let a = click(&button("Next page"), "https://shop.test/list");
+        assert!(!a.needs_confirmation());
+        assert_eq!(a.risk, RiskLevel::Medium);
+        assert!(!click(&button("Order history"), "https://shop.test/").needs_confirmation());
+        assert!(!click(&link("https://shop.test/orders"), "https://www.shop.test/").needs_confirmation());
+    }
+
+    #[test]
+    fn committing_words_in_english_and_chinese() {
+        for (text, word) in [
+            ("Place order", "place order"),
+            ("Pay now", "pay"),
+            ("Delete account", "delete"),
+            ("Post", "post"),
+            ("Reply", "reply"),
+            ("立即购买", "购买"),
+        ] {
+            let a = click(&button(text), "https://shop.test/");
+            assert_eq!(a.reasons, vec![RiskReason::DangerousWord { word: word.into() }], "{text}");
+            assert_eq!(a.risk, RiskLevel::High);
+        }
+        // Attributes count too: an icon button labelled only by aria-label.
+        let icon = with(button(""), &[("aria-label", "Delete item")]);
+        assert!(click(&icon, "https://a.test/").needs_confirmation());
+    }
+
+    #[test]
+    fn submit_button_inherits_its_form() {
+        let b = in_form(with(button("Continue"), &[("type", "submit")]), "https://money.test/api/transfer", "get");
+        assert_eq!(
+            click(&b, "https://money.test/").reasons,
+            vec![
+                RiskReason::DangerousWord { word: "transfer".into() },
+                RiskReason::SensitivePage { host: "money.test".into() }
+            ]
+        );
+    }
+
+    #[test]
+    fn links_and_forms_that_leave_the_site_ask() {
+        let from = "https://www.example.com/";
+        assert_eq!(
+            click(&link("https://evil.test/collect?d=secret"), from).reasons,
+            vec![RiskReason::OffSite { host: "evil.test".into() }]
+        );
+        // Parsed as the browser does: the backslash ends the host.
+        assert!(click(&link("https://evil.test\\@www.example.com/"), from).needs_confirmation());
+        // A same-site link that opens a new tab asks too.
+        let blank = with(link("https://www.example.com/help"), &[("target", "_blank")]);
+        assert_eq!(click(&blank, from).reasons, vec![RiskReason::NewWindow]);
+        // A GET form to another site, by a button, Enter in a field, or type … submit:true.
+        let off = "https://evil.test/log";
+        let submit = in_form(button("Search"), off, "get");
+        assert!(click(&submit, from).reasons.contains(&RiskReason::OffSite { host: "evil.test".into() }));
+        let f = in_form(field(), off, "get");
+        assert!(run("press_key", json!({"key": "Enter", "index": 1}), Some(&f), from).needs_confirmation());
+        assert!(run("type", json!({"index": 1, "text": "x", "submit": true}), Some(&f), from).needs_confirmation());
+        assert!(!run("type", json!({"index": 1, "text": "x"}), Some(&f), from).needs_confirmation());
+        // A submitter's formaction overrides the form's action.
+        let sneaky = with(in_form(button("Search"), "/search", "get"), &[("formaction", "https://evil.test/x")]);
+        assert!(click(&sneaky, from).needs_confirmation());
+        // A search form on the same site is fine, even when submitted.
+        let search = in_form(field(), "/search", "get");
+        assert!(
+            !run("type", json!({"index": 1, "text": "shoes", "submit": true}), Some(&search), from)
+                .needs_confirmation()
+        );
+    }
+
+    #[test]
+    fn post_forms_ask_by_any_means() {
+        let from = "https://forum.test/thread/1";
+        let reasons = |a: Assessment| a.reasons;
+        let b = in_form(button("Go"), "/thread/1/new", "post");
+        assert_eq!(reasons(click(&b, from)), vec![RiskReason::PostsForm { host: "forum.test".into() }]);
+        let f = in_form(field(), "/thread/1/new", "post");
+        assert!(run("press_key", json!({"key": "Enter", "index": 1}), Some(&f), from).needs_confirmation());
+        assert!(run("press_key", json!({"key": "Space", "index": 1}), Some(&b), from).needs_confirmation());
+        assert!(run("type", json!({"index": 1, "text": "hi", "submit": true}), Some(&f), from).needs_confirmation());
+        // formmethod on the submitter turns a GET form into a POST.
+        let b = with(in_form(button("Go"), "/q", "get"), &[("formmethod", "POST")]);
+        assert!(click(&b, from).needs_confirmation());
+    }
+
+    #[test]
+    fn checkout_pages_need_confirmation_for_any_interaction() {
+        let a = click(&button("Next"), "https://shop.test/checkout/step2");
+        assert_eq!(a.reasons, vec![RiskReason::SensitivePage { host: "shop.test".into() }]);
+        assert!(click(&button("Next"), "https://pay.example.com/").needs_confirmation());
+        assert!(!click(&button("Next"), "https://shop.test/display?q=payment").needs_confirmation());
+    }
+
+    #[test]
+    fn password_and_card_fields() {
+        let args = json!({"index": 1, "text": "x"});
+        let pw = with(ElementInfo { index: 1, tag: "input".into(), ..Default::default() }, &[("type", "password")]);
+        assert_eq!(
+            run("type", args.clone(), Some(&pw), "https://a.test/login").reasons,
+            vec![RiskReason::PasswordField]
+        );
+        let cc =
+            with(ElementInfo { index: 1, tag: "input".into(), ..Default::default() }, &[("autocomplete", "cc-number")]);
+        assert_eq!(run("type", args, Some(&cc), "https://a.test/").reasons, vec![RiskReason::PaymentField]);
+    }
+
+    #[test]
+    fn javascript_always_asks() {
+        let a = assess(&tool("run_javascript"), json!({"code": "1"}).as_object().unwrap(), None, None);
+        assert_eq!(a.reasons, vec![RiskReason::RunsJavascript]);
+        assert_eq!(a.risk, RiskLevel::Critical);
+    }
+
+    #[test]
+    fn navigation_off_site_asks_on_site_does_not() {
+        let go = |url: &str, from: &str| run("navigate", json!({"url": url}), None, from);
+        assert!(!go("https://docs.example.com/a", "https://www.example.com/").needs_confirmation());
+        assert!(!go("https://www.bbc.co.uk/news", "https://bbc.co.uk/").needs_confirmation());
+        assert_eq!(
+            go("https://evil.test/x", "https://www.example.com/").reasons,
+            vec![RiskReason::OffSite { host: "evil.test".into() }]
+        );
+        assert!(go("https://example.com/checkout", "https://example.com/").needs_confirmation());
+        // Crafted URLs the old hand parser read as on-site.
+        assert!(go("https://evil.test\\@www.example.com/", "https://www.example.com/").needs_confirmation());
+        assert!(go("//evil.test/?q=1", "https://www.example.com/").needs_confirmation());
+        assert!(go("https://mallory.github.io/", "https://alice.github.io/").needs_confirmation());
+        assert!(go("javascript:alert(1)", "https://www.example.com/").refusal.is_some());
+        // Without a known page every navigation asks.
+        assert!(
+            assess(&tool("navigate"), json!({"url": "https://a.test/"}).as_object().unwrap(), None, None)
+                .needs_confirmation()
+        );
+    }
+
+    #[test]
+    fn grants_cover_one_tool_reason_site_and_script() {
+        let mut g = Grants::default();
+        let here = grants::GrantScope { site: "a.test".into(), script: None };
+        let there = grants::GrantScope { site: "b.test".into(), script: None };
+        let del = click(&button("Delete"), "https://a.test/");
+        let send = click(&button("Send"), "https://a.test/");
+        assert!(!g.covers("click", &del, &here));
+        g.grant("click", &del, &here);
+        assert!(g.covers("click", &del, &here));
+        assert!(!g.covers("click", &del, &there));
+        assert!(!g.covers("click", &send, &here));
+        assert!(!g.covers("type", &del, &here));
+        // A script grant covers exactly that script.
+        let js = assess(&tool("run_javascript"), json!({"code": "1"}).as_object().unwrap(), None, None);
+        let one = grants::GrantScope { site: "a.test".into(), script: Some("document.title".into()) };
+        let other = grants::GrantScope { site: "a.test".into(), script: Some("fetch('//evil.test')".into()) };
+        g.grant("run_javascript", &js, &one);
+        assert!(g.covers("run_javascript", &js, &one));
+        assert!(!g.covers("run_javascript", &js, &other));
+        g.clear();
+        assert!(!g.covers("click", &del, &here));
+    }
+
+    #[test]
+    fn repetition_pauses_within_the_window_only() {
+        let mut r = RepetitionGuard::new(3, 10_000);
+        let a = json!({"index": 1});
+        let a = a.as_object().unwrap();
+        assert!(!r.record("click", a, 0));
+        assert!(!r.record("click", a, 1_000));
+        assert!(r.record("click", a, 2_000));
+        let mut r = RepetitionGuard::new(3, 10_000);
+        assert!(!r.record("click", a, 0));
+        assert!(!r.record("click", a, 20_000));
+        assert!(!r.record("click", a, 40_000));
+        // Different arguments are different actions.
+        let b = json!({"index": 2});
+        assert!(!r.record("click", b.as_object().unwrap(), 40_001));
+    }
+}

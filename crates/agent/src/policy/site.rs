@@ -1,0 +1,75 @@
+//! Where an action leads: URLs parsed as the browser parses them (WHATWG, the `url` crate) and
+//! sites compared by registrable domain (the public-suffix list, the `psl` crate).
+
+use url::Url;
+
+/// An http(s) URL as the browser would parse it, relative ones resolved against `base`.
+/// `None` for anything else (`javascript:`, `data:`, unparsable text).
+pub fn web_url(text: &str, base: Option<&str>) -> Option<Url> {
+    let base = base.and_then(|b| Url::parse(b).ok());
+    let url = Url::options().base_url(base.as_ref()).parse(text).ok()?;
+    matches!(url.scheme(), "http" | "https").then_some(url)
+}
+
+/// The host of an http(s) URL, lower case, without port or credentials (as the browser sees it:
+/// `https://evil.test\@good.test/` is on evil.test).
+pub fn host_of(url: &str) -> Option<String> {
+    let url = web_url(url, None)?;
+    url.host_str().map(|h| h.trim_end_matches('.').to_owned()).filter(|h| !h.is_empty())
+}
+
+/// The site of a host: its registrable domain by the public-suffix list (`www.bbc.co.uk` →
+/// `bbc.co.uk`, `user.github.io` stays whole), or the host itself for IP addresses, `localhost`
+/// and names that are a public suffix.
+pub fn site_of(host: &str) -> String {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        return host.to_owned();
+    }
+    psl::domain_str(host).map_or_else(|| host.to_owned(), str::to_owned)
+}
+
+/// The site of a URL (see [`site_of`]); `None` when it is not an http(s) URL with a host.
+pub fn site_of_url(url: &Url) -> Option<String> {
+    url.host_str().filter(|h| !h.is_empty()).map(site_of)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_as_the_browser_parses_them() {
+        assert_eq!(host_of("https://user:pw@Shop.Test:8080/a?b").as_deref(), Some("shop.test"));
+        // WHATWG: a backslash is a slash in special schemes, so the host ends before it.
+        assert_eq!(host_of("https://evil.test\\@good.test/").as_deref(), Some("evil.test"));
+        assert_eq!(host_of("  https://EVIL.test./x").as_deref(), Some("evil.test"));
+        assert_eq!(host_of("https://good.test@evil.test/").as_deref(), Some("evil.test"));
+        assert_eq!(host_of("https://xn--80ak6aa92e.com/").as_deref(), Some("xn--80ak6aa92e.com"));
+        assert_eq!(host_of("https://аpple.com/").as_deref(), Some("xn--pple-43d.com"));
+        assert_eq!(host_of("javascript:alert(1)"), None);
+        assert_eq!(host_of("data:text/html,hi"), None);
+        assert_eq!(host_of("/relative"), None);
+    }
+
+    #[test]
+    fn relative_urls_resolve_against_the_page() {
+        let page = Some("https://shop.test/cart/");
+        assert_eq!(web_url("../pay", page).unwrap().as_str(), "https://shop.test/pay");
+        assert_eq!(web_url("//evil.test/x", page).unwrap().host_str(), Some("evil.test"));
+        assert!(web_url("javascript:void 0", page).is_none());
+    }
+
+    #[test]
+    fn sites_by_the_public_suffix_list() {
+        assert_eq!(site_of("a.b.example.com"), "example.com");
+        assert_eq!(site_of("www.bbc.co.uk"), "bbc.co.uk");
+        // Private suffixes: two users of github.io are two sites.
+        assert_ne!(site_of("alice.github.io"), site_of("mallory.github.io"));
+        assert_eq!(site_of("shop.example.com.au"), "example.com.au");
+        assert_eq!(site_of("127.0.0.1"), "127.0.0.1");
+        assert_eq!(site_of("localhost"), "localhost");
+        assert_eq!(site_of("[::1]"), "::1");
+    }
+}

@@ -1,0 +1,246 @@
+//! The messages on `chrome.runtime`, one enum per sender and receiver.
+//!
+//! There is no envelope and no `to` field: a receiver never trusts what a message says about who
+//! sent it. It classifies the browser's `MessageSender` (extension/src/shared/messages.ts
+//! `senderRole`) and parses the message as the enum of that sender, dropping everything else:
+//!
+//! | sender → receiver              | enum               | sender check (by the receiver)                              |
+//! |--------------------------------|--------------------|-------------------------------------------------------------|
+//! | tab (content script) → worker  | [`TabToWorker`]    | our id, `sender.tab.id` set, top frame, not an extension page |
+//! | offscreen document → worker    | [`EngineToWorker`] | `sender.url` is `offscreen.html`, no `sender.tab`            |
+//! | options page → worker          | [`OptionsToWorker`]| `sender.url` is `options.html`                               |
+//! | worker → offscreen document    | [`WorkerToEngine`] | `sender.url` is `service-worker.js`, no `sender.tab`         |
+//! | worker → tab (content script)  | [`WorkerToTab`]    | our id, no `sender.tab`                                      |
+//!
+//! A tab's messages carry no tab id: the worker takes it from `sender.tab.id`, so a content script
+//! (or a compromised renderer speaking as one) can only act on its own tab. Every enum is tagged by
+//! `kind` (`{"kind": "watch_engine"}`); `WorkerToEngine` keeps the shape the engine (crates/offscreen)
+//! parses.
+
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+use crate::{EngineStatus, PageInfo, TaskAction, TaskSettings, TaskUpdate, ToolRequest};
+
+/// What a tab's content script (the overlay) sends to the service worker. The worker acts on the
+/// sender's own tab (`sender.tab.id`) only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TabToWorker {
+    /// Send me the engine's state now and whenever it changes. The response is `{tab_id}`, this
+    /// tab's id (a content script cannot learn it otherwise).
+    WatchEngine,
+    /// The user agreed to download this model (the one a `needs_model` status offered).
+    InstallModel { model_id: String },
+    /// Start a task with this message (the worker adds the tab and the settings).
+    StartTask { text: String, page: Option<PageInfo> },
+    /// The user acted on this tab's task.
+    TaskControl { action: TaskAction },
+    /// The response is this tab's stored overlay transcript, or `null`.
+    LoadTranscript,
+    /// Store this tab's overlay transcript (in `storage.session`, which content scripts cannot
+    /// open); the response comes once it is stored. The worker does not look inside: its shape is
+    /// the overlay's (extension/src/content/ui/transcript.ts).
+    SaveTranscript {
+        #[ts(type = "unknown")]
+        transcript: serde_json::Value,
+    },
+    /// Remove this tab's stored overlay transcript.
+    ClearTranscript,
+}
+
+/// What the offscreen document (the engine) sends to the service worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EngineToWorker {
+    /// Its script is loaded and listening.
+    OffscreenReady,
+    /// The engine's state changed.
+    EngineStatus { status: EngineStatus },
+    /// Progress of a tab's task.
+    TaskUpdate { tab_id: u32, update: TaskUpdate },
+    /// Run a tool; the message's response is a `ToolReply`.
+    RunTool { request: ToolRequest },
+}
+
+/// What the options page sends to the service worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum OptionsToWorker {
+    /// A model was installed from a folder; start the engine again if it was waiting for one.
+    ModelInstalled { model_id: String },
+}
+
+/// Requests the service worker sends to the offscreen document (the engine).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum WorkerToEngine {
+    /// Initialise the GPU, check it with a computation whose answer is known, load the model:
+    /// `model_id` is a manifest id from the settings, or `None` for the build's default (the
+    /// bundled test model in test builds). The response is the resulting `EngineStatus`, which is
+    /// `needs_model` when the model is not installed.
+    StartEngine { model_id: Option<String> },
+    /// Download, verify and store a model, then load it; `installing` statuses stream meanwhile
+    /// and the response is the final `EngineStatus`.
+    InstallModel { model_id: String },
+    /// Start a task in the tab's conversation (created on first use).
+    StartTask {
+        tab_id: u32,
+        text: String,
+        page: Option<PageInfo>,
+        settings: TaskSettings,
+        /// The tab's conversation as last reported (`TaskUpdate::History`), for an engine that no
+        /// longer holds it (the offscreen document was recreated); ignored otherwise.
+        #[serde(default)]
+        history: Option<String>,
+    },
+    /// The user acted on the tab's task.
+    TaskControl { tab_id: u32, action: TaskAction },
+}
+
+/// What the service worker sends to a tab's content script (`chrome.tabs.sendMessage`, top frame).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum WorkerToTab {
+    /// The engine's current state.
+    EngineStatus { status: EngineStatus },
+    /// Progress of this tab's task.
+    TaskUpdate { update: TaskUpdate },
+    /// Run a page tool (snapshot, click, type…); the message's response is a `ToolReply`.
+    RunTool { request: ToolRequest },
+    /// Abort the tools running in this tab (the user pressed stop).
+    CancelTools,
+    /// Open the overlay with the page's selection as context (the keyboard shortcut).
+    OpenOverlay,
+}
+
+/// JSON in and out, for every message enum.
+pub trait BusMessage: Serialize + serde::de::DeserializeOwned {
+    /// Parses a message received from JavaScript; `None` when it is not one of this enum's.
+    fn from_json(json: &str) -> Option<Self> {
+        serde_json::from_str(json).ok()
+    }
+
+    fn to_json(&self) -> String {
+        // Serialising these plain enums cannot fail: no maps with non-string keys, no foreign types.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+impl BusMessage for TabToWorker {}
+impl BusMessage for EngineToWorker {}
+impl BusMessage for OptionsToWorker {}
+impl BusMessage for WorkerToEngine {}
+impl BusMessage for WorkerToTab {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn wire<T: BusMessage>(msg: &T) -> serde_json::Value {
+        serde_json::from_str(&msg.to_json()).unwrap()
+    }
+
+    #[test]
+    fn tab_messages_are_tagged_by_kind_and_carry_no_tab() {
+        assert_eq!(TabToWorker::WatchEngine.to_json(), r#"{"kind":"watch_engine"}"#);
+        assert_eq!(
+            wire(&TabToWorker::StartTask { text: "hi".into(), page: None }),
+            json!({"kind": "start_task", "text": "hi", "page": null})
+        );
+        assert_eq!(
+            TabToWorker::from_json(r#"{"kind":"install_model","model_id":"m"}"#),
+            Some(TabToWorker::InstallModel { model_id: "m".into() })
+        );
+        assert_eq!(TabToWorker::from_json(r#"{"kind":"load_transcript"}"#), Some(TabToWorker::LoadTranscript));
+        assert_eq!(TabToWorker::from_json(r#"{"kind":"clear_transcript"}"#), Some(TabToWorker::ClearTranscript));
+    }
+
+    #[test]
+    fn a_transcript_travels_as_opaque_json() {
+        let transcript = json!({"entries": [{"id": 1, "kind": "user", "text": "hello"}], "nextId": 2, "open": true});
+        let msg = TabToWorker::SaveTranscript { transcript: transcript.clone() };
+        assert_eq!(wire(&msg), json!({"kind": "save_transcript", "transcript": transcript}));
+        assert_eq!(TabToWorker::from_json(&msg.to_json()), Some(msg));
+    }
+
+    #[test]
+    fn a_tab_cannot_name_another_tab() {
+        // The tab id the old bus accepted from tabs is not part of a tab's messages: serde drops it,
+        // and the engine's messages (which carry one) are not tab messages at all.
+        let forged = TabToWorker::from_json(r#"{"kind":"task_control","tab_id":7,"action":{"action":"stop"}}"#);
+        assert_eq!(forged, Some(TabToWorker::TaskControl { action: TaskAction::Stop }));
+        assert_eq!(
+            TabToWorker::from_json(r#"{"kind":"task_update","tab_id":7,"update":{"update":"history","history":""}}"#),
+            None
+        );
+        assert_eq!(TabToWorker::from_json(r#"{"kind":"offscreen_ready"}"#), None);
+        assert_eq!(TabToWorker::from_json(r#"{"kind":"model_installed","model_id":"m"}"#), None);
+        let run_tool =
+            r#"{"kind":"run_tool","request":{"request_id":1,"tab_id":7,"name":"run_javascript","arguments":{}}}"#;
+        assert_eq!(TabToWorker::from_json(run_tool), None);
+    }
+
+    #[test]
+    fn engine_messages_keep_their_shapes() {
+        assert_eq!(EngineToWorker::OffscreenReady.to_json(), r#"{"kind":"offscreen_ready"}"#);
+        assert_eq!(
+            wire(&EngineToWorker::EngineStatus { status: EngineStatus::Starting }),
+            json!({"kind": "engine_status", "status": {"state": "starting"}})
+        );
+        assert_eq!(
+            EngineToWorker::from_json(
+                r#"{"kind":"task_update","tab_id":3,"update":{"update":"history","history":"h"}}"#
+            ),
+            Some(EngineToWorker::TaskUpdate { tab_id: 3, update: TaskUpdate::History { history: "h".into() } })
+        );
+        assert_eq!(EngineToWorker::from_json(r#"{"kind":"watch_engine"}"#), None);
+    }
+
+    #[test]
+    fn options_messages() {
+        let msg = OptionsToWorker::ModelInstalled { model_id: "gemma".into() };
+        assert_eq!(msg.to_json(), r#"{"kind":"model_installed","model_id":"gemma"}"#);
+        assert_eq!(OptionsToWorker::from_json(r#"{"kind":"start_task","text":"x","page":null}"#), None);
+    }
+
+    #[test]
+    fn engine_requests_keep_the_wire_format_the_engine_parses() {
+        assert_eq!(
+            WorkerToEngine::StartEngine { model_id: None }.to_json(),
+            r#"{"kind":"start_engine","model_id":null}"#
+        );
+        assert_eq!(
+            wire(&WorkerToEngine::TaskControl { tab_id: 4, action: TaskAction::Forget }),
+            json!({"kind": "task_control", "tab_id": 4, "action": {"action": "forget"}})
+        );
+        // `history` may be left out.
+        let settings = serde_json::to_value(TaskSettings::default()).unwrap();
+        let start =
+            json!({"kind": "start_task", "tab_id": 4, "text": "go", "page": null, "settings": settings}).to_string();
+        match WorkerToEngine::from_json(&start) {
+            Some(WorkerToEngine::StartTask { tab_id: 4, history: None, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn tab_pushes() {
+        assert_eq!(WorkerToTab::CancelTools.to_json(), r#"{"kind":"cancel_tools"}"#);
+        assert_eq!(WorkerToTab::OpenOverlay.to_json(), r#"{"kind":"open_overlay"}"#);
+        assert_eq!(
+            wire(&WorkerToTab::EngineStatus { status: EngineStatus::Idle }),
+            json!({"kind": "engine_status", "status": {"state": "idle"}})
+        );
+    }
+
+    #[test]
+    fn the_old_envelope_and_foreign_messages_are_not_messages() {
+        let old = r#"{"to":"offscreen","msg":{"kind":"task_control","tab_id":7,"action":{"action":"forget"}}}"#;
+        assert_eq!(WorkerToEngine::from_json(old), None);
+        assert_eq!(TabToWorker::from_json(r#"{"to":"worker","msg":{"kind":"watch_engine"}}"#), None);
+        assert_eq!(WorkerToTab::from_json(r#"{"type":"something-else"}"#), None);
+        assert_eq!(EngineToWorker::from_json("not json"), None);
+    }
+}
