@@ -14,7 +14,7 @@ import { createServer } from "node:http";
 import { homedir } from "node:os";
 import { extname, join, normalize, resolve } from "node:path";
 import { launch } from "../tests/lib/browser.mjs";
-import { clickLauncher, overlayHost, waitForEngine } from "../tests/lib/overlay.mjs";
+import { clickLauncher, overlayData, overlayHost, waitForEngine } from "../tests/lib/overlay.mjs";
 
 const WLLAMA_VERSION = "3.13.0";
 // Raw completion on both sides (Gemma 3 270M is a base model and its GGUF has no chat template).
@@ -80,7 +80,8 @@ async function hearth(chrome, server) {
   await clickLauncher(page);
   const state = await waitForEngine(page, ["ready", "failed"]);
   if (state !== "ready") throw new Error(`Hearth's engine did not start: ${state}`);
-  const adapter = await (await overlayHost(page)).getAttribute("data-adapter");
+  await overlayHost(page);
+  const adapter = await overlayData(page, "adapter");
   const result = await chrome.console.evaluate(
     "/offscreen.html",
     `(async () => {

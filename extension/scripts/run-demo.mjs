@@ -5,7 +5,7 @@
 import { resolve } from "node:path";
 import { launch } from "../tests/lib/browser.mjs";
 import { serve } from "../tests/lib/server.mjs";
-import { clickLauncher, screenshot, waitForEngine } from "../tests/lib/overlay.mjs";
+import { clickLauncher, overlayData, screenshot, waitForEngine } from "../tests/lib/overlay.mjs";
 
 const headless = process.argv.includes("--headless");
 const server = await serve(resolve(import.meta.dirname, "../demo"));
@@ -17,15 +17,22 @@ if (!headless && !process.env.DISPLAY && !process.env.WAYLAND_DISPLAY && process
 }
 
 const chrome = await launch({ headless, url: demoUrl });
+if (!headless) {
+  // A person's window: the tab that opened with the browser predates the content script's
+  // registration (launch waits for it), so load it again to get the overlay.
+  const first = chrome.context.pages().find((p) => p.url() === demoUrl);
+  await first?.reload();
+}
 console.log(`Hearth demo on ${demoUrl}${headless ? "" : " — close the browser window to stop"}`);
 if (headless) {
   try {
     const page = chrome.context.pages().find((p) => p.url() === demoUrl) ?? (await chrome.context.newPage());
-    if (page.url() !== demoUrl) await page.goto(demoUrl);
+    // The demo tab opened with the browser, before the worker registered the content script:
+    // load it again now that `launch` has waited for the registration.
+    await page.goto(demoUrl);
     await clickLauncher(page);
     const state = await waitForEngine(page, ["ready", "failed"]);
-    const host = page.locator("hearth-overlay");
-    console.log(`engine: ${state}; adapter: ${await host.getAttribute("data-adapter")}; self-test: ${await host.getAttribute("data-self-test")}`);
+    console.log(`engine: ${state}; adapter: ${await overlayData(page, "adapter")}; self-test: ${await overlayData(page, "self-test")}`);
     console.log(`screenshot: ${await screenshot(page, "demo")}`);
     if (chrome.console.errors.length) console.log("console errors:", chrome.console.errors);
     process.exitCode = state === "ready" ? 0 : 1;
