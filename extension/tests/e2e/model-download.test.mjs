@@ -94,8 +94,8 @@ test("model download: quota, drop and resume, a corrupt file, install, and no re
   await inWorker(`chrome.storage.sync.set({ settings: { model: "tiny-chat" } }).then(() => true)`);
   // Every `installing` and `loading` status the offscreen document sends, as the worker receives them.
   await inWorker(`(globalThis.progressSeen = [], globalThis.loadingSeen = [], chrome.runtime.onMessage.addListener((m) => {
-    if (m?.to === "worker" && m.msg?.kind === "engine_status" && m.msg.status.state === "installing") progressSeen.push(m.msg.status.progress);
-    if (m?.to === "worker" && m.msg?.kind === "engine_status" && m.msg.status.state === "loading") loadingSeen.push(m.msg.status);
+    if (m?.kind === "engine_status" && m.status.state === "installing") progressSeen.push(m.status.progress);
+    if (m?.kind === "engine_status" && m.status.state === "loading") loadingSeen.push(m.status);
   }), true)`);
 
   const page = await openOverlay();

@@ -44,10 +44,10 @@ async function recordWorkerMessages(chrome) {
       if (!globalThis.__hearthSeen) {
         const send = chrome.runtime.sendMessage.bind(chrome.runtime);
         chrome.runtime.sendMessage = (m, ...rest) =>
-          m && m.to === "offscreen" && (m.msg?.kind === "start_task" || m.msg?.kind === "task_control") ? Promise.resolve(undefined) : send(m, ...rest);
+          m && (m.kind === "start_task" || m.kind === "task_control") ? Promise.resolve(undefined) : send(m, ...rest);
         globalThis.__hearthSeen = [];
         chrome.runtime.onMessage.addListener((m, sender) => {
-          if (m && m.to === "worker" && sender.tab) globalThis.__hearthSeen.push({ tab: sender.tab.id, msg: m.msg });
+          if (m && typeof m.kind === "string" && sender.tab) globalThis.__hearthSeen.push({ tab: sender.tab.id, msg: m });
           return false;
         });
       }
@@ -85,7 +85,7 @@ async function tabIdOf(chrome, page) {
 async function toTab(chrome, tabId, msg) {
   const delivered = await chrome.console.evaluate(
     WORKER,
-    `chrome.tabs.sendMessage(${tabId}, ${JSON.stringify({ to: "tab", msg })}, { frameId: 0 }).then(() => true, (e) => String(e))`,
+    `chrome.tabs.sendMessage(${tabId}, ${JSON.stringify(msg)}, { frameId: 0 }).then(() => true, (e) => String(e))`,
   );
   assert.equal(delivered, true, `message to tab ${tabId} not delivered`);
 }
@@ -248,7 +248,7 @@ describe("the overlay", () => {
       assert.match(await overlayText(page, card), /the target mentions “delete”[\s\S]*bank\.example looks like a sensitive site/);
       if (decision === "allow_once") await screenshot(page, "overlay-confirm");
       await clickInOverlay(page, `${card} button[data-decision="${decision}"]`);
-      await waitForWorkerMessage(chrome, tabId, controlOf({ action: "confirm", decision }), `confirm ${decision}`);
+      await waitForWorkerMessage(chrome, tabId, controlOf({ action: "confirm", call_id: callId, decision }), `confirm ${decision} for ${callId}`);
       assert.equal(await waitForData(page, "task", "running"), "running");
       assert.equal(await overlayEval(page, `${card} button[data-decision="allow_once"]`, "function () { return this.disabled; }"), true);
     }
@@ -349,24 +349,6 @@ describe("the overlay", () => {
   });
 
   test("the conversation survives a reload of the tab", { timeout: 120_000 }, async () => {
-    // What the worker is asked to do (see the report): open storage.session to content scripts and
-    // tell a watching tab its id. Done here in case the worker does not yet.
-    await chrome.console.evaluate(
-      WORKER,
-      `(async () => {
-        await chrome.storage.session.setAccessLevel({ accessLevel: "TRUSTED_AND_UNTRUSTED_CONTEXTS" });
-        if (!globalThis.__hearthTabInfo) {
-          globalThis.__hearthTabInfo = true;
-          chrome.runtime.onMessage.addListener((m, sender) => {
-            if (m?.to === "worker" && m.msg?.kind === "watch_engine" && sender.tab?.id !== undefined) {
-              chrome.tabs.sendMessage(sender.tab.id, { to: "tab", msg: { kind: "tab_info", tab_id: sender.tab.id } }, { frameId: 0 }).catch(() => {});
-            }
-            return false;
-          });
-        }
-        return true;
-      })()`,
-    );
     const { page, tabId } = await openOverlay(chrome, "persist");
     await toTab(chrome, tabId, event({ type: "tool_start", call_id: "p1", name: "read_page", arguments: {} }));
     await toTab(chrome, tabId, event({ type: "tool_result", call_id: "p1", name: "read_page", ok: true, output: "Lanterns." }));
