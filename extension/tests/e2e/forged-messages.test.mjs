@@ -149,7 +149,7 @@ test("two tabs: B waits for its user's confirmation, A's content script is reach
   pageB = await openAgentPage(chrome, `${pages.url}/agent/checkout.html?forged-b`);
   tabB = await tabIdOf(pageB);
   await useScript(chrome, {
-    [B]: [call("snapshot"), call("click", `index:${indexOf('"Place order"')}`), done("Your order is placed.")],
+    [B]: [call("snapshot"), call("click", `index:${indexOf('"Place order"')}`), call("wait_for", `text:${str("Order placed")}`), done("Your order is placed.")],
     [A]: [call("snapshot"), call("type", `index:${indexOf('"Note"')},text:${str("Written by tab A")}`), done("Written.")],
   });
   await ask(pageB, `${B}: place the order.`);
