@@ -49,6 +49,11 @@ fn check_release_bundle(dist: &Path) -> Result<(), String> {
     if offscreen.contains("hearthTestHooks") || offscreen.contains("hearthLoseGpuDevice") {
         return Err("the release offscreen.js contains the test hooks; check build.mjs's define".into());
     }
+    // The worker's (a shorter wait on a silent engine) too.
+    let worker = std::fs::read_to_string(dist.join("service-worker.js")).map_err(|e| e.to_string())?;
+    if worker.contains("hearthTestHooks") {
+        return Err("the release service-worker.js contains the test hooks; check build.mjs's define".into());
+    }
     if dist.join("models/tiny-chat.json").exists() {
         return Err("the release build carries the test model's manifest".into());
     }
@@ -168,6 +173,10 @@ fn wasm_command(root: &Path, release: bool) -> Result<(Command, PathBuf), String
     Ok((cmd, target_dir.join("wasm32-unknown-unknown/release/hearth_offscreen.wasm")))
 }
 
+/// Exports of the offscreen module that only test builds (the `scripted` feature) may have: the
+/// scripted model, and the traps the e2e suite makes the engine crash with.
+const TEST_EXPORTS: [&str; 3] = ["useScriptedModel", "scriptedPrompts", "setTestTrap"];
+
 /// wasm-bindgen --target web, then wasm-opt when available.
 fn bindgen(root: &Path, wasm: &Path, out_dir: &Path, release: bool) -> Result<(), String> {
     let wasm_bindgen = toolchain::wasm_bindgen(root)?;
@@ -185,10 +194,10 @@ fn bindgen(root: &Path, wasm: &Path, out_dir: &Path, release: bool) -> Result<()
     .arg(wasm);
     process::run(cmd)?;
     if release {
-        // Belt and braces for wasm_features: the test model's export must not ship.
+        // Belt and braces for wasm_features: the test model's and the test traps' exports must not ship.
         let glue = std::fs::read_to_string(out_dir.join("hearth_offscreen.js")).map_err(|e| e.to_string())?;
-        if glue.contains("useScriptedModel") {
-            return Err("the release module exports the scripted test model; check wasm_features".into());
+        if let Some(export) = TEST_EXPORTS.iter().find(|e| glue.contains(*e)) {
+            return Err(format!("the release module exports {export} (test builds only); check wasm_features"));
         }
     }
     let module = out_dir.join("hearth_offscreen_bg.wasm");

@@ -2,6 +2,7 @@
 //!
 //! - `build [--release]`  the extension into dist/extension (wasm + TypeScript + static files)
 //! - `run [--headless] [--no-build]`  build, then open Chromium with the extension on a demo page
+//!   (`HEARTH_CHROME` names the browser; branded Google Chrome 137+ cannot load it and is refused)
 //! - `test [--full]`  everything CI checks: formatting, lints, native tests, wasm build, e2e in
 //!   Chromium; `--full` also runs the real-weights test (needs the Gemma 3 270M GGUF installed) and
 //!   records llama.cpp's continuation beside it (`HEARTH_PYTHON` with llama-cpp-python)
@@ -12,6 +13,7 @@
 
 mod bench;
 mod build;
+mod chrome;
 mod process;
 mod test;
 mod toolchain;
@@ -50,6 +52,7 @@ fn main() -> ExitCode {
 const HELP: &str = "usage: cargo xtask <command>
   build [--release]                 build the extension into dist/extension
   run [--headless] [--no-build]     build, then launch Chromium with the extension on a demo page
+                                    (HEARTH_CHROME=<program> picks the browser)
   test [--full]                     formatting, lints, native tests, wasm build, e2e tests in Chromium;
                                     --full adds the real-weights check (Gemma 3 270M GGUF vs transformers)
                                     and llama.cpp's second opinion (HEARTH_PYTHON: a python with
@@ -66,11 +69,20 @@ pub fn root() -> PathBuf {
 }
 
 fn run(headless: bool, no_build: bool, release: bool) -> Result<(), String> {
+    // Before the build: a browser that cannot load the extension is said at once.
+    let browser = chrome::find()?;
+    chrome::check(&browser)?;
+    let version = browser
+        .version
+        .as_ref()
+        .map(|v| format!(" ({}{})", v.product, v.major.map(|m| format!(" {m}")).unwrap_or_default()));
+    eprintln!("xtask: browser {}{}", browser.path.display(), version.unwrap_or_default());
     if !no_build {
         build::build(&build::Options { release })?;
     }
     let mut cmd = process::command("node", &["scripts/run-demo.mjs"]);
-    cmd.current_dir(root().join("extension"));
+    // tests/lib/browser.mjs launches the browser `CHROMIUM` names.
+    cmd.current_dir(root().join("extension")).env("CHROMIUM", &browser.path);
     if headless {
         cmd.arg("--headless");
     }

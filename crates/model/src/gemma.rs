@@ -9,6 +9,7 @@ use hearth_weights::{AffineTensor, HostTensor, WeightsError};
 
 use crate::affine::AffineMatrix;
 use crate::attention::{DecodeQuery, decode_attention, fused_decode_applies};
+use crate::block_table::BlockTable;
 use crate::fused::reference::bounded_tanh;
 use crate::fused::{CacheInput, HeadColumns, add_rms_norm, attention_softmax, gelu_tanh_mul, rms_norm, write_cache};
 
@@ -153,11 +154,11 @@ struct DecoderLayer {
     layer_scalar: Option<f32>,
 }
 
-/// Gemma 4's per-layer embeddings: a [vocab, L·P] table looked up on the host (it is larger than
-/// the rest of the model and only one row per token is needed), plus a projection of the token
-/// embedding computed on the device.
+/// Gemma 4's per-layer embeddings: a [vocab, L·P] table of which only one row per token is
+/// needed (it is larger than the rest of the model), plus a projection of the token embedding
+/// computed on the device.
 struct PerLayerEmbeddings {
-    table: HostTable,
+    table: TokenTable,
     model_projection: Linear,
     projection_norm: Tensor<1>,
 }
@@ -199,6 +200,21 @@ enum EmbeddingBlock {
 }
 
 impl EmbeddingBlock {
+    /// Values per row.
+    fn width(&self) -> usize {
+        match self {
+            EmbeddingBlock::Dense(rows) => rows.dims()[1],
+            EmbeddingBlock::Affine(rows) => rows.k(),
+        }
+    }
+
+    fn device_bytes(&self) -> usize {
+        match self {
+            EmbeddingBlock::Dense(rows) => rows.shape().num_elements() * 4,
+            EmbeddingBlock::Affine(rows) => rows.device_bytes(),
+        }
+    }
+
     /// Rows `ids` of this block: [n] → [n, h]
     fn rows(&self, ids: &[u32], device: &Device) -> Tensor<2> {
         match self {
@@ -253,30 +269,7 @@ impl SplitEmbedding {
         if let [only] = self.blocks.as_slice() {
             return only.rows(tokens, device);
         }
-        // Gather block by block, then put the rows back in token order.
-        let mut parts = Vec::new();
-        let mut order = vec![0i32; tokens.len()];
-        let mut gathered: i32 = 0;
-        for (b, block) in self.blocks.iter().enumerate() {
-            let start = b * self.rows_per_block;
-            let here: Vec<usize> =
-                (0..tokens.len()).filter(|&i| (tokens[i] as usize) / self.rows_per_block == b).collect();
-            if here.is_empty() {
-                continue;
-            }
-            for &i in &here {
-                order[i] = gathered;
-                gathered += 1;
-            }
-            let local: Vec<u32> = here.iter().map(|&i| tokens[i] - start as u32).collect();
-            parts.push(block.rows(&local, device));
-        }
-        let rows = if parts.len() == 1 { parts.remove(0) } else { Tensor::cat(parts, 0) };
-        // Tokens from one block (every decoded token) are already in order.
-        if order.iter().enumerate().all(|(i, &o)| o as usize == i) {
-            return rows;
-        }
-        rows.select(0, int_ids(order, device))
+        gather_by_block(tokens, self.rows_per_block, device, |b, local| self.blocks[b].rows(local, device))
     }
 
     /// `x · Eᵀ`, softcapped when `softcap` (in the packed kernel itself).  [rows, vocab]
@@ -286,13 +279,94 @@ impl SplitEmbedding {
     }
 }
 
+/// Rows of `tokens` from a table split into blocks of `rows_per_block` rows: `rows(b, local)`
+/// gives rows `local` of block `b`; they are gathered block by block, then put back in token
+/// order.  [S, width]
+pub(crate) fn gather_by_block(
+    tokens: &[u32],
+    rows_per_block: usize,
+    device: &Device,
+    rows: impl Fn(usize, &[u32]) -> Tensor<2>,
+) -> Tensor<2> {
+    let mut parts = Vec::new();
+    let mut order = vec![0i32; tokens.len()];
+    let mut gathered: i32 = 0;
+    let mut blocks: Vec<usize> = tokens.iter().map(|&t| t as usize / rows_per_block).collect();
+    blocks.sort_unstable();
+    blocks.dedup();
+    for b in blocks {
+        let start = b * rows_per_block;
+        let here: Vec<usize> = (0..tokens.len()).filter(|&i| (tokens[i] as usize) / rows_per_block == b).collect();
+        for &i in &here {
+            order[i] = gathered;
+            gathered += 1;
+        }
+        let local: Vec<u32> = here.iter().map(|&i| tokens[i] - start as u32).collect();
+        parts.push(rows(b, &local));
+    }
+    let gathered = if parts.len() == 1 { parts.remove(0) } else { Tensor::cat(parts, 0) };
+    // Tokens from one block (every decoded token) are already in order.
+    if order.iter().enumerate().all(|(i, &o)| o as usize == i) {
+        return gathered;
+    }
+    gathered.select(0, int_ids(order, device))
+}
+
 /// Token ids as a device tensor for `select`.
 fn int_ids(ids: Vec<i32>, device: &Device) -> Tensor<1, Int> {
     let n = ids.len();
     Tensor::from_data(TensorData::new(ids, [n]), device)
 }
 
-/// Gemma 4's per-layer-embedding table, [vocab, L·P], on the host: f32 for small models, packed
+/// Gemma 4's per-layer-embedding table, [vocab, L·P]: where it lives depends on how it is stored.
+enum TokenTable {
+    /// On the host (f32 for small models; packed codes on the CPU backend).
+    Host(HostTable),
+    /// Packed affine codes on the device, in row blocks (MLX checkpoints).
+    Device(SplitEmbedding),
+    /// GGUF blocks on the device exactly as stored ([`BlockTable`]).
+    Blocks(BlockTable),
+}
+
+impl TokenTable {
+    fn width(&self) -> usize {
+        match self {
+            TokenTable::Host(table) => table.width(),
+            TokenTable::Device(table) => table.blocks.first().map_or(0, EmbeddingBlock::width),
+            TokenTable::Blocks(table) => table.cols(),
+        }
+    }
+
+    /// Rows `tokens` times `scale`.  [S, width]
+    fn lookup(&self, tokens: &[u32], scale: f32, device: &Device) -> Tensor<2> {
+        match self {
+            TokenTable::Host(table) => {
+                let width = table.width();
+                let mut rows = Vec::with_capacity(tokens.len() * width);
+                for &t in tokens {
+                    table.push_row(t as usize, scale, &mut rows);
+                }
+                Tensor::from_data(TensorData::new(rows, [tokens.len(), width]), device)
+            }
+            TokenTable::Device(table) => table.lookup(tokens, device).mul_scalar(scale),
+            TokenTable::Blocks(table) => table.lookup(tokens, scale, device),
+        }
+    }
+
+    /// Bytes on the device and on the host.
+    fn bytes(&self) -> (usize, usize) {
+        match self {
+            TokenTable::Host(HostTable::Dense(t)) => (0, t.data.len() * 4),
+            TokenTable::Host(HostTable::Affine { slices, .. }) => {
+                (0, slices.iter().map(|s| (s.codes.len() + s.scales.len() + s.biases.len()) * 4).sum())
+            }
+            TokenTable::Device(table) => (table.blocks.iter().map(EmbeddingBlock::device_bytes).sum(), 0),
+            TokenTable::Blocks(table) => table.bytes(),
+        }
+    }
+}
+
+/// Gemma 4's per-layer-embedding table on the host: f32 for small models, packed
 /// 4-bit codes in row slices (never one buffer of a gigabyte or more) for quantized ones.
 enum HostTable {
     Dense(HostTensor),
@@ -337,21 +411,12 @@ impl Gemma {
             Linear::Affine(w) => w.device_bytes(),
         };
         let mut device = self.final_norm.shape().num_elements() * 4;
-        for block in &self.embed_tokens.blocks {
-            device += match block {
-                EmbeddingBlock::Dense(w) => dense(w),
-                EmbeddingBlock::Affine(w) => w.device_bytes(),
-            };
-        }
+        device += self.embed_tokens.blocks.iter().map(EmbeddingBlock::device_bytes).sum::<usize>();
         let mut host = 0;
         if let Some(ple) = &self.per_layer {
             device += linear(&ple.model_projection) + dense(&ple.projection_norm);
-            host += match &ple.table {
-                HostTable::Dense(t) => t.data.len() * 4,
-                HostTable::Affine { slices, .. } => {
-                    slices.iter().map(|s| s.codes.len() * 4 + (s.scales.len() + s.biases.len()) * 4).sum()
-                }
-            };
+            let (on_device, on_host) = ple.table.bytes();
+            (device, host) = (device + on_device, host + on_host);
         }
         for layer in &self.layers {
             let a = &layer.attention;
@@ -450,13 +515,8 @@ impl Gemma {
         let ple = self.per_layer.as_ref()?;
         let c = &self.config;
         let (s, l) = (tokens.len(), c.num_layers);
-        let width = ple.table.width();
-        let p = width / l;
-        let mut rows = Vec::with_capacity(s * width);
-        for &t in tokens {
-            ple.table.push_row(t as usize, (p as f32).sqrt(), &mut rows);
-        }
-        let token_part = Tensor::<3>::from_data(TensorData::new(rows, [s, l, p]), &self.device);
+        let p = ple.table.width() / l;
+        let token_part = ple.table.lookup(tokens, (p as f32).sqrt(), &self.device);
         let context =
             ple.model_projection.forward(x0).mul_scalar((c.hidden_size as f32).powf(-0.5)).reshape([s * l, p]);
         // (token part + RMSNorm(context)) · 2^-½ in one kernel.

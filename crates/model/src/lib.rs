@@ -13,9 +13,12 @@
 //! - [`dispatches`]: kernel launches counted by name (for the benchmark).
 //! - [`affine`]: 4- and 8-bit matrices kept packed on the device and the fused
 //!   dequantize-multiply kernel.
+//! - [`block_table`]: a large lookup table (Gemma 4's per-layer embeddings) kept on the device in
+//!   its stored GGUF blocks, rows decoded by a kernel when looked up.
 
 pub mod affine;
 pub mod attention;
+pub mod block_table;
 pub mod cache;
 pub mod config;
 #[cfg(not(target_family = "wasm"))]

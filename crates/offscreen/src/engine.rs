@@ -14,7 +14,7 @@ use hearth_model::tokenizer::Tokenizer;
 use hearth_model::{CacheOptions, Gemma, Sampler, SamplingOptions, Session, TextConfig, gpu, self_test};
 use hearth_protocol::{
     AdapterReport, EngineFailure, EngineStatus, FailureKind, GenerateRequest, GenerationEvent, GenerationStats,
-    ModelInfo,
+    ModelInfo, ModelMemory,
 };
 use hearth_weights::{Checkpoint, MemorySource, MetadataValue, Quantization};
 
@@ -76,6 +76,29 @@ impl ModelFiles {
         Ok(ModelFiles { name, config_json, generation_config_json, weights, tokenizer_json, chat_template })
     }
 
+    /// One GGUF file of `size` bytes read by `read_weights(path, offset, length)` (as for
+    /// [`Self::streamed`]): header, metadata and tensor table as the parser asks, then each load
+    /// step's bytes. Its metadata holds the config, tokenizer and chat template.
+    pub fn streamed_gguf(
+        name: String,
+        path: String,
+        size: f64,
+        read_weights: js_sys::Function,
+        chat_template: Option<String>,
+    ) -> ModelFiles {
+        let files = vec![WeightFile { path, size: size as u64 }];
+        let weights = Weights::Streamed(StreamedWeights::new(files, read_weights));
+        let chat_template = chat_template.unwrap_or_default();
+        ModelFiles {
+            name,
+            config_json: String::new(),
+            generation_config_json: None,
+            weights,
+            tokenizer_json: Vec::new(),
+            chat_template,
+        }
+    }
+
     /// One GGUF file: its metadata holds the config, the tokenizer and the chat template
     /// (`chat_template`, when given, replaces the file's; a file without one needs it).
     pub fn gguf(name: String, weights: Vec<u8>, chat_template: Option<String>) -> ModelFiles {
@@ -119,39 +142,58 @@ fn gguf_parts(checkpoint: &Checkpoint, chat_template: &str) -> Result<Parts, Str
     Ok(Parts { config, tokenizer, template })
 }
 
-/// Reads the weights (headers first, then tensor by tensor) and puts the model on `device`.
+/// Reads the weights (headers first, then tensor by tensor) and puts the model on `device`;
+/// also returns the files' size and the most of their bytes held at once.
 async fn load_weights(
     mut files: ModelFiles,
     device: &Device,
     on_progress: &dyn Fn(usize, usize),
-) -> Result<(Gemma, Parts), String> {
+) -> Result<(Gemma, Parts, (u64, u64)), String> {
     let weights = std::mem::replace(&mut files.weights, Weights::Whole(Vec::new()));
     let load = |parts: &Parts, checkpoint: &mut Checkpoint| {
         Gemma::load(parts.config.clone(), checkpoint, device).map_err(|e| e.to_string())
     };
     match weights {
         Weights::Whole(bytes) if bytes.starts_with(b"GGUF") => {
+            let size = bytes.len() as u64;
             let source = MemorySource::new(format!("{}.gguf", files.name), bytes);
             let mut checkpoint = Checkpoint::from_gguf(Box::new(source)).map_err(|e| e.to_string())?;
             let parts = gguf_parts(&checkpoint, &files.chat_template)?;
-            Ok((load(&parts, &mut checkpoint)?, parts))
+            Ok((load(&parts, &mut checkpoint)?, parts, (size, size)))
         }
         Weights::Whole(bytes) => {
+            let size = bytes.len() as u64;
             let parts = folder_parts(&files)?;
             let source = MemorySource::new(format!("{}/model.safetensors", files.name), bytes);
             let mut checkpoint = Checkpoint::from_sources(vec![Box::new(source)]).map_err(|e| e.to_string())?;
             checkpoint.set_quantization(quantization_of(&files)?);
-            Ok((load(&parts, &mut checkpoint)?, parts))
+            Ok((load(&parts, &mut checkpoint)?, parts, (size, size)))
         }
         Weights::Streamed(streamed) => {
-            let parts = folder_parts(&files)?;
+            let size = streamed.file_bytes();
             let checkpoint = streamed.open(quantization_of(&files)?).await?;
-            Ok((streamed.load(parts.config.clone(), checkpoint, device, on_progress).await?, parts))
+            let parts = match checkpoint.gguf() {
+                Some(_) => gguf_parts(&checkpoint, &files.chat_template)?,
+                None => folder_parts(&files)?,
+            };
+            let model = streamed.load(parts.config.clone(), checkpoint, device, on_progress).await?;
+            Ok((model, parts, (size, streamed.peak_held_bytes())))
         }
     }
 }
 
+/// The wasm instance's linear memory, in bytes (it only grows: this is its peak); 0 natively.
+pub fn wasm_memory_bytes() -> u64 {
+    #[cfg(target_arch = "wasm32")]
+    return core::arch::wasm32::memory_size(0) as u64 * 65_536;
+    #[cfg(not(target_arch = "wasm32"))]
+    0
+}
+
 fn quantization_of(files: &ModelFiles) -> Result<Option<Quantization>, String> {
+    if files.config_json.is_empty() {
+        return Ok(None); // a GGUF file: its blocks say how they are quantized
+    }
     Quantization::from_config_json(&files.config_json).map_err(|e| e.to_string())
 }
 
@@ -225,6 +267,7 @@ pub async fn start(
             );
         }
     };
+    crate::trap::maybe_trap("self_test");
     // Files replace the loaded model (the settings chose another one); without files the loaded
     // model, if any, stays.
     let loaded = ENGINE.with(|e| e.borrow().model.as_ref().map(|m| m.info.clone()));
@@ -276,11 +319,20 @@ async fn load_model(
     let on_progress = |done: usize, total: usize| {
         on_status(&EngineStatus::Loading { model: name.clone(), done: done as u32, total: total as u32 })
     };
-    let (model, Parts { config, tokenizer, template }) = load_weights(files, device, &on_progress).await?;
+    let (model, Parts { config, tokenizer, template }, (file_bytes, peak_read_bytes)) =
+        load_weights(files, device, &on_progress).await?;
     let architecture = format!("{:?}", config.family).to_lowercase();
     let (layers, vocab_size) = (config.num_layers as u32, config.vocab_size as u32);
     let stop_tokens = config.eos_token_ids.clone();
-    let info = ModelInfo { name, architecture, layers, vocab_size, load_ms: now_ms() - start };
+    let weights = model.weight_bytes();
+    let memory = ModelMemory {
+        file_bytes,
+        peak_read_bytes,
+        device_bytes: weights.device as u64,
+        host_bytes: weights.host as u64,
+        wasm_memory_bytes: wasm_memory_bytes(),
+    };
+    let info = ModelInfo { name, architecture, layers, vocab_size, load_ms: now_ms() - start, memory };
     let handles = ModelHandles {
         session: Rc::new(Mutex::new(Session::new(model, CacheOptions::default()))),
         tokenizer: Rc::new(tokenizer),

@@ -8,6 +8,7 @@ mod engine;
 mod sha256;
 mod streamed;
 mod tasks;
+mod trap;
 
 use hearth_model::gpu;
 use hearth_protocol::{EngineStatus, GenerateRequest, GenerationEvent, WorkerToEngine};
@@ -18,7 +19,7 @@ pub use sha256::Sha256;
 
 #[wasm_bindgen(start)]
 pub fn on_load() {
-    console_error_panic_hook::set_once();
+    trap::install_panic_hook();
 }
 
 /// Initialises Burn on the browser's WebGPU (once), runs the self-test, loads `model` if given (in
@@ -37,7 +38,11 @@ pub async fn start_engine(
         if let Some(on_status) = &on_status {
             let _ = on_status.call1(&JsValue::NULL, &JsValue::from_str(&to_json(status)));
         }
+        if let EngineStatus::Loading { done, .. } = status {
+            trap::maybe_trap_step("load_step", Some(*done as usize));
+        }
     };
+    trap::maybe_trap("start");
     to_json(&engine::start(vendor, architecture, model, &emit).await)
 }
 

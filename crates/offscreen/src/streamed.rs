@@ -18,19 +18,37 @@ pub struct WeightFile {
     pub size: u64,
 }
 
-/// How much of each file is fetched first for its header; more is fetched when the header is
-/// longer (a GGUF file's metadata holds the whole tokenizer).
+/// How much of each file is fetched first for its header (at most, and never more than a 32nd
+/// of the file, nor less than 64 KiB); more is fetched when the header is longer (a GGUF file's
+/// metadata holds the whole tokenizer: about 10 MB for Gemma 4).
 const HEADER_GUESS: u64 = 1 << 20;
+
+fn header_guess(size: u64) -> u64 {
+    (size / 32).clamp(64 << 10, HEADER_GUESS).min(size)
+}
 
 pub struct StreamedWeights {
     files: Vec<(WeightFile, Windows)>,
     /// `read(path, offset, length)` → `Promise<Uint8Array>` of exactly `length` bytes.
     read: js_sys::Function,
+    /// The most bytes held at once (over all files), for the load's report.
+    peak_held: std::cell::Cell<u64>,
 }
 
 impl StreamedWeights {
     pub fn new(files: Vec<WeightFile>, read: js_sys::Function) -> Self {
-        Self { files: files.into_iter().map(|f| (f, Windows::default())).collect(), read }
+        let files = files.into_iter().map(|f| (f, Windows::default())).collect();
+        Self { files, read, peak_held: std::cell::Cell::new(0) }
+    }
+
+    /// The files' size in all.
+    pub fn file_bytes(&self) -> u64 {
+        self.files.iter().map(|(f, _)| f.size).sum()
+    }
+
+    /// The most bytes of the files held in memory at once so far.
+    pub fn peak_held_bytes(&self) -> u64 {
+        self.peak_held.get()
     }
 
     fn sources(&self) -> Vec<Box<dyn ByteSource>> {
@@ -63,6 +81,8 @@ impl StreamedWeights {
             ));
         }
         windows.insert(start, bytes.to_vec());
+        let held = self.files.iter().map(|(_, w)| w.held_bytes()).sum::<u64>();
+        self.peak_held.set(self.peak_held.get().max(held));
         Ok(())
     }
 
@@ -71,13 +91,22 @@ impl StreamedWeights {
         self.files.iter().for_each(|(_, windows)| windows.clear());
     }
 
-    /// The files' headers, fetched as the parsers ask for them.
+    /// The files' headers, fetched as the parsers ask for them: one GGUF file (its metadata
+    /// holds the config, tokenizer and chat template), or safetensors files.
     pub async fn open(&self, quantization: Option<Quantization>) -> Result<Checkpoint, String> {
         for (index, (file, _)) in self.files.iter().enumerate() {
-            self.fetch(index, 0, file.size.min(HEADER_GUESS)).await?;
+            self.fetch(index, 0, header_guess(file.size)).await?;
         }
+        let gguf = {
+            let mut first = self.sources().remove(0);
+            self.files.len() == 1 && hearth_weights::GgufFile::sniff(first.as_mut())
+        };
         loop {
-            match Checkpoint::from_sources(self.sources()) {
+            let opened = match gguf {
+                true => Checkpoint::from_gguf(self.sources().remove(0)),
+                false => Checkpoint::from_sources(self.sources()),
+            };
+            match opened {
                 Ok(mut checkpoint) => {
                     self.release();
                     checkpoint.set_quantization(quantization);

@@ -266,11 +266,13 @@ impl TaskModel {
 
 impl ModelBackend for TaskModel {
     fn generate(&mut self, request: GenerationRequest) -> impl futures::Stream<Item = Result<ModelChunk, ModelError>> {
-        match self {
+        let chunks = match self {
             TaskModel::Burn { model, sampling } => burn_generate(model.clone(), *sampling, request),
             #[cfg(feature = "scripted")]
             TaskModel::Scripted => scripted::generate(request),
-        }
+        };
+        // Test builds can trap here, at the first piece of output: a crash in the middle of a task.
+        chunks.inspect(|_| crate::trap::maybe_trap("generate"))
     }
 }
 

@@ -65,6 +65,30 @@ pub struct ModelInfo {
     pub vocab_size: u32,
     /// Wall time to read the weights onto the GPU, in milliseconds.
     pub load_ms: f64,
+    /// Where the model's bytes were during the load, and are now.
+    pub memory: ModelMemory,
+}
+
+/// What a loaded model costs in memory, in bytes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+pub struct ModelMemory {
+    /// The weight files' size.
+    #[ts(type = "number")]
+    pub file_bytes: u64,
+    /// The most bytes of the weight files held in memory at once during the load (the whole
+    /// files when they were given in memory; one load step's when streamed from the store).
+    #[ts(type = "number")]
+    pub peak_read_bytes: u64,
+    /// Weights on the GPU.
+    #[ts(type = "number")]
+    pub device_bytes: u64,
+    /// Weights kept in host (wasm) memory.
+    #[ts(type = "number")]
+    pub host_bytes: u64,
+    /// The engine's whole linear memory after the load (wasm memory never shrinks, so this is
+    /// its peak so far); 0 in native builds.
+    #[ts(type = "number")]
+    pub wasm_memory_bytes: u64,
 }
 
 /// The result of the known-answer computation run on the GPU at start-up.

@@ -19,9 +19,11 @@ mod task;
 pub mod typescript;
 
 pub use bus::{BusMessage, EngineToWorker, OptionsToWorker, TabToWorker, WorkerToEngine, WorkerToTab};
-pub use engine::{AdapterReport, EngineFailure, EngineStatus, FailureKind, FailureText, ModelInfo, SelfTestReport};
+pub use engine::{
+    AdapterReport, EngineFailure, EngineStatus, FailureKind, FailureText, ModelInfo, ModelMemory, SelfTestReport,
+};
 pub use generation::{GenerateRequest, GenerationEvent, GenerationStats};
-pub use model::{ManifestFile, ModelFormat, ModelManifest, ModelOffer, ModelProgress};
+pub use model::{KnownUpload, ManifestFile, ModelFormat, ModelManifest, ModelOffer, ModelProgress};
 pub use task::{
     ActionTarget, AgentEvent, Decision, ElementInfo, FormInfo, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason,
     Snapshot, TaskAction, TaskSettings, TaskUpdate, ToolOutput, ToolReply, ToolRequest,

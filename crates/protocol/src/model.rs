@@ -19,6 +19,26 @@ pub struct ModelManifest {
     pub revision: Option<String>,
     pub format: ModelFormat,
     pub files: Vec<ManifestFile>,
+    /// Earlier uploads of the same weights (a GGUF file re-uploaded with a corrected vocabulary,
+    /// say) that Hearth also accepts when a user brings the file: the same model, no download.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[ts(optional, as = "Option<Vec<KnownUpload>>")]
+    pub known_uploads: Vec<KnownUpload>,
+}
+
+/// A file once published as this model's weights, recognised by its size and SHA-256.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(deny_unknown_fields)]
+pub struct KnownUpload {
+    /// The commit of the manifest's repository that held it.
+    pub revision: String,
+    /// The file's path at that commit.
+    pub path: String,
+    #[ts(type = "number")]
+    pub size: u64,
+    pub sha256: String,
+    /// Where people have it, in words ("Ollama's gemma4:e2b blob").
+    pub note: String,
 }
 
 /// How the weights are stored.
@@ -31,6 +51,10 @@ pub enum ModelFormat {
     /// config.json) in safetensors: the 4- and 8-bit modules stay packed on the GPU.
     #[serde(rename = "mlx-4bit")]
     Mlx4Bit,
+    /// One GGUF file (llama.cpp's format): weights in ggml blocks, and in its metadata the
+    /// config, the tokenizer and the chat template.
+    #[serde(rename = "gguf")]
+    Gguf,
 }
 
 /// One file of a model; `size` and `sha256` are `None` until the manifest is pinned.

@@ -4,10 +4,10 @@ use ts_rs::{Config, TS};
 
 use crate::{
     ActionTarget, AdapterReport, AgentEvent, Decision, ElementInfo, EngineFailure, EngineStatus, EngineToWorker,
-    FailureKind, FailureText, FormInfo, GenerateRequest, GenerationEvent, GenerationStats, ManifestFile, ModelFormat,
-    ModelInfo, ModelManifest, ModelOffer, ModelProgress, OptionsToWorker, Outcome, PageInfo, PauseReason, RiskLevel,
-    RiskReason, SelfTestReport, Snapshot, TabToWorker, TaskAction, TaskSettings, TaskUpdate, ToolOutput, ToolReply,
-    ToolRequest, WorkerToEngine, WorkerToTab,
+    FailureKind, FailureText, FormInfo, GenerateRequest, GenerationEvent, GenerationStats, KnownUpload, ManifestFile,
+    ModelFormat, ModelInfo, ModelManifest, ModelMemory, ModelOffer, ModelProgress, OptionsToWorker, Outcome, PageInfo,
+    PauseReason, RiskLevel, RiskReason, SelfTestReport, Snapshot, TabToWorker, TaskAction, TaskSettings, TaskUpdate,
+    ToolOutput, ToolReply, ToolRequest, WorkerToEngine, WorkerToTab,
 };
 
 /// Path of the generated file, relative to the repository root.
@@ -29,11 +29,13 @@ pub fn typescript_module() -> String {
         FailureText::decl(&cfg),
         FailureKind::decl(&cfg),
         ModelInfo::decl(&cfg),
+        ModelMemory::decl(&cfg),
         ModelOffer::decl(&cfg),
         ModelProgress::decl(&cfg),
         ModelManifest::decl(&cfg),
         ModelFormat::decl(&cfg),
         ManifestFile::decl(&cfg),
+        KnownUpload::decl(&cfg),
         GenerateRequest::decl(&cfg),
         GenerationEvent::decl(&cfg),
         GenerationStats::decl(&cfg),

@@ -13,6 +13,7 @@ use crate::gguf::{GgufFile, GgufTensor, read_tensor_f32};
 use crate::gguf_affine;
 use crate::gguf_names::hf_tensor;
 use crate::mlx::{AffineTensor, Quantization};
+use crate::quant::GgmlType;
 use crate::safetensors::{DType, Header, TensorInfo};
 use crate::{ByteSource, FileSource, WeightsError};
 
@@ -21,6 +22,18 @@ use crate::{ByteSource, FileSource, WeightsError};
 pub struct HostTensor {
     pub shape: Vec<usize>,
     pub data: Vec<f32>,
+}
+
+/// Rows of a GGUF matrix in their stored ggml blocks.
+#[derive(Debug, Clone)]
+pub struct BlockRows {
+    pub ggml_type: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    /// Bytes per row: `cols / block values · block bytes`.
+    pub row_bytes: usize,
+    /// `rows · row_bytes` bytes.
+    pub bytes: Vec<u8>,
 }
 
 pub struct Checkpoint {
@@ -243,6 +256,32 @@ impl Checkpoint {
                 Some(tensor.shape[1] * params.bits as usize / 8)
             }
         }
+    }
+
+    /// The ggml block type and the stored bytes per row of `module.weight`, when it is a GGUF
+    /// matrix: what a loader needs to keep a large table in its stored blocks
+    /// ([`Self::read_block_rows`]) instead of repacking it.
+    pub fn stored_blocks(&self, module: &str) -> Option<(GgmlType, usize)> {
+        let tensor = self.gguf_packable(module)?;
+        Some((tensor.ggml_type, tensor.len / tensor.shape[0].max(1)))
+    }
+
+    /// Rows `rows` of a GGUF matrix exactly as stored (whole ggml blocks, row after row), reading
+    /// only their bytes; `None` when `module` is not a GGUF matrix ([`Self::stored_blocks`]). The
+    /// bytes are those [`Self::row_ranges`] names.
+    pub fn read_block_rows(&mut self, module: &str, rows: Range<usize>) -> Result<Option<BlockRows>, WeightsError> {
+        let Some(tensor) = self.gguf_packable(module).cloned() else { return Ok(None) };
+        let Format::Gguf { source, .. } = &mut self.format else { return Ok(None) };
+        let [all_rows, cols] = tensor.shape[..] else { return Ok(None) };
+        if rows.end > all_rows || rows.start > rows.end {
+            return Err(WeightsError::Quantization {
+                name: module.to_string(),
+                reason: format!("rows {rows:?} asked of a tensor with {all_rows}"),
+            });
+        }
+        let row_bytes = tensor.len / all_rows.max(1);
+        let bytes = source.read_at(tensor.offset + (rows.start * row_bytes) as u64, rows.len() * row_bytes)?;
+        Ok(Some(BlockRows { ggml_type: tensor.ggml_type, rows: rows.len(), cols, row_bytes, bytes }))
     }
 
     /// The GGUF tensor behind `module.weight`, when it is a matrix whose blocks repack into

@@ -358,7 +358,12 @@ impl<'a> Reader<'a> {
         let buffered_end = self.buffer_start + self.buffer.len() as u64;
         if self.pos < self.buffer_start || end > buffered_end {
             let want = n.max(CHUNK).min(self.len - self.pos);
-            self.buffer = self.source.read_at(self.pos, want as usize)?;
+            self.buffer = match self.source.read_at(self.pos, want as usize) {
+                // A source of fetched pieces (the browser's) may hold the header without the
+                // read-ahead: ask for exactly what is needed, so it fetches no more than that.
+                Err(WeightsError::NotFetched { .. }) if want > n => self.source.read_at(self.pos, n as usize)?,
+                other => other?,
+            };
             self.buffer_start = self.pos;
         }
         let start = (self.pos - self.buffer_start) as usize;

@@ -22,7 +22,7 @@ pub mod quant;
 pub mod safetensors;
 mod source;
 
-pub use checkpoint::{Checkpoint, FileRange, HostTensor};
+pub use checkpoint::{BlockRows, Checkpoint, FileRange, HostTensor};
 pub use gguf::{GgufError, GgufFile, GgufTensor, MetadataValue};
 pub use mlx::{AffineParams, AffineTensor, Quantization};
 pub use quant::GgmlType;

@@ -113,7 +113,35 @@ architecture: string, layers: number, vocab_size: number,
 /**
  * Wall time to read the weights onto the GPU, in milliseconds.
  */
-load_ms: number, };
+load_ms: number, 
+/**
+ * Where the model's bytes were during the load, and are now.
+ */
+memory: ModelMemory, };
+
+export type ModelMemory = { 
+/**
+ * The weight files' size.
+ */
+file_bytes: number, 
+/**
+ * The most bytes of the weight files held in memory at once during the load (the whole
+ * files when they were given in memory; one load step's when streamed from the store).
+ */
+peak_read_bytes: number, 
+/**
+ * Weights on the GPU.
+ */
+device_bytes: number, 
+/**
+ * Weights kept in host (wasm) memory.
+ */
+host_bytes: number, 
+/**
+ * The engine's whole linear memory after the load (wasm memory never shrinks, so this is
+ * its peak so far); 0 in native builds.
+ */
+wasm_memory_bytes: number, };
 
 export type ModelOffer = { 
 /**
@@ -164,9 +192,14 @@ repo: string,
  * The pinned commit of `repo` (files are fetched at this revision, never at `main`); `None`
  * until someone pins the manifest with models/pin.mjs.
  */
-revision: string | null, format: ModelFormat, files: Array<ManifestFile>, };
+revision: string | null, format: ModelFormat, files: Array<ManifestFile>, 
+/**
+ * Earlier uploads of the same weights (a GGUF file re-uploaded with a corrected vocabulary,
+ * say) that Hearth also accepts when a user brings the file: the same model, no download.
+ */
+known_uploads?: Array<KnownUpload>, };
 
-export type ModelFormat = "safetensors" | "mlx-4bit";
+export type ModelFormat = "safetensors" | "mlx-4bit" | "gguf";
 
 export type ManifestFile = { 
 /**
@@ -177,6 +210,20 @@ path: string, size: number | null,
  * Lowercase hex SHA-256 of the whole file.
  */
 sha256: string | null, };
+
+export type KnownUpload = { 
+/**
+ * The commit of the manifest's repository that held it.
+ */
+revision: string, 
+/**
+ * The file's path at that commit.
+ */
+path: string, size: number, sha256: string, 
+/**
+ * Where people have it, in words ("Ollama's gemma4:e2b blob").
+ */
+note: string, };
 
 export type GenerateRequest = { 
 /**

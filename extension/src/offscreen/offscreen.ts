@@ -10,6 +10,7 @@ import type { EngineFailure, EngineStatus, ModelManifest, ModelOffer, TaskUpdate
 import { failure } from "../shared/failures";
 import { dropped, isMessage, sendFromEngine, senderRole } from "../shared/messages";
 import { buildInfo, DEFAULT_MODEL_ID, loadManifest, totalBytes, unpinnedReason } from "../shared/models";
+import { crashedStatus, EngineCrashed, guardWasm, hasCrashed, isTrap, noteCrash, onCrash } from "./crash";
 import * as store from "./model-store";
 import { loadWasm, type Wasm } from "./wasm";
 
@@ -69,7 +70,8 @@ let storeFailure: store.InstallError | null = null;
 
 function loadEngine(): Promise<Wasm> {
   engine ??= (async () => {
-    const module = await loadWasm();
+    // Every call into the module is guarded: after a trap none reaches it again (./crash.ts).
+    const module = await guardWasm(await loadWasm());
     module.setTaskHost(
       (tabId, update) => void sendFromEngine({ kind: "task_update", tab_id: tabId, update: JSON.parse(update) as TaskUpdate }),
       (request) => runTool(JSON.parse(request) as ToolRequest),
@@ -91,6 +93,8 @@ interface TestHooks {
   quotaBytes?: number;
   /** Each read of an installed model's weights waits this long (to catch the `loading` state). */
   readDelayMs?: number;
+  /** When set, every read of an installed model's weights is recorded here: [path, offset, length]. */
+  reads?: [string, number, number][];
 }
 
 const testHooks = (): TestHooks => (__HEARTH_TEST_BUILD__ ? ((globalThis as { hearthTestHooks?: TestHooks }).hearthTestHooks ?? {}) : {});
@@ -134,6 +138,7 @@ async function bundledModel(wasm: Wasm, folder: string): Promise<unknown> {
  * piece by piece as it loads them (one layer at a time), never the whole file at once.
  */
 async function storedModel(wasm: Wasm, m: ModelManifest): Promise<unknown> {
+  if (m.format === "gguf") return storedGguf(wasm, m);
   const has = (path: string) => m.files.some((f) => f.path === path);
   const text = async (path: string) => new TextDecoder().decode(await store.readFile(m, path));
   // One model.safetensors, or the shards listed beside model.safetensors.index.json.
@@ -149,10 +154,35 @@ async function storedModel(wasm: Wasm, m: ModelManifest): Promise<unknown> {
   const weights = new Map<string, store.StoredFile>();
   for (const path of weightPaths) weights.set(path, await store.openFile(m, path));
   const weightFiles = [...weights].map(([path, file]) => ({ path, size: file.size }));
-  const readWeights = async (path: string, offset: number, length: number): Promise<Uint8Array> => {
+  return wasm.ModelFiles.streamed(
+    m.name,
+    await text("config.json"),
+    has("generation_config.json") ? await text("generation_config.json") : undefined,
+    JSON.stringify(weightFiles),
+    weightReader(m, weights),
+    await store.readFile(m, "tokenizer.json"),
+    template,
+  );
+}
+
+/** An installed GGUF file: one file holding weights, config, tokenizer and chat template. */
+async function storedGguf(wasm: Wasm, m: ModelManifest): Promise<unknown> {
+  const [only] = m.files;
+  if (m.files.length !== 1 || !only.path.endsWith(".gguf")) throw new store.InstallError("model_load", "failureModelFiles", m.name);
+  const file = await store.openFile(m, only.path);
+  return wasm.ModelFiles.streamed_gguf(m.name, only.path, file.size, weightReader(m, new Map([[only.path, file]])), undefined);
+}
+
+/** `read(path, offset, length)` over the stored weight files, as the engine asks for their bytes. */
+function weightReader(m: ModelManifest, weights: Map<string, store.StoredFile>) {
+  return async (path: string, offset: number, length: number): Promise<Uint8Array> => {
     const file = weights.get(path);
     if (!file) throw new Error(`${path} is not a weight file of ${m.name}`);
-    if (__HEARTH_TEST_BUILD__ && testHooks().readDelayMs) await new Promise((r) => setTimeout(r, testHooks().readDelayMs));
+    if (__HEARTH_TEST_BUILD__) {
+      const hooks = testHooks();
+      if (hooks.readDelayMs) await new Promise((r) => setTimeout(r, hooks.readDelayMs));
+      hooks.reads?.push([path, offset, length]);
+    }
     try {
       return await file.read(offset, length);
     } catch (error) {
@@ -161,22 +191,13 @@ async function storedModel(wasm: Wasm, m: ModelManifest): Promise<unknown> {
       throw error;
     }
   };
-  return wasm.ModelFiles.streamed(
-    m.name,
-    await text("config.json"),
-    has("generation_config.json") ? await text("generation_config.json") : undefined,
-    JSON.stringify(weightFiles),
-    readWeights,
-    await store.readFile(m, "tokenizer.json"),
-    template,
-  );
 }
 
 /** Why `m` cannot be offered at all, as a status, or null. */
 function manifestProblem(m: ModelManifest): EngineStatus | null {
   const unpinned = unpinnedReason(m);
   if (unpinned) return failed("model_unpinned", "failureUnpinned", unpinned);
-  // Both formats load: MLX 4-bit models say in config.json how they are quantized.
+  // Every format loads: MLX 4-bit models say in config.json how they are quantized, GGUF blocks say it themselves.
   return null;
 }
 
@@ -191,6 +212,8 @@ function failed(kind: EngineFailure["kind"], key: string, ...args: (string | num
 
 function failureOf(error: unknown): EngineStatus {
   if (error instanceof store.InstallError) return { state: "failed", failure: error.failure };
+  // (A method of the module's objects, such as Sha256's, can trap too.)
+  if (error instanceof EngineCrashed || isTrap(error, true)) return (noteCrash(error), crashedStatus());
   return failed("model_load", "failureModelRead", String(error));
 }
 
@@ -297,13 +320,20 @@ async function runTool(request: ToolRequest): Promise<string> {
 
 /** Runs a task message; a failure is reported to the tab rather than lost. */
 async function taskMessage(msg: Extract<WorkerToEngine, { kind: "start_task" | "task_control" }>): Promise<void> {
+  // A crashed engine holds no conversation to forget (the worker keeps its history).
+  if (hasCrashed() && msg.kind === "task_control" && msg.action.action === "forget") return;
   try {
     // A lost device computes nothing: say so rather than fail somewhere inside the model.
     if (deviceLost !== null && msg.kind === "start_task") throw new Error(`the GPU device was lost (${deviceLost}); press Retry above the conversation`);
     const wasm = await loadEngine();
     await wasm.taskMessage(JSON.stringify(msg));
   } catch (error) {
-    const update: TaskUpdate = { update: "ended", outcome: { kind: "failed", message: `The engine failed: ${String(error)}` } };
+    // A task the crash cut short ends here, as do those sent to the crashed engine afterwards.
+    const message =
+      error instanceof EngineCrashed
+        ? `The engine crashed (${error.reason}). Press Retry above the conversation: Hearth starts a fresh engine and keeps the conversation.`
+        : `The engine failed: ${String(error)}`;
+    const update: TaskUpdate = { update: "ended", outcome: { kind: "failed", message } };
     void sendFromEngine({ kind: "task_update", tab_id: msg.tab_id, update });
   }
 }
@@ -317,11 +347,16 @@ chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) =>
   const msg = message as WorkerToEngine;
   switch (msg.kind) {
     case "start_engine":
-      // The worker waits for the answer.
-      void engineStatus(msg.model_id).then(sendResponse);
+      // A crashed engine is never started again: the worker's Retry replaces this document.
+      if (hasCrashed()) {
+        sendResponse(crashedStatus());
+        return false;
+      }
+      // The worker waits for the answer: it always gets one.
+      void engineStatus(msg.model_id).catch(unexpected("engine_load", "failureEngineStart")).then(sendResponse);
       return true;
     case "install_model":
-      void installModel(msg.model_id).then(sendResponse);
+      void installModel(msg.model_id).catch(unexpected("model_download", "failureDownloadStopped")).then(sendResponse);
       return true;
     case "start_task":
     case "task_control":
@@ -330,5 +365,13 @@ chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) =>
   }
   return false;
 });
+
+/** The status for an error nothing else caught: a crash's, or `key`'s with the error as its detail. */
+function unexpected(kind: EngineFailure["kind"], key: string): (error: unknown) => EngineStatus {
+  return (error) => (error instanceof EngineCrashed || isTrap(error, true) ? (noteCrash(error), crashedStatus()) : failed(kind, key, String(error)));
+}
+
+// A crash seen anywhere (mid-load, mid-task, in a call nobody awaits) fails the engine at once.
+onCrash((status) => void sendFromEngine({ kind: "engine_status", status }));
 
 void sendFromEngine({ kind: "offscreen_ready" });

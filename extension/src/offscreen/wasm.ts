@@ -8,6 +8,8 @@ export interface Wasm {
   generate(request: string, onEvent: (event: string) => void): Promise<void>;
   setTaskHost(onUpdate: (tabId: number, update: string) => void, runTool: (request: string) => Promise<string>): void;
   taskMessage(message: string): Promise<void>;
+  /** `handler(message)` hears a panic's message just before the instance traps (./crash.ts). */
+  setPanicHandler(handler: (message: string) => void): void;
   ModelFiles: {
     new (
       name: string,
@@ -26,6 +28,14 @@ export interface Wasm {
       readWeights: (path: string, offset: number, length: number) => Promise<Uint8Array>,
       tokenizerJson: Uint8Array,
       chatTemplate: string,
+    ): unknown;
+    /** One GGUF file of `size` bytes read piece by piece (its metadata holds config, tokenizer, template). */
+    streamed_gguf(
+      name: string,
+      path: string,
+      size: number,
+      readWeights: (path: string, offset: number, length: number) => Promise<Uint8Array>,
+      chatTemplate: string | undefined,
     ): unknown;
   };
   Sha256: new () => { update(bytes: Uint8Array): void; finalize(): string; free(): void };

@@ -4,11 +4,14 @@
 
 import type { ModelManifest } from "../generated/protocol";
 
-/** The model release builds run when the settings name none. */
-export const DEFAULT_MODEL_ID = "gemma-4-e2b-it-4bit";
+/** The model release builds run when the settings name none: Google's Q4_0 GGUF of E2B. */
+export const DEFAULT_MODEL_ID = "gemma-4-e2b-it";
 
-/** The models people choose from in the settings: E2B, E4B (a test model is not listed). */
-export const CHOOSABLE_MODELS = ["gemma-4-e2b-it-4bit", "gemma-4-e4b-it-4bit"] as const;
+/**
+ * The models people choose from in the settings: E2B, E4B as GGUF files (a test model is not
+ * listed; the MLX manifests are alternatives installed from a folder in the options page).
+ */
+export const CHOOSABLE_MODELS = ["gemma-4-e2b-it", "gemma-4-e4b-it"] as const;
 
 /** What `cargo xtask build` (extension/build.mjs) wrote about this build: build-info.json. */
 export interface BuildInfo {

@@ -67,9 +67,10 @@ function sanitize(s: Settings): Settings {
 
 /** A well-formed model id or "" (the manifest itself is checked where the model is loaded). */
 function modelId(value: unknown): string {
-  // Versions before model downloads stored "e2b" or "e4b".
-  if (value === "e2b") return DEFAULT_MODEL_ID;
-  if (value === "e4b") return CHOOSABLE_MODELS[1];
+  // Versions before model downloads stored "e2b" or "e4b"; before the GGUF defaults, the
+  // (never installable) MLX ids.
+  if (value === "e2b" || value === "gemma-4-e2b-it-4bit") return DEFAULT_MODEL_ID;
+  if (value === "e4b" || value === "gemma-4-e4b-it-4bit") return CHOOSABLE_MODELS[1];
   return typeof value === "string" && /^[a-z0-9][a-z0-9._-]{0,99}$/.test(value) ? value : "";
 }
 

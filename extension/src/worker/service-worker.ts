@@ -28,6 +28,31 @@ let startInFlight = false;
 const watchers = new Set<number>();
 let offscreenStarting: Promise<void> | null = null;
 let onOffscreenReady: (() => void) | null = null;
+/** Counts engine starts: the answer of one that a later start replaced is not current. */
+let startSeq = 0;
+
+/**
+ * The longest the engine may stay silent while the worker waits on it: no answer and no message
+ * (each `loading` or `installing` status restarts the clock, so a model of gigabytes may take
+ * minutes). Then the wait ends in a failure with Retry, which replaces the document.
+ */
+const ENGINE_SILENCE_MS = 60_000;
+/** The same while a model downloads (a slow server may take a while between two parts). */
+const INSTALL_SILENCE_MS = 120_000;
+/** How long a new offscreen document may take to load its script and say it is ready. */
+const OFFSCREEN_READY_MS = 30_000;
+/**
+ * How often a wait checks that the offscreen document is still there (a renderer crash ends it;
+ * the call also keeps this worker alive while it waits on a silent engine).
+ */
+const DOCUMENT_CHECK_MS = 2_000;
+/** Failures after which Retry replaces the offscreen document (a fresh wasm instance, a new GPU device). */
+const RECREATE_AFTER: readonly string[] = ["gpu_device", "engine_load"];
+
+/** Test builds only: the e2e suite shortens the silence the worker waits out (`hearthTestHooks`). */
+function silenceMs(normal: number): number {
+  return __HEARTH_TEST_BUILD__ ? ((globalThis as { hearthTestHooks?: { engineSilenceMs?: number } }).hearthTestHooks?.engineSilenceMs ?? normal) : normal;
+}
 
 /**
  * A stored transcript larger than this is not saved (storage.session holds 10 MB for every tab
@@ -121,6 +146,8 @@ function fromTab(msg: TabToWorker, tabId: number, url: string | undefined): Prom
 
 /** A message from the offscreen document (the engine). */
 function fromEngine(msg: EngineToWorker): Promise<unknown> | undefined {
+  // Any message shows the engine is alive: the waits on it start counting its silence again.
+  for (const heard of engineHeard) heard();
   switch (msg.kind) {
     case "offscreen_ready":
       onOffscreenReady?.();
@@ -216,22 +243,77 @@ async function ensureEngine(): Promise<void> {
 }
 
 async function startEngine(): Promise<void> {
-  // A lost GPU device cannot be replaced inside the engine: a fresh offscreen document gets a new one.
-  const deviceLost = status.state === "failed" && status.failure.kind === "gpu_device";
+  // A lost GPU device cannot be replaced inside the engine, nor a crashed (trapped) wasm instance
+  // be used again, nor a stuck document be trusted: a fresh offscreen document starts from scratch.
+  const recreate = status.state === "failed" && RECREATE_AFTER.includes(status.failure.kind);
+  const seq = ++startSeq;
+  const current = () => seq === startSeq;
   setStatus({ state: "starting" });
   startInFlight = true;
+  let next: EngineStatus;
   try {
-    if (deviceLost && (await chrome.offscreen.hasDocument())) await chrome.offscreen.closeDocument();
+    if (recreate && (await chrome.offscreen.hasDocument())) await chrome.offscreen.closeDocument();
     await ensureOffscreenDocument();
     engineModel = (await loadSettings()).model || null;
-    // The offscreen document answers once the engine is ready (or failed), or with the model to install.
-    const next = (await toOffscreen({ kind: "start_engine", model_id: engineModel })) as EngineStatus | undefined;
-    startInFlight = false;
-    if (next) setStatus(next);
+    // The offscreen document answers once the engine is ready (or failed), or with the model to
+    // install; it sends `loading` statuses meanwhile.
+    const answer = toOffscreen({ kind: "start_engine", model_id: engineModel }) as Promise<EngineStatus | undefined>;
+    next = (await fromTheEngine(answer, silenceMs(ENGINE_SILENCE_MS))) ?? engineFailure(new Error("the engine gave no answer"));
   } catch (error) {
-    startInFlight = false;
-    setStatus({ state: "failed", failure: failure("engine_load", "failureEngineStart", String(error)) });
+    next = engineFailure(error);
   }
+  // A later start (a Retry meanwhile) owns the status now.
+  if (!current()) return;
+  startInFlight = false;
+  setStatus(next);
+}
+
+/** The engine did not answer the worker: it went silent, its document went away, or it was never created. */
+class EngineSilent extends Error {
+  constructor(readonly ms: number) {
+    super(`the engine said nothing for ${Math.round(ms / 1000)} s`);
+  }
+}
+class EngineGone extends Error {}
+
+/** The failure for an error of `startEngine`'s (all of them offer Retry, which replaces the document). */
+function engineFailure(error: unknown): EngineStatus {
+  if (error instanceof EngineSilent) return { state: "failed", failure: failure("engine_load", "failureEngineSilent", Math.round(error.ms / 1000)) };
+  // The message channel closed before the answer, or no document answered at all.
+  const gone = error instanceof EngineGone || /message (port|channel) closed|Receiving end does not exist/i.test(String(error));
+  if (gone) return { state: "failed", failure: failure("engine_load", "failureEngineGone", errorText(error)) };
+  return { state: "failed", failure: failure("engine_load", "failureEngineStart", errorText(error)) };
+}
+
+const errorText = (error: unknown) => (error instanceof Error ? error.message : String(error));
+
+/** Called by `fromEngine` on every message of the engine's, for the waits below. */
+const engineHeard = new Set<() => void>();
+
+/**
+ * `answer`, from the offscreen document, or a rejection: `EngineSilent` once the engine has sent
+ * nothing for `silence` ms (every message it sends restarts the clock), `EngineGone` once the
+ * document is gone (closed, or its renderer crashed). Never waits forever.
+ */
+function fromTheEngine<T>(answer: Promise<T>, silence: number): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    let heard = Date.now();
+    const onHeard = () => (heard = Date.now());
+    engineHeard.add(onHeard);
+    const check = setInterval(() => {
+      if (Date.now() - heard > silence) return settle(() => reject(new EngineSilent(silence)));
+      void chrome.offscreen.hasDocument().then((present) => present || settle(() => reject(new EngineGone("the offscreen document is gone"))));
+    }, Math.min(DOCUMENT_CHECK_MS, silence / 2));
+    const settle = (then: () => void) => {
+      clearInterval(check);
+      engineHeard.delete(onHeard);
+      then();
+    };
+    answer.then(
+      (value) => settle(() => resolve(value)),
+      (error: unknown) => settle(() => reject(error)),
+    );
+  });
 }
 
 /** Downloads a model in the offscreen document (it streams `installing` statuses), then loads it. */
@@ -246,16 +328,19 @@ async function installModel(modelId: string): Promise<void> {
   let next: EngineStatus | undefined;
   try {
     await ensureOffscreenDocument();
-    next = (await toOffscreen({ kind: "install_model", model_id: modelId })) as EngineStatus | undefined;
+    const answer = toOffscreen({ kind: "install_model", model_id: modelId }) as Promise<EngineStatus | undefined>;
+    next = await fromTheEngine(answer, silenceMs(INSTALL_SILENCE_MS));
   } catch (error) {
-    next = { state: "failed", failure: failure("model_download", "failureDownloadStopped", String(error)) };
+    // A document that went away or went silent is replaced by Retry, as after a failed start.
+    const lost = error instanceof EngineSilent || error instanceof EngineGone;
+    next = lost ? engineFailure(error) : { state: "failed", failure: failure("model_download", "failureDownloadStopped", String(error)) };
   } finally {
     installInFlight = false;
   }
   if (next) setStatus(next);
 }
 
-/** Creates the offscreen document once and waits until its script listens. */
+/** Creates the offscreen document once and waits (a bounded time) until its script listens. */
 async function ensureOffscreenDocument(): Promise<void> {
   if (offscreenStarting) return offscreenStarting;
   offscreenStarting = (async () => {
@@ -266,7 +351,7 @@ async function ensureOffscreenDocument(): Promise<void> {
       reasons: [chrome.offscreen.Reason.WORKERS],
       justification: "Runs Hearth's language model on the GPU with WebGPU.",
     });
-    await ready;
+    await fromTheEngine(ready, silenceMs(OFFSCREEN_READY_MS));
   })();
   try {
     await offscreenStarting;

@@ -401,7 +401,7 @@ describe("the overlay", () => {
     const { page } = await openOverlay(chrome, "settings");
     await clickInOverlay(page, "button.settings");
     assert.equal(await waitForData(page, "view", "settings"), "settings");
-    assert.equal(await overlayEval(page, "select.setting-model", "function () { return this.value; }"), "gemma-4-e2b-it-4bit");
+    assert.equal(await overlayEval(page, "select.setting-model", "function () { return this.value; }"), "gemma-4-e2b-it");
     await clickInOverlay(page, "input.setting-thinking");
     await until(async () => (await settingsIn(chrome))?.thinking === true, "thinking saved to storage.sync");
     await clickInOverlay(page, "input.setting-max-iterations");

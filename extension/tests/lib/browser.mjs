@@ -1,4 +1,4 @@
-// Launches Debian's Chromium (or $CHROMIUM) with the built extension and connects Playwright over CDP.
+// Launches Debian's Chromium (or $HEARTH_CHROME, or $CHROMIUM) with the built extension and connects Playwright over CDP.
 // Shared by the e2e tests and `cargo xtask run`.
 
 import { spawn } from "node:child_process";
@@ -12,9 +12,9 @@ import { ConsoleWatcher } from "./console-watcher.mjs";
 export const EXTENSION_DIR = resolve(process.env.HEARTH_EXTENSION_DIR ?? resolve(import.meta.dirname, "../../../dist/extension"));
 
 function chromiumPath() {
-  const candidates = [process.env.CHROMIUM, "/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"];
+  const candidates = [process.env.HEARTH_CHROME, process.env.CHROMIUM, "/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"];
   const found = candidates.find((p) => p && existsSync(p));
-  if (!found) throw new Error("Chromium not found: install it (Debian: `sudo apt-get install chromium`) or set CHROMIUM=/path/to/chrome");
+  if (!found) throw new Error("Chromium not found: install it (Debian: `sudo apt-get install chromium`) or set HEARTH_CHROME=/path/to/chrome");
   return found;
 }
 

@@ -227,7 +227,10 @@ pub struct GemmaLoader {
     parts: std::collections::VecDeque<Part>,
     total_steps: usize,
     embed_tokens: Option<SplitEmbedding>,
+    /// The per-layer-embedding table's slices, wherever they go: host, device, stored blocks.
     table_slices: Vec<AffineTensor>,
+    device_slices: Vec<EmbeddingBlock>,
+    block_table: Option<BlockTable>,
     rows_per_slice: usize,
     dense_table: Option<HostTensor>,
     per_layer_projection: Option<(Linear, Tensor<1>)>,
@@ -266,6 +269,8 @@ impl GemmaLoader {
             rows_per_slice,
             embed_tokens: None,
             table_slices: Vec::new(),
+            device_slices: Vec::new(),
+            block_table: None,
             dense_table: None,
             per_layer_projection: None,
             layers: Vec::with_capacity(config.num_layers),
@@ -317,7 +322,32 @@ impl GemmaLoader {
             }
             Part::TableRows(rows) => {
                 let width = c.num_layers * c.per_layer_input_size.unwrap_or(0);
-                self.table_slices.push(loader.table_rows("embed_tokens_per_layer", rows, c.vocab_size, width)?);
+                let name = format!("{}embed_tokens_per_layer", self.prefix);
+                // GGUF blocks stay as stored, on the device: never widened nor repacked larger.
+                if let Some((ty, _)) = loader.checkpoint.stored_blocks(&name)
+                    && BlockTable::holds(ty, device)
+                {
+                    let slice = loader
+                        .checkpoint
+                        .read_block_rows(&name, rows)?
+                        .ok_or_else(|| ModelError::Weights(WeightsError::Missing { name: format!("{name}.weight") }))?;
+                    if slice.cols != width {
+                        let (expected, actual) = (vec![c.vocab_size, width], vec![c.vocab_size, slice.cols]);
+                        return Err(ModelError::Shape { name, expected, actual });
+                    }
+                    let per_slice = self.rows_per_slice;
+                    let table =
+                        self.block_table.get_or_insert_with(|| BlockTable::new(ty, width, slice.row_bytes, per_slice));
+                    table.push_slice(slice, device);
+                } else {
+                    let slice = loader.table_rows("embed_tokens_per_layer", rows, c.vocab_size, width)?;
+                    // Packed on the device where the kernels run; on the host otherwise.
+                    if has_fused_kernels(device) && AffineMatrix::holds(&slice) {
+                        self.device_slices.push(EmbeddingBlock::Affine(AffineMatrix::upload(slice, device)));
+                    } else {
+                        self.table_slices.push(slice);
+                    }
+                }
             }
             Part::DenseTable => {
                 let width = c.num_layers * c.per_layer_input_size.unwrap_or(0);
@@ -343,9 +373,15 @@ impl GemmaLoader {
         }
         let per_layer = match self.per_layer_projection {
             Some((model_projection, projection_norm)) => {
-                let table = match self.dense_table {
-                    Some(dense) => HostTable::Dense(dense),
-                    None => HostTable::Affine { slices: self.table_slices, rows_per_slice: self.rows_per_slice },
+                let rows_per_slice = self.rows_per_slice;
+                let table = match (self.dense_table, self.block_table) {
+                    (Some(dense), _) => TokenTable::Host(HostTable::Dense(dense)),
+                    (None, Some(blocks)) => TokenTable::Blocks(blocks),
+                    (None, None) if !self.device_slices.is_empty() => TokenTable::Device(SplitEmbedding {
+                        blocks: self.device_slices,
+                        rows_per_block: rows_per_slice,
+                    }),
+                    (None, None) => TokenTable::Host(HostTable::Affine { slices: self.table_slices, rows_per_slice }),
                 };
                 Some(PerLayerEmbeddings { table, model_projection, projection_norm })
             }

@@ -1,0 +1,391 @@
+//! A large lookup table kept in its stored ggml blocks, rows decoded only when looked up: Gemma 4's
+//! per-layer-embedding table (E2B: 262,144 rows of 8,960 values, 1.9 GB in Q6_K). Repacked into
+//! affine groups it would take 12 bits a value instead of 6.56, and on the host it would not fit
+//! the browser's wasm memory; here it sits on the device as stored, in slices of at most one
+//! storage binding, and a token's row costs one dispatch per slice it falls in.
+//!
+//! The kernel reads bytes out of u32 words (rows start at any even byte: a Q6_K row of 8,960
+//! values is 7,350 bytes) and decodes exactly as ggml's reference does (`d·sc` formed in f32,
+//! then times the code), so a looked-up row equals [`hearth_weights::quant::dequantize`] bit for
+//! bit; [`reference`] is that host decoding, the CPU backend's path and the tests' oracle.
+
+use burn::backend::tensor::{FloatTensor, IntTensor};
+use burn::backend::{Backend, Dispatch, backend_extension};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+use burn_cubecl::CubeBackend;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+use hearth_weights::{BlockRows, GgmlType};
+
+use crate::affine::{grid, has_fused_kernels};
+use crate::fused::empty_output;
+
+const THREADS: u32 = 64;
+
+/// The block formats the kernel decodes, by the comptime code it is compiled with.
+fn kind_of(ty: GgmlType) -> Option<u32> {
+    match ty {
+        GgmlType::Q4_0 => Some(0),
+        GgmlType::Q8_0 => Some(1),
+        GgmlType::Q4K => Some(2),
+        GgmlType::Q6K => Some(3),
+        _ => None,
+    }
+}
+
+/// Byte `addr` of a byte string stored in little-endian u32 words.
+#[cube]
+fn byte_at(words: &[u32], addr: u32) -> u32 {
+    (words[(addr / 4) as usize] >> ((addr % 4) * 8)) & 0xFF
+}
+
+/// The f16 at byte `addr`, as f32 (normal, subnormal, infinite and NaN values alike).
+#[cube]
+fn half_at(words: &[u32], addr: u32) -> f32 {
+    let h = byte_at(words, addr) | (byte_at(words, addr + 1) << 8);
+    let sign = (h >> 15) << 31;
+    let exponent = (h >> 10) & 0x1F;
+    let mantissa = h & 0x3FF;
+    let mut bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+    if exponent == 31 {
+        bits = sign | 0x7F80_0000 | (mantissa << 13);
+    }
+    let mut value = f32::reinterpret(bits);
+    if exponent == 0 {
+        // 2^-24 · mantissa, exact in f32.
+        value = f32::cast_from(mantissa) * 5.960_464_5e-8;
+        if sign != 0 {
+            value = -value;
+        }
+    }
+    value
+}
+
+/// The signed byte at `addr`.
+#[cube]
+fn signed_byte_at(words: &[u32], addr: u32) -> f32 {
+    let b = byte_at(words, addr);
+    let mut v = f32::cast_from(b);
+    if b >= 128 {
+        v = f32::cast_from(b) - 256.0;
+    }
+    v
+}
+
+/// Value `i` of the ggml block at byte `block` (`kind` as in [`kind_of`]).
+#[cube]
+#[allow(unused_assignments)]
+fn block_value(words: &[u32], block: u32, i: u32, #[comptime] kind: u32) -> f32 {
+    let mut value = 0.0f32;
+    if comptime!(kind == 0) {
+        // Q4_0: d f16, qs[16]; low nibbles are values 0..16, high nibbles 16..32; d·(q − 8).
+        let d = half_at(words, block);
+        let q = byte_at(words, block + 2 + (i % 16)) >> ((i / 16) * 4);
+        value = d * (f32::cast_from(q & 0xF) - 8.0);
+    } else if comptime!(kind == 1) {
+        // Q8_0: d f16, qs[32] i8; d·q.
+        value = half_at(words, block) * signed_byte_at(words, block + 2 + i);
+    } else if comptime!(kind == 2) {
+        // Q4_K: d, dmin f16, scales[12] (6-bit scale and min per 32 values), qs[128].
+        let chunk = i / 64;
+        let sub = (i % 64) / 32;
+        let l = i % 32;
+        let j = chunk * 2 + sub;
+        let scales = block + 4;
+        let mut sc = 0u32;
+        let mut m = 0u32;
+        if j < 4 {
+            sc = byte_at(words, scales + j) & 63;
+            m = byte_at(words, scales + j + 4) & 63;
+        } else {
+            sc = (byte_at(words, scales + j + 4) & 0xF) | ((byte_at(words, scales + j - 4) >> 6) << 4);
+            m = (byte_at(words, scales + j + 4) >> 4) | ((byte_at(words, scales + j) >> 6) << 4);
+        }
+        let d = half_at(words, block) * f32::cast_from(sc);
+        let min = half_at(words, block + 2) * f32::cast_from(m);
+        let q = (byte_at(words, block + 16 + chunk * 32 + l) >> (sub * 4)) & 0xF;
+        value = d * f32::cast_from(q) - min;
+    } else {
+        // Q6_K: ql[128] low 4 bits, qh[64] high 2 bits, scales[16] i8, d f16; (d·sc)·(q − 32).
+        let half = i / 128;
+        let quarter = (i % 128) / 32;
+        let l = i % 32;
+        let low = (byte_at(words, block + half * 64 + l + (quarter % 2) * 32) >> ((quarter / 2) * 4)) & 0xF;
+        let high = (byte_at(words, block + 128 + half * 32 + l) >> (quarter * 2)) & 3;
+        let sc = signed_byte_at(words, block + 192 + half * 8 + l / 16 + quarter * 2);
+        let d = half_at(words, block + 208);
+        value = (d * sc) * (f32::cast_from(low | (high << 4)) - 32.0);
+    }
+    value
+}
+
+/// `out[t, j] = scale · row(ids[t])[j]` for a slice of stored rows, one thread per value.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn block_rows_kernel(
+    words: &[u32],
+    ids: &[u32],
+    out: &mut [f32],
+    cols: u32,
+    row_bytes: u32,
+    scale: f32,
+    #[comptime] kind: u32,
+    #[comptime] block_values: u32,
+    #[comptime] block_bytes: u32,
+    #[comptime] threads: u32,
+) {
+    let position = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * threads + UNIT_POS_X;
+    if position < ids.len() as u32 * cols {
+        let token = position / cols;
+        let j = position % cols;
+        let row = ids[token as usize];
+        let block = row * row_bytes + (j / block_values) * block_bytes;
+        out[position as usize] = block_value(words, block, j % block_values, kind) * scale;
+    }
+}
+
+/// The kernel as a Burn backend operation (cubecl backends only).
+#[backend_extension(Cube)]
+pub trait BlockKernels: Backend {
+    /// Rows `ids` of a slice of `kind` blocks (`words`: its bytes as u32), times `scale`:
+    /// `[n]` → `[n, cols]`.
+    #[allow(clippy::too_many_arguments)]
+    fn block_rows(
+        words: IntTensor<Self>,
+        ids: IntTensor<Self>,
+        cols: usize,
+        row_bytes: usize,
+        scale: f32,
+        kind: u32,
+        block_values: u32,
+        block_bytes: u32,
+    ) -> FloatTensor<Self>;
+}
+
+impl BlockKernels for CubeBackend {
+    fn block_rows(
+        words: CubeTensor,
+        ids: CubeTensor,
+        cols: usize,
+        row_bytes: usize,
+        scale: f32,
+        kind: u32,
+        block_values: u32,
+        block_bytes: u32,
+    ) -> CubeTensor {
+        let n = ids.meta.shape()[0];
+        let client = ids.client.clone();
+        let out = empty_output(&ids, burn::tensor::Shape::new([n, cols]));
+        let (grid_x, grid_y) = grid(((n * cols) as u32).div_ceil(THREADS));
+        block_rows_kernel::launch(
+            &client,
+            CubeCount::Static(grid_x, grid_y, 1),
+            CubeDim::new_1d(THREADS),
+            into_contiguous(words).into_buffer_arg(),
+            into_contiguous(ids).into_buffer_arg(),
+            out.clone().into_buffer_arg(),
+            cols as u32,
+            row_bytes as u32,
+            scale,
+            kind,
+            block_values,
+            block_bytes,
+            THREADS,
+        );
+        out
+    }
+}
+
+/// One slice of rows, on the device (as u32 words) or, on the CPU backend, on the host.
+#[allow(clippy::large_enum_variant)] // a few dozen slices: boxing buys nothing
+enum Slice {
+    Device(Tensor<1, Int>),
+    Host(Vec<u8>),
+}
+
+/// A `[rows, cols]` table in stored ggml blocks, in slices of `rows_per_slice` rows.
+pub struct BlockTable {
+    ggml_type: GgmlType,
+    cols: usize,
+    row_bytes: usize,
+    rows_per_slice: usize,
+    slices: Vec<Slice>,
+}
+
+impl BlockTable {
+    /// Whether rows of `ty` can be looked up from stored blocks on `device` (on the CPU backend
+    /// any type the host decodes can).
+    pub fn holds(ty: GgmlType, device: &Device) -> bool {
+        if has_fused_kernels(device) { kind_of(ty).is_some() } else { ty.can_dequantize() }
+    }
+
+    pub fn new(ggml_type: GgmlType, cols: usize, row_bytes: usize, rows_per_slice: usize) -> Self {
+        BlockTable { ggml_type, cols, row_bytes, rows_per_slice: rows_per_slice.max(1), slices: Vec::new() }
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Adds the next slice (every slice but the last holds `rows_per_slice` rows).
+    pub fn push_slice(&mut self, rows: BlockRows, device: &Device) {
+        debug_assert_eq!((rows.ggml_type, rows.cols, rows.row_bytes), (self.ggml_type, self.cols, self.row_bytes));
+        let slice = if has_fused_kernels(device) {
+            let mut bytes = rows.bytes;
+            bytes.resize(bytes.len().next_multiple_of(4), 0);
+            let words: Vec<u32> = bytes.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
+            let n = words.len();
+            Slice::Device(Tensor::from_data(TensorData::new(words, [n]), (device, DType::U32)))
+        } else {
+            Slice::Host(rows.bytes)
+        };
+        self.slices.push(slice);
+    }
+
+    /// Bytes on the device and on the host.
+    pub fn bytes(&self) -> (usize, usize) {
+        self.slices.iter().fold((0, 0), |(device, host), slice| match slice {
+            Slice::Device(words) => (device + words.dims()[0] * 4, host),
+            Slice::Host(bytes) => (device, host + bytes.len()),
+        })
+    }
+
+    /// Rows `tokens`, in order, times `scale`: `[S]` → `[S, cols]`.
+    pub fn lookup(&self, tokens: &[u32], scale: f32, device: &Device) -> Tensor<2> {
+        crate::gemma::gather_by_block(tokens, self.rows_per_slice, device, |b, local| {
+            self.slice_rows(b, local, scale, device)
+        })
+    }
+
+    /// Rows `local` of slice `b`.
+    fn slice_rows(&self, b: usize, local: &[u32], scale: f32, device: &Device) -> Tensor<2> {
+        let n = local.len();
+        match &self.slices[b] {
+            Slice::Device(words) => {
+                let (block_values, block_bytes) = self.ggml_type.block_layout();
+                let ids = Tensor::<1, Int>::from_data(TensorData::new(local.to_vec(), [n]), (device, DType::U32));
+                Tensor::from_dispatch(<Dispatch as BlockKernels>::block_rows(
+                    words.clone().into_dispatch(),
+                    ids.into_dispatch(),
+                    self.cols,
+                    self.row_bytes,
+                    scale,
+                    kind_of(self.ggml_type).unwrap_or(0),
+                    block_values as u32,
+                    block_bytes as u32,
+                ))
+            }
+            Slice::Host(bytes) => {
+                let mut out = Vec::with_capacity(n * self.cols);
+                for &row in local {
+                    let start = row as usize * self.row_bytes;
+                    reference::push_row(self.ggml_type, &bytes[start..start + self.row_bytes], scale, &mut out);
+                }
+                Tensor::from_data(TensorData::new(out, [n, self.cols]), device)
+            }
+        }
+    }
+}
+
+/// The host decoding: ggml's reference dequantization, then the scale.
+pub mod reference {
+    use super::*;
+
+    /// Appends one stored row, decoded and times `scale`, to `out`.
+    pub fn push_row(ty: GgmlType, row: &[u8], scale: f32, out: &mut Vec<f32>) {
+        let start = out.len();
+        if !hearth_weights::quant::dequantize(ty, row, out) {
+            // `BlockTable::holds` admits only types the host decodes.
+            out.resize(start + row.len(), f32::NAN);
+        }
+        out[start..].iter_mut().for_each(|v| *v *= scale);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Random blocks of `ty` whose scales are real f16 values (a subnormal and a negative one
+    /// among them), `rows` rows of `cols` values.
+    fn random_rows(ty: GgmlType, rows: usize, cols: usize, seed: u32) -> BlockRows {
+        let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(7);
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state
+        };
+        let (values, size) = ty.block_layout();
+        let blocks = rows * cols / values;
+        let mut bytes: Vec<u8> = (0..blocks * size).map(|_| next() as u8).collect();
+        // f16 bits: 0.0499, −0.00189, 0.5, a subnormal (2.98e-6), 0.0699.
+        let scales: [u16; 5] = [0x2A66, 0x97BE, 0x3800, 0x0032, 0x2C7B];
+        for (b, block) in bytes.chunks_exact_mut(size).enumerate() {
+            let d = scales[b % scales.len()].to_le_bytes();
+            let m = (scales[(b + 2) % scales.len()] & 0x7FFF).to_le_bytes();
+            match ty {
+                GgmlType::Q4_0 | GgmlType::Q8_0 => block[0..2].copy_from_slice(&d),
+                GgmlType::Q4K => {
+                    block[0..2].copy_from_slice(&d);
+                    block[2..4].copy_from_slice(&m);
+                }
+                GgmlType::Q6K => block[208..210].copy_from_slice(&d),
+                _ => unreachable!("a type this test makes"),
+            }
+        }
+        BlockRows { ggml_type: ty, rows, cols, row_bytes: cols / values * size, bytes }
+    }
+
+    fn devices() -> Vec<(&'static str, Device)> {
+        let mut devices = vec![("cpu", Device::flex())];
+        match crate::gpu::init_gpu_blocking() {
+            Ok(gpu) => devices.push(("wgpu", gpu.device)),
+            Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => eprintln!("no GPU: {err}"),
+            Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
+        }
+        devices
+    }
+
+    /// Rows looked up from stored blocks equal ggml's reference decoding exactly, across slices,
+    /// out of order and repeated, for every type the kernel decodes; Q6_K rows of an odd number
+    /// of blocks start at unaligned bytes, as E2B's (35 blocks, 7,350 bytes) do.
+    #[test]
+    fn looked_up_rows_equal_the_reference_decoding() {
+        let cases = [(GgmlType::Q6K, 7 * 256), (GgmlType::Q4K, 3 * 256), (GgmlType::Q4_0, 96), (GgmlType::Q8_0, 160)];
+        for (name, device) in devices() {
+            for (ty, cols) in cases {
+                let (rows, per_slice) = (11, 4);
+                let all = random_rows(ty, rows, cols, cols as u32);
+                let mut table = BlockTable::new(ty, cols, all.row_bytes, per_slice);
+                for start in (0..rows).step_by(per_slice) {
+                    let end = (start + per_slice).min(rows);
+                    let bytes = all.bytes[start * all.row_bytes..end * all.row_bytes].to_vec();
+                    table.push_slice(BlockRows { rows: end - start, bytes, ..all.clone() }, &device);
+                }
+                let tokens = [9u32, 0, 5, 5, 10, 3];
+                let got = table.lookup(&tokens, 1.5, &device);
+                let got: Vec<f32> =
+                    pollster::block_on(got.into_data_async()).expect("readback").try_to_vec().expect("f32");
+                let mut want = Vec::new();
+                for &t in &tokens {
+                    let start = t as usize * all.row_bytes;
+                    reference::push_row(ty, &all.bytes[start..start + all.row_bytes], 1.5, &mut want);
+                }
+                assert_eq!(got.len(), want.len());
+                // Q4_K's `d·q − m` may become one fused multiply-add on a GPU: one rounding fewer.
+                let slack = if ty == GgmlType::Q4K { 4.0 * f32::EPSILON } else { 0.0 };
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let close = (g - w).abs() <= slack * w.abs().max(1.0);
+                    assert!(
+                        g.to_bits() == w.to_bits() || (*g == 0.0 && *w == 0.0) || close,
+                        "{name} {ty}: value {i}: {g} ≠ {w}"
+                    );
+                }
+                let stored = if name == "cpu" { table.bytes().1 } else { table.bytes().0 };
+                assert!(stored <= all.bytes.len() + 4 * table.slices.len(), "{name} {ty}: kept as stored");
+            }
+        }
+    }
+}
