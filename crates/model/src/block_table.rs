@@ -232,11 +232,12 @@ impl BlockTable {
     pub fn push_slice(&mut self, rows: BlockRows, device: &Device) {
         debug_assert_eq!((rows.ggml_type, rows.cols, rows.row_bytes), (self.ggml_type, self.cols, self.row_bytes));
         let slice = if has_fused_kernels(device) {
+            // The bytes become the upload as they are (little-endian u32 words): no copy of a
+            // 128 MB slice in wasm memory.
             let mut bytes = rows.bytes;
             bytes.resize(bytes.len().next_multiple_of(4), 0);
-            let words: Vec<u32> = bytes.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
-            let n = words.len();
-            Slice::Device(Tensor::from_data(TensorData::new(words, [n]), (device, DType::U32)))
+            let n = bytes.len() / 4;
+            Slice::Device(Tensor::from_data(TensorData::from_bytes_vec(bytes, [n], DType::U32), (device, DType::U32)))
         } else {
             Slice::Host(rows.bytes)
         };

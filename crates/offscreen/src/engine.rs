@@ -109,6 +109,45 @@ impl ModelFiles {
     }
 }
 
+/// Why a model did not load: its bytes are damaged (reinstall it), or it is a well-formed file of
+/// a model Hearth cannot run (say which, and why, to report).
+#[derive(Debug)]
+pub struct LoadFailure {
+    pub damaged: bool,
+    pub message: String,
+}
+
+impl LoadFailure {
+    pub fn damaged(message: impl Into<String>) -> Self {
+        LoadFailure { damaged: true, message: message.into() }
+    }
+
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        LoadFailure { damaged: false, message: message.into() }
+    }
+}
+
+/// Reading the bytes failed: the store is damaged (its own failure is reported instead when it
+/// knows more).
+impl From<String> for LoadFailure {
+    fn from(message: String) -> Self {
+        LoadFailure::damaged(message)
+    }
+}
+
+impl From<hearth_weights::WeightsError> for LoadFailure {
+    fn from(e: hearth_weights::WeightsError) -> Self {
+        LoadFailure { damaged: e.is_damage(), message: e.to_string() }
+    }
+}
+
+impl From<hearth_model::ModelError> for LoadFailure {
+    fn from(e: hearth_model::ModelError) -> Self {
+        let damaged = matches!(&e, hearth_model::ModelError::Weights(w) if w.is_damage());
+        LoadFailure { damaged, message: e.to_string() }
+    }
+}
+
 /// What a model needs besides its weights, read from its files.
 struct Parts {
     config: TextConfig,
@@ -148,16 +187,20 @@ async fn load_weights(
     mut files: ModelFiles,
     device: &Device,
     on_progress: &dyn Fn(usize, usize),
-) -> Result<(Gemma, Parts, (u64, u64)), String> {
+) -> Result<(Gemma, Parts, (u64, u64)), LoadFailure> {
     let weights = std::mem::replace(&mut files.weights, Weights::Whole(Vec::new()));
-    let load = |parts: &Parts, checkpoint: &mut Checkpoint| {
-        Gemma::load(parts.config.clone(), checkpoint, device).map_err(|e| e.to_string())
+    let load = |parts: &Parts, checkpoint: &mut Checkpoint| -> Result<Gemma, LoadFailure> {
+        Ok(Gemma::load(parts.config.clone(), checkpoint, device)?)
     };
+    // A config, tokenizer or template Hearth cannot use is the model's, not damage.
+    let gguf_parts = |c: &Checkpoint, t: &str| gguf_parts(c, t).map_err(LoadFailure::unsupported);
+    let folder_parts = |f: &ModelFiles| folder_parts(f).map_err(LoadFailure::unsupported);
+    let quantization_of = |f: &ModelFiles| quantization_of(f).map_err(LoadFailure::unsupported);
     match weights {
         Weights::Whole(bytes) if bytes.starts_with(b"GGUF") => {
             let size = bytes.len() as u64;
             let source = MemorySource::new(format!("{}.gguf", files.name), bytes);
-            let mut checkpoint = Checkpoint::from_gguf(Box::new(source)).map_err(|e| e.to_string())?;
+            let mut checkpoint = Checkpoint::from_gguf(Box::new(source))?;
             let parts = gguf_parts(&checkpoint, &files.chat_template)?;
             Ok((load(&parts, &mut checkpoint)?, parts, (size, size)))
         }
@@ -165,7 +208,7 @@ async fn load_weights(
             let size = bytes.len() as u64;
             let parts = folder_parts(&files)?;
             let source = MemorySource::new(format!("{}/model.safetensors", files.name), bytes);
-            let mut checkpoint = Checkpoint::from_sources(vec![Box::new(source)]).map_err(|e| e.to_string())?;
+            let mut checkpoint = Checkpoint::from_sources(vec![Box::new(source)])?;
             checkpoint.set_quantization(quantization_of(&files)?);
             Ok((load(&parts, &mut checkpoint)?, parts, (size, size)))
         }
@@ -273,17 +316,34 @@ pub async fn start(
     let loaded = ENGINE.with(|e| e.borrow().model.as_ref().map(|m| m.info.clone()));
     let model = match (loaded, files) {
         (loaded, None) => loaded,
-        (_, Some(files)) => match load_model(files, &device, on_status).await {
-            Ok(model) => {
-                let info = model.info.clone();
-                ENGINE.with(|e| e.borrow_mut().model = Some(model));
-                Some(info)
+        (_, Some(files)) => {
+            // The old model's GPU buffers and host memory go before the new one's arrive: two
+            // models of gigabytes would not fit together.
+            ENGINE.with(|e| e.borrow_mut().model = None);
+            let name = files.name.clone();
+            match load_model(files, &device, on_status).await {
+                Ok(model) => {
+                    let info = model.info.clone();
+                    ENGINE.with(|e| e.borrow_mut().model = Some(model));
+                    Some(info)
+                }
+                Err(LoadFailure { damaged: true, message }) => {
+                    let fix = "Reinstall the model (its files are invalid).";
+                    return failed(
+                        FailureKind::ModelCorrupt,
+                        message.clone(),
+                        fix,
+                        ("failureModelInvalid", vec![message]),
+                    );
+                }
+                Err(LoadFailure { damaged: false, message }) => {
+                    let fix =
+                        "The file is intact, but this model is not one Hearth runs; report it with the model's name.";
+                    let text = format!("Hearth cannot run {name}: {message}");
+                    return failed(FailureKind::ModelLoad, text, fix, ("failureModelUnsupported", vec![name, message]));
+                }
             }
-            Err(message) => {
-                let fix = "Reinstall the model (its files are invalid).";
-                return failed(FailureKind::ModelLoad, message.clone(), fix, ("failureModelInvalid", vec![message]));
-            }
-        },
+        }
     };
     EngineStatus::Ready { adapter, self_test: report, model }
 }
@@ -313,7 +373,7 @@ async fn load_model(
     files: ModelFiles,
     device: &Device,
     on_status: &dyn Fn(&EngineStatus),
-) -> Result<LoadedModel, String> {
+) -> Result<LoadedModel, LoadFailure> {
     let start = now_ms();
     let name = files.name.clone();
     let on_progress = |done: usize, total: usize| {

@@ -5,6 +5,8 @@
 //! shapes are defined once, in Rust. Nothing here reads the GPU synchronously.
 
 mod engine;
+/// "Use a model file you already have": a chosen GGUF file's header, judged by the engine's parsers.
+pub mod inspect;
 mod sha256;
 mod streamed;
 mod tasks;

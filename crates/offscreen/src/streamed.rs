@@ -9,6 +9,8 @@ use hearth_weights::{ByteSource, Checkpoint, Quantization, WeightsError, Windowe
 use serde::Deserialize;
 use wasm_bindgen::{JsCast, JsValue};
 
+use crate::engine::LoadFailure;
+
 use burn::tensor::Device;
 
 /// One weight file of a model folder, as the store lists it.
@@ -93,7 +95,7 @@ impl StreamedWeights {
 
     /// The files' headers, fetched as the parsers ask for them: one GGUF file (its metadata
     /// holds the config, tokenizer and chat template), or safetensors files.
-    pub async fn open(&self, quantization: Option<Quantization>) -> Result<Checkpoint, String> {
+    pub async fn open(&self, quantization: Option<Quantization>) -> Result<Checkpoint, LoadFailure> {
         for (index, (file, _)) in self.files.iter().enumerate() {
             self.fetch(index, 0, header_guess(file.size)).await?;
         }
@@ -113,17 +115,24 @@ impl StreamedWeights {
                     return Ok(checkpoint);
                 }
                 Err(WeightsError::NotFetched { file, offset, len }) => {
-                    let index = self.files.iter().position(|(f, _)| f.path == file).ok_or("unknown weight file")?;
+                    let index = self
+                        .files
+                        .iter()
+                        .position(|(f, _)| f.path == file)
+                        .ok_or_else(|| LoadFailure::damaged("the parser asked for an unknown weight file"))?;
                     let (file, windows) = &self.files[index];
                     let have = windows.prefix_len();
                     let want = (offset + len).max(have * 2).min(file.size);
                     if want <= have {
-                        return Err(format!("the header of {} asks for bytes it does not have", file.path));
+                        return Err(LoadFailure::damaged(format!(
+                            "the header of {} asks for bytes it does not have",
+                            file.path
+                        )));
                     }
                     windows.clear();
                     self.fetch(index, 0, want).await?;
                 }
-                Err(err) => return Err(err.to_string()),
+                Err(err) => return Err(err.into()),
             }
         }
     }
@@ -136,18 +145,18 @@ impl StreamedWeights {
         mut checkpoint: Checkpoint,
         device: &Device,
         on_progress: &dyn Fn(usize, usize),
-    ) -> Result<Gemma, String> {
+    ) -> Result<Gemma, LoadFailure> {
         let mut loader = GemmaLoader::new(config, &checkpoint, MAX_TENSOR_BYTES);
         while let Some(reads) = loader.next_reads(&checkpoint) {
             let (done, total) = loader.progress();
             on_progress(done, total);
             self.release();
-            for range in reads.map_err(|e| e.to_string())? {
+            for range in reads? {
                 self.fetch(range.file, range.start, range.end).await?;
             }
-            loader.step(&mut checkpoint, device).map_err(|e| e.to_string())?;
+            loader.step(&mut checkpoint, device)?;
         }
         self.release();
-        loader.finish(device).map_err(|e| e.to_string())
+        Ok(loader.finish(device)?)
     }
 }

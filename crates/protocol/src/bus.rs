@@ -32,6 +32,9 @@ pub enum TabToWorker {
     WatchEngine,
     /// The user agreed to download this model (the one a `needs_model` status offered).
     InstallModel { model_id: String },
+    /// "Use a model file you already have": open the options page at its models section (a
+    /// content script cannot open a file picker into the extension's storage).
+    OpenModelOptions,
     /// Start a task with this message (the worker adds the tab and the settings).
     StartTask { text: String, page: Option<PageInfo> },
     /// The user acted on this tab's task.
@@ -155,6 +158,7 @@ mod tests {
         );
         assert_eq!(TabToWorker::from_json(r#"{"kind":"load_transcript"}"#), Some(TabToWorker::LoadTranscript));
         assert_eq!(TabToWorker::from_json(r#"{"kind":"clear_transcript"}"#), Some(TabToWorker::ClearTranscript));
+        assert_eq!(TabToWorker::OpenModelOptions.to_json(), r#"{"kind":"open_model_options"}"#);
     }
 
     #[test]

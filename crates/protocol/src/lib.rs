@@ -23,7 +23,9 @@ pub use engine::{
     AdapterReport, EngineFailure, EngineStatus, FailureKind, FailureText, ModelInfo, ModelMemory, SelfTestReport,
 };
 pub use generation::{GenerateRequest, GenerationEvent, GenerationStats};
-pub use model::{KnownUpload, ManifestFile, ModelFormat, ModelManifest, ModelOffer, ModelProgress};
+pub use model::{
+    GgufInspection, GgufSummary, KnownUpload, ManifestFile, ModelFormat, ModelManifest, ModelOffer, ModelProgress,
+};
 pub use task::{
     ActionTarget, AgentEvent, Decision, ElementInfo, FormInfo, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason,
     Snapshot, TaskAction, TaskSettings, TaskUpdate, ToolOutput, ToolReply, ToolRequest,

@@ -100,6 +100,45 @@ pub struct ModelProgress {
     pub eta_s: Option<f64>,
 }
 
+/// What the engine found in a GGUF file the user chose ("Use a model file you already have";
+/// crates/offscreen `inspectGguf`, from the file's header only): a model it can run, or why not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum GgufInspection {
+    /// A Gemma 3 or Gemma 4 the engine's loader accepts: config, tokenizer, chat template, every
+    /// tensor type and the tensors each layer needs are there.
+    Loadable { model: GgufSummary },
+    /// The file does not start with the GGUF magic (a picture, a text file, a safetensors file).
+    NotGguf,
+    /// A GGUF of another architecture (`general.architecture`: `llama`, `qwen2`, …; `(none)`).
+    UnsupportedArchitecture { architecture: String },
+    /// A Gemma GGUF the engine cannot run: a damaged or truncated header, inconsistent metadata,
+    /// a tensor type it cannot read, a missing tensor (in English, from the parsers).
+    Invalid { reason: String },
+}
+
+/// A loadable GGUF file, as the options page describes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct GgufSummary {
+    /// `general.architecture`: `gemma3` or `gemma4`.
+    pub architecture: String,
+    /// `general.name`, when the file has one.
+    pub name: Option<String>,
+    pub layers: u32,
+    pub hidden_size: u32,
+    pub vocab_size: u32,
+    /// `<arch>.context_length`, when the file has one.
+    pub context_length: Option<u32>,
+    /// The ggml type holding most of the weights' bytes (`Q4_0`, `Q4_K`, `F16`, …).
+    pub quantization: String,
+    /// Weights in all (elements of every tensor).
+    #[ts(type = "number")]
+    pub parameters: u64,
+    /// The chat template the engine uses when the file has none (Gemma 3's standard turns);
+    /// `None` when the file's own `tokenizer.chat_template` is used.
+    pub chat_template: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

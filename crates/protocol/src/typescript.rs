@@ -4,10 +4,10 @@ use ts_rs::{Config, TS};
 
 use crate::{
     ActionTarget, AdapterReport, AgentEvent, Decision, ElementInfo, EngineFailure, EngineStatus, EngineToWorker,
-    FailureKind, FailureText, FormInfo, GenerateRequest, GenerationEvent, GenerationStats, KnownUpload, ManifestFile,
-    ModelFormat, ModelInfo, ModelManifest, ModelMemory, ModelOffer, ModelProgress, OptionsToWorker, Outcome, PageInfo,
-    PauseReason, RiskLevel, RiskReason, SelfTestReport, Snapshot, TabToWorker, TaskAction, TaskSettings, TaskUpdate,
-    ToolOutput, ToolReply, ToolRequest, WorkerToEngine, WorkerToTab,
+    FailureKind, FailureText, FormInfo, GenerateRequest, GenerationEvent, GenerationStats, GgufInspection, GgufSummary,
+    KnownUpload, ManifestFile, ModelFormat, ModelInfo, ModelManifest, ModelMemory, ModelOffer, ModelProgress,
+    OptionsToWorker, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason, SelfTestReport, Snapshot, TabToWorker,
+    TaskAction, TaskSettings, TaskUpdate, ToolOutput, ToolReply, ToolRequest, WorkerToEngine, WorkerToTab,
 };
 
 /// Path of the generated file, relative to the repository root.
@@ -36,6 +36,8 @@ pub fn typescript_module() -> String {
         ModelFormat::decl(&cfg),
         ManifestFile::decl(&cfg),
         KnownUpload::decl(&cfg),
+        GgufInspection::decl(&cfg),
+        GgufSummary::decl(&cfg),
         GenerateRequest::decl(&cfg),
         GenerationEvent::decl(&cfg),
         GenerationStats::decl(&cfg),

@@ -22,6 +22,28 @@ pub mod quant;
 pub mod safetensors;
 mod source;
 
+impl WeightsError {
+    /// Whether the bytes themselves are wrong (a damaged or truncated file: reinstall it), as
+    /// opposed to a well-formed file of something Hearth cannot read.
+    pub fn is_damage(&self) -> bool {
+        match self {
+            WeightsError::Io { .. }
+            | WeightsError::Corrupt { .. }
+            | WeightsError::Truncated { .. }
+            | WeightsError::Quantization { .. }
+            | WeightsError::NotFetched { .. } => true,
+            WeightsError::Gguf(e) => matches!(
+                e,
+                GgufError::BadMagic { .. }
+                    | GgufError::Truncated { .. }
+                    | GgufError::BadShape { .. }
+                    | GgufError::Corrupt { .. }
+            ),
+            _ => false,
+        }
+    }
+}
+
 pub use checkpoint::{BlockRows, Checkpoint, FileRange, HostTensor};
 pub use gguf::{GgufError, GgufFile, GgufTensor, MetadataValue};
 pub use mlx::{AffineParams, AffineTensor, Quantization};

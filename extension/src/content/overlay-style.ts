@@ -58,6 +58,10 @@ h3 { margin: 0 0 6px; font-size: 14px; }
   background: var(--accent); color: var(--accent-fg); font-weight: 600; }
 .download-model:hover:not(:disabled) { background: var(--accent-hover); }
 .download-model:disabled { opacity: .6; }
+.use-own-file { margin: 6px 0 4px 6px; border: 1px solid var(--accent); border-radius: 6px; padding: 5px 12px;
+  background: transparent; color: var(--fg); }
+.use-own-file:hover { background: var(--code); }
+.engine .model-unverified { margin: 4px 0; color: var(--fg); }
 .engine-details summary { cursor: pointer; margin-top: 2px; }
 dl { display: grid; grid-template-columns: auto 1fr; gap: 2px 10px; margin: 6px 0; }
 dt { opacity: .75; }

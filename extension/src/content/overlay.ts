@@ -18,6 +18,7 @@
 
 import type { Decision, EngineStatus, TabToWorker, TaskAction, WorkerToTab } from "../generated/protocol";
 import { isFromWorker, isMessage, sendFromTab } from "../shared/messages";
+import { watchOwnModels, type OwnModel } from "../shared/own-models";
 import { isSiteDisabled, loadSettings, onSettingsChanged, saveSettings, siteOf, type Settings } from "../shared/settings";
 import { OVERLAY_CSS } from "./overlay-style";
 import { elementByIndex } from "./tools/elements";
@@ -167,9 +168,13 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
   const titleId = "hearth-title";
   const settingsToggle = button("settings", "⚙", t("settingsLabel"), { "aria-expanded": "false", "aria-controls": "hearth-settings" });
   const close = button("close", "×", t("closeLabel"));
+  /** The user's own model files (chrome.storage.local): the engine view marks them as not verified. */
+  let ownModels: OwnModel[] = [];
   const engine = engineView(
     () => connect(),
     (modelId) => send({ kind: "install_model", model_id: modelId }),
+    () => send({ kind: "open_model_options" }),
+    (name) => ownModels.find((m) => m.name === name),
   );
 
   const log = el("div", { class: "transcript", role: "log", "aria-live": "polite", "aria-label": t("transcriptLabel"), tabindex: "0" });
@@ -229,6 +234,12 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
   // --- state -----------------------------------------------------------------------------------
   let transcript: Transcript = emptyTranscript();
   let status: EngineStatus = { state: "idle" };
+  removals.push(
+    watchOwnModels((models) => {
+      ownModels = models;
+      engine.render(status, data);
+    }),
+  );
   /** Messages typed before the model was ready, sent when it is. */
   const queued: TabToWorker[] = [];
   const store = new TranscriptStore();

@@ -14,7 +14,7 @@
 
 import type { EngineFailure, FailureKind, ManifestFile, ModelManifest, ModelProgress } from "../generated/protocol";
 import { failure } from "../shared/failures";
-import { totalBytes, unpinnedReason } from "../shared/models";
+import { manifestVariants, totalBytes, unpinnedReason } from "../shared/models";
 
 export const CACHE_NAME = "hearth-models-v1";
 export const PART_BYTES = 32 * 2 ** 20;
@@ -92,6 +92,51 @@ export async function isInstalled(m: ModelManifest): Promise<boolean> {
   if (unpinnedReason(m)) return false;
   const cache = await caches.open(CACHE_NAME);
   return (await cache.match(installedKey(m))) !== undefined;
+}
+
+/**
+ * The installed variant of `m` (shared/models.ts `manifestVariants`): `m` itself, or an earlier
+ * upload of its weights the user brought (installed under that upload's revision); else null.
+ */
+export async function installedVariant(m: ModelManifest): Promise<ModelManifest | null> {
+  for (const variant of manifestVariants(m)) if (await isInstalled(variant)) return variant;
+  return null;
+}
+
+/**
+ * The manifest an installed model of `id` was installed with (the `?installed` marker's body), at
+ * whichever revision is installed, or null. The user's own models are known this way where
+ * chrome.storage is not available (the offscreen document).
+ */
+export async function installedManifest(id: string): Promise<ModelManifest | null> {
+  const cache = await caches.open(CACHE_NAME);
+  const prefix = `${KEY_ORIGIN}${encodeURIComponent(id)}@`;
+  for (const request of await cache.keys()) {
+    if (!request.url.startsWith(prefix) || !request.url.endsWith("/?installed")) continue;
+    const m = (await (await cache.match(request))?.json().catch(() => null)) as ModelManifest | null;
+    if (m && m.id === id && request.url === installedKey(m)) return m;
+  }
+  return null;
+}
+
+/**
+ * The SHA-256 of a file the user chose, read slice by slice (never whole: it may be gigabytes);
+ * `onProgress(bytes, total)` after each slice.
+ */
+export async function hashBlob(blob: Blob, newHasher: () => Hasher, onProgress: (bytes: number, total: number) => void): Promise<string> {
+  const hasher = newHasher();
+  let finished = false;
+  try {
+    for (let at = 0; at < blob.size; at += HASH_SLICE) {
+      hasher.update(new Uint8Array(await blob.slice(at, Math.min(blob.size, at + HASH_SLICE)).arrayBuffer()));
+      onProgress(Math.min(blob.size, at + HASH_SLICE), blob.size);
+    }
+    const digest = hasher.finalize();
+    finished = true;
+    return digest;
+  } finally {
+    if (!finished) hasher.free();
+  }
 }
 
 /** Bytes of `m` already stored (whole files and the parts of unfinished ones), without reading them. */

@@ -9,7 +9,8 @@
 import type { EngineFailure, EngineStatus, ModelManifest, ModelOffer, TaskUpdate, ToolReply, ToolRequest, WorkerToEngine } from "../generated/protocol";
 import { failure } from "../shared/failures";
 import { dropped, isMessage, sendFromEngine, senderRole } from "../shared/messages";
-import { buildInfo, DEFAULT_MODEL_ID, loadManifest, totalBytes, unpinnedReason } from "../shared/models";
+import { buildInfo, DEFAULT_MODEL_ID, isOwnModelId, loadManifest, totalBytes, unpinnedReason } from "../shared/models";
+import { ownChatTemplate } from "../shared/own-models";
 import { crashedStatus, EngineCrashed, guardWasm, hasCrashed, isTrap, noteCrash, onCrash } from "./crash";
 import * as store from "./model-store";
 import { loadWasm, type Wasm } from "./wasm";
@@ -170,7 +171,8 @@ async function storedGguf(wasm: Wasm, m: ModelManifest): Promise<unknown> {
   const [only] = m.files;
   if (m.files.length !== 1 || !only.path.endsWith(".gguf")) throw new store.InstallError("model_load", "failureModelFiles", m.name);
   const file = await store.openFile(m, only.path);
-  return wasm.ModelFiles.streamed_gguf(m.name, only.path, file.size, weightReader(m, new Map([[only.path, file]])), undefined);
+  // (The user's own Gemma 3 files without a chat template get the one the engine supplied.)
+  return wasm.ModelFiles.streamed_gguf(m.name, only.path, file.size, weightReader(m, new Map([[only.path, file]])), ownChatTemplate(m));
 }
 
 /** `read(path, offset, length)` over the stored weight files, as the engine asks for their bytes. */
@@ -191,6 +193,18 @@ function weightReader(m: ModelManifest, weights: Map<string, store.StoredFile>) 
       throw error;
     }
   };
+}
+
+/**
+ * The manifest of `id`: one of the build's (models/*.json), or the user's own model, known here
+ * by its record in the store (this document has no chrome.storage); one that is no longer stored
+ * cannot be downloaded: its file must be chosen again.
+ */
+async function manifestOf(id: string): Promise<ModelManifest> {
+  if (!isOwnModelId(id)) return loadManifest(id);
+  const own = await store.installedManifest(id);
+  if (!own) throw new store.InstallError("model_load", "failureOwnModelMissing", id);
+  return own;
 }
 
 /** Why `m` cannot be offered at all, as a status, or null. */
@@ -256,17 +270,19 @@ async function engineStatus(modelId: string | null): Promise<EngineStatus> {
       key = `bundled:${bundled}`;
       if (loadedModel !== key) files = await bundledModel(wasm, bundled);
     } else {
-      const manifest = await loadManifest(modelId ?? DEFAULT_MODEL_ID);
+      const manifest = await manifestOf(modelId ?? DEFAULT_MODEL_ID);
       const problem = manifestProblem(manifest);
       if (problem) return problem;
-      key = `store:${manifest.id}@${manifest.revision}`;
+      // The pinned revision, or an earlier upload of the same weights that the user brought.
+      const installed = await store.installedVariant(manifest);
+      key = `store:${manifest.id}@${(installed ?? manifest).revision}`;
       if (loadedModel !== key) {
-        if (!(await store.isInstalled(manifest))) {
+        if (!installed) {
           // No download before the GPU has shown that it can run the model.
           const status = await start();
           return status.state === "ready" ? { state: "needs_model", model: await offerOf(manifest) } : status;
         }
-        files = await storedModel(wasm, manifest);
+        files = await storedModel(wasm, installed);
       }
     }
   } catch (error) {
@@ -286,7 +302,7 @@ function installModel(modelId: string): Promise<EngineStatus> {
   installing ??= (async () => {
     try {
       const wasm = await loadEngine();
-      const manifest = await loadManifest(modelId);
+      const manifest = await manifestOf(modelId);
       const problem = manifestProblem(manifest);
       if (problem) return problem;
       const model = await offerOf(manifest);

@@ -1,5 +1,6 @@
 // The exports of crates/offscreen, as wasm-bindgen generates them, and loading the module. Used
-// by the offscreen document (the engine) and the options page (only `Sha256`, to check a folder).
+// by the offscreen document (the engine) and the options page (`Sha256`, to check a folder or a
+// file, and `inspectGguf`, to judge a file the user chose).
 
 export interface Wasm {
   default(): Promise<unknown>;
@@ -38,6 +39,11 @@ export interface Wasm {
       chatTemplate: string | undefined,
     ): unknown;
   };
+  /**
+   * What a GGUF file of `size` bytes is (crates/offscreen/src/inspect.rs), from its header only:
+   * `read(offset, length)` gives its bytes. A `GgufInspection` as JSON.
+   */
+  inspectGguf(fileName: string, size: number, read: (offset: number, length: number) => Promise<Uint8Array>): Promise<string>;
   Sha256: new () => { update(bytes: Uint8Array): void; finalize(): string; free(): void };
 }
 

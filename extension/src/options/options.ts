@@ -1,13 +1,15 @@
 // The options page: the same settings as the overlay's settings view, the models (installed or
-// not, and "Load from a folder on this computer"), the sites where Hearth is off (each can be
-// turned back on), and the keyboard shortcut.
+// not, the user's own model files among them; "Use a model file you already have", "Load from a
+// folder on this computer"), the sites where Hearth is off (each can be turned back on), and the
+// keyboard shortcut.
 
-import type { ModelManifest } from "../generated/protocol";
+import type { GgufInspection, ModelManifest } from "../generated/protocol";
 import { settingsForm } from "../content/ui/settings-view";
 import { formatBytes, formatNumber, t } from "../content/ui/i18n";
 import { localizeFailure } from "../shared/failures";
 import { sendFromOptions } from "../shared/messages";
-import { allManifests, totalBytes, unpinnedReason } from "../shared/models";
+import { allManifests, manifestVariants, totalBytes, unpinnedReason } from "../shared/models";
+import { ownModelRecord, ownModels, removeOwnModel, saveOwnModel, type OwnModel } from "../shared/own-models";
 import { loadSettings, onSettingsChanged, saveSettings, type Settings } from "../shared/settings";
 import * as store from "../offscreen/model-store";
 import { loadWasm, type Wasm } from "../offscreen/wasm";
@@ -62,40 +64,89 @@ $("change-shortcut").addEventListener("click", () => void chrome.tabs.create({ u
 
 // --- models ------------------------------------------------------------------------------------
 
+/** One row of the models list: its name column (name, then any facts) and its state. */
+function modelItem(id: string, name: string, ...facts: HTMLElement[]): { item: HTMLLIElement; state: HTMLSpanElement } {
+  const item = document.createElement("li");
+  item.dataset.model = id;
+  const names = document.createElement("span");
+  names.className = "model-name";
+  const title = document.createElement("span");
+  title.className = "model-title";
+  title.textContent = name;
+  names.append(title, ...facts);
+  const state = document.createElement("span");
+  state.className = "model-state";
+  item.append(names, state);
+  return { item, state };
+}
+
+function span(className: string, text: string): HTMLSpanElement {
+  const node = document.createElement("span");
+  node.className = className;
+  node.textContent = text;
+  return node;
+}
+
+function deleteButton(item: HTMLLIElement, name: string, remove: () => Promise<unknown>): void {
+  const button = document.createElement("button");
+  button.type = "button";
+  button.className = "delete-model";
+  button.textContent = t("deleteModel");
+  button.setAttribute("aria-label", t("deleteModelLabel", name));
+  button.addEventListener("click", () => void remove().then(showModels));
+  item.append(button);
+}
+
+/** A model of the build's manifests: installed (at its pinned revision or an earlier upload), partly downloaded, missing. */
+async function manifestItem(m: ModelManifest): Promise<HTMLLIElement> {
+  const { item, state } = modelItem(m.id, m.name);
+  const unpinned = unpinnedReason(m) !== null;
+  const installed = unpinned ? null : await store.installedVariant(m);
+  const stored = unpinned ? 0 : await store.storedBytes(m);
+  item.dataset.state = unpinned ? "unpinned" : installed ? "installed" : stored > 0 ? "partial" : "missing";
+  if (installed) item.dataset.revision = installed.revision ?? "";
+  state.textContent = unpinned
+    ? t("modelStateUnpinned")
+    : installed && installed.revision !== m.revision
+      ? t("modelStateInstalledUpload", formatBytes(totalBytes(installed)))
+      : installed
+        ? t("modelStateInstalled", formatBytes(totalBytes(m)))
+        : stored > 0
+          ? t("modelStatePartial", formatBytes(stored), formatBytes(totalBytes(m)))
+          : t("modelStateMissing", formatBytes(totalBytes(m)));
+  if (installed || stored > 0) deleteButton(item, m.name, () => Promise.all(manifestVariants(m).map((v) => store.remove(v))));
+  return item;
+}
+
+/** "270M", "4.6B" (or the UI language's compact form). */
+const formatCount = (n: number) =>
+  new Intl.NumberFormat(chrome.i18n.getUILanguage(), { notation: "compact", maximumFractionDigits: 1 }).format(n);
+
+/** One of the user's own model files: its name, size and architecture, and that Hearth has not verified it. */
+async function ownItem(m: OwnModel): Promise<HTMLLIElement> {
+  const g = m.gguf;
+  const facts = span("model-facts", t("ownModelFacts", g.architecture, String(g.layers), g.quantization, formatCount(g.parameters), m.file_name));
+  const notes = [facts, span("model-unverified", t("ownModelUnverified"))];
+  if (g.chat_template) notes.push(span("model-facts model-template", t("ownModelSuppliedTemplate")));
+  const { item, state } = modelItem(m.id, m.name, ...notes);
+  const installed = await store.isInstalled(m);
+  item.dataset.state = installed ? "installed" : "missing";
+  item.dataset.verified = "false";
+  state.textContent = installed ? t("modelStateInstalled", formatBytes(totalBytes(m))) : t("modelStateOwnMissing");
+  deleteButton(item, m.name, async () => {
+    // The settings must not name a model that is gone for good (it cannot be downloaded).
+    if ((await loadSettings()).model === m.id) await saveSettings({ model: "" });
+    await store.remove(m);
+    await removeOwnModel(m.id);
+  });
+  return item;
+}
+
 async function showModels(): Promise<void> {
   const list = $<HTMLUListElement>("models");
-  const items = await Promise.all(
-    (await allManifests()).map(async (m) => {
-      const item = document.createElement("li");
-      item.dataset.model = m.id;
-      const name = document.createElement("span");
-      name.textContent = m.name;
-      const state = document.createElement("span");
-      state.className = "model-state";
-      const stored = unpinnedReason(m) ? 0 : await store.storedBytes(m);
-      const installed = await store.isInstalled(m);
-      item.dataset.state = unpinnedReason(m) ? "unpinned" : installed ? "installed" : stored > 0 ? "partial" : "missing";
-      state.textContent = unpinnedReason(m)
-        ? t("modelStateUnpinned")
-        : installed
-          ? t("modelStateInstalled", formatBytes(totalBytes(m)))
-          : stored > 0
-            ? t("modelStatePartial", formatBytes(stored), formatBytes(totalBytes(m)))
-            : t("modelStateMissing", formatBytes(totalBytes(m)));
-      item.append(name, state);
-      if (stored > 0) {
-        const remove = document.createElement("button");
-        remove.type = "button";
-        remove.className = "delete-model";
-        remove.textContent = t("deleteModel");
-        remove.setAttribute("aria-label", t("deleteModelLabel", m.name));
-        remove.addEventListener("click", () => void store.remove(m).then(showModels));
-        item.append(remove);
-      }
-      return item;
-    }),
-  );
-  list.replaceChildren(...items);
+  const pinned = await Promise.all((await allManifests()).map(manifestItem));
+  const own = await Promise.all((await ownModels()).map(ownItem));
+  list.replaceChildren(...pinned, ...own);
 }
 
 let wasm: Promise<Wasm> | null = null;
@@ -150,6 +201,101 @@ async function importFolder(files: File[]): Promise<void> {
   }
 }
 
+/** Bytes `offset`…`offset + length` of a chosen file (for the engine's header reader). */
+const reader = (file: Blob) => async (offset: number, length: number) => new Uint8Array(await file.slice(offset, offset + length).arrayBuffer());
+
+/** Why a file the engine judged is not a model Hearth can run, as an installation failure. */
+function refusal(file: File, verdict: Exclude<GgufInspection, { verdict: "loadable" }>): store.InstallError {
+  switch (verdict.verdict) {
+    case "not_gguf":
+      return new store.InstallError("model_load", "failureOwnNotGguf", file.name);
+    case "unsupported_architecture":
+      return new store.InstallError("model_load", "failureOwnArchitecture", file.name, verdict.architecture);
+    case "invalid":
+      return new store.InstallError("model_load", "failureOwnInvalid", file.name, verdict.reason);
+  }
+}
+
+/**
+ * "Use a model file you already have": a file whose size and SHA-256 are a pinned manifest's (or
+ * one of its known uploads) becomes that model; any other GGUF the engine can run becomes the
+ * user's own model (not verified by Hearth); anything else is refused before a byte is stored. The
+ * file is copied into the model store (checked again by SHA-256 as it is copied), like a download.
+ */
+async function importFile(file: File): Promise<void> {
+  const status = $<HTMLParagraphElement>("model-import-status");
+  const bar = $<HTMLProgressElement>("model-import-progress");
+  const say = (state: string, text: string, percent?: number) => {
+    status.dataset.state = state;
+    status.textContent = text;
+    bar.hidden = percent === undefined;
+    if (percent !== undefined) bar.value = percent;
+  };
+  const percentOf = (bytes: number, total: number) => (total > 0 ? (100 * bytes) / total : 100);
+  let own: OwnModel | null = null;
+  try {
+    say("checking", t("ownFileReading", file.name));
+    wasm ??= loadWasm();
+    const engine = await wasm;
+    const newHasher = () => new engine.Sha256();
+    let sha256: string | null = null;
+    const hash = async () =>
+      (sha256 ??= await store.hashBlob(file, newHasher, (bytes, total) => {
+        const percent = percentOf(bytes, total);
+        say("checking", t("ownFileHashing", file.name, formatNumber(percent)), percent);
+      }));
+    const copy = (m: ModelManifest) =>
+      store.importFiles(m, new Map([[m.files[0].path, file]]), newHasher, (p) => {
+        const percent = percentOf(p.bytes, p.total);
+        say("checking", t("ownFileCopying", file.name, m.name, formatNumber(percent)), percent);
+      });
+    const installed = async (m: ModelManifest) => {
+      await saveSettings({ model: m.id });
+      await sendFromOptions({ kind: "model_installed", model_id: m.id }).catch(() => {});
+    };
+
+    // 1. A file Hearth knows: the size first (free), then the SHA-256.
+    const manifests = (await allManifests()).filter((m) => unpinnedReason(m) === null);
+    const sameSize = manifests.flatMap(manifestVariants).filter((v) => v.files.length === 1 && v.files[0].size === file.size);
+    if (sameSize.length > 0) {
+      const digest = await hash();
+      const known = sameSize.find((v) => v.files[0].sha256 === digest);
+      if (known) {
+        await copy(known);
+        await installed(known);
+        const upload = manifests.find((m) => m.id === known.id)?.revision !== known.revision;
+        say("done", upload ? t("ownFileKnownUpload", file.name, known.name) : t("ownFileKnown", file.name, known.name));
+        return;
+      }
+    }
+
+    // 2. Any other file: the engine reads its header and says whether it can run it.
+    say("checking", t("ownFileInspecting", file.name));
+    const verdict = JSON.parse(await engine.inspectGguf(file.name, file.size, reader(file))) as GgufInspection;
+    if (verdict.verdict !== "loadable") throw refusal(file, verdict);
+    own = ownModelRecord(file, await hash(), verdict.model);
+    await copy(own);
+    await saveOwnModel(own);
+    await installed(own);
+    const g = own.gguf;
+    say("done", t("ownFileAdded", file.name, own.name, g.architecture, String(g.layers), formatBytes(file.size)));
+  } catch (error) {
+    // A copy cut short leaves nothing of the user's own file (it has no download to resume).
+    if (own) await store.remove(own).catch(() => {});
+    const known = error instanceof store.InstallError ? localizeFailure(error.failure) : null;
+    say("failed", t("ownFileFailed", known ? `${known.message} ${known.fix}` : String(error)));
+  } finally {
+    await showModels();
+  }
+}
+
+const chosenFile = $<HTMLInputElement>("model-file");
+chosenFile.addEventListener("change", () => {
+  const [file] = [...(chosenFile.files ?? [])];
+  chosenFile.value = "";
+  if (file) void importFile(file);
+});
+
 const folder = $<HTMLInputElement>("model-folder");
 folder.addEventListener("change", () => {
   const files = [...(folder.files ?? [])];
@@ -157,7 +303,12 @@ folder.addEventListener("change", () => {
   if (files.length) void importFolder(files);
 });
 
-void showModels();
+// The overlay's "Use a model file you already have" opens this page at its models.
+void showModels().then(() => {
+  if (location.hash !== "#models") return;
+  $("models-section").scrollIntoView();
+  chosenFile.focus();
+});
 void loadSettings().then(show);
 void showShortcut();
 onSettingsChanged(show);

@@ -54,3 +54,20 @@ export function unpinnedReason(manifest: ModelManifest): string | null {
 export function totalBytes(manifest: ModelManifest): number {
   return manifest.files.reduce((sum, f) => sum + (f.size ?? 0), 0);
 }
+
+/**
+ * `manifest` and the variants of it made of its earlier uploads (`known_uploads`): the same id and
+ * name, the upload's revision and one file. A user who brings such a file (Ollama's blob of an
+ * earlier upload) gets it installed under its variant, and it loads as that model.
+ */
+export function manifestVariants(manifest: ModelManifest): ModelManifest[] {
+  const { known_uploads: uploads = [], ...base } = manifest;
+  return [manifest, ...uploads.map(({ revision, path, size, sha256 }) => ({ ...base, revision, files: [{ path, size, sha256 }] }))];
+}
+
+/** Ids of the models people add from their own files (shared/own-models.ts): `user-<12 hex>`. */
+export const OWN_MODEL_PREFIX = "user-";
+
+export function isOwnModelId(id: string): boolean {
+  return /^user-[0-9a-f]{12}$/.test(id);
+}

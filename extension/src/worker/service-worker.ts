@@ -128,6 +128,10 @@ function fromTab(msg: TabToWorker, tabId: number, url: string | undefined): Prom
     case "install_model":
       if (status.state === "needs_model" && status.model.id === msg.model_id) void installModel(msg.model_id);
       break;
+    case "open_model_options":
+      // "Use a model file you already have": the file is chosen in the options page, at its models.
+      void chrome.tabs.create({ url: chrome.runtime.getURL("options.html#models") });
+      break;
     case "start_task":
       void startTask(tabId, url, msg.text, msg.page);
       break;

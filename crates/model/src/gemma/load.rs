@@ -209,6 +209,9 @@ impl Loader<'_> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Part {
     Embedding,
+    /// Rows of a quantized token embedding (one storage binding's worth: E2B's 330 MB of Q6_K
+    /// never sits in wasm memory whole, repacked beside its stored bytes).
+    EmbeddingRows(Range<usize>),
     /// Rows of the quantized per-layer-embedding table (the whole table is never read at once).
     TableRows(Range<usize>),
     /// The per-layer-embedding table stored as plain floats (small models).
@@ -227,6 +230,8 @@ pub struct GemmaLoader {
     parts: std::collections::VecDeque<Part>,
     total_steps: usize,
     embed_tokens: Option<SplitEmbedding>,
+    embed_blocks: Vec<EmbeddingBlock>,
+    embed_rows_per_block: usize,
     /// The per-layer-embedding table's slices, wherever they go: host, device, stored blocks.
     table_slices: Vec<AffineTensor>,
     device_slices: Vec<EmbeddingBlock>,
@@ -243,7 +248,17 @@ impl GemmaLoader {
     /// device tensors of at most `max_tensor_bytes`.
     pub fn new(config: TextConfig, checkpoint: &Checkpoint, max_tensor_bytes: usize) -> Self {
         let prefix = tensor_prefix(checkpoint, &config.tensor_prefix);
-        let mut parts = vec![Part::Embedding];
+        let vocab = config.vocab_size.max(1);
+        let embedding = format!("{prefix}embed_tokens");
+        let mut embed_rows_per_block = vocab;
+        let mut parts = match checkpoint.packed_row_bytes(&embedding) {
+            Some(row_bytes) if checkpoint.is_quantized(&embedding) => {
+                embed_rows_per_block = (max_tensor_bytes / row_bytes.max(1)).clamp(1, vocab);
+                let blocks = (0..vocab).step_by(embed_rows_per_block);
+                blocks.map(|start| Part::EmbeddingRows(start..(start + embed_rows_per_block).min(vocab))).collect()
+            }
+            _ => vec![Part::Embedding],
+        };
         let mut rows_per_slice = config.vocab_size.max(1);
         if config.per_layer_input_size.is_some() {
             let table = format!("{prefix}embed_tokens_per_layer");
@@ -268,6 +283,8 @@ impl GemmaLoader {
             max_tensor_bytes,
             rows_per_slice,
             embed_tokens: None,
+            embed_blocks: Vec::new(),
+            embed_rows_per_block,
             table_slices: Vec::new(),
             device_slices: Vec::new(),
             block_table: None,
@@ -296,6 +313,15 @@ impl GemmaLoader {
                 ranges.extend(checkpoint.ranges_under(&[ROPE_FREQS.to_string()]));
                 Ok(ranges)
             }
+            Part::EmbeddingRows(rows) => {
+                let ranges = checkpoint.row_ranges(&format!("{}embed_tokens", self.prefix), rows.clone());
+                ranges.map_err(ModelError::from).map(|mut ranges| {
+                    if rows.start == 0 {
+                        ranges.extend(checkpoint.ranges_under(&[ROPE_FREQS.to_string()]));
+                    }
+                    ranges
+                })
+            }
             Part::TableRows(rows) => checkpoint
                 .row_ranges(&format!("{}embed_tokens_per_layer", self.prefix), rows.clone())
                 .map_err(ModelError::from),
@@ -309,7 +335,8 @@ impl GemmaLoader {
     /// Runs the next step; `false` once every step has run.
     pub fn step(&mut self, checkpoint: &mut Checkpoint, device: &Device) -> Result<bool, ModelError> {
         let Some(part) = self.parts.pop_front() else { return Ok(false) };
-        if part == Part::Embedding && checkpoint.contains(ROPE_FREQS) {
+        let first = matches!(&part, Part::Embedding) || matches!(&part, Part::EmbeddingRows(r) if r.start == 0);
+        if first && checkpoint.contains(ROPE_FREQS) {
             let factors = checkpoint.read_f32(ROPE_FREQS)?;
             self.config.apply_rope_freq_factors(&factors.data)?;
         }
@@ -319,6 +346,17 @@ impl GemmaLoader {
         match part {
             Part::Embedding => {
                 self.embed_tokens = Some(loader.embedding(c.vocab_size, h, self.max_tensor_bytes)?);
+            }
+            Part::EmbeddingRows(rows) => {
+                let slice = loader.table_rows("embed_tokens", rows, c.vocab_size, h)?;
+                // Packed where the kernels run (the codes become the upload without a copy).
+                let block = if has_fused_kernels(device) && AffineMatrix::holds(&slice) {
+                    EmbeddingBlock::Affine(AffineMatrix::upload(slice, device))
+                } else {
+                    let (rows, dense) = (slice.rows, slice.dequantize());
+                    EmbeddingBlock::Dense(Tensor::from_data(TensorData::new(dense.data, [rows, h]), device))
+                };
+                self.embed_blocks.push(block);
             }
             Part::TableRows(rows) => {
                 let width = c.num_layers * c.per_layer_input_size.unwrap_or(0);
@@ -390,7 +428,13 @@ impl GemmaLoader {
         Ok(Gemma {
             config: self.config,
             device: device.clone(),
-            embed_tokens: self.embed_tokens.ok_or_else(unfinished)?,
+            embed_tokens: match self.embed_tokens {
+                Some(whole) => whole,
+                None if !self.embed_blocks.is_empty() => {
+                    SplitEmbedding { blocks: self.embed_blocks, rows_per_block: self.embed_rows_per_block }
+                }
+                None => return Err(unfinished()),
+            },
             per_layer,
             layers: self.layers,
             final_norm: self.final_norm.ok_or_else(unfinished)?,

@@ -3,10 +3,12 @@
 // installing (bytes, %, speed, time left), loading (the model going onto the GPU, step by step),
 // or failed (what happened, what fixes it, and Retry). The state is mirrored into `data` (in test
 // builds the dataset of the overlay's hidden test-state element, inside its shadow root): data-engine,
-// data-adapter, data-self-test, data-values, data-fused-error, data-failure, data-model, data-offer,
-// data-download, data-load.
+// data-adapter, data-self-test, data-values, data-fused-error, data-failure, data-model,
+// data-model-verified ("false" for the user's own model file), data-offer, data-download, data-load.
+// `needs_model` also offers "Use a model file you already have" (the options page, at its models).
 
 import type { EngineStatus } from "../../generated/protocol";
+import type { OwnModel } from "../../shared/own-models";
 import { button, el } from "./dom";
 import { formatBytes, formatDuration, formatNumber, t } from "./i18n";
 
@@ -15,8 +17,17 @@ export interface EngineView {
   render(status: EngineStatus, data: DOMStringMap): void;
 }
 
-/** `retry` starts the engine again; `install` downloads the offered model. */
-export function engineView(retry: () => void, install: (modelId: string) => void): EngineView {
+/**
+ * `retry` starts the engine again; `install` downloads the offered model; `useOwnFile` opens the
+ * options page to choose a model file already on the computer; `ownModel(name)` is the user's own
+ * model of that name (shown as not verified by Hearth), if the loaded model is one.
+ */
+export function engineView(
+  retry: () => void,
+  install: (modelId: string) => void,
+  useOwnFile: () => void = () => {},
+  ownModel: (name: string) => OwnModel | undefined = () => undefined,
+): EngineView {
   const line = el("p", { class: "status", role: "status", "aria-live": "polite" }, t("engineIdle"));
   const body = el("div", { class: "engine-body" });
   const element = el("div", { class: "engine" }, line, body);
@@ -32,6 +43,7 @@ export function engineView(retry: () => void, install: (modelId: string) => void
       delete data.fusedError;
       delete data.failure;
       delete data.model;
+      delete data.modelVerified;
       delete data.offer;
       delete data.download;
       delete data.load;
@@ -54,6 +66,11 @@ export function engineView(retry: () => void, install: (modelId: string) => void
           const gpu = adapter.name || adapter.backend;
           line.textContent = model ? t("engineReadyModel", model.name, gpu) : t("engineReady", gpu);
           if (!model) body.append(el("p", { class: "notice" }, t("noModelYet")));
+          const own = model ? ownModel(model.name) : undefined;
+          if (model && own) {
+            data.modelVerified = "false";
+            body.append(el("p", { class: "model-unverified" }, t("ownModelReady", model.name, own.file_name)));
+          }
           const facts = el("dl");
           const fact = (term: string, value: string) => facts.append(el("dt", {}, term), el("dd", {}, value));
           fact(t("factBackend"), `${adapter.backend} · ${adapter.device_type}`);
@@ -101,7 +118,15 @@ export function engineView(retry: () => void, install: (modelId: string) => void
             download.disabled = true;
             install(model.id);
           });
-          body.append(el("p", { class: "offer" }, question), el("p", { class: "help" }, t("downloadHelp")), download);
+          const useFile = button("use-own-file", t("useOwnFileButton"));
+          useFile.addEventListener("click", useOwnFile);
+          body.append(
+            el("p", { class: "offer" }, question),
+            el("p", { class: "help" }, t("downloadHelp")),
+            download,
+            useFile,
+            el("p", { class: "help use-own-file-help" }, t("useOwnFileHelp")),
+          );
           break;
         }
         case "installing": {

@@ -1,7 +1,8 @@
 // The settings form shared by the overlay's settings view and the options page. Values are saved
 // to chrome.storage.sync through shared/settings.ts (which clamps them) as soon as they change.
 
-import { CHOOSABLE_MODELS, DEFAULT_MODEL_ID } from "../../shared/models";
+import { CHOOSABLE_MODELS, DEFAULT_MODEL_ID, isOwnModelId } from "../../shared/models";
+import { watchOwnModels, type OwnModel } from "../../shared/own-models";
 import type { Settings } from "../../shared/settings";
 import { el, uid } from "./dom";
 import { t } from "./i18n";
@@ -35,6 +36,19 @@ export function settingsForm(onChange: (patch: Partial<Settings>) => void): Sett
     el("option", { value: CHOOSABLE_MODELS[0] }, t("modelE2B")),
     el("option", { value: CHOOSABLE_MODELS[1] }, t("modelE4B")),
   );
+  // The user's own model files (options page, "Use a model file you already have"), marked as
+  // not verified by Hearth; kept current as they are added and deleted.
+  const own = el("optgroup", { label: t("ownModelsGroup") });
+  let shown: Settings | null = null;
+  const showOwn = (models: OwnModel[]) => {
+    own.replaceChildren(...models.map((m) => el("option", { value: m.id, "data-verified": "false" }, t("ownModelOption", m.name))));
+    // An own model's id shown bare (before the list arrived) goes: it is in the list now, or gone.
+    for (const option of [...model.options]) if (option.parentElement === model && isOwnModelId(option.value)) option.remove();
+    if (models.length) model.append(own);
+    else own.remove();
+    if (shown) show(shown);
+  };
+  watchOwnModels(showOwn);
   const thinking = el("input", { class: "setting-thinking", name: "thinking", type: "checkbox" });
   const maxIterations = el("input", { class: "setting-max-iterations", name: "maxIterations", type: "number", min: "1", max: "100", step: "1", inputmode: "numeric" });
   const temperature = el("input", { class: "setting-temperature", name: "temperature", type: "number", min: "0", max: "2", step: "0.1", inputmode: "decimal" });
@@ -57,16 +71,17 @@ export function settingsForm(onChange: (patch: Partial<Settings>) => void): Sett
     field(maxIterations, t("maxIterationsSetting"), t("maxIterationsHelp")),
     field(temperature, t("temperatureSetting"), t("temperatureHelp")),
   );
-  return {
-    element,
-    show(settings) {
-      // "" is the build's default; a model chosen elsewhere (a test model) is shown as it is.
-      const id = settings.model || DEFAULT_MODEL_ID;
-      if (![...model.options].some((o) => o.value === id)) model.append(el("option", { value: id }, id));
-      model.value = id;
-      thinking.checked = settings.thinking;
-      maxIterations.value = String(settings.maxIterations);
-      temperature.value = String(settings.temperature);
-    },
-  };
+  function show(settings: Settings): void {
+    shown = settings;
+    // "" is the build's default; a model chosen elsewhere (a test model) is shown as it is.
+    const id = settings.model || DEFAULT_MODEL_ID;
+    // (An own model shown bare because the settings named it goes once they name another.)
+    for (const option of [...model.options]) if (option.parentElement === model && isOwnModelId(option.value) && option.value !== id) option.remove();
+    if (![...model.options].some((o) => o.value === id)) model.insertBefore(el("option", { value: id }, id), own.parentElement ? own : null);
+    model.value = id;
+    thinking.checked = settings.thinking;
+    maxIterations.value = String(settings.maxIterations);
+    temperature.value = String(settings.temperature);
+  }
+  return { element, show };
 }
