@@ -11,7 +11,7 @@ use wasm_bindgen::{JsCast, JsValue};
 
 use crate::engine::LoadFailure;
 
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor};
 
 /// One weight file of a model folder, as the store lists it.
 #[derive(Debug, Clone, Deserialize)]
@@ -155,6 +155,9 @@ impl StreamedWeights {
                 self.fetch(range.file, range.start, range.end).await?;
             }
             loader.step(&mut checkpoint, device)?;
+            // Wait for the device to take this step's uploads before the next step's arrive: until
+            // a submission, their staged copies stay in wasm memory.
+            let _ = Tensor::<1>::zeros([1], device).into_data_async().await;
         }
         self.release();
         Ok(loader.finish(device)?)
