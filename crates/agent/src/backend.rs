@@ -70,8 +70,38 @@ impl Future for Cancelled {
 pub struct GenerationRequest {
     pub prompt: String,
     pub max_new_tokens: usize,
+    /// Pieces of markup after which this step is over, the piece itself still streamed (a
+    /// closed tool call: `<tool_call|>`). A backend stops decoding right after one (a model
+    /// backend resolves them to token ids); the agent also stops reading at the first one, so a
+    /// backend that runs on only wastes its time.
+    pub stop_after: Vec<String>,
     /// Set when the user stops; a backend should stop decoding promptly.
     pub cancel: CancelToken,
+}
+
+impl GenerationRequest {
+    /// The end (byte offset) of the first `stop_after` piece that ends after `from` in `text`,
+    /// for backends and readers that match text rather than token ids.
+    pub fn stop_end(&self, text: &str, from: usize) -> Option<usize> {
+        stop_end(&self.stop_after, text, from)
+    }
+}
+
+/// The end of the first of `pieces` in `text` that ends after byte `from` (text before `from` was
+/// searched already; a piece may straddle it).
+pub fn stop_end<S: AsRef<str>>(pieces: &[S], text: &str, from: usize) -> Option<usize> {
+    let longest = pieces.iter().map(|p| p.as_ref().len()).max()?;
+    let mut start = from.saturating_sub(longest.saturating_sub(1)).min(text.len());
+    while !text.is_char_boundary(start) {
+        start -= 1;
+    }
+    pieces
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|p| !p.is_empty())
+        .filter_map(|p| text[start..].find(p).map(|i| start + i + p.len()))
+        .filter(|&end| end > from)
+        .min()
 }
 
 /// What a backend streams back.

@@ -39,5 +39,7 @@ pub use events::{AgentEvent, PauseReason};
 pub use page::{ElementInfo, FormInfo, PageInfo, Snapshot};
 pub use parser::{ParsedCall, ParsedOutput, StreamParser, parse_output, parse_to_json};
 pub use policy::{ActionTarget, Assessment, Decision, RiskReason};
-pub use session::{Agent, AgentConfig, AgentControl, ContextError, Outcome, PromptStats, SessionError};
+pub use session::{
+    Agent, AgentConfig, AgentControl, ContextError, Outcome, PromptStats, STEP_ENDS_AFTER, SessionError,
+};
 pub use tools::{RiskLevel, ToolDefinition, builtin_tools, validate_arguments};

@@ -31,6 +31,11 @@ pub struct ScriptedModel {
     replies: VecDeque<Reply>,
     /// The prompts received, in order.
     pub prompts: Vec<String>,
+    /// The `stop_after` pieces of every request, in order.
+    pub stops_asked: Vec<Vec<String>>,
+    /// Whether a reply ends after the first `stop_after` piece, as a model backend stops
+    /// decoding there (on by default; off plays a backend that runs on).
+    pub honor_stop_after: bool,
     /// Characters per streamed chunk.
     pub chunk_chars: usize,
     control: Option<AgentControl>,
@@ -38,7 +43,14 @@ pub struct ScriptedModel {
 
 impl ScriptedModel {
     pub fn new(replies: impl IntoIterator<Item = Reply>) -> Self {
-        Self { replies: replies.into_iter().collect(), prompts: Vec::new(), chunk_chars: 5, control: None }
+        Self {
+            replies: replies.into_iter().collect(),
+            prompts: Vec::new(),
+            stops_asked: Vec::new(),
+            honor_stop_after: true,
+            chunk_chars: 5,
+            control: None,
+        }
     }
 
     /// Outputs only (`Reply::Text`).
@@ -69,7 +81,15 @@ fn chunks(text: &str, n: usize) -> Vec<String> {
 impl ModelBackend for ScriptedModel {
     fn generate(&mut self, request: GenerationRequest) -> impl Stream<Item = Result<ModelChunk, ModelError>> {
         self.prompts.push(request.prompt.clone());
-        let reply = self.replies.pop_front();
+        self.stops_asked.push(request.stop_after.clone());
+        let cut = |t: String| match request.stop_end(&t, 0) {
+            Some(end) if self.honor_stop_after => t[..end].to_owned(),
+            _ => t,
+        };
+        let reply = match self.replies.pop_front() {
+            Some(Reply::Text(t)) => Some(Reply::Text(cut(t))),
+            other => other,
+        };
         let counter = ApproxTokenCounter;
         let (items, hang): (Vec<Result<ModelChunk, ModelError>>, Option<AgentControl>) = match reply {
             Some(Reply::Text(t)) => {

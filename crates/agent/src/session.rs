@@ -175,6 +175,10 @@ struct PendingCall {
     awaiting: bool,
 }
 
+/// A step ends as soon as a tool call closes: one call per step, and nothing the model writes
+/// after it (a made-up tool response, more calls) is decoded.
+pub const STEP_ENDS_AFTER: &[&str] = &["<tool_call|>"];
+
 enum GenError {
     Stopped,
     Failed(String),
@@ -492,9 +496,15 @@ impl Agent {
         let mut events = Vec::new();
         let mut raw = String::new();
         let mut gen_stats = None;
-        let request = GenerationRequest { prompt, max_new_tokens: self.config.max_new_tokens, cancel: cancel.clone() };
+        let request = GenerationRequest {
+            prompt,
+            max_new_tokens: self.config.max_new_tokens,
+            stop_after: STEP_ENDS_AFTER.iter().map(|p| (*p).to_owned()).collect(),
+            cancel: cancel.clone(),
+        };
+        let mut closed = false;
         {
-            let mut stream = pin!(model.generate(request));
+            let mut stream = pin!(model.generate(request.clone()));
             let mut cancelled = pin!(cancel.cancelled());
             loop {
                 match select(stream.next(), cancelled.as_mut()).await {
@@ -502,9 +512,17 @@ impl Agent {
                     Either::Left((None, _)) => break,
                     Either::Left((Some(Err(e)), _)) => return Err(GenError::Failed(e.to_string())),
                     Either::Left((Some(Ok(ModelChunk::Finished(s))), _)) => gen_stats = Some(s),
+                    // Text after the close: this backend ignores `stop_after`; dropping the
+                    // stream stops it.
+                    Either::Left((Some(Ok(ModelChunk::Text(_))), _)) if closed => break,
                     Either::Left((Some(Ok(ModelChunk::Text(t))), _)) => {
+                        let from = raw.len();
                         raw.push_str(&t);
-                        for ev in parser.push(&t) {
+                        if let Some(end) = request.stop_end(&raw, from) {
+                            raw.truncate(end);
+                            closed = true;
+                        }
+                        for ev in parser.push(&raw[from..]) {
                             forward(&ev, on_event);
                             events.push(ev);
                         }

@@ -295,20 +295,70 @@ fn stop_during_a_tool_cancels_it() {
     agent.start_task("Wait for the results.", None);
     let mut tools = tools();
     tools.stop_during = Some(("wait_for".into(), agent.control()));
-    let mut model = ScriptedModel::texts([format!(
-        "{}{}",
-        call("wait_for", &format!("text:{}", s("Results"))).trim_end_matches("<|tool_response>"),
-        call("click", "index:1")
-    )]);
+    let mut model = ScriptedModel::texts([call("wait_for", &format!("text:{}", s("Results")))]);
     let (outcome, events) = run(&mut agent, &mut model, &mut tools);
     assert_eq!(outcome, Outcome::Stopped);
     assert!(events.iter().any(
         |e| matches!(e, AgentEvent::ToolResult { ok: false, output, .. } if output.contains("Stopped by the user"))
     ));
-    assert_eq!(tools.names(), ["wait_for"], "the second call never started");
-    // Every call got a result, so the history still renders.
+    assert_eq!(tools.names(), ["wait_for"]);
+    // The stopped call got its result, so the history still renders.
     let msgs = agent.messages();
-    assert_eq!(msgs.iter().filter(|m| m.role == hearth_chat::Role::Tool).count(), 2);
+    assert_eq!(msgs.iter().filter(|m| m.role == hearth_chat::Role::Tool).count(), 1);
+    assert!(agent.last_prompt().is_some());
+}
+
+/// A step whose model writes on after its call closes: a made-up tool response, then a second
+/// call. Only the first call is read, and the backend is asked to stop at its close.
+fn runs_on_after_the_call() -> String {
+    format!(
+        "Looking first.<|tool_call>call:snapshot{{}}<tool_call|><|tool_response>response:snapshot{{ok:true}}<tool_response|>Now I click.{}",
+        call("click", "index:3")
+    )
+}
+
+#[test]
+fn a_step_ends_when_its_tool_call_closes() {
+    let mut agent = agent();
+    agent.start_task("Look at the form.", Some(page()));
+    let mut model = ScriptedModel::texts([runs_on_after_the_call(), call("done", &format!("result:{}", s("Seen.")))]);
+    let mut tools = tools();
+    let (outcome, events) = run(&mut agent, &mut model, &mut tools);
+    assert_eq!(outcome, Outcome::Done { result: "Seen.".into(), success: true });
+    assert_eq!(model.stops_asked[0], ["<tool_call|>"], "the backend is told where the step ends");
+    assert_eq!(tools.names(), ["snapshot"], "the call after the close was never generated");
+    assert!(!events.iter().any(|e| matches!(e, AgentEvent::Token { text } if text.contains("Now I"))), "{events:?}");
+    let turn = &agent.messages()[1];
+    assert_eq!(turn.tool_calls.len(), 1);
+    // The next prompt holds the real tool response, not the one the model made up.
+    assert!(!model.prompts[1].contains("ok:true"));
+}
+
+#[test]
+fn the_agent_stops_reading_a_backend_that_runs_on() {
+    let mut agent = agent();
+    agent.start_task("Look at the form.", Some(page()));
+    let mut model = ScriptedModel::texts([runs_on_after_the_call(), call("done", &format!("result:{}", s("Seen.")))]);
+    model.honor_stop_after = false;
+    let mut tools = tools();
+    let (outcome, events) = run(&mut agent, &mut model, &mut tools);
+    assert_eq!(outcome, Outcome::Done { result: "Seen.".into(), success: true });
+    assert_eq!(tools.names(), ["snapshot"]);
+    assert!(!events.iter().any(|e| matches!(e, AgentEvent::Token { text } if text.contains("Now I"))), "{events:?}");
+    assert_eq!(agent.messages()[1].tool_calls.len(), 1);
+}
+
+#[test]
+fn stop_pieces_are_found_across_chunks() {
+    use crate::backend::stop_end;
+    let pieces = ["<tool_call|>"];
+    let text = "call:a{}<tool_call|>rest";
+    // Searched in pieces, as chunks arrive: the piece straddles the boundary at 12.
+    assert_eq!(stop_end(&pieces, &text[..12], 0), None);
+    assert_eq!(stop_end(&pieces, text, 12), Some(20));
+    assert_eq!(stop_end(&pieces, text, 20), None, "already found");
+    assert_eq!(stop_end(&pieces, "é<tool_call|>", 1), Some(14), "char boundaries are kept");
+    assert_eq!(stop_end::<&str>(&[], text, 0), None);
 }
 
 #[test]

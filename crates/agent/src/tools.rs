@@ -79,7 +79,9 @@ fn def(name: &str, risk: RiskLevel, description: &str, properties: Value, requir
     ToolDefinition { name: name.to_owned(), description: description.to_owned(), parameters, risk }
 }
 
-/// The browser tools, in the order they are declared to the model.
+/// The browser tools, in the order they are declared to the model. Only tools whose result the
+/// model can use: no screenshot while the engine runs the text model alone (it cannot see one).
+/// The extension's executors are checked against these names (extension/src/shared/tools.ts).
 pub fn builtin_tools() -> Vec<ToolDefinition> {
     use RiskLevel::*;
     let index = json!({"type": "integer", "minimum": 0, "description": "The element's number from the latest snapshot, e.g. 12 for [12]."});
@@ -158,7 +160,6 @@ pub fn builtin_tools() -> Vec<ToolDefinition> {
                    "timeout_seconds": {"type": "number", "minimum": 0, "maximum": 60, "description": "How long to wait at most (default 10, at most 60)."}}),
             &[],
         ),
-        def("screenshot", Low, "Take a screenshot of the visible part of the page.", json!({}), &[]),
         def(
             RUN_JAVASCRIPT,
             Critical,
@@ -409,13 +410,21 @@ mod tests {
             "navigate",
             "go_back",
             "wait_for",
-            "screenshot",
             "run_javascript",
             "ask_user",
             "done",
         ] {
             assert!(names.iter().any(|x| x == n), "{n}");
         }
+    }
+
+    /// A text-only engine cannot look at a screenshot: the tool is not offered, and a call of it
+    /// is refused like any unknown tool.
+    #[test]
+    fn no_tool_returns_what_the_model_cannot_read() {
+        assert!(!builtin_tools().iter().any(|t| t.name == "screenshot"));
+        let e = validate("screenshot", json!({})).unwrap_err();
+        assert!(matches!(e, ArgumentError::UnknownTool { .. }), "{e}");
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod template;
 pub use message::{ContentPart, FunctionCall, FunctionDeclaration, Message, MessageContent, Role, Tool, ToolCall};
 pub use template::{ChatError, ChatTemplate, RenderRequest};
 
-/// Google's Gemma 4 E2B/E4B chat template (July 2026 revision), used as a fallback when a model
-/// directory ships none, and by tests.
+/// Google's Gemma 4 E2B/E4B chat template (July 2026 revision): renders conversations with tools
+/// for a Gemma 4 model whose own template cannot ([`ChatTemplate::or_gemma4_for_tools`]), and
+/// serves the tests.
 pub const GEMMA4_E2B_TEMPLATE: &str = include_str!("../fixtures/gemma4-e2b-chat-template.jinja");

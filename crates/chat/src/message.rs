@@ -1,5 +1,9 @@
 //! Conversation types, in the JSON shape Hugging Face chat templates consume
 //! (OpenAI-style messages: `role`, `content`, `tool_calls`, `tool_call_id`).
+//!
+//! The typed fields are the ones Hearth itself reads or writes; every other field of a message,
+//! call, tool or declaration is kept in `extra` and reaches the template as given (Gemma 4's
+//! reads `reasoning`, `tool_responses`, a declaration's `response`…).
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
@@ -36,6 +40,9 @@ pub struct Message {
     /// On `tool` messages: the tool's name (fallback when `tool_call_id` matches nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Every other field, passed to the template unchanged.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
 /// A message body: plain text or multimodal parts.
@@ -53,10 +60,24 @@ pub enum MessageContent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentPart {
-    Text { text: String },
-    Image,
-    Audio,
-    Video,
+    Text {
+        text: String,
+        #[serde(flatten)]
+        extra: Map<String, Value>,
+    },
+    /// Media parts keep their other fields (`url`, `image`…) for templates that read them.
+    Image {
+        #[serde(flatten)]
+        extra: Map<String, Value>,
+    },
+    Audio {
+        #[serde(flatten)]
+        extra: Map<String, Value>,
+    },
+    Video {
+        #[serde(flatten)]
+        extra: Map<String, Value>,
+    },
 }
 
 /// A call the assistant made: `{"type": "function", "function": {"name", "arguments"}}`.
@@ -67,6 +88,8 @@ pub struct ToolCall {
     #[serde(rename = "type", default = "function_kind")]
     pub kind: String,
     pub function: FunctionCall,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
 /// The name and arguments of a call. Arguments are a JSON object (the template refuses strings);
@@ -76,6 +99,8 @@ pub struct FunctionCall {
     pub name: String,
     #[serde(default, deserialize_with = "object_or_json_string")]
     pub arguments: Map<String, Value>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
 /// A tool offered to the model: `{"type": "function", "function": {name, description, parameters}}`.
@@ -84,15 +109,21 @@ pub struct Tool {
     #[serde(rename = "type", default = "function_kind")]
     pub kind: String,
     pub function: FunctionDeclaration,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
-/// A function declaration; `parameters` is a JSON schema (`type: object`, `properties`, `required`).
+/// A function declaration; `parameters` is a JSON schema (`type: object`, `properties`, `required`),
+/// kept whole.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FunctionDeclaration {
     pub name: String,
     pub description: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<Value>,
+    /// Every other field (`response`, …), passed to the template unchanged.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
 fn function_kind() -> String {
@@ -114,7 +145,15 @@ fn object_or_json_string<'de, D: Deserializer<'de>>(d: D) -> Result<Map<String, 
 
 impl Message {
     fn new(role: Role, content: Option<MessageContent>) -> Self {
-        Self { role, content, reasoning_content: None, tool_calls: Vec::new(), tool_call_id: None, name: None }
+        Self {
+            role,
+            content,
+            reasoning_content: None,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
+            extra: Map::new(),
+        }
     }
 
     pub fn system(text: impl Into<String>) -> Self {
@@ -157,7 +196,7 @@ impl Message {
                 parts
                     .iter()
                     .filter_map(|p| match p {
-                        ContentPart::Text { text } => Some(text.as_str()),
+                        ContentPart::Text { text, .. } => Some(text.as_str()),
                         _ => None,
                     })
                     .collect(),
@@ -168,7 +207,12 @@ impl Message {
 
 impl ToolCall {
     pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Map<String, Value>) -> Self {
-        Self { id: Some(id.into()), kind: function_kind(), function: FunctionCall { name: name.into(), arguments } }
+        Self {
+            id: Some(id.into()),
+            kind: function_kind(),
+            function: FunctionCall { name: name.into(), arguments, extra: Map::new() },
+            extra: Map::new(),
+        }
     }
 }
 
@@ -180,7 +224,9 @@ impl Tool {
                 name: name.into(),
                 description: description.into(),
                 parameters: Some(parameters),
+                extra: Map::new(),
             },
+            extra: Map::new(),
         }
     }
 }

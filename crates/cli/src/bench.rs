@@ -484,3 +484,72 @@ impl SafetensorsWriter {
         file
     }
 }
+
+/// The host cost of constraining a tool call: the token mask for every token of a typical call
+/// to the agent's tools, computed afresh (the trie walk) and as generation gets it (cached by
+/// state), with the vocabulary of `tokenizer`.
+pub fn call_mask(tokenizer: &std::path::Path) -> Result<(), String> {
+    use hearth_model::constrain::{CallConstraint, CallGrammar, CallState, Markers, ToolSpec, VocabTrie};
+    use std::sync::Arc;
+
+    println!("# hearth bench --call-mask — {}", describe_machine());
+    let tokenizer = hearth_model::model_dir::load_tokenizer(tokenizer).map_err(|e| e.to_string())?;
+    let tools = hearth_agent::builtin_tools();
+    let specs: Vec<ToolSpec> =
+        tools.iter().map(|t| ToolSpec { name: &t.name, parameters: Some(&t.parameters) }).collect();
+    let grammar = CallGrammar::new(&specs).map_err(|e| e.to_string())?;
+    let markers = Markers { call_open: 48, call_close: 49, delim: 52, thought: Some((100, 101)) };
+    let clock = Instant::now();
+    let vocab = VocabTrie::with_markers(&tokenizer, markers).map_err(|e| e.to_string())?;
+    let build_ms = clock.elapsed().as_secs_f64() * 1e3;
+    println!(
+        "vocabulary: {} tokens, trie of {} nodes built in {build_ms:.0} ms; {} tools\n",
+        vocab.len(),
+        vocab.node_count(),
+        tools.len()
+    );
+    // `<|"|>` splits the call into text pieces, each tokenized as the model would write it.
+    let call = "call:type{index:12,text:\u{1}Ada Lovelace, 10 Downing St. — «bonjour»\u{1},submit:true}";
+    let mut ids = Vec::new();
+    for (i, piece) in call.split('\u{1}').enumerate() {
+        if i > 0 {
+            ids.push(markers.delim);
+        }
+        ids.extend(tokenizer.encode(piece).map_err(|e| e.to_string())?);
+    }
+    ids.push(markers.call_close);
+    let grammar = Arc::new(grammar);
+    let vocab = Arc::new(vocab);
+    let words = vocab.len().div_ceil(32);
+    let mut constraint = CallConstraint::new(grammar.clone(), vocab.clone());
+    constraint.begin(&[markers.call_open]);
+    let mut state = CallState::start();
+    let (mut fresh, mut cached) = (Vec::new(), Vec::new());
+    for &id in &ids {
+        let clock = Instant::now();
+        let mut mask = vec![0u32; words];
+        vocab.allowed(&grammar, &state, &mut mask);
+        fresh.push(clock.elapsed().as_secs_f64() * 1e3);
+        if mask[id as usize / 32] & (1 << (id % 32)) == 0 {
+            return Err(format!("token {id} of the call is masked: the grammar or the vocabulary is wrong"));
+        }
+        let clock = Instant::now();
+        let allowed = constraint.mask(vocab.len()).is_some();
+        cached.push(clock.elapsed().as_secs_f64() * 1e3);
+        if !allowed {
+            return Err("the constraint let a token of the call go free".into());
+        }
+        constraint.advance(id);
+        state = vocab.advance(&grammar, &state, id).ok_or("the call does not parse")?;
+    }
+    let summary = |ms: &[f64]| {
+        let mean = ms.iter().sum::<f64>() / ms.len() as f64;
+        let max = ms.iter().copied().fold(0.0, f64::max);
+        format!("{mean:.2} ms mean, {max:.2} ms max")
+    };
+    println!("| mask per call token ({} tokens) | host time |", ids.len());
+    println!("|---|---|");
+    println!("| trie walk every token | {} |", summary(&fresh));
+    println!("| as generation runs (cached by state) | {} |", summary(&cached));
+    Ok(())
+}

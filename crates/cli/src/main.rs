@@ -5,11 +5,13 @@ mod bench;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
 use burn::tensor::{Device, Tensor};
 use clap::{Parser, Subcommand};
 use hearth_chat::{ChatTemplate, Message, RenderRequest, Tool};
+use hearth_model::constrain::{CallConstraint, CallGrammar, VocabTrie, grammar_from_function_list};
 use hearth_model::generate::{self, GenerateOptions};
 use hearth_model::model_dir::{ModelFiles, load_model, load_tokenizer};
 use hearth_model::{CacheOptions, KvCache, Sampler, SamplingOptions, Session, gpu, self_test};
@@ -48,6 +50,13 @@ enum Command {
         /// Wrap the prompt in the model's chat template as a user turn.
         #[arg(long)]
         chat: bool,
+        /// Offer these tools (an OpenAI-style function list in a JSON file) through the chat
+        /// template, and hold every call the model writes to their names and arguments.
+        #[arg(long, requires = "chat")]
+        tools: Option<PathBuf>,
+        /// Start the reply with `<|tool_call>`: the model must call one of the tools.
+        #[arg(long, requires = "tools")]
+        force_call: bool,
         #[arg(long, default_value_t = 128)]
         max_tokens: usize,
         /// 0 is greedy.
@@ -117,6 +126,11 @@ enum Command {
         /// Measure this model (folder or GGUF file) instead of a synthetic E2B/E4B.
         #[arg(long)]
         model: Option<PathBuf>,
+        /// Only the host cost of constraining a tool call (the token mask), with this
+        /// tokenizer.json (its `<|tool_call>`, `<tool_call|>` and `<|"|>` are ids 48, 49 and 52
+        /// whatever their names, so a Gemma 3 tokenizer stands in for Gemma 4's).
+        #[arg(long)]
+        call_mask: Option<PathBuf>,
         #[command(flatten)]
         device: DeviceArgs,
     },
@@ -135,6 +149,8 @@ fn main() -> ExitCode {
             prompt,
             prompt_text,
             chat,
+            tools,
+            force_call,
             max_tokens,
             temperature,
             top_k,
@@ -146,13 +162,25 @@ fn main() -> ExitCode {
             let sampling = SamplingOptions { temperature, top_k, top_p, seed };
             let prompt = prompt.or(prompt_text).unwrap_or_default();
             let files = ModelInput { model, tokenizer };
+            let chat = chat.then_some(ChatOptions { tools, force_call });
             run_generate(files, &prompt, chat, max_tokens, sampling, print_ids, &device)
         }
         Command::Logits { model, tokens, step_by_step, device } => logits(model, &tokens, step_by_step, &device),
         Command::Render { model, template } => render(model, template),
         Command::Parse { thinking } => parse(thinking),
         Command::SelfTest { device } => run_self_test(&device),
-        Command::Bench { shape, layers, prefill, decode, agent, kernels_only, model, device: args } => {
+        Command::Bench { call_mask: Some(tokenizer), .. } => bench::call_mask(&tokenizer),
+        Command::Bench {
+            shape,
+            layers,
+            prefill,
+            decode,
+            agent,
+            kernels_only,
+            model,
+            call_mask: None,
+            device: args,
+        } => {
             let agent = [agent[0], agent[1], agent[2]];
             let options = bench::BenchOptions { shape, layers, prefill, decode, agent, kernels_only, model };
             device_with_name(&args).and_then(|(device, adapter)| bench::run(&device, &adapter, &options))
@@ -194,6 +222,23 @@ fn device_with_name(args: &DeviceArgs) -> Result<(Device, String), String> {
     Ok((gpu.device, name))
 }
 
+/// `generate --chat`: the tools offered, and whether the reply must start with a call.
+struct ChatOptions {
+    tools: Option<PathBuf>,
+    force_call: bool,
+}
+
+/// The tools of `--tools`: declarations for the template and the grammar of their calls.
+fn read_tools(path: &std::path::Path) -> Result<(Vec<Tool>, CallGrammar), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let list: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", path.display()))?;
+    let tools: Vec<Tool> = serde_json::from_value(list.clone())
+        .map_err(|e| format!("{} is not an OpenAI-style function list: {e}", path.display()))?;
+    let grammar = grammar_from_function_list(&list).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((tools, grammar))
+}
+
 /// What `generate` reads: a model folder or GGUF file, and optionally a separate tokenizer.json.
 struct ModelInput {
     model: PathBuf,
@@ -203,7 +248,7 @@ struct ModelInput {
 fn run_generate(
     input: ModelInput,
     prompt: &str,
-    chat: bool,
+    chat: Option<ChatOptions>,
     max_tokens: usize,
     sampling: SamplingOptions,
     ids_to_stderr: bool,
@@ -217,7 +262,14 @@ fn run_generate(
         None => files.tokenizer(),
     }
     .map_err(|e| e.to_string())?;
-    let text = if chat {
+    let (tools, grammar) = match chat.as_ref().and_then(|c| c.tools.as_deref()) {
+        Some(path) => {
+            let (tools, grammar) = read_tools(path)?;
+            (tools, Some(grammar))
+        }
+        None => (Vec::new(), None),
+    };
+    let text = if let Some(chat) = &chat {
         let template = match files.gguf_chat_template() {
             Some(source) => {
                 let bos = files.config().map_err(|e| e.to_string())?.bos_token_id;
@@ -232,8 +284,12 @@ fn run_generate(
         .map_err(|e| e.to_string())?;
         let messages = [Message::user(prompt)];
         let request =
-            RenderRequest { messages: &messages, tools: &[], enable_thinking: false, add_generation_prompt: true };
-        template.render(&request).map_err(|e| e.to_string())?
+            RenderRequest { messages: &messages, tools: &tools, enable_thinking: false, add_generation_prompt: true };
+        let mut text = template.render(&request).map_err(|e| e.to_string())?;
+        if chat.force_call {
+            text.push_str("<|tool_call>");
+        }
+        text
     } else {
         prompt.to_string()
     };
@@ -241,15 +297,33 @@ fn run_generate(
     eprintln!("hearth: model and tokenizer loaded in {:.2} s", load_clock.elapsed().as_secs_f64());
     let mut prompt_ids = tokenizer.encode(&text).map_err(|e| e.to_string())?;
     // Raw text gets the BOS token the chat template would have written.
-    if !chat && prompt_ids.first() != Some(&model.config.bos_token_id) {
+    if chat.is_none() && prompt_ids.first() != Some(&model.config.bos_token_id) {
         prompt_ids.insert(0, model.config.bos_token_id);
     }
     let stop_tokens = model.config.eos_token_ids.clone();
     let mut session = Session::new(model, CacheOptions::default());
     let mut sampler = Sampler::new(sampling);
     let mut stdout = std::io::stdout().lock();
+    if chat.as_ref().is_some_and(|c| c.force_call) {
+        // The opening the prompt forced is part of the reply: print it, so the output parses.
+        let _ = stdout.write_all(b"<|tool_call>");
+    }
     let clock = Instant::now();
-    let options = GenerateOptions { max_tokens, stop_tokens: &stop_tokens };
+    let mut calls = match grammar {
+        Some(grammar) => {
+            let clock = Instant::now();
+            let vocab = VocabTrie::from_tokenizer(&tokenizer).map_err(|e| e.to_string())?;
+            eprintln!(
+                "hearth: calls constrained to {}; vocabulary trie of {} tokens built in {:.0} ms",
+                grammar.tool_names().join(", "),
+                vocab.len(),
+                clock.elapsed().as_secs_f64() * 1e3
+            );
+            Some(CallConstraint::new(Arc::new(grammar), Arc::new(vocab)))
+        }
+        None => None,
+    };
+    let options = GenerateOptions { max_tokens, stop_tokens: &stop_tokens, tool_calls: calls.as_mut() };
     let result = pollster::block_on(generate::generate(
         &mut session,
         &mut sampler,

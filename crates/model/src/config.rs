@@ -27,6 +27,39 @@ pub enum ConfigError {
     UnsupportedGguf(String),
     #[error("the GGUF metadata is inconsistent: {0}")]
     InvalidGguf(String),
+    /// A field the family's math depends on and that has no safe default (Gemma 4 is never given
+    /// Gemma 3's values).
+    #[error("{file} lacks `{field}`, which {family} needs")]
+    Missing { file: &'static str, field: String, family: &'static str },
+}
+
+/// Gemma 4's stop ids, `<eos>`, `<turn|>` and `<|tool_response>`: what its generation_config.json
+/// lists (its config.json lists only the first two), used when no file names them all.
+pub const GEMMA4_STOP_IDS: [u32; 3] = [1, 106, 50];
+
+/// Which file a configuration comes from, for errors that name the missing field and for the
+/// stop ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// `config.json`; `nested` when the text fields sit under `text_config`.
+    ConfigJson { nested: bool },
+    /// llama.cpp's metadata, already read into config.json's fields ([`gguf`]).
+    Gguf,
+}
+
+impl Origin {
+    fn missing(self, family: Family, field: &str) -> ConfigError {
+        let (file, field) = match self {
+            Origin::ConfigJson { nested: true } => ("config.json", format!("text_config.{field}")),
+            Origin::ConfigJson { nested: false } => ("config.json", field.to_string()),
+            Origin::Gguf => ("the GGUF metadata", field.to_string()),
+        };
+        let family = match family {
+            Family::Gemma3 => "Gemma 3",
+            Family::Gemma4 => "Gemma 4",
+        };
+        ConfigError::Missing { file, field, family }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,8 +171,7 @@ struct RawConfig {
     final_logit_softcapping: Option<f64>,
     attn_logit_softcapping: Option<f64>,
     hidden_size_per_layer_input: Option<usize>,
-    #[serde(default)]
-    num_kv_shared_layers: usize,
+    num_kv_shared_layers: Option<usize>,
     #[serde(default)]
     use_double_wide_mlp: bool,
     #[serde(default)]
@@ -159,36 +191,74 @@ struct LayerOverride {
 }
 
 impl TextConfig {
+    /// The configuration a `config.json` describes.
+    ///
+    /// Gemma 4 (`gemma4`, `gemma4_text`) must state every field its math depends on
+    /// ([`ConfigError::Missing`] names the one that is not); Gemma 3 falls back to its defaults.
+    /// A Gemma 4's stop ids are those config.json names plus [`GEMMA4_STOP_IDS`];
+    /// [`Self::apply_generation_config`] replaces them with generation_config.json's.
     pub fn from_json(json: &str) -> Result<Self, ConfigError> {
+        Self::parse(json, Origin::ConfigJson { nested: false })
+    }
+
+    fn parse(json: &str, origin: Origin) -> Result<Self, ConfigError> {
         let raw: RawConfig = serde_json::from_str(json)?;
         match raw.model_type.as_str() {
             "gemma4" => {
                 let text = raw.text_config.ok_or_else(|| invalid("gemma4 config without text_config"))?;
-                let eos = raw.eos_token_id.or(text.eos_token_id.clone());
-                let mut config = Self::from_raw(Family::Gemma4, *text, "model.language_model.")?;
-                if let Some(eos) = eos {
-                    config.eos_token_ids = eos_ids(&eos);
-                }
-                Ok(config)
+                let mut text = *text;
+                // The wrapper's ids win over text_config's.
+                text.eos_token_id = raw.eos_token_id.or(text.eos_token_id);
+                let origin = match origin {
+                    Origin::ConfigJson { .. } => Origin::ConfigJson { nested: true },
+                    Origin::Gguf => Origin::Gguf,
+                };
+                Self::from_raw(Family::Gemma4, text, "model.language_model.", origin)
             }
-            "gemma4_text" => Self::from_raw(Family::Gemma4, raw, "model."),
-            "gemma3_text" => Self::from_raw(Family::Gemma3, raw, "model."),
+            "gemma4_text" => Self::from_raw(Family::Gemma4, raw, "model.", origin),
+            "gemma3_text" => Self::from_raw(Family::Gemma3, raw, "model.", origin),
             other => Err(ConfigError::UnsupportedModel(other.to_string())),
         }
     }
 
-    fn from_raw(family: Family, raw: RawConfig, prefix: &str) -> Result<Self, ConfigError> {
+    fn from_raw(family: Family, raw: RawConfig, prefix: &str, origin: Origin) -> Result<Self, ConfigError> {
         if raw.attention_k_eq_v || raw.enable_moe_block {
             return Err(invalid("attention_k_eq_v and MoE blocks (Gemma 4 26B/31B) are not supported"));
         }
-        let need = |v: Option<usize>, name: &str| v.ok_or_else(|| invalid(&format!("missing `{name}`")));
+        let gemma4 = family == Family::Gemma4;
+        let missing = |name: &str| origin.missing(family, name);
+        let need = |v: Option<usize>, name: &str| v.ok_or_else(|| missing(name));
+        // Required of Gemma 4 (no safe default); Gemma 3 keeps its fallback.
+        let strict = |v: Option<usize>, name: &str, fallback: usize| match v {
+            Some(v) => Ok(v),
+            None if gemma4 => Err(missing(name)),
+            None => Ok(fallback),
+        };
         let hidden_size = need(raw.hidden_size, "hidden_size")?;
         let num_layers = need(raw.num_hidden_layers, "num_hidden_layers")?;
         let num_heads = need(raw.num_attention_heads, "num_attention_heads")?;
-        let num_kv_heads = raw.num_key_value_heads.unwrap_or(num_heads);
-        let head_dim = raw.head_dim.unwrap_or(hidden_size / num_heads);
+        if num_heads == 0 {
+            return Err(invalid("num_attention_heads is 0"));
+        }
+        let num_kv_heads = strict(raw.num_key_value_heads, "num_key_value_heads", num_heads)?;
+        let head_dim = strict(raw.head_dim, "head_dim", hidden_size / num_heads)?;
         let intermediate_size = need(raw.intermediate_size, "intermediate_size")?;
-        let sliding_window = raw.sliding_window.unwrap_or(usize::MAX);
+        let sliding_window = strict(raw.sliding_window, "sliding_window", usize::MAX)?;
+        let num_kv_shared_layers = strict(raw.num_kv_shared_layers, "num_kv_shared_layers", 0)?;
+        if gemma4 {
+            if raw.rms_norm_eps.is_none() {
+                return Err(missing("rms_norm_eps"));
+            }
+            if raw.final_logit_softcapping.is_none() {
+                return Err(missing("final_logit_softcapping"));
+            }
+            if raw.hidden_size_per_layer_input.is_none() {
+                return Err(missing("hidden_size_per_layer_input"));
+            }
+            if raw.layer_types.is_none() {
+                return Err(missing("layer_types"));
+            }
+        }
 
         let kinds: Vec<LayerType> = match &raw.layer_types {
             Some(types) => types
@@ -210,14 +280,17 @@ impl TextConfig {
             return Err(invalid("layer_types has a different length than num_hidden_layers"));
         }
 
-        let producers = kv_producers(&kinds, raw.num_kv_shared_layers)?;
+        let producers = kv_producers(&kinds, num_kv_shared_layers)?;
         let mut layers = Vec::with_capacity(num_layers);
         for (i, &kind) in kinds.iter().enumerate() {
             let overrides = raw.per_layer_config.get(&i.to_string()).cloned().unwrap_or_default();
-            let layer_head_dim = overrides.head_dim.unwrap_or(match (kind, raw.global_head_dim) {
-                (LayerType::Full, Some(global)) if family == Family::Gemma4 => global,
+            let layer_head_dim = match (overrides.head_dim, kind, raw.global_head_dim) {
+                (Some(own), _, _) => own,
+                (None, LayerType::Full, Some(global)) if gemma4 => global,
+                // Gemma 4's full layers have their own (wider) heads: never the sliding ones'.
+                (None, LayerType::Full, None) if gemma4 => return Err(missing("global_head_dim")),
                 _ => head_dim,
-            });
+            };
             let shared = producers[i].is_some();
             layers.push(LayerConfig {
                 kind,
@@ -226,7 +299,7 @@ impl TextConfig {
                 intermediate_size: overrides
                     .intermediate_size
                     .unwrap_or(intermediate_size * if raw.use_double_wide_mlp && shared { 2 } else { 1 }),
-                rope: rope_for(family, &raw, kind, layer_head_dim)?,
+                rope: rope_for(family, &raw, kind, layer_head_dim, &missing)?,
                 kv_producer: producers[i],
             });
         }
@@ -247,6 +320,22 @@ impl TextConfig {
             Family::Gemma4 => raw.hidden_size_per_layer_input.filter(|&n| n > 0),
             Family::Gemma3 => None,
         };
+        let named = raw.eos_token_id.as_ref().map(eos_ids).unwrap_or_default();
+        let eos_token_ids = match (family, origin) {
+            // config.json lists [1, 106]; the model also ends a tool call with <|tool_response>.
+            (Family::Gemma4, Origin::ConfigJson { .. }) => {
+                let mut ids = named;
+                for id in GEMMA4_STOP_IDS {
+                    if !ids.contains(&id) {
+                        ids.push(id);
+                    }
+                }
+                ids
+            }
+            // The GGUF reader has already looked the markers up in the file's vocabulary.
+            _ if named.is_empty() => vec![1],
+            _ => named,
+        };
         Ok(TextConfig {
             family,
             tensor_prefix: prefix.to_string(),
@@ -265,7 +354,7 @@ impl TextConfig {
             embed_scale: (hidden_size as f32).sqrt(),
             per_layer_input_size,
             bos_token_id: raw.bos_token_id.unwrap_or(2),
-            eos_token_ids: raw.eos_token_id.as_ref().map(eos_ids).unwrap_or_else(|| vec![1]),
+            eos_token_ids,
         })
     }
 
@@ -295,7 +384,7 @@ impl TextConfig {
     /// heads, 1 KV head, head dim 256, MLP 2048, eps 1e-6, RoPE 1e6 / 1e4, window 512, vocab
     /// 262 144, bos 2, eos 1): the loader's shape checks then catch a file that is not that model.
     pub fn from_gguf(file: &GgufFile) -> Result<Self, ConfigError> {
-        Self::from_json(&gguf::config_json(file)?.to_string())
+        Self::parse(&gguf::config_json(file)?.to_string(), Origin::Gguf)
     }
 
     /// Applies llama.cpp's `rope_freqs` tensor (a GGUF's per-pair frequency divisors, one per
@@ -369,32 +458,32 @@ fn kv_producers(kinds: &[LayerType], shared: usize) -> Result<Vec<Option<usize>>
         .collect()
 }
 
-fn rope_for(family: Family, raw: &RawConfig, kind: LayerType, head_dim: usize) -> Result<Rope, ConfigError> {
+fn rope_for(
+    family: Family,
+    raw: &RawConfig,
+    kind: LayerType,
+    head_dim: usize,
+    missing: &dyn Fn(&str) -> ConfigError,
+) -> Result<Rope, ConfigError> {
     let key = match kind {
         LayerType::Sliding => "sliding_attention",
         LayerType::Full => "full_attention",
     };
+    if family == Family::Gemma4 {
+        return gemma4_rope(raw, key, head_dim, missing);
+    }
     // transformers 5: `rope_parameters` per layer type (or one dict for every layer).
     if let Some(params) = &raw.rope_parameters {
         let params = params.get(key).unwrap_or(params);
         let theta = params.get("rope_theta").and_then(|v| v.as_f64()).ok_or_else(|| invalid("rope_theta missing"))?;
         let partial = params.get("partial_rotary_factor").and_then(|v| v.as_f64()).unwrap_or(1.0);
-        return match params.get("rope_type").and_then(|v| v.as_str()).unwrap_or("default") {
-            "default" if partial == 1.0 => Ok(Rope::default(theta, head_dim, 1.0)),
-            "linear" => {
-                let factor = params.get("factor").and_then(|v| v.as_f64()).unwrap_or(1.0);
-                Ok(Rope::default(theta, head_dim, factor))
-            }
-            "proportional" => Ok(Rope::proportional(theta, head_dim, partial)),
-            other => Err(invalid(&format!("rope_type `{other}` (partial {partial}) is not supported"))),
-        };
+        let rope_type = params.get("rope_type").and_then(|v| v.as_str()).unwrap_or("default");
+        return rope_of_type(rope_type, theta, partial, params, head_dim);
     }
     // Older Gemma 3 spelling: rope_theta for global layers, rope_local_base_freq for local ones.
-    match (family, kind) {
-        (Family::Gemma3, LayerType::Sliding) => {
-            Ok(Rope::default(raw.rope_local_base_freq.unwrap_or(10_000.0), head_dim, 1.0))
-        }
-        _ => {
+    match kind {
+        LayerType::Sliding => Ok(Rope::default(raw.rope_local_base_freq.unwrap_or(10_000.0), head_dim, 1.0)),
+        LayerType::Full => {
             let factor = raw
                 .rope_scaling
                 .as_ref()
@@ -403,6 +492,53 @@ fn rope_for(family: Family, raw: &RawConfig, kind: LayerType, head_dim: usize) -
                 .unwrap_or(1.0);
             Ok(Rope::default(raw.rope_theta.unwrap_or(1_000_000.0), head_dim, factor))
         }
+    }
+}
+
+/// Gemma 4: `rope_parameters.{sliding_attention,full_attention}`, each with its `rope_theta` and
+/// `rope_type` (and `partial_rotary_factor` when proportional), all required: the two layer types
+/// rotate differently and nothing else says how.
+fn gemma4_rope(
+    raw: &RawConfig,
+    key: &str,
+    head_dim: usize,
+    missing: &dyn Fn(&str) -> ConfigError,
+) -> Result<Rope, ConfigError> {
+    let params = raw
+        .rope_parameters
+        .as_ref()
+        .and_then(|p| p.get(key))
+        .ok_or_else(|| missing(&format!("rope_parameters.{key}")))?;
+    let number = |field: &str| {
+        params.get(field).and_then(|v| v.as_f64()).ok_or_else(|| missing(&format!("rope_parameters.{key}.{field}")))
+    };
+    let theta = number("rope_theta")?;
+    let rope_type = params
+        .get("rope_type")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| missing(&format!("rope_parameters.{key}.rope_type")))?;
+    let partial = match rope_type {
+        "proportional" => number("partial_rotary_factor")?,
+        _ => params.get("partial_rotary_factor").and_then(|v| v.as_f64()).unwrap_or(1.0),
+    };
+    rope_of_type(rope_type, theta, partial, params, head_dim)
+}
+
+fn rope_of_type(
+    rope_type: &str,
+    theta: f64,
+    partial: f64,
+    params: &serde_json::Value,
+    head_dim: usize,
+) -> Result<Rope, ConfigError> {
+    match rope_type {
+        "default" if partial == 1.0 => Ok(Rope::default(theta, head_dim, 1.0)),
+        "linear" => {
+            let factor = params.get("factor").and_then(|v| v.as_f64()).unwrap_or(1.0);
+            Ok(Rope::default(theta, head_dim, factor))
+        }
+        "proportional" if partial > 0.0 && partial <= 1.0 => Ok(Rope::proportional(theta, head_dim, partial)),
+        other => Err(invalid(&format!("rope_type `{other}` (partial {partial}) is not supported"))),
     }
 }
 
@@ -424,6 +560,7 @@ mod tests {
                 "num_hidden_layers": 35, "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256,
                 "global_head_dim": 512, "layer_types": types, "sliding_window": 512, "num_kv_shared_layers": 20,
                 "use_double_wide_mlp": true, "hidden_size_per_layer_input": 256, "final_logit_softcapping": 30.0,
+                "rms_norm_eps": 1e-6,
                 "rope_parameters": {
                     "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                     "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0}
@@ -437,7 +574,7 @@ mod tests {
     fn gemma4_e2b_shapes_follow_the_spec() {
         let c = TextConfig::from_json(&e2b_like()).unwrap();
         assert_eq!(c.tensor_prefix, "model.language_model.");
-        assert_eq!(c.eos_token_ids, vec![1, 106]);
+        assert_eq!(c.eos_token_ids, vec![1, 106, 50]);
         assert_eq!((c.layers[0].head_dim, c.layers[4].head_dim), (256, 512));
         // Producers: sliding → 13, full → 14; layers 15..35 share.
         assert_eq!(c.layers[14].kv_producer, None);
@@ -459,6 +596,118 @@ mod tests {
         // Exponent divided by the full head dim (512), not by the rotated width.
         assert!((full[1] - 1e6f64.powf(-2.0 / 512.0) as f32).abs() < 1e-9);
         assert_eq!(c.layers[0].rope.inv_freq.len(), 128);
+    }
+
+    /// `e2b_like()` with the field at `path` (`text_config.rope_parameters.full_attention`) removed.
+    fn e2b_without(path: &str) -> String {
+        let mut config: serde_json::Value = serde_json::from_str(&e2b_like()).unwrap();
+        let (parent, last) = path.rsplit_once('.').unwrap_or(("", path));
+        let object = parent.split('.').filter(|k| !k.is_empty()).fold(&mut config, |v, key| &mut v[key]);
+        assert!(object.as_object_mut().unwrap().remove(last).is_some(), "{path} is in the test config");
+        config.to_string()
+    }
+
+    #[test]
+    fn gemma4_fields_without_a_safe_default_are_required_by_name() {
+        for field in [
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "global_head_dim",
+            "layer_types",
+            "sliding_window",
+            "rms_norm_eps",
+            "final_logit_softcapping",
+            "hidden_size_per_layer_input",
+            "num_kv_shared_layers",
+            "rope_parameters",
+            "rope_parameters.sliding_attention",
+            "rope_parameters.full_attention",
+            "rope_parameters.sliding_attention.rope_theta",
+            "rope_parameters.sliding_attention.rope_type",
+            "rope_parameters.full_attention.rope_theta",
+            "rope_parameters.full_attention.rope_type",
+            "rope_parameters.full_attention.partial_rotary_factor",
+        ] {
+            let err = TextConfig::from_json(&e2b_without(&format!("text_config.{field}"))).unwrap_err();
+            // The first missing field is named: a removed parent names itself or its first child.
+            let ConfigError::Missing { file, field: named, family } = &err else { panic!("{field}: {err}") };
+            assert_eq!((*file, *family), ("config.json", "Gemma 4"), "{field}");
+            assert!(named.starts_with(&format!("text_config.{field}")), "{field}: {err}");
+            assert!(err.to_string().contains("which Gemma 4 needs"), "{err}");
+        }
+        let err = TextConfig::from_json(&e2b_without("text_config.layer_types")).unwrap_err().to_string();
+        assert_eq!(err, "config.json lacks `text_config.layer_types`, which Gemma 4 needs");
+    }
+
+    #[test]
+    fn gemma4_text_configs_name_fields_at_the_top_level() {
+        let mut config: serde_json::Value = serde_json::from_str(&e2b_like()).unwrap();
+        let mut text = config["text_config"].take();
+        text.as_object_mut().unwrap().remove("sliding_window");
+        let err = TextConfig::from_json(&text.to_string()).unwrap_err().to_string();
+        assert_eq!(err, "config.json lacks `sliding_window`, which Gemma 4 needs");
+    }
+
+    #[test]
+    fn a_per_layer_head_dim_stands_in_for_global_head_dim() {
+        // transformers 5.23 writes the full layers' heads as per_layer_config overrides.
+        let mut config: serde_json::Value = serde_json::from_str(&e2b_without("text_config.global_head_dim")).unwrap();
+        let full: serde_json::Map<String, serde_json::Value> =
+            (0..35).filter(|i| i % 5 == 4).map(|i| (i.to_string(), serde_json::json!({"head_dim": 512}))).collect();
+        config["text_config"]["per_layer_config"] = full.clone().into();
+        let c = TextConfig::from_json(&config.to_string()).unwrap();
+        assert_eq!((c.layers[3].head_dim, c.layers[4].head_dim, c.layers[34].head_dim), (256, 512, 512));
+        // One full layer without its own head dim, and no global_head_dim: refused.
+        let mut partial = full;
+        partial.remove("34");
+        config["text_config"]["per_layer_config"] = partial.into();
+        let err = TextConfig::from_json(&config.to_string()).unwrap_err().to_string();
+        assert!(err.contains("`text_config.global_head_dim`"), "{err}");
+    }
+
+    #[test]
+    fn gemma3_keeps_its_defaults() {
+        let c = TextConfig::from_json(
+            r#"{"model_type": "gemma3_text", "vocab_size": 262144, "hidden_size": 640, "intermediate_size": 2048,
+                "num_hidden_layers": 18, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256}"#,
+        )
+        .unwrap();
+        assert_eq!((c.layers[4].kind, c.layers[5].kind), (LayerType::Sliding, LayerType::Full));
+        assert_eq!((c.final_logit_softcap, c.sliding_window, c.per_layer_input_size), (None, usize::MAX, None));
+        assert_eq!(c.eos_token_ids, vec![1], "Gemma 3's stop ids are only those config.json names");
+        let err = TextConfig::from_json(r#"{"model_type": "gemma3_text", "vocab_size": 8}"#).unwrap_err();
+        assert_eq!(err.to_string(), "config.json lacks `hidden_size`, which Gemma 3 needs");
+    }
+
+    #[test]
+    fn gemma4_stop_ids_from_config_json_include_tool_response() {
+        // config.json lists [1, 106]; Gemma 4 also stops after a tool call, on <|tool_response>.
+        let c = TextConfig::from_json(&e2b_like()).unwrap();
+        assert_eq!(c.eos_token_ids, GEMMA4_STOP_IDS);
+        // None named at all: Gemma 4's own.
+        let none = e2b_without("eos_token_id");
+        assert_eq!(TextConfig::from_json(&none).unwrap().eos_token_ids, GEMMA4_STOP_IDS);
+        // Ids config.json names come first and are kept.
+        let mut own: serde_json::Value = serde_json::from_str(&none).unwrap();
+        own["text_config"]["eos_token_id"] = serde_json::json!(7);
+        assert_eq!(TextConfig::from_json(&own.to_string()).unwrap().eos_token_ids, vec![7, 1, 106, 50]);
+    }
+
+    #[test]
+    fn generation_config_stop_ids_win() {
+        let mut c = TextConfig::from_json(&e2b_like()).unwrap();
+        c.apply_generation_config(r#"{"eos_token_id": [1, 106]}"#).unwrap();
+        assert_eq!(c.eos_token_ids, vec![1, 106], "generation_config.json is the model's own list");
+        c.apply_generation_config(r#"{"temperature": 1.0}"#).unwrap();
+        assert_eq!(c.eos_token_ids, vec![1, 106], "a file that names none changes nothing");
+        c.apply_generation_config(r#"{"eos_token_id": 1}"#).unwrap();
+        assert_eq!(c.eos_token_ids, vec![1]);
+        assert!(c.apply_generation_config("{").is_err());
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::cache::{ChunkGeometry, KvCache};
 use crate::config::{ConfigError, LayerType, TextConfig};
 
 mod load;
-pub use load::GemmaLoader;
+pub use load::{GemmaLoader, PlannedTensor};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {

@@ -3,6 +3,10 @@
 
 use std::ops::ControlFlow;
 
+use burn::tensor::Tensor;
+
+use crate::constrain::CallConstraint;
+use crate::constrain::mask::mask_logits;
 use crate::gemma::ModelError;
 use crate::sampling::{SampleError, Sampler};
 use crate::session::Session;
@@ -43,6 +47,23 @@ impl Generation {
     }
 }
 
+/// Samples the next token, among those that keep a tool call valid while one is open.
+async fn sample(
+    sampler: &mut Sampler,
+    logits: Tensor<2>,
+    calls: Option<&mut CallConstraint>,
+) -> Result<u32, SampleError> {
+    let Some(calls) = calls else { return sampler.sample(logits).await };
+    let vocab = logits.dims()[1];
+    let logits = match calls.mask(vocab) {
+        Some(words) => mask_logits(logits, words),
+        None => logits,
+    };
+    let id = sampler.sample(logits).await?;
+    calls.advance(id);
+    Ok(id)
+}
+
 fn per_second(count: usize, ms: f64) -> f64 {
     if ms > 0.0 { count as f64 * 1e3 / ms } else { 0.0 }
 }
@@ -51,6 +72,8 @@ pub struct GenerateOptions<'a> {
     pub max_tokens: usize,
     /// Any of these ends the reply (Gemma 4 -it: `<eos>`, `<turn|>`, `<|tool_response>`).
     pub stop_tokens: &'a [u32],
+    /// Holds the tool calls the model opens to the offered tools' syntax (`None`: unconstrained).
+    pub tool_calls: Option<&'a mut CallConstraint>,
 }
 
 /// Generates a continuation of `prompt`. `on_token(id, text)` is called for every token with the
@@ -70,8 +93,12 @@ pub async fn generate(
     let mut token_ids = Vec::new();
     let mut text = String::new();
 
+    let mut calls = options.tool_calls;
+    if let Some(calls) = calls.as_deref_mut() {
+        calls.begin(prompt);
+    }
     let (logits, stats) = session.prefill(prompt)?;
-    let mut next = sampler.sample(logits).await?;
+    let mut next = sample(sampler, logits, calls.as_deref_mut()).await?;
     let first_token_at = now_ms();
     while token_ids.len() < options.max_tokens && !options.stop_tokens.contains(&next) {
         token_ids.push(next);
@@ -81,7 +108,7 @@ pub async fn generate(
             break;
         }
         let logits = session.step(next)?;
-        next = sampler.sample(logits).await?;
+        next = sample(sampler, logits, calls.as_deref_mut()).await?;
     }
     Ok(Generation {
         token_ids,

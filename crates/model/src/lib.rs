@@ -13,6 +13,7 @@
 //! - [`dispatches`]: kernel launches counted by name (for the benchmark).
 //! - [`affine`]: 4- and 8-bit matrices kept packed on the device and the fused
 //!   dequantize-multiply kernel.
+//! - [`constrain`]: tool calls held to the offered tools' syntax while they are sampled.
 //! - [`block_table`]: a large lookup table (Gemma 4's per-layer embeddings) kept on the device in
 //!   its stored GGUF blocks, rows decoded by a kernel when looked up.
 
@@ -21,6 +22,7 @@ pub mod attention;
 pub mod block_table;
 pub mod cache;
 pub mod config;
+pub mod constrain;
 #[cfg(not(target_family = "wasm"))]
 pub mod dispatches;
 pub mod fused;

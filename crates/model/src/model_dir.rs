@@ -87,8 +87,8 @@ impl ModelFiles {
     }
 }
 
-/// `config.json`, with the stop tokens of `generation_config.json` when it has them (Gemma 4 -it
-/// stops on `<eos>`, `<turn|>` and `<|tool_response>`, which only that file lists).
+/// `config.json`, with the stop tokens of `generation_config.json` when it names any (else a
+/// Gemma 4 stops on `<eos>`, `<turn|>` and `<|tool_response>`: [`TextConfig::from_json`]).
 pub fn load_config(dir: &Path) -> Result<TextConfig, ModelDirError> {
     check_dir(dir)?;
     let json = read(&dir.join("config.json"))?;
@@ -113,4 +113,25 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer, ModelDirError> {
     }
     check_dir(path)?;
     Ok(Tokenizer::from_bytes(&read(&path.join("tokenizer.json"))?)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::GEMMA4_STOP_IDS;
+
+    #[test]
+    fn stop_ids_come_from_generation_config_else_gemma4s_own() {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gemma4-text");
+        let dir = std::env::temp_dir().join(format!("hearth-stop-ids-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(fixture.join("config.json"), dir.join("config.json")).unwrap();
+        // config.json names eos 1 only; without generation_config.json Gemma 4's three apply.
+        assert_eq!(load_config(&dir).unwrap().eos_token_ids, GEMMA4_STOP_IDS);
+        std::fs::write(dir.join("generation_config.json"), r#"{"eos_token_id": [1, 106]}"#).unwrap();
+        assert_eq!(load_config(&dir).unwrap().eos_token_ids, vec![1, 106]);
+        std::fs::remove_dir_all(&dir).unwrap();
+        // The fixture's own generation_config.json names eos 1.
+        assert_eq!(load_config(&fixture).unwrap().eos_token_ids, vec![1]);
+    }
 }

@@ -170,6 +170,21 @@ impl Tokenizer {
     pub fn token_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
     }
+
+    /// One past the largest token id (added tokens included).
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab(true).into_values().max().map_or(0, |id| id as usize + 1)
+    }
+
+    /// The vocabulary's piece for `id` as stored (`▁the`, `<0x0A>`, `<eos>`).
+    pub fn piece(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// Ids of the tokens matched whole in text (see [`Self::added_tokens`]).
+    pub fn added_token_ids(&self) -> Vec<u32> {
+        self.inner.get_added_tokens_decoder().into_keys().collect()
+    }
 }
 
 /// Python's `str.isspace` for one character (Rust's `is_whitespace` plus the separators

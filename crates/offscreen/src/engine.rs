@@ -9,6 +9,7 @@ use futures::lock::Mutex;
 
 use burn::tensor::Device;
 use hearth_chat::{ChatTemplate, Message, RenderRequest};
+use hearth_model::config::Family;
 use hearth_model::generate::{self, GenerateOptions};
 use hearth_model::tokenizer::Tokenizer;
 use hearth_model::{CacheOptions, Gemma, Sampler, SamplingOptions, Session, TextConfig, gpu, self_test};
@@ -30,7 +31,11 @@ pub struct ModelFiles {
     generation_config_json: Option<String>,
     weights: Weights,
     tokenizer_json: Vec<u8>,
-    chat_template: String,
+    /// chat_template.jinja (a folder), or the template that replaces a GGUF file's own.
+    chat_template: Option<String>,
+    /// tokenizer_config.json (a folder): its `chat_template` (a string or a list of named
+    /// templates) when there is no chat_template.jinja, and its `bos_token`.
+    tokenizer_config_json: Option<String>,
 }
 
 enum Weights {
@@ -49,15 +54,26 @@ impl ModelFiles {
         generation_config_json: Option<String>,
         weights: Vec<u8>,
         tokenizer_json: Vec<u8>,
-        chat_template: String,
+        chat_template: Option<String>,
+        tokenizer_config_json: Option<String>,
     ) -> ModelFiles {
         let weights = Weights::Whole(weights);
-        ModelFiles { name, config_json, generation_config_json, weights, tokenizer_json, chat_template }
+        ModelFiles {
+            name,
+            config_json,
+            generation_config_json,
+            weights,
+            tokenizer_json,
+            chat_template,
+            tokenizer_config_json,
+        }
     }
 
     /// A folder whose safetensors files (`weight_files`: JSON `[{path, size}]`) are read by
     /// `read_weights(path, offset, length)`, which returns a Promise of a Uint8Array of exactly
-    /// `length` bytes. Only the bytes of one load step are held at a time.
+    /// `length` bytes. Only the bytes of one load step are held at a time. The chat template is
+    /// chat_template.jinja's text, else tokenizer_config.json's entry (at least one is needed).
+    #[allow(clippy::too_many_arguments)]
     pub fn streamed(
         name: String,
         config_json: String,
@@ -65,7 +81,8 @@ impl ModelFiles {
         weight_files: String,
         read_weights: js_sys::Function,
         tokenizer_json: Vec<u8>,
-        chat_template: String,
+        chat_template: Option<String>,
+        tokenizer_config_json: Option<String>,
     ) -> Result<ModelFiles, JsError> {
         let files: Vec<WeightFile> = serde_json::from_str(&weight_files)
             .map_err(|e| JsError::new(&format!("weight files must be a JSON array of {{path, size}}: {e}")))?;
@@ -73,7 +90,15 @@ impl ModelFiles {
             return Err(JsError::new("a model needs at least one weight file"));
         }
         let weights = Weights::Streamed(StreamedWeights::new(files, read_weights));
-        Ok(ModelFiles { name, config_json, generation_config_json, weights, tokenizer_json, chat_template })
+        Ok(ModelFiles {
+            name,
+            config_json,
+            generation_config_json,
+            weights,
+            tokenizer_json,
+            chat_template,
+            tokenizer_config_json,
+        })
     }
 
     /// One GGUF file of `size` bytes read by `read_weights(path, offset, length)` (as for
@@ -88,7 +113,6 @@ impl ModelFiles {
     ) -> ModelFiles {
         let files = vec![WeightFile { path, size: size as u64 }];
         let weights = Weights::Streamed(StreamedWeights::new(files, read_weights));
-        let chat_template = chat_template.unwrap_or_default();
         ModelFiles {
             name,
             config_json: String::new(),
@@ -96,6 +120,7 @@ impl ModelFiles {
             weights,
             tokenizer_json: Vec::new(),
             chat_template,
+            tokenizer_config_json: None,
         }
     }
 
@@ -103,9 +128,16 @@ impl ModelFiles {
     /// (`chat_template`, when given, replaces the file's; a file without one needs it).
     pub fn gguf(name: String, weights: Vec<u8>, chat_template: Option<String>) -> ModelFiles {
         let (config_json, tokenizer_json) = (String::new(), Vec::new());
-        let chat_template = chat_template.unwrap_or_default();
         let weights = Weights::Whole(weights);
-        ModelFiles { name, config_json, generation_config_json: None, weights, tokenizer_json, chat_template }
+        ModelFiles {
+            name,
+            config_json,
+            generation_config_json: None,
+            weights,
+            tokenizer_json,
+            chat_template,
+            tokenizer_config_json: None,
+        }
     }
 }
 
@@ -163,21 +195,36 @@ fn folder_parts(files: &ModelFiles) -> Result<Parts, String> {
         config.apply_generation_config(generation).map_err(|e| e.to_string())?;
     }
     let tokenizer = Tokenizer::from_bytes(&files.tokenizer_json).map_err(|e| e.to_string())?;
-    let template = ChatTemplate::from_str(&files.chat_template, "<bos>").map_err(|e| e.to_string())?;
+    let bos = tokenizer.decode(&[config.bos_token_id]).map_err(|e| e.to_string())?;
+    let template =
+        ChatTemplate::from_parts(files.chat_template.as_deref(), files.tokenizer_config_json.as_deref(), &bos)
+            .map_err(|e| e.to_string())?;
+    let template = tools_renderable(template, &config)?;
     Ok(Parts { config, tokenizer, template })
 }
 
+/// A Gemma 4 model whose own template cannot render tools (renders without their declarations)
+/// renders conversations with tools through the official Gemma 4 template, so the agent's tools
+/// reach the model. Other families keep their own markup.
+fn tools_renderable(template: ChatTemplate, config: &TextConfig) -> Result<ChatTemplate, String> {
+    match config.family {
+        Family::Gemma4 => template.or_gemma4_for_tools().map_err(|e| e.to_string()),
+        Family::Gemma3 => Ok(template),
+    }
+}
+
 /// A GGUF file: config, tokenizer and chat template from its metadata.
-fn gguf_parts(checkpoint: &Checkpoint, chat_template: &str) -> Result<Parts, String> {
+fn gguf_parts(checkpoint: &Checkpoint, chat_template: Option<&str>) -> Result<Parts, String> {
     let gguf = checkpoint.gguf().ok_or("not a GGUF file")?;
     let config = TextConfig::from_gguf(gguf).map_err(|e| e.to_string())?;
     let tokenizer = Tokenizer::from_gguf(gguf).map_err(|e| e.to_string())?;
-    let source = Some(chat_template)
+    let source = chat_template
         .filter(|given| !given.is_empty())
         .or_else(|| gguf.get("tokenizer.chat_template").and_then(MetadataValue::as_str))
         .ok_or("this GGUF file has no chat template (tokenizer.chat_template)")?;
     let bos = tokenizer.decode(&[config.bos_token_id]).map_err(|e| e.to_string())?;
     let template = ChatTemplate::from_str(source, &bos).map_err(|e| e.to_string())?;
+    let template = tools_renderable(template, &config)?;
     Ok(Parts { config, tokenizer, template })
 }
 
@@ -193,7 +240,7 @@ async fn load_weights(
         Ok(Gemma::load(parts.config.clone(), checkpoint, device)?)
     };
     // A config, tokenizer or template Hearth cannot use is the model's, not damage.
-    let gguf_parts = |c: &Checkpoint, t: &str| gguf_parts(c, t).map_err(LoadFailure::unsupported);
+    let gguf_parts = |c: &Checkpoint, t: Option<&str>| gguf_parts(c, t).map_err(LoadFailure::unsupported);
     let folder_parts = |f: &ModelFiles| folder_parts(f).map_err(LoadFailure::unsupported);
     let quantization_of = |f: &ModelFiles| quantization_of(f).map_err(LoadFailure::unsupported);
     match weights {
@@ -201,7 +248,7 @@ async fn load_weights(
             let size = bytes.len() as u64;
             let source = MemorySource::new(format!("{}.gguf", files.name), bytes);
             let mut checkpoint = Checkpoint::from_gguf(Box::new(source))?;
-            let parts = gguf_parts(&checkpoint, &files.chat_template)?;
+            let parts = gguf_parts(&checkpoint, files.chat_template.as_deref())?;
             Ok((load(&parts, &mut checkpoint)?, parts, (size, size)))
         }
         Weights::Whole(bytes) => {
@@ -216,7 +263,7 @@ async fn load_weights(
             let size = streamed.file_bytes();
             let checkpoint = streamed.open(quantization_of(&files)?).await?;
             let parts = match checkpoint.gguf() {
-                Some(_) => gguf_parts(&checkpoint, &files.chat_template)?,
+                Some(_) => gguf_parts(&checkpoint, files.chat_template.as_deref())?,
                 None => folder_parts(&files)?,
             };
             let model = streamed.load(parts.config.clone(), checkpoint, device, on_progress).await?;
@@ -418,7 +465,7 @@ pub async fn generate(request: &GenerateRequest, emit: &impl Fn(&GenerationEvent
         let prompt = template.render(&render).map_err(|e| e.to_string())?;
         let ids = tokenizer.encode(&prompt).map_err(|e| e.to_string())?;
         let mut sampler = Sampler::new(SamplingOptions::greedy());
-        let options = GenerateOptions { max_tokens: request.max_tokens as usize, stop_tokens };
+        let options = GenerateOptions { max_tokens: request.max_tokens as usize, stop_tokens, tool_calls: None };
         let on_token = |token_id, text: &str| {
             emit(&GenerationEvent::Token { request_id, token_id, text: text.into() });
             ControlFlow::Continue(())

@@ -9,7 +9,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::pin::pin;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
 
 use futures::future::{Either, select};
 use futures::stream::{self, LocalBoxStream, StreamExt};
@@ -18,6 +19,7 @@ use hearth_agent::{
     ModelBackend, ModelChunk, ModelError, TokenCounter, ToolError, ToolExecutor, ToolInvocation, ToolOutput,
     builtin_tools,
 };
+use hearth_model::constrain::{CallConstraint, CallGrammar, ConstrainError, ToolSpec, VocabTrie};
 use hearth_model::generate::{self, GenerateOptions};
 use hearth_model::tokenizer::Tokenizer;
 use hearth_model::{Sampler, SamplingOptions};
@@ -289,12 +291,23 @@ fn burn_generate(
         let result = async {
             let ids = model.tokenizer.encode(&request.prompt).map_err(|e| e.to_string())?;
             let mut sampler = Sampler::new(sampling);
-            let options = GenerateOptions { max_tokens: request.max_new_tokens, stop_tokens: &model.stop_tokens };
-            let on_token = |_, text: &str| {
+            let mut calls = call_constraint(&model.tokenizer);
+            let options = GenerateOptions {
+                max_tokens: request.max_new_tokens,
+                stop_tokens: &model.stop_tokens,
+                tool_calls: calls.as_mut(),
+            };
+            let mut stop = StopAfter::new(&model.tokenizer, &request.stop_after);
+            let on_token = |id, text: &str| {
                 if !text.is_empty() {
                     let _ = sender.unbounded_send(Ok(ModelChunk::Text(text.to_owned())));
                 }
-                if request.cancel.is_cancelled() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+                // The token that ends the step is kept (the parser needs it), then decoding ends.
+                if request.cancel.is_cancelled() || stop.after(id, text) {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
             };
             generate::generate(&mut session, &mut sampler, &model.tokenizer, &ids, options, engine::now_ms, on_token)
                 .await
@@ -316,6 +329,74 @@ fn burn_generate(
     // The driver yields nothing; it ends when the generation does, and so does the channel.
     let driver = stream::once(run).filter_map(|()| async { None });
     stream::select(receiver, driver).boxed_local()
+}
+
+/// Where a step ends: after any token that is one of the request's `stop_after` pieces, or, for
+/// a piece the tokenizer has no single token for, after the text that completes it.
+struct StopAfter {
+    ids: Vec<u32>,
+    texts: Vec<String>,
+    /// The output so far, for the text pieces only.
+    seen: String,
+}
+
+impl StopAfter {
+    fn new(tokenizer: &Tokenizer, pieces: &[String]) -> Self {
+        let (mut ids, mut texts) = (Vec::new(), Vec::new());
+        for piece in pieces {
+            match tokenizer.token_id(piece) {
+                Some(id) => ids.push(id),
+                None => texts.push(piece.clone()),
+            }
+        }
+        StopAfter { ids, texts, seen: String::new() }
+    }
+
+    /// Whether decoding ends after token `id`, whose final text is `text`.
+    fn after(&mut self, id: u32, text: &str) -> bool {
+        if self.ids.contains(&id) {
+            return true;
+        }
+        if self.texts.is_empty() {
+            return false;
+        }
+        let from = self.seen.len();
+        self.seen.push_str(text);
+        hearth_agent::backend::stop_end(&self.texts, &self.seen, from).is_some()
+    }
+}
+
+/// The grammar of calls to the agent's tools and a tokenizer's vocabulary trie.
+type CallTables = (Arc<CallGrammar>, Arc<VocabTrie>);
+
+thread_local! {
+    /// The grammar of calls to the agent's tools and the loaded tokenizer's vocabulary trie
+    /// (`None`: a tokenizer without Gemma 4's call tokens), built on the first generation and kept
+    /// while that tokenizer is loaded.
+    static CALLS: RefCell<Option<(Weak<Tokenizer>, Option<CallTables>)>> =
+        const { RefCell::new(None) };
+}
+
+/// What holds the calls of one generation to the tools the agent offers, if the model can write
+/// Gemma 4 calls.
+fn call_constraint(tokenizer: &Rc<Tokenizer>) -> Option<CallConstraint> {
+    CALLS.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        // The Weak keeps the old tokenizer's allocation, so a new one never shares its address.
+        if cell.as_ref().is_none_or(|(owner, _)| !std::ptr::eq(owner.as_ptr(), Rc::as_ptr(tokenizer))) {
+            *cell = Some((Rc::downgrade(tokenizer), call_grammar(tokenizer).ok()));
+        }
+        let (grammar, vocab) = cell.as_ref()?.1.as_ref()?;
+        Some(CallConstraint::new(grammar.clone(), vocab.clone()))
+    })
+}
+
+fn call_grammar(tokenizer: &Tokenizer) -> Result<CallTables, ConstrainError> {
+    // The list every conversation's agent is given (`new_conversation`).
+    let tools = builtin_tools();
+    let specs: Vec<ToolSpec> =
+        tools.iter().map(|t| ToolSpec { name: &t.name, parameters: Some(&t.parameters) }).collect();
+    Ok((Arc::new(CallGrammar::new(&specs)?), Arc::new(VocabTrie::from_tokenizer(tokenizer)?)))
 }
 
 /// Runs tools through the service worker, for one tab.
@@ -421,6 +502,11 @@ pub mod scripted {
             Ok(text) => text,
             Err(message) => return stream::iter([Err(ModelError(message))]).boxed_local(),
         };
+        // Like a model, the script stops decoding where the step ends.
+        let text = match request.stop_end(&text, 0) {
+            Some(end) => text[..end].to_owned(),
+            None => text,
+        };
         let chars: Vec<char> = text.chars().collect();
         let mut items: Vec<_> = chars.chunks(7).map(|c| Ok(ModelChunk::Text(c.iter().collect::<String>()))).collect();
         let counter = ApproxTokenCounter;
@@ -500,19 +586,65 @@ mod real_model_tests {
         }
     }
 
-    #[test]
-    fn the_real_model_drives_the_loop_and_it_stays_well_formed() {
+    /// The tiny test model on the CPU, as the engine holds it.
+    fn tiny_model() -> ModelHandles {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/fixtures/tiny-chat");
         let device = Device::flex();
         let model = load_model(&dir, &device).expect("the tiny model loads");
         let stop_tokens: Rc<[u32]> = model.config.eos_token_ids.clone().into();
         let template = std::fs::read_to_string(dir.join("chat_template.jinja")).expect("template");
-        let handles = ModelHandles {
+        ModelHandles {
             session: Rc::new(Mutex::new(Session::new(model, CacheOptions::default()))),
             tokenizer: Rc::new(load_tokenizer(&dir).expect("tokenizer")),
             template: Rc::new(ChatTemplate::from_str(&template, "<bos>").expect("template parses")),
             stop_tokens,
+        }
+    }
+
+    /// The text `burn_generate` streams and the number of tokens it decoded.
+    fn decode(model: &ModelHandles, seed: u64, stop_after: &[&str]) -> (String, usize) {
+        let sampling = SamplingOptions { temperature: 50.0, top_k: 0, top_p: 1.0, seed };
+        let request = GenerationRequest {
+            prompt: "<bos><|turn>user\nHi<turn|>\n<|turn>model\n".into(),
+            max_new_tokens: 64,
+            stop_after: stop_after.iter().map(|p| (*p).to_owned()).collect(),
+            cancel: hearth_agent::CancelToken::new(),
         };
+        let chunks = pollster::block_on(burn_generate(model.clone(), sampling, request).collect::<Vec<_>>());
+        let mut text = String::new();
+        let mut tokens = None;
+        for chunk in chunks {
+            match chunk.expect("the tiny model generates") {
+                ModelChunk::Text(t) => text.push_str(&t),
+                ModelChunk::Finished(stats) => tokens = Some(stats.completion_tokens),
+            }
+        }
+        (text, tokens.expect("the stream ends with its numbers"))
+    }
+
+    /// The engine's decoding ends right after `<tool_call|>` (id 49) when the agent asks: the
+    /// same seed that writes on past it without the request stops there with it.
+    #[test]
+    fn decoding_ends_after_the_token_that_closes_a_call() {
+        let model = tiny_model();
+        assert_eq!(model.tokenizer.token_id("<tool_call|>"), Some(49));
+        // Near-uniform sampling over the tiny vocabulary: find a run that writes token 49 and
+        // then goes on.
+        let (seed, free, free_tokens, close_end) = (0..300)
+            .find_map(|seed| {
+                let (text, tokens) = decode(&model, seed, &[]);
+                let end = text.find("<tool_call|>")? + "<tool_call|>".len();
+                (end < text.len()).then_some((seed, text, tokens, end))
+            })
+            .expect("some seed writes <tool_call|> before the end");
+        let (stopped, tokens) = decode(&model, seed, hearth_agent::STEP_ENDS_AFTER);
+        assert_eq!(stopped, free[..close_end], "cut right after the close, nothing decoded after it");
+        assert!(tokens < free_tokens, "{tokens} tokens decoded, {free_tokens} without the stop");
+    }
+
+    #[test]
+    fn the_real_model_drives_the_loop_and_it_stays_well_formed() {
+        let handles = tiny_model();
         let settings = TaskSettings { max_iterations: 3, enable_thinking: false, temperature: 0.0, max_new_tokens: 24 };
         let mut agent = new_conversation(&handles, &settings).agent.expect("a new conversation has its agent");
         agent.start_task(

@@ -66,6 +66,12 @@ pub fn typescript_module() -> String {
         out.push_str(&decl);
         out.push_str("\n\n");
     }
+    // The tool names, so that the extension's executors are checked against what the model is
+    // offered (extension/src/shared/tools.ts).
+    let names: Vec<String> = hearth_agent::builtin_tools().iter().map(|t| format!("\"{}\"", t.name)).collect();
+    out.push_str("/** The tools offered to the model (crates/agent/src/tools.rs), in order. */\n");
+    out.push_str(&format!("export const TOOL_NAMES = [{}] as const;\n\n", names.join(", ")));
+    out.push_str("export type ToolName = (typeof TOOL_NAMES)[number];\n\n");
     out.truncate(out.trim_end().len());
     out.push('\n');
     out

@@ -206,6 +206,25 @@ impl Checkpoint {
         }
     }
 
+    /// The shape [`Self::read_f32`] gives tensor `name`, from the headers alone: as stored
+    /// (row-major), or, for an MLX-quantized `module.weight`, `[rows, cols]` once dequantized.
+    pub fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        match &self.format {
+            Format::Gguf { file, names, .. } => {
+                names.get(name).and_then(|(g, _)| file.tensors.get(g)).map(|t| t.shape.clone())
+            }
+            Format::Safetensors { .. } => {
+                let info = self.info(name)?;
+                let module = name.strip_suffix(".weight").filter(|m| self.is_quantized(m));
+                let bits = module.and_then(|m| self.quantization.as_ref()?.for_module(m)).map(|p| p.bits as usize);
+                match (bits, &info.shape[..]) {
+                    (Some(bits), &[rows, words]) => Some(vec![rows, words * 32 / bits]),
+                    _ => Some(info.shape.clone()),
+                }
+            }
+        }
+    }
+
     pub fn contains(&self, name: &str) -> bool {
         match &self.format {
             Format::Safetensors { location, .. } => location.contains_key(name),
@@ -599,6 +618,28 @@ mod tests {
         assert_eq!(ckpt.gguf().and_then(|g| g.architecture()), Some("gemma3"));
         assert!(ckpt.info("rope_freqs.weight").is_none());
         assert!(matches!(ckpt.read_raw("rope_freqs.weight"), Err(WeightsError::NotSafetensors { .. })));
+    }
+
+    #[test]
+    fn shapes_are_those_reads_give() {
+        let words = |n: usize| vec![0u8; n * 4];
+        let file = build(&[
+            ("m.weight", "U32", vec![3, 2], words(6)),
+            ("m.scales", "F32", vec![3, 1], words(3)),
+            ("m.biases", "F32", vec![3, 1], words(3)),
+            ("n.weight", "F32", vec![5], words(5)),
+        ]);
+        let mut ckpt = Checkpoint::from_sources(vec![Box::new(MemorySource::new("m", file))]).unwrap();
+        assert_eq!(ckpt.shape("m.weight"), Some(vec![3, 2]), "no quantization declared: as stored");
+        ckpt.set_quantization(
+            Quantization::from_config_json(r#"{"quantization": {"group_size": 16, "bits": 4}}"#).unwrap(),
+        );
+        assert_eq!(ckpt.shape("m.weight"), Some(vec![3, 16]), "two words of 4-bit codes a row");
+        assert_eq!(ckpt.read_f32("m.weight").unwrap().shape, vec![3, 16]);
+        assert_eq!(
+            (ckpt.shape("m.scales"), ckpt.shape("n.weight"), ckpt.shape("x")),
+            (Some(vec![3, 1]), Some(vec![5]), None)
+        );
     }
 
     /// Fetches `ranges` of `full` into `windows` (as a browser caller would), after clearing them.

@@ -407,3 +407,8 @@ name: string,
 target?: string | null, };
 
 export type PageInfo = { url: string, title: string, };
+
+/** The tools offered to the model (crates/agent/src/tools.rs), in order. */
+export const TOOL_NAMES = ["read_page", "snapshot", "click", "type", "select", "scroll", "hover", "press_key", "navigate", "go_back", "wait_for", "run_javascript", "ask_user", "done"] as const;
+
+export type ToolName = (typeof TOOL_NAMES)[number];

@@ -96,6 +96,8 @@ interface TestHooks {
   readDelayMs?: number;
   /** When set, every read of an installed model's weights is recorded here: [path, offset, length]. */
   reads?: [string, number, number][];
+  /** When set, every answer to `start_engine` is recorded here (the memory bench reads the loaded model's figures). */
+  statuses?: EngineStatus[];
 }
 
 const testHooks = (): TestHooks => (__HEARTH_TEST_BUILD__ ? ((globalThis as { hearthTestHooks?: TestHooks }).hearthTestHooks ?? {}) : {});
@@ -147,11 +149,10 @@ async function storedModel(wasm: Wasm, m: ModelManifest): Promise<unknown> {
   if (weightPaths.length === 0 || !has("config.json") || !has("tokenizer.json")) {
     throw new store.InstallError("model_load", "failureModelFiles", m.name);
   }
-  let template: string;
-  if (has("chat_template.jinja")) template = await text("chat_template.jinja");
-  else if (has("tokenizer_config.json")) template = String((JSON.parse(await text("tokenizer_config.json")) as { chat_template?: unknown }).chat_template ?? "");
-  else template = "";
-  if (!template) throw new store.InstallError("model_load", "failureNoTemplate", m.name);
+  // The engine reads the template (and the BOS token) from these files itself.
+  if (!has("chat_template.jinja") && !has("tokenizer_config.json")) throw new store.InstallError("model_load", "failureNoTemplate", m.name);
+  const template = has("chat_template.jinja") ? await text("chat_template.jinja") : undefined;
+  const tokenizerConfig = has("tokenizer_config.json") ? await text("tokenizer_config.json") : undefined;
   const weights = new Map<string, store.StoredFile>();
   for (const path of weightPaths) weights.set(path, await store.openFile(m, path));
   const weightFiles = [...weights].map(([path, file]) => ({ path, size: file.size }));
@@ -163,6 +164,7 @@ async function storedModel(wasm: Wasm, m: ModelManifest): Promise<unknown> {
     weightReader(m, weights),
     await store.readFile(m, "tokenizer.json"),
     template,
+    tokenizerConfig,
   );
 }
 
@@ -369,7 +371,12 @@ chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) =>
         return false;
       }
       // The worker waits for the answer: it always gets one.
-      void engineStatus(msg.model_id).catch(unexpected("engine_load", "failureEngineStart")).then(sendResponse);
+      void engineStatus(msg.model_id)
+        .catch(unexpected("engine_load", "failureEngineStart"))
+        .then((status) => {
+          if (__HEARTH_TEST_BUILD__) testHooks().statuses?.push(status);
+          sendResponse(status);
+        });
       return true;
     case "install_model":
       void installModel(msg.model_id).catch(unexpected("model_download", "failureDownloadStopped")).then(sendResponse);

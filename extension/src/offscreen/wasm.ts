@@ -18,9 +18,14 @@ export interface Wasm {
       generationConfigJson: string | undefined,
       weights: Uint8Array,
       tokenizerJson: Uint8Array,
-      chatTemplate: string,
+      chatTemplate: string | undefined,
+      tokenizerConfigJson?: string,
     ): unknown;
-    /** Weights read piece by piece: `weightFiles` is JSON `[{path, size}]`. */
+    /**
+     * Weights read piece by piece: `weightFiles` is JSON `[{path, size}]`. The engine reads the chat
+     * template from chat_template.jinja, else from tokenizer_config.json (a string or a list of named
+     * templates): pass the files' text as they are.
+     */
     streamed(
       name: string,
       configJson: string,
@@ -28,7 +33,8 @@ export interface Wasm {
       weightFiles: string,
       readWeights: (path: string, offset: number, length: number) => Promise<Uint8Array>,
       tokenizerJson: Uint8Array,
-      chatTemplate: string,
+      chatTemplate: string | undefined,
+      tokenizerConfigJson: string | undefined,
     ): unknown;
     /** One GGUF file of `size` bytes read piece by piece (its metadata holds config, tokenizer, template). */
     streamed_gguf(

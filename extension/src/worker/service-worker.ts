@@ -1,6 +1,6 @@
 // The service worker: Hearth's message bus. It owns the offscreen document (the engine), relays
 // the engine's state and each tab's task updates to the tabs, and routes tool calls from the
-// engine to the task's own tab (or runs the browser-level tools itself: navigation, screenshot,
+// engine to the task's own tab (or runs the browser-level tools itself: navigation and
 // run_javascript). It keeps no state that cannot be rebuilt: Chrome may stop it at any time.
 //
 // Every message is checked by its sender, as the browser reports it (`senderRole`): a tab's

@@ -1,10 +1,12 @@
 // Tool calls from the engine. Page tools (snapshot, click, type…) run in the task's tab, in its
-// top frame's content script; navigation, screenshots and run_javascript need browser APIs and
-// run here. Every failure becomes a `failed` reply whose message tells the model what to do.
+// top frame's content script; navigation and run_javascript need browser APIs and run here
+// (shared/tools.ts says which is which). Every failure becomes a `failed` reply whose message
+// tells the model what to do.
 
 import type { PageInfo, ToolReply, ToolRequest } from "../generated/protocol";
 import { sendToTab } from "../shared/messages";
 import { isSiteDisabled, loadSettings } from "../shared/settings";
+import { isWorkerTool, type WorkerTool } from "../shared/tools";
 
 /** How long a page may take to load after navigate / go_back. */
 const LOAD_TIMEOUT_MS = 30_000;
@@ -25,19 +27,17 @@ export async function runTool(request: ToolRequest): Promise<ToolReply> {
     return failed("Hearth is disabled on this site by the user, or the page is not a web page: no tool runs here. Tell the user.");
   }
   const args = request.arguments;
+  const tabId = tab.id;
+  const name = request.name;
+  if (!isWorkerTool(name)) return inTab(tabId, request);
+  // One entry per worker tool: the compiler refuses a missing or a stale one.
+  const workerTools: Record<WorkerTool, () => Promise<ToolReply>> = {
+    navigate: () => navigate(tabId, String(args.url ?? "")),
+    go_back: () => afterLoad(tabId, () => chrome.tabs.goBack(tabId), "Went back."),
+    run_javascript: () => runJavascript(tabId, String(args.code ?? "")),
+  };
   try {
-    switch (request.name) {
-      case "navigate":
-        return await navigate(tab.id, String(args.url ?? ""));
-      case "go_back":
-        return await afterLoad(tab.id, () => chrome.tabs.goBack(tab.id as number), "Went back.");
-      case "screenshot":
-        return await screenshot(tab);
-      case "run_javascript":
-        return await runJavascript(tab.id, String(args.code ?? ""));
-      default:
-        return await inTab(tab.id, request);
-    }
+    return await workerTools[name]();
   } catch (error) {
     return failed(`${request.name} failed: ${error instanceof Error ? error.message : String(error)}`);
   }
@@ -88,16 +88,6 @@ async function afterLoad(tabId: number, start: () => Promise<unknown>, text: str
     url: tab.url ?? "",
     title: tab.title ?? "",
   });
-}
-
-async function screenshot(tab: chrome.tabs.Tab): Promise<ToolReply> {
-  const dataUrl = await chrome.tabs.captureVisibleTab(tab.windowId, { format: "png" });
-  const kb = Math.round((dataUrl.length * 3) / 4 / 1024);
-  // The text model cannot look at pixels yet: say so instead of pretending.
-  return ok(
-    `Captured the visible part of the page (${kb} KB PNG). This model cannot see images; use snapshot or read_page to know what is on the page.`,
-    { url: tab.url ?? "", title: tab.title ?? "" },
-  );
 }
 
 /** Runs in the page's MAIN world (the agent's policy has asked the user first). */

@@ -5,7 +5,7 @@
 use hearth_weights::{GgufFile, MetadataValue};
 use serde_json::{Value, json};
 
-use super::ConfigError;
+use super::{ConfigError, GEMMA4_STOP_IDS};
 
 /// The `config.json` a GGUF file's metadata describes (`gemma3` or `gemma4`).
 pub(super) fn config_json(file: &GgufFile) -> Result<Value, ConfigError> {
@@ -76,8 +76,14 @@ fn gemma3(meta: &Metadata) -> Result<Value, ConfigError> {
 ///   metadata: it is the `rope_freqs` tensor, per-pair frequency divisors (1 where a pair rotates,
 ///   1e30 where it does not), which the loader applies ([`TextConfig::apply_rope_freq_factors`]).
 ///
-/// These keys are required: a Gemma 4 has no size to fall back to. Queries are not scaled
-/// (Gemma 4's scale is 1), norms are stored as `w`.
+/// These keys are required, and so are `attention.layer_norm_rms_epsilon`,
+/// `final_logit_softcapping` and both RoPE bases: a Gemma 4 has no size to fall back to, and
+/// Gemma 3's values would give fluent wrong text ([`ConfigError::Missing`] names the key).
+/// Queries are not scaled (Gemma 4's scale is 1), norms are stored as `w`.
+///
+/// Stop ids: `tokenizer.ggml.eos_token_id` (else 1) and `eot_token_id`, then `<turn|>` and
+/// `<|tool_response>` where the vocabulary has them (Gemma 4's generation_config.json stops on
+/// all three); [`GEMMA4_STOP_IDS`] when the metadata names none of them.
 ///
 /// [`TextConfig::apply_rope_freq_factors`]: super::TextConfig::apply_rope_freq_factors
 fn gemma4(meta: &Metadata) -> Result<Value, ConfigError> {
@@ -109,7 +115,7 @@ fn gemma4(meta: &Metadata) -> Result<Value, ConfigError> {
         .map(|i| (i.to_string(), json!({"num_key_value_heads": kv_heads[i], "intermediate_size": intermediate[i]})))
         .collect();
     let per_layer_input = match meta.number("embedding_length_per_layer_input")? {
-        None => return Err(meta.bad("embedding_length_per_layer_input", "present")),
+        None => return Err(meta.missing("embedding_length_per_layer_input")),
         Some(0.0) => None,
         Some(_) => Some(meta.count("embedding_length_per_layer_input", None)?),
     };
@@ -132,15 +138,14 @@ fn gemma4(meta: &Metadata) -> Result<Value, ConfigError> {
         "sliding_window": meta.count("attention.sliding_window", None)?,
         "num_kv_shared_layers": shared,
         "hidden_size_per_layer_input": per_layer_input,
-        "rms_norm_eps": meta.number("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-6),
+        "rms_norm_eps": meta.required_number("attention.layer_norm_rms_epsilon")?,
         "rope_parameters": {
-            "sliding_attention": {"rope_type": "default", "rope_theta": meta.number("rope.freq_base_swa")?.unwrap_or(1e4)},
-            "full_attention": {"rope_type": "default", "rope_theta": meta.number("rope.freq_base")?.unwrap_or(1e6)},
+            "sliding_attention": {"rope_type": "default", "rope_theta": meta.required_number("rope.freq_base_swa")?},
+            "full_attention": {"rope_type": "default", "rope_theta": meta.required_number("rope.freq_base")?},
         },
-        "final_logit_softcapping": meta.number("final_logit_softcapping")?,
+        "final_logit_softcapping": meta.required_number("final_logit_softcapping")?,
         "bos_token_id": meta.token_id("bos_token_id").unwrap_or(2),
-        // Gemma 4's generation_config.json stops on <eos>, <turn|> and <|tool_response>.
-        "eos_token_id": meta.stop_ids(&["<turn|>", "<|tool_response>"]),
+        "eos_token_id": meta.gemma4_stop_ids(),
     }))
 }
 
@@ -157,6 +162,16 @@ impl Metadata<'_> {
 
     fn bad(&self, key: &str, what: &str) -> ConfigError {
         ConfigError::InvalidGguf(format!("{}.{key} is not {what}", self.arch))
+    }
+
+    /// A key the converter always writes and the architecture has no default for.
+    fn missing(&self, key: &str) -> ConfigError {
+        let family = if self.arch == "gemma4" { "Gemma 4" } else { "Gemma 3" };
+        ConfigError::Missing { file: "the GGUF metadata", field: format!("{}.{key}", self.arch), family }
+    }
+
+    fn required_number(&self, key: &str) -> Result<f64, ConfigError> {
+        self.number(key)?.ok_or_else(|| self.missing(key))
     }
 
     /// A number, or a per-layer array whose entries agree.
@@ -184,14 +199,14 @@ impl Metadata<'_> {
     /// allocations; `default` when the key is missing (`None`: the key is required).
     fn count(&self, key: &str, default: Option<usize>) -> Result<usize, ConfigError> {
         match self.number(key)? {
-            None => default.ok_or_else(|| self.bad(key, "present (the converter always writes it)")),
+            None => default.ok_or_else(|| self.missing(key)),
             Some(v) => self.checked_count(key, v),
         }
     }
 
     /// One count per layer: a single value for every layer, or an array of `layers` values.
     fn counts_per_layer(&self, key: &str, layers: usize) -> Result<Vec<usize>, ConfigError> {
-        let numbers = self.numbers(key)?.ok_or_else(|| self.bad(key, "present (the converter always writes it)"))?;
+        let numbers = self.numbers(key)?.ok_or_else(|| self.missing(key))?;
         let counts = numbers.iter().map(|&v| self.checked_count(key, v)).collect::<Result<Vec<_>, _>>()?;
         match counts.len() {
             1 => Ok(vec![counts[0]; layers]),
@@ -252,12 +267,29 @@ impl Metadata<'_> {
     fn stop_ids(&self, markers: &[&str]) -> Vec<u64> {
         let mut ids = vec![self.token_id("eos_token_id").unwrap_or(1)];
         ids.extend(self.token_id("eot_token_id"));
-        for marker in markers {
-            ids.extend(self.tokens().and_then(|t| t.iter().position(|v| v.as_str() == Some(marker))).map(|i| i as u64));
-        }
+        ids.extend(self.marker_ids(markers));
         let mut seen = std::collections::BTreeSet::new();
         ids.retain(|id| seen.insert(*id));
         ids
+    }
+
+    /// The ids of those of `markers` the vocabulary holds.
+    fn marker_ids(&self, markers: &[&str]) -> Vec<u64> {
+        let Some(tokens) = self.tokens() else { return Vec::new() };
+        markers
+            .iter()
+            .filter_map(|marker| tokens.iter().position(|v| v.as_str() == Some(marker)))
+            .map(|i| i as u64)
+            .collect()
+    }
+
+    /// Gemma 4's stop ids (see [`gemma4`]): Gemma 4's own when the metadata names none.
+    fn gemma4_stop_ids(&self) -> Vec<u64> {
+        const MARKERS: [&str; 2] = ["<turn|>", "<|tool_response>"];
+        let named = self.token_id("eos_token_id").is_some()
+            || self.token_id("eot_token_id").is_some()
+            || !self.marker_ids(&MARKERS).is_empty();
+        if named { self.stop_ids(&MARKERS) } else { GEMMA4_STOP_IDS.iter().map(|&id| u64::from(id)).collect() }
     }
 }
 
@@ -384,6 +416,37 @@ mod tests {
     }
 
     #[test]
+    fn gemma4_stop_ids_come_from_the_metadata_and_vocabulary() {
+        use MetadataValue::{Array, String as Str, U32};
+        let stops =
+            |meta: Vec<(&'static str, MetadataValue)>| TextConfig::from_gguf(&gguf(&meta)).unwrap().eos_token_ids;
+        let with = |changes: Vec<(&'static str, Option<MetadataValue>)>| {
+            let mut meta = e2b_metadata();
+            for (key, value) in changes {
+                meta.retain(|(k, _)| *k != key);
+                meta.extend(value.map(|v| (key, v)));
+            }
+            meta
+        };
+        // The markers where this vocabulary has them, after the file's eos.
+        let mut tokens: Vec<MetadataValue> = (0..300).map(|i| Str(format!("t{i}"))).collect();
+        tokens[210] = Str("<turn|>".into());
+        tokens[7] = Str("<|tool_response>".into());
+        let moved = with(vec![
+            ("tokenizer.ggml.tokens", Some(Array(tokens.clone()))),
+            ("tokenizer.ggml.eos_token_id", Some(U32(3))),
+        ]);
+        assert_eq!(stops(moved), vec![3, 210, 7]);
+        // A vocabulary without them: only the eos the file names.
+        let plain: Vec<MetadataValue> = (0..300).map(|i| Str(format!("t{i}"))).collect();
+        let bare = with(vec![("tokenizer.ggml.tokens", Some(Array(plain.clone())))]);
+        assert_eq!(stops(bare), vec![1]);
+        // Nothing named at all: Gemma 4's own.
+        let silent = with(vec![("tokenizer.ggml.tokens", Some(Array(plain))), ("tokenizer.ggml.eos_token_id", None)]);
+        assert_eq!(stops(silent), GEMMA4_STOP_IDS);
+    }
+
+    #[test]
     fn gemma4_metadata_that_cannot_be_run_is_refused_by_name() {
         let without = |key: &str| {
             let meta: Vec<_> = e2b_metadata().into_iter().filter(|(k, _)| *k != key).collect();
@@ -391,6 +454,19 @@ mod tests {
         };
         assert!(without("gemma4.attention.key_length_swa").contains("gemma4.attention.key_length_swa"));
         assert!(without("gemma4.attention.shared_kv_layers").contains("shared_kv_layers"));
+        // Keys whose absence Gemma 3's defaults would hide (no softcap, other RoPE bases).
+        for key in [
+            "gemma4.final_logit_softcapping",
+            "gemma4.attention.layer_norm_rms_epsilon",
+            "gemma4.rope.freq_base",
+            "gemma4.rope.freq_base_swa",
+            "gemma4.attention.sliding_window",
+            "gemma4.attention.sliding_window_pattern",
+            "gemma4.embedding_length_per_layer_input",
+            "gemma4.feed_forward_length",
+        ] {
+            assert_eq!(without(key), format!("the GGUF metadata lacks `{key}`, which Gemma 4 needs"));
+        }
         let with = |key: &'static str, value: MetadataValue| {
             let mut meta = e2b_metadata();
             meta.retain(|(k, _)| *k != key);

@@ -10,7 +10,7 @@ use hearth_weights::{AffineTensor, Checkpoint, FileRange, HostTensor, WeightsErr
 
 use super::*;
 use crate::affine::{AffineMatrix, has_fused_kernels};
-use crate::config::{Family, TextConfig};
+use crate::config::{Family, LayerType, TextConfig};
 
 /// Where the text decoder's tensors live: the config's prefix (Hugging Face's layout), or MLX's
 /// `language_model.model.` (mlx-vlm drops the outer `model.`).
@@ -146,41 +146,36 @@ impl Loader<'_> {
 
     /// Decoder layer `i`.
     fn layer(&mut self, c: &TextConfig, i: usize) -> Result<DecoderLayer, ModelError> {
-        let h = c.hidden_size;
-        let layer = &c.layers[i];
+        let LayerDims { h, d, q_rows, kv_rows, inter, per_layer_input, shared, scalar } = LayerDims::of(c, i);
         let name = |part: &str| format!("layers.{i}.{part}");
-        let (d, kv_heads) = (layer.head_dim, layer.num_kv_heads);
-        let q_rows = c.num_heads * d;
-        let (projections, k_norm) = match layer.kv_producer {
-            // Real checkpoints still ship k/v weights on shared layers: they are never read.
-            Some(_) => (Projections::Query(self.linear(&name("self_attn.q_proj"), q_rows, h)?), None),
-            None => {
-                let names = [name("self_attn.q_proj"), name("self_attn.k_proj"), name("self_attn.v_proj")];
-                let rows = [q_rows, kv_heads * d, kv_heads * d];
-                let projections = match self.joint(&names, rows, h)? {
-                    Some(joint) => Projections::Joint(joint),
-                    None => Projections::Separate {
-                        q: self.linear(&names[0], rows[0], h)?,
-                        k: self.linear(&names[1], rows[1], h)?,
-                        v: self.linear(&names[2], rows[2], h)?,
-                    },
-                };
-                (projections, Some(self.norm(&name("self_attn.k_norm"), d)?))
-            }
+        // Real checkpoints still ship k/v weights on shared layers: they are never read.
+        let (projections, k_norm) = if shared {
+            (Projections::Query(self.linear(&name("self_attn.q_proj"), q_rows, h)?), None)
+        } else {
+            let names = [name("self_attn.q_proj"), name("self_attn.k_proj"), name("self_attn.v_proj")];
+            let rows = [q_rows, kv_rows, kv_rows];
+            let projections = match self.joint(&names, rows, h)? {
+                Some(joint) => Projections::Joint(joint),
+                None => Projections::Separate {
+                    q: self.linear(&names[0], rows[0], h)?,
+                    k: self.linear(&names[1], rows[1], h)?,
+                    v: self.linear(&names[2], rows[2], h)?,
+                },
+            };
+            (projections, Some(self.norm(&name("self_attn.k_norm"), d)?))
         };
         let attention = Attention {
             projections,
             k_norm,
-            o_proj: self.linear(&name("self_attn.o_proj"), h, c.num_heads * d)?,
+            o_proj: self.linear(&name("self_attn.o_proj"), h, q_rows)?,
             q_norm: self.norm(&name("self_attn.q_norm"), d)?,
         };
-        let inter = layer.intermediate_size;
         let mlp = Mlp {
             gate_proj: self.linear(&name("mlp.gate_proj"), inter, h)?,
             up_proj: self.linear(&name("mlp.up_proj"), inter, h)?,
             down_proj: self.linear(&name("mlp.down_proj"), h, inter)?,
         };
-        let per_layer_input = match c.per_layer_input_size {
+        let per_layer_input = match per_layer_input {
             Some(p) => Some(LayerPerLayerInput {
                 gate: self.linear(&name("per_layer_input_gate"), p, h)?,
                 projection: self.linear(&name("per_layer_projection"), h, p)?,
@@ -188,10 +183,7 @@ impl Loader<'_> {
             }),
             None => None,
         };
-        let layer_scalar = match c.family {
-            Family::Gemma4 => Some(self.host(&name("layer_scalar"), &[1])?.data[0]),
-            Family::Gemma3 => None,
-        };
+        let layer_scalar = if scalar { Some(self.host(&name("layer_scalar"), &[1])?.data[0]) } else { None };
         Ok(DecoderLayer {
             attention,
             mlp,
@@ -203,6 +195,89 @@ impl Loader<'_> {
             layer_scalar,
         })
     }
+}
+
+/// The shapes decoder layer `i` is read with: one description for [`Loader::layer`] and
+/// [`GemmaLoader::plan`].
+struct LayerDims {
+    h: usize,
+    /// Head dimension (Gemma 4: 256 on sliding layers, 512 on full ones).
+    d: usize,
+    q_rows: usize,
+    kv_rows: usize,
+    inter: usize,
+    per_layer_input: Option<usize>,
+    /// KV-shared: no k/v projections or k norm of its own.
+    shared: bool,
+    /// Gemma 4's `layer_scalar`.
+    scalar: bool,
+}
+
+impl LayerDims {
+    fn of(c: &TextConfig, i: usize) -> Self {
+        let layer = &c.layers[i];
+        LayerDims {
+            h: c.hidden_size,
+            d: layer.head_dim,
+            q_rows: c.num_heads * layer.head_dim,
+            kv_rows: layer.num_kv_heads * layer.head_dim,
+            inter: layer.intermediate_size,
+            per_layer_input: c.per_layer_input_size,
+            shared: layer.kv_producer.is_some(),
+            scalar: c.family == Family::Gemma4,
+        }
+    }
+
+    /// What [`Loader::layer`] reads, in its order: (name under `layers.{i}.`, shape).
+    fn tensors(&self) -> Vec<(&'static str, Vec<usize>)> {
+        let LayerDims { h, d, q_rows, kv_rows, inter, .. } = *self;
+        let mut tensors = vec![("self_attn.q_proj.weight", vec![q_rows, h])];
+        if !self.shared {
+            tensors.push(("self_attn.k_proj.weight", vec![kv_rows, h]));
+            tensors.push(("self_attn.v_proj.weight", vec![kv_rows, h]));
+            tensors.push(("self_attn.k_norm.weight", vec![d]));
+        }
+        tensors.extend([
+            ("self_attn.o_proj.weight", vec![h, q_rows]),
+            ("self_attn.q_norm.weight", vec![d]),
+            ("mlp.gate_proj.weight", vec![inter, h]),
+            ("mlp.up_proj.weight", vec![inter, h]),
+            ("mlp.down_proj.weight", vec![h, inter]),
+        ]);
+        if let Some(p) = self.per_layer_input {
+            tensors.extend([
+                ("per_layer_input_gate.weight", vec![p, h]),
+                ("per_layer_projection.weight", vec![h, p]),
+                ("post_per_layer_input_norm.weight", vec![h]),
+            ]);
+        }
+        if self.scalar {
+            tensors.push(("layer_scalar", vec![1]));
+        }
+        tensors.extend(
+            [
+                "input_layernorm.weight",
+                "post_attention_layernorm.weight",
+                "pre_feedforward_layernorm.weight",
+                "post_feedforward_layernorm.weight",
+            ]
+            .map(|norm| (norm, vec![h])),
+        );
+        tensors
+    }
+}
+
+/// A tensor a load reads, with the shape the loader requires of it ([`GemmaLoader::plan`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedTensor {
+    /// Its name in the checkpoint: Hugging Face's under the checkpoint's prefix (llama.cpp's
+    /// `rope_freqs.weight` as it is). A quantized `module.weight` is read with the module's
+    /// scales and biases where it has them.
+    pub name: String,
+    /// Dequantized and row-major: `[out, in]` for a matrix.
+    pub shape: Vec<usize>,
+    /// The decoder layer that reads it (`None`: the embeddings, the final norm).
+    pub layer: Option<usize>,
 }
 
 /// One part of a load. Each reads only its own tensors.
@@ -226,6 +301,8 @@ enum Part {
 pub struct GemmaLoader {
     config: TextConfig,
     prefix: String,
+    /// Whether the checkpoint has llama.cpp's `rope_freqs` (read with the first step).
+    rope_freqs: bool,
     max_tensor_bytes: usize,
     parts: std::collections::VecDeque<Part>,
     total_steps: usize,
@@ -279,6 +356,7 @@ impl GemmaLoader {
         GemmaLoader {
             total_steps: parts.len(),
             parts: parts.into(),
+            rope_freqs: checkpoint.contains(ROPE_FREQS),
             prefix,
             max_tensor_bytes,
             rows_per_slice,
@@ -294,6 +372,32 @@ impl GemmaLoader {
             final_norm: None,
             config,
         }
+    }
+
+    /// Every tensor the load reads, in order, with the shape it requires: what can be checked
+    /// against a checkpoint's headers (or a published layout) before a byte of weights is read.
+    pub fn plan(&self) -> Vec<PlannedTensor> {
+        let c = &self.config;
+        let (h, vocab) = (c.hidden_size, c.vocab_size);
+        let named = |name: String, shape: Vec<usize>, layer: Option<usize>| PlannedTensor { name, shape, layer };
+        let global = |name: &str, shape: Vec<usize>| named(format!("{}{name}", self.prefix), shape, None);
+        let mut plan = vec![global("embed_tokens.weight", vec![vocab, h])];
+        if self.rope_freqs {
+            // One divisor per rotated pair of a full-attention head.
+            let pairs = c.layers.iter().find(|l| l.kind == LayerType::Full).map_or(0, |l| l.rope.inv_freq.len());
+            plan.push(named(ROPE_FREQS.to_string(), vec![pairs], None));
+        }
+        if let Some(p) = c.per_layer_input_size {
+            plan.push(global("embed_tokens_per_layer.weight", vec![vocab, c.num_layers * p]));
+            plan.push(global("per_layer_model_projection.weight", vec![c.num_layers * p, h]));
+            plan.push(global("per_layer_projection_norm.weight", vec![p]));
+        }
+        for i in 0..c.num_layers {
+            let layer = LayerDims::of(c, i).tensors().into_iter();
+            plan.extend(layer.map(|(part, shape)| named(format!("{}layers.{i}.{part}", self.prefix), shape, Some(i))));
+        }
+        plan.push(global("norm.weight", vec![h]));
+        plan
     }
 
     /// Steps done and steps in all (for progress).
@@ -459,5 +563,109 @@ impl Gemma {
         let mut loader = GemmaLoader::new(config, checkpoint, max_tensor_bytes);
         while loader.step(checkpoint, device)? {}
         loader.finish(device)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use hearth_weights::{ByteSource, GgufFile, MemorySource, Quantization, WindowedSource, Windows};
+
+    use super::*;
+
+    /// A fixture as the browser streams it: headers fetched, tensor bytes only when fetched.
+    struct Streamed {
+        files: Vec<Vec<u8>>,
+        windows: Vec<Windows>,
+        checkpoint: Checkpoint,
+        config: TextConfig,
+    }
+
+    impl Streamed {
+        fn open(case: &str) -> Self {
+            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(case);
+            let gguf = dir.join("model.gguf");
+            let window = |bytes: &[u8], header: usize| {
+                let windows = Windows::default();
+                windows.insert(0, bytes[..header].to_vec());
+                windows
+            };
+            if gguf.is_file() {
+                let bytes = std::fs::read(&gguf).unwrap();
+                let header = GgufFile::read(&mut MemorySource::new("m", bytes.clone())).unwrap().data_offset;
+                let windows = window(&bytes, header as usize);
+                let source = WindowedSource::new("model.gguf", bytes.len() as u64, windows.clone());
+                let checkpoint = Checkpoint::from_gguf(Box::new(source)).unwrap();
+                let config = TextConfig::from_gguf(checkpoint.gguf().unwrap()).unwrap();
+                return Streamed { files: vec![bytes], windows: vec![windows], checkpoint, config };
+            }
+            let mut paths: Vec<_> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+                .collect();
+            paths.sort();
+            let files: Vec<Vec<u8>> = paths.iter().map(|p| std::fs::read(p).unwrap()).collect();
+            let windows: Vec<Windows> =
+                files.iter().map(|f| window(f, 8 + u64::from_le_bytes(f[..8].try_into().unwrap()) as usize)).collect();
+            let sources = files.iter().zip(&windows).map(|(f, w)| {
+                Box::new(WindowedSource::new("model.safetensors", f.len() as u64, w.clone())) as Box<dyn ByteSource>
+            });
+            let mut checkpoint = Checkpoint::from_sources(sources.collect()).unwrap();
+            let json = std::fs::read_to_string(dir.join("config.json")).unwrap();
+            checkpoint.set_quantization(Quantization::from_config_json(&json).unwrap());
+            Streamed { files, windows, checkpoint, config: TextConfig::from_json(&json).unwrap() }
+        }
+
+        /// Fetches every byte of the planned tensors (a module's scales and biases too) but `skip`.
+        fn fetch_plan(&self, plan: &[PlannedTensor], skip: Option<&str>) {
+            let prefixes: Vec<String> = plan
+                .iter()
+                .filter(|t| Some(t.name.as_str()) != skip)
+                .map(|t| t.name.strip_suffix("weight").unwrap_or(&t.name).to_string())
+                .collect();
+            for r in self.checkpoint.ranges_under(&prefixes) {
+                self.windows[r.file].insert(r.start, self.files[r.file][r.start as usize..r.end as usize].to_vec());
+            }
+        }
+    }
+
+    const CASES: [&str; 6] =
+        ["gemma4-text", "gemma4-multimodal", "gemma4-mlx-4bit", "gemma4-gguf", "gemma3-text", "gemma3-gguf"];
+
+    #[test]
+    fn the_plan_is_what_the_load_reads() {
+        for case in CASES {
+            let mut streamed = Streamed::open(case);
+            let plan = GemmaLoader::new(streamed.config.clone(), &streamed.checkpoint, MAX_TENSOR_BYTES).plan();
+            for t in &plan {
+                assert_eq!(streamed.checkpoint.shape(&t.name).as_ref(), Some(&t.shape), "{case}: {}", t.name);
+            }
+            // With only the planned tensors fetched the whole load runs: it reads nothing else.
+            streamed.fetch_plan(&plan, None);
+            let config = streamed.config.clone();
+            Gemma::load(config, &mut streamed.checkpoint, &Device::flex()).unwrap_or_else(|e| panic!("{case}: {e}"));
+
+            // And it reads what the plan names: one tensor left out stops it.
+            let skipped = &plan[plan.len() / 2].name;
+            let mut streamed = Streamed::open(case);
+            streamed.fetch_plan(&plan, Some(skipped));
+            let config = streamed.config.clone();
+            let err = Gemma::load(config, &mut streamed.checkpoint, &Device::flex()).err();
+            let not_fetched = matches!(err, Some(ModelError::Weights(WeightsError::NotFetched { .. })));
+            assert!(not_fetched, "{case}: {skipped} was not fetched, yet the load gave {err:?}");
+        }
+    }
+
+    #[test]
+    fn shared_layers_plan_no_keys_or_values() {
+        let streamed = Streamed::open("gemma4-multimodal");
+        let plan = GemmaLoader::new(streamed.config.clone(), &streamed.checkpoint, MAX_TENSOR_BYTES).plan();
+        // The checkpoint holds garbage k/v on shared layers 4 and 5 (as Google's do): never read.
+        assert!(streamed.checkpoint.contains("model.language_model.layers.4.self_attn.k_proj.weight"));
+        let kv = |i: usize| plan.iter().filter(|t| t.layer == Some(i) && t.name.contains("k_proj")).count();
+        assert_eq!((kv(3), kv(4), kv(5)), (1, 0, 0));
+        assert!(plan.iter().all(|t| t.name.starts_with("model.language_model.")), "no tower tensor is planned");
     }
 }

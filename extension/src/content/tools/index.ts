@@ -1,9 +1,10 @@
 // The DOM tools the content script runs for the agent: snapshot, click, type, select, scroll,
-// hover, press_key, wait_for and read_page. Tools that leave the page (navigate, go_back, screenshot…) belong to the
-// service worker.
+// hover, press_key, wait_for and read_page (PAGE_TOOLS in shared/tools.ts). Tools that need
+// browser APIs (navigate, go_back, run_javascript) belong to the service worker.
 
 import type { ToolOutput } from "../../generated/protocol";
 import { click, hover, pressKeyTool, scroll, select, typeText, type Args } from "./actions";
+import type { PageTool } from "../../shared/tools";
 import { ToolFailure } from "./errors";
 import { readPage } from "./read-page";
 import { takeSnapshot } from "./snapshot";
@@ -11,7 +12,8 @@ import { waitFor } from "./wait-for";
 
 export { ToolFailure } from "./errors";
 
-const TOOLS: Record<string, (args: Args, signal: AbortSignal) => ToolOutput | Promise<ToolOutput>> = {
+// One entry per page tool: the compiler refuses a missing or a stale one.
+const TOOLS: Record<PageTool, (args: Args, signal: AbortSignal) => ToolOutput | Promise<ToolOutput>> = {
   snapshot: () => {
     const snapshot = takeSnapshot();
     return { text: "", snapshot, page: snapshot.page, from_page: true };
@@ -29,7 +31,7 @@ const TOOLS: Record<string, (args: Args, signal: AbortSignal) => ToolOutput | Pr
 /** Runs a page tool. Failures the model can act on are thrown as ToolFailure; so are unexpected
  * errors, with the tool's name, so one broken page never breaks the agent loop. */
 export async function executeTool(name: string, args: Record<string, unknown>, signal: AbortSignal): Promise<ToolOutput> {
-  const tool = Object.hasOwn(TOOLS, name) ? TOOLS[name] : undefined;
+  const tool = Object.hasOwn(TOOLS, name) ? TOOLS[name as PageTool] : undefined;
   if (!tool) throw new ToolFailure(`unknown tool \`${name}\` for the page; it runs ${Object.keys(TOOLS).join(", ")}.`);
   if (signal.aborted) throw new ToolFailure("Cancelled before it started.");
   try {

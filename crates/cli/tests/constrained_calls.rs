@@ -1,0 +1,176 @@
+//! Constrained tool calls with a real tokenizer and chat template: the tiny random-weight model
+//! (crates/model/fixtures/tiny-chat), made to act by a prompt that ends with `<|tool_call>`,
+//! writes calls that the agent's own parser reads and its validator accepts, on the CPU and on
+//! the GPU. Without the constraint the same model writes garbage.
+
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use burn::tensor::Device;
+use hearth_agent::parser::{ParseEvent, ParserOptions, StreamParser};
+use hearth_agent::tools::ArgumentError;
+use hearth_agent::{ToolDefinition, builtin_tools, validate_arguments};
+use hearth_chat::{ChatTemplate, Message, RenderRequest};
+use hearth_model::constrain::{CallConstraint, CallGrammar, ToolSpec, VocabTrie};
+use hearth_model::generate::{self, GenerateOptions};
+use hearth_model::model_dir::{load_model, load_tokenizer};
+use hearth_model::tokenizer::Tokenizer;
+use hearth_model::{CacheOptions, Sampler, SamplingOptions, Session};
+
+const CALL_CLOSE: u32 = 49;
+
+fn tiny_chat() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/fixtures/tiny-chat")
+}
+
+fn grammar(tools: &[ToolDefinition]) -> CallGrammar {
+    let specs: Vec<ToolSpec> =
+        tools.iter().map(|t| ToolSpec { name: &t.name, parameters: Some(&t.parameters) }).collect();
+    CallGrammar::new(&specs).expect("the agent's tools compile")
+}
+
+/// The rendered prompt, forced into a call, as ids.
+fn prompt(tokenizer: &Tokenizer, tools: &[ToolDefinition]) -> Vec<u32> {
+    let template = ChatTemplate::from_model_dir(tiny_chat()).expect("template");
+    let chat_tools: Vec<_> = tools.iter().map(ToolDefinition::to_chat_tool).collect();
+    let messages = [Message::user("Type Ada into the name field, then submit.")];
+    let request =
+        RenderRequest { messages: &messages, tools: &chat_tools, enable_thinking: false, add_generation_prompt: true };
+    let text = template.render(&request).expect("renders") + "<|tool_call>";
+    tokenizer.encode(&text).expect("encodes")
+}
+
+/// What one generation wrote: the reply (with the forced `<|tool_call>`), and whether it ended
+/// with `<tool_call|>` (otherwise the token limit cut it).
+fn reply(
+    session: &mut Session,
+    tokenizer: &Tokenizer,
+    ids: &[u32],
+    seed: u64,
+    calls: Option<&mut CallConstraint>,
+    max_tokens: usize,
+) -> (String, bool) {
+    // Hot enough that the random model picks different tools and arguments from seed to seed.
+    let mut sampler = Sampler::new(SamplingOptions { temperature: 4.0, top_k: 0, top_p: 1.0, seed });
+    let stop_tokens = [1, 50, 106];
+    let options = GenerateOptions { max_tokens, stop_tokens: &stop_tokens, tool_calls: calls };
+    let mut closed = false;
+    let generation = pollster::block_on(generate::generate(
+        session,
+        &mut sampler,
+        tokenizer,
+        ids,
+        options,
+        || 0.0,
+        |id, _| {
+            closed = id == CALL_CLOSE;
+            if closed { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+        },
+    ))
+    .expect("generates");
+    (format!("<|tool_call>{}", generation.text), closed)
+}
+
+/// Problems only the tools' own cross-argument rules find (the grammar holds each argument to
+/// its schema, not one argument to another).
+fn only_tool_rules(err: &ArgumentError) -> bool {
+    let rules = ["give exactly one of", "must start with http", "ends with a colon"];
+    matches!(err, ArgumentError::Invalid { problems, .. } if problems.iter().all(|p| rules.iter().any(|r| p.contains(r))))
+}
+
+/// Whether `text` holds exactly one call, read without repairs, to a real tool with valid arguments.
+fn valid_call(text: &str, tools: &[ToolDefinition]) -> Result<String, String> {
+    let mut parser = StreamParser::new(ParserOptions::default());
+    let mut events = parser.push(text);
+    events.extend(parser.finish());
+    let calls: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            ParseEvent::Call(c) => Some(Ok(c)),
+            ParseEvent::Malformed(m) => Some(Err(format!("malformed: {:?}", m.error))),
+            _ => None,
+        })
+        .collect();
+    let [call] = calls.as_slice() else { return Err(format!("{} calls", calls.len())) };
+    let call = call.clone()?;
+    if !call.repairs.is_empty() {
+        return Err(format!("repaired: {:?}", call.repairs));
+    }
+    let mut arguments = call.arguments.clone();
+    match validate_arguments(tools, &call.name, &mut arguments) {
+        Ok(()) => Ok(call.name.clone()),
+        Err(err) if only_tool_rules(&err) => Ok(call.name.clone()),
+        Err(err) => Err(err.to_string()),
+    }
+}
+
+/// Samples calls from the tiny model on `device`, constrained and not, and checks them.
+fn calls_parse_on(device: &Device, seeds: u64) {
+    let dir = tiny_chat();
+    let tokenizer = load_tokenizer(&dir).expect("tokenizer");
+    let tools = builtin_tools();
+    let ids = prompt(&tokenizer, &tools);
+    let grammar = Arc::new(grammar(&tools));
+    let vocab = Arc::new(VocabTrie::from_tokenizer(&tokenizer).expect("the fixture has Gemma 4's markers"));
+    let mut session = Session::new(load_model(&dir, device).expect("model"), CacheOptions::default());
+    let (mut complete, mut names, mut free_valid) = (0, Vec::new(), 0);
+    for seed in 0..seeds {
+        let mut calls = CallConstraint::new(grammar.clone(), vocab.clone());
+        let (text, closed) = reply(&mut session, &tokenizer, &ids, seed, Some(&mut calls), 160);
+        if closed {
+            complete += 1;
+            let name = valid_call(&text, &tools).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
+            names.push(name);
+        } else {
+            // Cut by the token limit: still a prefix of a valid call, never anything else.
+            assert!(calls.in_call(), "seed {seed}: the call left the grammar\n{text}");
+        }
+        let (free, _) = reply(&mut session, &tokenizer, &ids, seed, None, 48);
+        free_valid += usize::from(valid_call(&free, &tools).is_ok());
+    }
+    eprintln!("{complete} of {seeds} constrained calls complete, tools {names:?}; {free_valid} valid without");
+    assert!(complete * 2 >= seeds, "most constrained calls finish within the limit: {complete}");
+    assert_eq!(free_valid, 0, "the random model writes no valid call on its own");
+}
+
+#[test]
+fn constrained_calls_from_the_tiny_model_parse_on_the_cpu() {
+    calls_parse_on(&Device::flex(), 16);
+}
+
+#[test]
+fn constrained_calls_from_the_tiny_model_parse_on_the_gpu() {
+    let gpu = match hearth_model::gpu::init_gpu_blocking() {
+        Ok(gpu) => gpu.device,
+        Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => return eprintln!("no GPU: {err}"),
+        Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
+    };
+    calls_parse_on(&gpu, 6);
+}
+
+/// `hearth generate --chat --tools … --force-call` prints a call that parses.
+#[test]
+fn the_cli_constrains_calls_to_a_tools_file() {
+    let tools = builtin_tools();
+    let list: Vec<_> = tools.iter().map(ToolDefinition::to_chat_tool).collect();
+    let file = std::env::temp_dir().join(format!("hearth-tools-{}.json", std::process::id()));
+    std::fs::write(&file, serde_json::to_string(&list).expect("serializes")).expect("writes");
+    let dir = tiny_chat();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["generate", "--model", dir.to_str().expect("utf-8"), "--chat", "--tools"])
+        .arg(&file)
+        .args(["--force-call", "--temperature", "1", "--top-k", "0", "--top-p", "1", "--seed", "5"])
+        .args(["--max-tokens", "400", "--cpu", "Click the first link."])
+        .output()
+        .expect("hearth runs");
+    let _ = std::fs::remove_file(&file);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("calls constrained to read_page, snapshot, click"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // The reply may go on after the call (until a stop token): the first call is what counts.
+    let end = stdout.find("<tool_call|>").map(|i| i + "<tool_call|>".len());
+    let call = &stdout[..end.unwrap_or_else(|| panic!("the call closes within 400 tokens: {stdout}"))];
+    valid_call(call, &tools).unwrap_or_else(|e| panic!("{e}\n{stdout}"));
+}

@@ -1,0 +1,28 @@
+// The tools the model is offered (TOOL_NAMES, generated from crates/agent/src/tools.rs) and the
+// extension's executors (shared/tools.ts) are the same set: no tool without an executor, no
+// executor without a tool. Bundled with esbuild on the fly.
+
+import assert from "node:assert/strict";
+import { resolve } from "node:path";
+import { test } from "node:test";
+import { build } from "esbuild";
+
+const ROOT = resolve(import.meta.dirname, "../..");
+
+async function load(entry) {
+  const out = await build({ absWorkingDir: ROOT, entryPoints: [entry], bundle: true, format: "esm", platform: "neutral", write: false, logLevel: "warning" });
+  return import(`data:text/javascript;base64,${Buffer.from(out.outputFiles[0].text).toString("base64")}`);
+}
+
+test("every offered tool has exactly one executor, and every executor an offered tool", async () => {
+  const { TOOL_NAMES } = await load("src/generated/protocol.ts");
+  const { PAGE_TOOLS, WORKER_TOOLS, LOOP_TOOLS } = await load("src/shared/tools.ts");
+  const executors = [...PAGE_TOOLS, ...WORKER_TOOLS, ...LOOP_TOOLS];
+  assert.equal(new Set(executors).size, executors.length, "a tool has two executors");
+  assert.deepEqual([...executors].sort(), [...TOOL_NAMES].sort());
+});
+
+test("a text-only engine is offered no screenshot tool", async () => {
+  const { TOOL_NAMES } = await load("src/generated/protocol.ts");
+  assert.ok(!TOOL_NAMES.includes("screenshot"));
+});
