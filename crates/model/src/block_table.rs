@@ -245,10 +245,10 @@ impl BlockTable {
     }
 
     /// Bytes on the device and on the host.
-    pub fn bytes(&self) -> (usize, usize) {
+    pub fn bytes(&self) -> (u64, u64) {
         self.slices.iter().fold((0, 0), |(device, host), slice| match slice {
-            Slice::Device(words) => (device + words.dims()[0] * 4, host),
-            Slice::Host(bytes) => (device, host + bytes.len()),
+            Slice::Device(words) => (device + words.dims()[0] as u64 * 4, host),
+            Slice::Host(bytes) => (device, host + bytes.len() as u64),
         })
     }
 
@@ -385,7 +385,7 @@ mod tests {
                     );
                 }
                 let stored = if name == "cpu" { table.bytes().1 } else { table.bytes().0 };
-                assert!(stored <= all.bytes.len() + 4 * table.slices.len(), "{name} {ty}: kept as stored");
+                assert!(stored <= (all.bytes.len() + 4 * table.slices.len()) as u64, "{name} {ty}: kept as stored");
             }
         }
     }

@@ -163,11 +163,11 @@ struct PerLayerEmbeddings {
     projection_norm: Tensor<1>,
 }
 
-/// Where a loaded model's weights live, in bytes.
+/// Where a loaded model's weights live, in bytes (u64: E4B's exceed wasm32's 4 GiB `usize`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WeightBytes {
-    pub device: usize,
-    pub host: usize,
+    pub device: u64,
+    pub host: u64,
 }
 
 pub struct Gemma {
@@ -354,13 +354,13 @@ impl TokenTable {
     }
 
     /// Bytes on the device and on the host.
-    fn bytes(&self) -> (usize, usize) {
+    fn bytes(&self) -> (u64, u64) {
         match self {
-            TokenTable::Host(HostTable::Dense(t)) => (0, t.data.len() * 4),
+            TokenTable::Host(HostTable::Dense(t)) => (0, t.data.len() as u64 * 4),
             TokenTable::Host(HostTable::Affine { slices, .. }) => {
-                (0, slices.iter().map(|s| (s.codes.len() + s.scales.len() + s.biases.len()) * 4).sum())
+                (0, slices.iter().map(|s| (s.codes.len() + s.scales.len() + s.biases.len()) as u64 * 4).sum())
             }
-            TokenTable::Device(table) => (table.blocks.iter().map(EmbeddingBlock::device_bytes).sum(), 0),
+            TokenTable::Device(table) => (table.blocks.iter().map(|b| b.device_bytes() as u64).sum(), 0),
             TokenTable::Blocks(table) => table.bytes(),
         }
     }
@@ -403,15 +403,15 @@ impl Gemma {
 
     /// Bytes of weights on the device and on the host (the per-layer-embedding table).
     pub fn weight_bytes(&self) -> WeightBytes {
-        fn dense<const D: usize>(t: &Tensor<D>) -> usize {
-            t.shape().num_elements() * 4
+        fn dense<const D: usize>(t: &Tensor<D>) -> u64 {
+            t.shape().num_elements() as u64 * 4
         }
         let linear = |l: &Linear| match l {
             Linear::Dense(w) => dense(w),
-            Linear::Affine(w) => w.device_bytes(),
+            Linear::Affine(w) => w.device_bytes() as u64,
         };
-        let mut device = self.final_norm.shape().num_elements() * 4;
-        device += self.embed_tokens.blocks.iter().map(EmbeddingBlock::device_bytes).sum::<usize>();
+        let mut device = dense(&self.final_norm);
+        device += self.embed_tokens.blocks.iter().map(|b| b.device_bytes() as u64).sum::<u64>();
         let mut host = 0;
         if let Some(ple) = &self.per_layer {
             device += linear(&ple.model_projection) + dense(&ple.projection_norm);
@@ -424,7 +424,7 @@ impl Gemma {
             device += match &a.projections {
                 Projections::Query(q) => linear(q),
                 Projections::Separate { q, k, v } => linear(q) + linear(k) + linear(v),
-                Projections::Joint(qkv) => qkv.device_bytes(),
+                Projections::Joint(qkv) => qkv.device_bytes() as u64,
             };
             device += linear(&layer.mlp.gate_proj) + linear(&layer.mlp.up_proj) + linear(&layer.mlp.down_proj);
             if let Some(pli) = &layer.per_layer_input {

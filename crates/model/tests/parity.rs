@@ -272,7 +272,7 @@ fn mlx_4bit_weights_stay_packed() {
     let mut checkpoint = hearth_weights::Checkpoint::open(&dir).unwrap();
     let names: Vec<String> =
         checkpoint.names().filter(|n| !n.ends_with(".scales") && !n.ends_with(".biases")).map(str::to_string).collect();
-    let f32_bytes: usize = names.iter().map(|n| checkpoint.read_f32(n).unwrap().data.len() * 4).sum();
+    let f32_bytes: u64 = names.iter().map(|n| checkpoint.read_f32(n).unwrap().data.len() as u64 * 4).sum();
     for (device_name, device) in devices() {
         let loaded = load_model(&dir, &device).unwrap().weight_bytes();
         eprintln!("{device_name}: {loaded:?}, as f32 {f32_bytes} bytes");

@@ -435,8 +435,8 @@ async fn load_model(
     let memory = ModelMemory {
         file_bytes,
         peak_read_bytes,
-        device_bytes: weights.device as u64,
-        host_bytes: weights.host as u64,
+        device_bytes: weights.device,
+        host_bytes: weights.host,
         wasm_memory_bytes: wasm_memory_bytes(),
     };
     let info = ModelInfo { name, architecture, layers, vocab_size, load_ms: now_ms() - start, memory };
