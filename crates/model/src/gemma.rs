@@ -34,7 +34,9 @@ pub enum ModelError {
     TokenOutOfRange(u32),
     #[error("the prompt is empty")]
     EmptyPrompt,
-    #[error("the context is full ({0} tokens): start a new conversation or raise the context size")]
+    #[error(
+        "the conversation no longer fits the model's context ({0} tokens): clear the conversation (settings) and start again"
+    )]
     ContextFull(usize),
 }
 
