@@ -295,8 +295,6 @@ pub struct ModelHandles {
     pub tokenizer: Rc<Tokenizer>,
     pub template: Rc<ChatTemplate>,
     pub stop_tokens: Rc<[u32]>,
-    /// Tokens the session's KV cache holds: the agent's context window (one source of truth).
-    pub context_tokens: usize,
 }
 
 struct LoadedModel {
@@ -442,13 +440,11 @@ async fn load_model(
         wasm_memory_bytes: wasm_memory_bytes(),
     };
     let info = ModelInfo { name, architecture, layers, vocab_size, load_ms: now_ms() - start, memory };
-    let cache = CacheOptions::default();
     let handles = ModelHandles {
-        session: Rc::new(Mutex::new(Session::new(model, cache))),
+        session: Rc::new(Mutex::new(Session::new(model, CacheOptions::default()))),
         tokenizer: Rc::new(tokenizer),
         template: Rc::new(template),
         stop_tokens: stop_tokens.into(),
-        context_tokens: cache.max_context,
     };
     Ok(LoadedModel { handles, info })
 }

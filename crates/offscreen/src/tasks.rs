@@ -177,9 +177,6 @@ pub async fn control(tab_id: u32, action: TaskAction) {
 fn new_conversation(model: &ModelHandles, settings: &TaskSettings) -> Conversation {
     let mut config = AgentConfig::default();
     apply_settings(&mut config, settings);
-    // The agent's window is the KV cache's: it compacts before the cache is full, instead of the
-    // engine failing with "context full" mid-task.
-    config.budget.window_tokens = model.context_tokens;
     let counter = Box::new(TokenizerCounter(model.tokenizer.clone()));
     let agent = Agent::new((*model.template).clone(), builtin_tools(), config, counter, Box::new(BrowserClock));
     Conversation { control: agent.control(), agent: Some(agent), settings: settings.clone() }
@@ -601,7 +598,6 @@ mod real_model_tests {
             tokenizer: Rc::new(load_tokenizer(&dir).expect("tokenizer")),
             template: Rc::new(ChatTemplate::from_str(&template, "<bos>").expect("template parses")),
             stop_tokens,
-            context_tokens: CacheOptions::default().max_context,
         }
     }
 
@@ -644,19 +640,6 @@ mod real_model_tests {
         let (stopped, tokens) = decode(&model, seed, hearth_agent::STEP_ENDS_AFTER);
         assert_eq!(stopped, free[..close_end], "cut right after the close, nothing decoded after it");
         assert!(tokens < free_tokens, "{tokens} tokens decoded, {free_tokens} without the stop");
-    }
-
-    /// The agent compacts before the engine's KV cache is full: its prompt limit, with room for
-    /// the answer, stays inside the cache.
-    #[test]
-    fn the_agents_window_is_the_kv_caches() {
-        let handles = tiny_model();
-        let settings = TaskSettings { max_iterations: 3, enable_thinking: false, temperature: 0.0, max_new_tokens: 24 };
-        let agent = new_conversation(&handles, &settings).agent.expect("a new conversation has its agent");
-        let budget = &agent.config().budget;
-        assert_eq!(budget.window_tokens, handles.context_tokens);
-        assert!(budget.max_prompt_tokens() + budget.reserve_output_tokens <= handles.context_tokens, "{budget:?}");
-        assert!(budget.compact_threshold() < budget.max_prompt_tokens());
     }
 
     #[test]
