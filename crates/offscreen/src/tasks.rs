@@ -309,9 +309,21 @@ fn burn_generate(
                     ControlFlow::Continue(())
                 }
             };
-            generate::generate(&mut session, &mut sampler, &model.tokenizer, &ids, options, engine::now_ms, on_token)
-                .await
-                .map_err(|e| e.to_string())
+            let generation = generate::generate(
+                &mut session,
+                &mut sampler,
+                &model.tokenizer,
+                &ids,
+                options,
+                engine::now_ms,
+                on_token,
+            )
+            .await
+            .map_err(|e| e.to_string());
+            if let Some(calls) = calls {
+                keep_call_constraint(&model.tokenizer, calls);
+            }
+            generation
         }
         .await;
         let last = match result {
@@ -369,26 +381,49 @@ impl StopAfter {
 /// The grammar of calls to the agent's tools and a tokenizer's vocabulary trie.
 type CallTables = (Arc<CallGrammar>, Arc<VocabTrie>);
 
+/// The call constraint of the loaded tokenizer, kept between generations so that its masks
+/// (cached by grammar state: a string's first walk covers the whole vocabulary) are computed once
+/// per conversation, not once per agent step.
+struct CallCache {
+    /// The Weak keeps the old tokenizer's allocation, so a new one never shares its address.
+    owner: Weak<Tokenizer>,
+    /// `None`: a tokenizer without Gemma 4's call tokens.
+    tables: Option<CallTables>,
+    /// The constraint between generations (taken while one runs).
+    idle: Option<CallConstraint>,
+}
+
 thread_local! {
-    /// The grammar of calls to the agent's tools and the loaded tokenizer's vocabulary trie
-    /// (`None`: a tokenizer without Gemma 4's call tokens), built on the first generation and kept
-    /// while that tokenizer is loaded.
-    static CALLS: RefCell<Option<(Weak<Tokenizer>, Option<CallTables>)>> =
-        const { RefCell::new(None) };
+    static CALLS: RefCell<Option<CallCache>> = const { RefCell::new(None) };
+}
+
+fn owns(cache: &CallCache, tokenizer: &Rc<Tokenizer>) -> bool {
+    std::ptr::eq(cache.owner.as_ptr(), Rc::as_ptr(tokenizer))
 }
 
 /// What holds the calls of one generation to the tools the agent offers, if the model can write
-/// Gemma 4 calls.
+/// Gemma 4 calls. Built on the first generation with a tokenizer (the grammar and the vocabulary
+/// trie), then reused with its masks; give it back with [`keep_call_constraint`].
 fn call_constraint(tokenizer: &Rc<Tokenizer>) -> Option<CallConstraint> {
     CALLS.with(|cell| {
         let mut cell = cell.borrow_mut();
-        // The Weak keeps the old tokenizer's allocation, so a new one never shares its address.
-        if cell.as_ref().is_none_or(|(owner, _)| !std::ptr::eq(owner.as_ptr(), Rc::as_ptr(tokenizer))) {
-            *cell = Some((Rc::downgrade(tokenizer), call_grammar(tokenizer).ok()));
+        if cell.as_ref().is_none_or(|cache| !owns(cache, tokenizer)) {
+            let tables = call_grammar(tokenizer).ok();
+            *cell = Some(CallCache { owner: Rc::downgrade(tokenizer), tables, idle: None });
         }
-        let (grammar, vocab) = cell.as_ref()?.1.as_ref()?;
-        Some(CallConstraint::new(grammar.clone(), vocab.clone()))
+        let cache = cell.as_mut()?;
+        let (grammar, vocab) = cache.tables.as_ref()?;
+        Some(cache.idle.take().unwrap_or_else(|| CallConstraint::new(grammar.clone(), vocab.clone())))
     })
+}
+
+/// Keeps `calls` (and the masks it computed) for the next generation with the same tokenizer.
+fn keep_call_constraint(tokenizer: &Rc<Tokenizer>, calls: CallConstraint) {
+    CALLS.with(|cell| {
+        if let Some(cache) = cell.borrow_mut().as_mut().filter(|cache| owns(cache, tokenizer)) {
+            cache.idle = Some(calls);
+        }
+    });
 }
 
 fn call_grammar(tokenizer: &Tokenizer) -> Result<CallTables, ConstrainError> {
