@@ -174,8 +174,8 @@ fn wasm_command(root: &Path, release: bool) -> Result<(Command, PathBuf), String
 }
 
 /// Exports of the offscreen module that only test builds (the `scripted` feature) may have: the
-/// scripted model, and the traps the e2e suite makes the engine crash with.
-const TEST_EXPORTS: [&str; 3] = ["useScriptedModel", "scriptedPrompts", "setTestTrap"];
+/// scripted model, the traps the e2e suite makes the engine crash with, and the constrained-call probe.
+const TEST_EXPORTS: [&str; 4] = ["useScriptedModel", "scriptedPrompts", "setTestTrap", "constrainedCallProbe"];
 
 /// wasm-bindgen --target web, then wasm-opt when available.
 fn bindgen(root: &Path, wasm: &Path, out_dir: &Path, release: bool) -> Result<(), String> {

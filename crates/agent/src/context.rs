@@ -59,11 +59,21 @@ pub struct ContextBudget {
 }
 
 impl Default for ContextBudget {
+    /// The budget of the engine's smallest context (8,192 tokens) and the default answer length.
     fn default() -> Self {
+        Self::for_context(8_192, 1_024)
+    }
+}
+
+impl ContextBudget {
+    /// The budget for a model whose KV cache holds `context_tokens` positions (the engine's
+    /// choice: one source of truth), with room for an answer of `max_new_tokens`: a prompt that
+    /// fits this budget plus its answer always fits the cache.
+    pub fn for_context(context_tokens: usize, max_new_tokens: usize) -> Self {
         Self {
-            window_tokens: 32_768,
-            budget_tokens: 16_384,
-            reserve_output_tokens: 1_024,
+            window_tokens: context_tokens,
+            budget_tokens: context_tokens,
+            reserve_output_tokens: max_new_tokens,
             compact_at: 0.85,
             compact_to: 0.6,
             max_tool_result_tokens: 3_000,
@@ -72,9 +82,7 @@ impl Default for ContextBudget {
             keep_recent_results: 4,
         }
     }
-}
 
-impl ContextBudget {
     /// The most prompt tokens allowed.
     pub fn max_prompt_tokens(&self) -> usize {
         self.budget_tokens.min(self.window_tokens).saturating_sub(self.reserve_output_tokens)

@@ -50,7 +50,8 @@ pub enum AgentEvent {
     /// After each generation.
     Usage {
         prompt_tokens: usize,
-        /// Prompt tokens after the common prefix with the previous prompt.
+        /// Prompt tokens the model computed (the engine's count; without one, those after the
+        /// common prefix with the previous prompt).
         prefill_tokens: usize,
         completion_tokens: usize,
         tokens_per_second: Option<f64>,

@@ -106,9 +106,9 @@ pub enum SessionError {
 #[derive(Debug, thiserror::Error)]
 pub enum ContextError {
     #[error(
-        "the conversation needs {tokens} tokens but the context budget allows {max}. Your own messages are never shortened: shorten them, start a new conversation, or raise the context budget in settings"
+        "the conversation needs {tokens} tokens but the context budget allows {max}. Your own messages are never shortened: shorten them or start a new conversation (this model and GPU hold {window} tokens)"
     )]
-    Overflow { tokens: usize, max: usize },
+    Overflow { tokens: usize, max: usize, window: usize },
     #[error(transparent)]
     Template(#[from] ChatError),
 }
@@ -458,7 +458,11 @@ impl Agent {
             on_event(AgentEvent::Compacted { before_tokens: before, after_tokens: tokens });
         }
         if tokens > budget.max_prompt_tokens() {
-            return Err(ContextError::Overflow { tokens, max: budget.max_prompt_tokens() });
+            return Err(ContextError::Overflow {
+                tokens,
+                max: budget.max_prompt_tokens(),
+                window: budget.window_tokens,
+            });
         }
         let stats = PromptStats {
             prompt_tokens: tokens,
@@ -478,6 +482,7 @@ impl Agent {
             messages: &messages,
             tools: &self.chat_tools,
             enable_thinking: self.config.enable_thinking,
+            preserve_thinking: self.config.enable_thinking,
             add_generation_prompt: true,
         })
     }
@@ -540,9 +545,12 @@ impl Agent {
         let completion_tokens = gen_stats.as_ref().map_or_else(|| self.counter.count(&raw), |s| s.completion_tokens);
         let tokens_per_second =
             gen_stats.as_ref().filter(|s| s.decode_ms > 0.0).map(|s| s.completion_tokens as f64 * 1000.0 / s.decode_ms);
+        // The engine's own count of what it computed, where it reports one.
+        let prefill_tokens =
+            gen_stats.as_ref().map_or(stats.prefill_tokens, |s| s.prompt_tokens.saturating_sub(s.cached_prompt_tokens));
         on_event(AgentEvent::Usage {
             prompt_tokens: stats.prompt_tokens,
-            prefill_tokens: stats.prefill_tokens,
+            prefill_tokens,
             completion_tokens,
             tokens_per_second,
         });

@@ -478,6 +478,7 @@ mod tests {
                 messages: &[hearth_chat::Message::user("hi")],
                 tools: &tools,
                 enable_thinking: false,
+                preserve_thinking: false,
                 add_generation_prompt: true,
             })
             .unwrap();

@@ -108,7 +108,7 @@ proptest! {
             Message::assistant_calls(None, vec![ToolCall::new("c1", name.clone(), arguments.clone())]),
         ];
         let prompt = template
-            .render(&RenderRequest { messages: &messages, tools: &[], enable_thinking: false, add_generation_prompt: false })
+            .render(&RenderRequest { messages: &messages, tools: &[], enable_thinking: false, preserve_thinking: false, add_generation_prompt: false })
             .unwrap();
         let model_part = &prompt[prompt.find("<|tool_call>").unwrap()..];
         let out = parse_output(model_part, ParserOptions::default());

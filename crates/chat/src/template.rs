@@ -49,6 +49,10 @@ pub struct RenderRequest<'a> {
     /// Gemma 4: injects `<|think|>` into the system turn and, after a tool response, opens the
     /// thought channel.
     pub enable_thinking: bool,
+    /// Gemma 4: keep the thoughts before earlier tool calls when a new user turn arrives (they are
+    /// dropped otherwise), so an agent's history renders as it was generated and the KV cache
+    /// holding it stays valid.
+    pub preserve_thinking: bool,
     /// End with the opening of the model's turn (or nothing after a tool response, where the
     /// model continues its own turn).
     pub add_generation_prompt: bool,
@@ -168,6 +172,7 @@ impl ChatTemplate {
             messages: &messages,
             tools: std::slice::from_ref(&probe),
             enable_thinking: false,
+            preserve_thinking: false,
             add_generation_prompt: true,
         };
         self.render(&request)
@@ -198,6 +203,7 @@ impl ChatTemplate {
                 bos_token => self.bos_token.as_str(),
                 add_generation_prompt => request.add_generation_prompt,
                 enable_thinking => request.enable_thinking,
+                preserve_thinking => request.preserve_thinking,
             })
             .map_err(|e| ChatError::Render(describe(&e)))
     }
@@ -278,7 +284,13 @@ mod tests {
         ]))
         .unwrap();
         let out = t
-            .render(&RenderRequest { messages: &msgs, tools: &[], enable_thinking: false, add_generation_prompt: true })
+            .render(&RenderRequest {
+                messages: &msgs,
+                tools: &[],
+                enable_thinking: false,
+                preserve_thinking: false,
+                add_generation_prompt: true,
+            })
             .unwrap();
         assert!(out.contains("<|tool_call>call:f{a:1}<tool_call|>"), "{out}");
     }
@@ -287,7 +299,13 @@ mod tests {
     fn raise_exception_surfaces_as_render_error() {
         let t = ChatTemplate::from_str("{{ raise_exception('bad input') }}", "<bos>").unwrap();
         let err = t
-            .render(&RenderRequest { messages: &[], tools: &[], enable_thinking: false, add_generation_prompt: false })
+            .render(&RenderRequest {
+                messages: &[],
+                tools: &[],
+                enable_thinking: false,
+                preserve_thinking: false,
+                add_generation_prompt: false,
+            })
             .unwrap_err();
         assert!(matches!(err, ChatError::Render(ref m) if m.contains("bad input")), "{err}");
     }
@@ -298,7 +316,13 @@ mod tests {
     }
 
     fn request<'a>(messages: &'a [Message], tools: &'a [Tool]) -> RenderRequest<'a> {
-        RenderRequest { messages, tools, enable_thinking: false, add_generation_prompt: false }
+        RenderRequest {
+            messages,
+            tools,
+            enable_thinking: false,
+            preserve_thinking: false,
+            add_generation_prompt: false,
+        }
     }
 
     fn probe_tool() -> Tool {
@@ -429,6 +453,7 @@ mod tests {
                 messages: &[Message::user("Hi")],
                 tools: &[],
                 enable_thinking: false,
+                preserve_thinking: false,
                 add_generation_prompt: true,
             })
             .unwrap();

@@ -32,6 +32,7 @@ fn renders_like_python_jinja2() {
                 messages: &case.messages,
                 tools: &case.tools,
                 enable_thinking: case.enable_thinking,
+                preserve_thinking: false,
                 add_generation_prompt: case.add_generation_prompt,
             })
             .unwrap_or_else(|e| panic!("{}: {e}", case.name));

@@ -11,7 +11,7 @@ use burn::tensor::{Device, Tensor, TensorData};
 use hearth_model::affine::AffineMatrix;
 use hearth_model::dispatches::count_dispatches;
 use hearth_model::gemma::MAX_TENSOR_BYTES;
-use hearth_model::{CacheOptions, Gemma, GemmaLoader, Sampler, SamplingOptions, Session, TextConfig};
+use hearth_model::{CacheOptions, DeviceMemory, Gemma, GemmaLoader, Sampler, SamplingOptions, Session, TextConfig};
 use hearth_weights::{AffineParams, AffineTensor, Checkpoint, FileRange, MemorySource, Quantization};
 use serde_json::{Value, json};
 
@@ -37,17 +37,17 @@ pub struct BenchOptions {
 
 const GROUP: usize = 64;
 
-pub fn run(device: &Device, adapter: &str, options: &BenchOptions) -> Result<(), String> {
+pub fn run(device: &Device, adapter: &str, memory: DeviceMemory, options: &BenchOptions) -> Result<(), String> {
     println!("# hearth bench — {}", describe_machine());
     println!("adapter: {adapter}\n");
     kernel_bandwidth(device);
     if options.kernels_only {
         return Ok(());
     }
-    model_figures(device, options)
+    model_figures(device, memory, options)
 }
 
-fn describe_machine() -> String {
+pub(crate) fn describe_machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|info| {
@@ -150,12 +150,19 @@ fn load_real(device: &Device, path: &std::path::Path) -> Result<Loaded, String> 
     Ok(Loaded { model, label: format!("{name} (real weights)"), file_bytes, load_s, largest_step_bytes: None })
 }
 
-fn model_figures(device: &Device, options: &BenchOptions) -> Result<(), String> {
+fn model_figures(device: &Device, memory: DeviceMemory, options: &BenchOptions) -> Result<(), String> {
     let loaded = match &options.model {
         Some(path) => load_real(device, path)?,
         None => load_synthetic(device, options)?,
     };
-    measure(device, loaded, options)
+    // The context the whole model gets (a synthetic model may keep only a few layers).
+    let whole = match &options.model {
+        Some(_) => loaded.model.config.clone(),
+        None => shape_config(options.shape, 0).1,
+    };
+    let cache = CacheOptions::for_device(&whole, memory);
+    let on_minimum = CacheOptions::for_device(&whole, DeviceMemory::MINIMUM);
+    measure(device, loaded, (cache, cache.bytes(&whole), on_minimum.max_context), options)
 }
 
 /// A model with the real E2B/E4B shapes and random 4-bit codes, built in memory.
@@ -195,7 +202,12 @@ fn load_synthetic(device: &Device, options: &BenchOptions) -> Result<Loaded, Str
     Ok(Loaded { model, label, file_bytes: file_bytes as u64, load_s, largest_step_bytes: Some(largest_step) })
 }
 
-fn measure(device: &Device, loaded: Loaded, options: &BenchOptions) -> Result<(), String> {
+fn measure(
+    device: &Device,
+    loaded: Loaded,
+    (cache, cache_bytes, context_on_minimum): (CacheOptions, u64, usize),
+    options: &BenchOptions,
+) -> Result<(), String> {
     let Loaded { model, label, file_bytes, load_s, largest_step_bytes } = loaded;
     let weights = model.weight_bytes();
     println!("## {label}\n");
@@ -226,7 +238,14 @@ fn measure(device: &Device, loaded: Loaded, options: &BenchOptions) -> Result<()
         println!("| peak host memory so far (VmHWM{note}) | {:.2} GB |", peak as f64 / 1e9);
     }
 
-    let mut session = Session::new(model, CacheOptions::default());
+    println!(
+        "| context the whole model gets on this adapter (KV cache) | {} tokens ({:.0} MiB); {} on WebGPU's minimum limits |",
+        cache.max_context,
+        cache_bytes as f64 / 1048576.0,
+        context_on_minimum
+    );
+
+    let mut session = Session::new(model, cache);
     let mut sampler = Sampler::new(SamplingOptions::greedy());
     let prompt: Vec<u32> = (0..options.prefill).map(|i| 1000 + (i as u32 * 7919) % 200_000).collect();
     let start = Instant::now();
@@ -265,7 +284,7 @@ fn measure(device: &Device, loaded: Loaded, options: &BenchOptions) -> Result<()
 
     let [prefix, new, decode] = options.agent;
     if prefix + new > 0 {
-        let mut session = Session::new(session.into_model(), CacheOptions::default());
+        let mut session = Session::new(session.into_model(), cache);
         let context: Vec<u32> = (0..prefix + new).map(|i| 1000 + (i as u32 * 104_729) % 200_000).collect();
         let (logits, _) = session.prefill(&context[..prefix]).map_err(|e| e.to_string())?;
         let _ = pollster::block_on(sampler.sample(logits));

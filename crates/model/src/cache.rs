@@ -2,6 +2,11 @@
 //! sliding layers keep a ring of `window + max_chunk` slots, enough for a chunk's queries to see
 //! their whole window and for the last `max_chunk` positions to be rewound exactly.
 //! KV-shared layers have no cache of their own.
+//!
+//! The context size is chosen per model and adapter ([`CacheOptions::for_device`]), and a
+//! checkpoint of the rings at the end of the last prompt lets a conversation rewind to it after
+//! an answer longer than a chunk (the next prompt renders that answer again, or without its
+//! thoughts), so a step prefills only its new tokens.
 
 use burn::tensor::{Device, Tensor, TensorData};
 
@@ -22,9 +27,87 @@ pub struct CacheOptions {
 
 impl Default for CacheOptions {
     fn default() -> Self {
-        CacheOptions { max_context: 8192, max_chunk: 512 }
+        CacheOptions { max_context: CONTEXT_SIZES[CONTEXT_SIZES.len() - 1], max_chunk: 512 }
     }
 }
+
+/// The context sizes the engine offers, largest first: 8K always, more where memory allows.
+pub const CONTEXT_SIZES: [usize; 3] = [32_768, 16_384, 8_192];
+
+/// The most GPU memory a model's KV cache may take. WebGPU does not say how much memory an
+/// adapter has; 1 GiB beside 3–7 GB of weights fits the machines that run E2B/E4B at all.
+pub const KV_BUDGET_BYTES: u64 = 1 << 30;
+
+/// What the adapter allows, from its WebGPU limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceMemory {
+    /// The largest buffer (`maxBufferSize`): a cache may take at most this much in all.
+    pub max_buffer_bytes: u64,
+    /// The largest buffer one kernel can bind (`maxStorageBufferBindingSize`): one layer's keys.
+    pub max_binding_bytes: u64,
+}
+
+impl DeviceMemory {
+    /// WebGPU's guaranteed limits: what any adapter allows.
+    pub const MINIMUM: DeviceMemory = DeviceMemory { max_buffer_bytes: 256 << 20, max_binding_bytes: 128 << 20 };
+}
+
+impl CacheOptions {
+    /// The largest context of [`CONTEXT_SIZES`] whose cache fits the KV budget (at most
+    /// [`KV_BUDGET_BYTES`] and the adapter's largest buffer) and whose layers' keys each fit one
+    /// binding; the smallest size when none does.
+    pub fn for_device(config: &TextConfig, memory: DeviceMemory) -> CacheOptions {
+        let smallest = CacheOptions::default();
+        let budget = KV_BUDGET_BYTES.min(memory.max_buffer_bytes);
+        CONTEXT_SIZES
+            .iter()
+            .map(|&max_context| CacheOptions { max_context, ..smallest })
+            .find(|options| {
+                options.bytes(config) <= budget && options.largest_layer_bytes(config) <= memory.max_binding_bytes
+            })
+            .unwrap_or(smallest)
+    }
+
+    /// GPU bytes of a cache with these options for `config` (f32 keys and values).
+    pub fn bytes(&self, config: &TextConfig) -> u64 {
+        let ring = self.ring_capacity(config);
+        config
+            .layers
+            .iter()
+            .filter(|layer| layer.kv_producer.is_none())
+            .map(|layer| {
+                let positions = match layer.kind {
+                    LayerType::Full => self.max_context,
+                    LayerType::Sliding => ring,
+                };
+                2 * 4 * (layer.num_kv_heads * layer.head_dim) as u64 * positions as u64
+            })
+            .sum()
+    }
+
+    /// How many caches of these options fit the KV budget (at least one).
+    pub fn caches_within_budget(&self, config: &TextConfig, memory: DeviceMemory) -> usize {
+        let budget = KV_BUDGET_BYTES.min(memory.max_buffer_bytes);
+        (budget / self.bytes(config).max(1)).max(1) as usize
+    }
+
+    fn largest_layer_bytes(&self, config: &TextConfig) -> u64 {
+        config
+            .layers
+            .iter()
+            .map(|layer| 4 * (layer.num_kv_heads * layer.head_dim) as u64 * self.max_context as u64)
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn ring_capacity(&self, config: &TextConfig) -> usize {
+        config.window().max(1).saturating_add(self.max_chunk.max(1)).min(self.max_context)
+    }
+}
+
+/// Prefill's attention scores (`[heads, chunk, context]`, f32) stay within this: long contexts
+/// get shorter chunks rather than a buffer larger than an adapter can bind.
+const MAX_SCORE_BYTES: u64 = 128 << 20;
 
 struct LayerKv {
     kind: LayerType,
@@ -44,6 +127,19 @@ pub struct KvCache {
     len: usize,
     /// RoPE frequencies per layer type (index: `LayerType::index`).
     inv_freq: [Option<Vec<f32>>; 2],
+    /// The most query heads of any layer (prefill's scores are `[heads, chunk, context]`).
+    max_query_heads: usize,
+    checkpoint: Option<RingCheckpoint>,
+}
+
+/// The sliding layers' rings as they were at `len` positions. Holding the tensors makes the next
+/// write copy a ring once (Burn writes in place only into a buffer nothing else holds), so the
+/// checkpoint costs one ring copy per generation, not a copy per token.
+struct RingCheckpoint {
+    len: usize,
+    ring_positions: Vec<Option<usize>>,
+    /// Per layer: the ring's keys and values (None for full and KV-shared layers).
+    rings: Vec<Option<(Tensor<3>, Tensor<3>)>>,
 }
 
 /// Everything about one chunk that is the same for all layers: positions, masks, RoPE tables.
@@ -102,7 +198,14 @@ impl KvCache {
             ring_positions: vec![None; ring_capacity],
             len: 0,
             inv_freq,
+            max_query_heads: config.num_heads.max(1),
+            checkpoint: None,
         }
+    }
+
+    /// Positions the cache can hold.
+    pub fn capacity(&self) -> usize {
+        self.full_capacity
     }
 
     /// Positions held.
@@ -119,10 +222,73 @@ impl KvCache {
         if self.ring_capacity >= self.full_capacity { self.full_capacity } else { self.ring_capacity - self.window + 1 }
     }
 
+    /// How many of `remaining` tokens to run next: at most [`Self::max_chunk`], and fewer late in
+    /// a long context, where prefill's attention scores would outgrow [`MAX_SCORE_BYTES`].
+    pub fn next_chunk(&self, remaining: usize) -> usize {
+        let mut s = remaining.min(self.max_chunk()).max(1);
+        while s > 1 && 4 * (self.max_query_heads * s) as u64 * (self.len + s) as u64 > MAX_SCORE_BYTES {
+            s /= 2;
+        }
+        s
+    }
+
     /// Forgets everything.
     pub fn clear(&mut self) {
         self.len = 0;
         self.ring_positions.iter_mut().for_each(|p| *p = None);
+        self.checkpoint = None;
+    }
+
+    /// Remembers the rings as they are now, so that [`Self::rewind`] can come back here after
+    /// decoding more than a chunk past this point.
+    pub fn checkpoint(&mut self) {
+        let rings = self
+            .layers
+            .iter()
+            .map(|layer| match layer {
+                Some(kv) if kv.kind == LayerType::Sliding => Some((kv.keys.clone(), kv.values.clone())),
+                _ => None,
+            })
+            .collect();
+        self.checkpoint = Some(RingCheckpoint { len: self.len, ring_positions: self.ring_positions.clone(), rings });
+    }
+
+    /// Keeps as many of positions `0..n` as can be kept exactly and returns how many: `n` when the
+    /// rings (or the checkpoint's) still hold the window before `n`; the checkpoint's length when
+    /// `n` lies past it (positions after it must be computed again); else 0 (cleared).
+    pub fn rewind(&mut self, n: usize) -> usize {
+        let n = n.min(self.len);
+        if self.truncate(n) {
+            return n;
+        }
+        let Some(checkpoint) = self.checkpoint.take() else {
+            self.clear();
+            return 0;
+        };
+        if checkpoint.len > self.len {
+            self.clear();
+            return 0;
+        }
+        for (layer, ring) in self.layers.iter_mut().zip(&checkpoint.rings) {
+            if let (Some(kv), Some((keys, values))) = (layer.as_mut(), ring) {
+                kv.keys = keys.clone();
+                kv.values = values.clone();
+            }
+        }
+        self.ring_positions.clone_from(&checkpoint.ring_positions);
+        // Full layers hold every position: only the length goes back.
+        self.len = checkpoint.len;
+        if n >= checkpoint.len {
+            self.checkpoint = Some(checkpoint);
+            return self.len;
+        }
+        // Before the checkpoint: it goes stale once positions before its end are overwritten.
+        if self.truncate(n) {
+            n
+        } else {
+            self.clear();
+            0
+        }
     }
 
     /// Keeps only positions `0..n`, if that is exact: full layers always can; sliding layers only
@@ -142,6 +308,10 @@ impl KvCache {
             }
         }
         self.len = n;
+        if self.checkpoint.as_ref().is_some_and(|c| c.len > n) {
+            // The positions up to its end will be written again.
+            self.checkpoint = None;
+        }
         true
     }
 

@@ -455,10 +455,11 @@ impl Gemma {
             return Ok(Tensor::zeros([0, self.config.vocab_size], &self.device));
         }
         let mut rows = Vec::new();
-        let chunks: Vec<&[u32]> = tokens.chunks(cache.max_chunk()).collect();
-        for (i, chunk) in chunks.iter().enumerate() {
-            let last = i + 1 == chunks.len();
-            if all_positions || last {
+        let mut rest = tokens;
+        while !rest.is_empty() {
+            let (chunk, after) = rest.split_at(cache.next_chunk(rest.len()));
+            rest = after;
+            if all_positions || rest.is_empty() {
                 rows.push(self.forward_chunk(chunk, cache, all_positions)?);
             } else {
                 self.forward_chunk(chunk, cache, false)?;

@@ -5,6 +5,8 @@ use burn::tensor::Device;
 use burn::tensor::wgpu::{WgpuInitError, WgpuSetup, wgpu};
 use hearth_protocol::{AdapterReport, EngineFailure, FailureKind};
 
+use crate::cache::DeviceMemory;
+
 /// An initialised GPU: the Burn device to put tensors on, and what it is.
 #[derive(Clone)]
 pub struct Gpu {
@@ -89,5 +91,13 @@ fn describe(setup: &WgpuSetup) -> AdapterReport {
         max_buffer_size: limits.max_buffer_size,
         max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size,
         max_compute_workgroup_storage_size: limits.max_compute_workgroup_storage_size,
+    }
+}
+
+/// What the adapter's limits allow a KV cache.
+pub fn device_memory(adapter: &AdapterReport) -> DeviceMemory {
+    DeviceMemory {
+        max_buffer_bytes: adapter.max_buffer_size,
+        max_binding_bytes: adapter.max_storage_buffer_binding_size,
     }
 }

@@ -36,7 +36,7 @@ pub mod self_test;
 pub mod session;
 pub mod tokenizer;
 
-pub use cache::{CacheOptions, KvCache};
+pub use cache::{CONTEXT_SIZES, CacheOptions, DeviceMemory, KvCache};
 pub use config::TextConfig;
 pub use gemma::{Gemma, GemmaLoader, ModelError, WeightBytes};
 pub use gpu::{Gpu, GpuError};

@@ -146,6 +146,82 @@ fn reused_cache_gives_the_same_logits_as_a_fresh_prefill() {
     });
 }
 
+/// After decoding further than the rings can rewind, a prompt that leaves the decoded tokens
+/// (an answer rendered again, thoughts dropped) still reuses everything up to the previous
+/// prompt's end, or a little before it, through the cache's checkpoint; logits as a fresh
+/// prefill's.
+#[test]
+fn a_prompt_that_drops_a_long_answer_rewinds_to_the_checkpoint() {
+    for_each_model(|label, model, expected| {
+        let tokens = &expected.tokens;
+        let window = model.config.window();
+        let mut session = Session::new(model, CacheOptions { max_context: 64, max_chunk: 4 });
+        let prompt_len = 8;
+        session.prefill(&tokens[..prompt_len]).unwrap();
+        // The "answer": more tokens than a ring of window + 4 slots can take back.
+        let answer = window + 6;
+        for i in 0..answer {
+            session.step(tokens[(prompt_len + i) % tokens.len()]).unwrap();
+        }
+        let fresh_logits = |session: &Session, prompt: &[u32]| {
+            let mut fresh = KvCache::new(&session.model().config, CacheOptions::default(), session.model().device());
+            read(session.model().forward(prompt, &mut fresh, false).unwrap())
+        };
+        // Diverges right after the previous prompt: everything before it is kept.
+        let mut next = tokens[..prompt_len].to_vec();
+        next.extend([tokens[3], tokens[1], tokens[4]]);
+        let (logits, stats) = session.prefill(&next).unwrap();
+        assert_eq!((stats.reused, stats.computed), (prompt_len, 3), "{label}: rewound to the checkpoint");
+        check(&format!("{label} after the checkpoint"), &read(logits), &fresh_logits(&session, &next));
+
+        // Decode past the rings again, then diverge two tokens before that prompt's end.
+        for i in 0..answer {
+            session.step(tokens[i % tokens.len()]).unwrap();
+        }
+        let mut earlier = next[..next.len() - 2].to_vec();
+        earlier.push(tokens[2]);
+        let (logits, stats) = session.prefill(&earlier).unwrap();
+        assert_eq!(stats.reused, next.len() - 2, "{label}: rewound within the checkpoint's rings");
+        check(&format!("{label} before the checkpoint"), &read(logits), &fresh_logits(&session, &earlier));
+    });
+}
+
+/// Two conversations taking turns each keep their cache when the budget allows two, and each
+/// turn computes only its new tokens; with one cache they evict each other.
+#[test]
+fn conversations_keep_their_own_caches_within_the_budget() {
+    for_each_model(|label, model, expected| {
+        let tokens = &expected.tokens;
+        let (a, b): (Vec<u32>, Vec<u32>) = (tokens.to_vec(), tokens.iter().rev().copied().collect());
+        let options = CacheOptions { max_context: 64, max_chunk: 4 };
+        let mut session = Session::with_caches(model, options, 2);
+        let turn = |session: &mut Session, conversation: u64, prompt: &[u32]| {
+            session.use_conversation(conversation);
+            session.prefill(prompt).unwrap().1
+        };
+        turn(&mut session, 1, &a[..10]);
+        turn(&mut session, 2, &b[..10]);
+        assert_eq!(turn(&mut session, 1, &a).reused, 10, "{label}: conversation 1 kept its cache");
+        let (logits, stats) = {
+            session.use_conversation(2);
+            session.prefill(&b).unwrap()
+        };
+        assert_eq!(stats.reused, 10, "{label}: conversation 2 kept its cache");
+        let mut fresh = KvCache::new(&session.model().config, CacheOptions::default(), session.model().device());
+        let reference = session.model().forward(&b, &mut fresh, false).unwrap();
+        check(&format!("{label} second conversation"), &read(logits), &read(reference));
+        // A third conversation takes the cache unused longest (conversation 1's).
+        turn(&mut session, 3, &a[..5]);
+        assert_eq!(turn(&mut session, 2, &b).reused, b.len() - 1, "{label}: the most recent stays");
+        assert_eq!(turn(&mut session, 1, &a).reused, 0, "{label}: the oldest was given up");
+
+        let mut single = Session::new(session.into_model(), options);
+        turn(&mut single, 1, &a[..10]);
+        turn(&mut single, 2, &b[..10]);
+        assert_eq!(turn(&mut single, 1, &a).reused, 0, "{label}: one cache is shared");
+    });
+}
+
 /// An embedding split into many small blocks (as the real 262k-row one is, to fit storage
 /// bindings) gives the same logits: lookups keep the token order, the tied head joins the blocks.
 #[test]

@@ -9,9 +9,10 @@
 //! The config each yields and the loader's whole plan (every tensor, its shape, its layer) are
 //! checked against the published facts, written out as literals, and against the tables.
 
-use hearth_model::GemmaLoader;
+use hearth_model::cache::KV_BUDGET_BYTES;
 use hearth_model::config::{GEMMA4_STOP_IDS, LayerType, TextConfig};
 use hearth_model::gemma::{MAX_TENSOR_BYTES, PlannedTensor};
+use hearth_model::{CacheOptions, DeviceMemory, GemmaLoader};
 use hearth_weights::{Checkpoint, Quantization, WindowedSource, Windows};
 use serde_json::{Value, json};
 
@@ -475,4 +476,19 @@ fn gemma4_configs_missing_a_field_are_refused_by_name() {
     // Without it E2B would compute its own K/V on layers 15–34 from weights the model never used.
     let err = TextConfig::from_json(&config.to_string()).unwrap_err().to_string();
     assert_eq!(err, "config.json lacks `text_config.num_kv_shared_layers`, which Gemma 4 needs");
+}
+
+/// The context each published model gets: E2B's three full-attention caches fit 32K within the
+/// KV budget, E4B's four (two KV heads each) 16K; on an adapter with WebGPU's minimum limits
+/// they get less, never under 8K.
+#[test]
+fn the_engine_chooses_each_models_context_from_the_adapter() {
+    let desktop = DeviceMemory { max_buffer_bytes: 4 << 30, max_binding_bytes: 2 << 30 };
+    for (name, p, on_desktop, on_minimum) in [("E2B", &E2B, 32_768, 16_384), ("E4B", &E4B, 16_384, 8_192)] {
+        let config = TextConfig::from_json(&p.mlx_config()).unwrap();
+        let cache = CacheOptions::for_device(&config, desktop);
+        assert_eq!(cache.max_context, on_desktop, "{name}");
+        assert!(cache.bytes(&config) <= KV_BUDGET_BYTES, "{name}: {} bytes", cache.bytes(&config));
+        assert_eq!(CacheOptions::for_device(&config, DeviceMemory::MINIMUM).max_context, on_minimum, "{name}");
+    }
 }

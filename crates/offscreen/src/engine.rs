@@ -12,7 +12,7 @@ use hearth_chat::{ChatTemplate, Message, RenderRequest};
 use hearth_model::config::Family;
 use hearth_model::generate::{self, GenerateOptions};
 use hearth_model::tokenizer::Tokenizer;
-use hearth_model::{CacheOptions, Gemma, Sampler, SamplingOptions, Session, TextConfig, gpu, self_test};
+use hearth_model::{CacheOptions, DeviceMemory, Gemma, Sampler, SamplingOptions, Session, TextConfig, gpu, self_test};
 use hearth_protocol::{
     AdapterReport, EngineFailure, EngineStatus, FailureKind, GenerateRequest, GenerationEvent, GenerationStats,
     ModelInfo, ModelMemory,
@@ -287,6 +287,13 @@ fn quantization_of(files: &ModelFiles) -> Result<Option<Quantization>, String> {
     Quantization::from_config_json(&files.config_json).map_err(|e| e.to_string())
 }
 
+/// Conversations (tabs) whose KV caches are kept at once, at most; fewer when the memory budget
+/// holds fewer (E2B at 32K: two).
+const MAX_CONVERSATION_CACHES: usize = 4;
+
+/// The conversation of chat replies (`generate`); agent tasks use their tab's.
+pub const CHAT_CONVERSATION: u64 = 0;
+
 /// The loaded model, shared by chat replies and agent tasks.
 #[derive(Clone)]
 pub struct ModelHandles {
@@ -295,6 +302,8 @@ pub struct ModelHandles {
     pub tokenizer: Rc<Tokenizer>,
     pub template: Rc<ChatTemplate>,
     pub stop_tokens: Rc<[u32]>,
+    /// Positions the KV cache holds: the agent's context budget derives from it.
+    pub context_tokens: usize,
 }
 
 struct LoadedModel {
@@ -368,7 +377,7 @@ pub async fn start(
             // models of gigabytes would not fit together.
             ENGINE.with(|e| e.borrow_mut().model = None);
             let name = files.name.clone();
-            match load_model(files, &device, on_status).await {
+            match load_model(files, &device, gpu::device_memory(&adapter), on_status).await {
                 Ok(model) => {
                     let info = model.info.clone();
                     ENGINE.with(|e| e.borrow_mut().model = Some(model));
@@ -392,7 +401,7 @@ pub async fn start(
             }
         }
     };
-    EngineStatus::Ready { adapter, self_test: report, model }
+    EngineStatus::Ready { adapter, self_test: report, model: model.map(Box::new) }
 }
 
 /// A failure in English, and its `(key, args)` in the extension's locales.
@@ -419,6 +428,7 @@ async fn ensure_gpu(vendor: String, architecture: String) -> Result<(Device, Ada
 async fn load_model(
     files: ModelFiles,
     device: &Device,
+    memory: DeviceMemory,
     on_status: &dyn Fn(&EngineStatus),
 ) -> Result<LoadedModel, LoadFailure> {
     let start = now_ms();
@@ -432,16 +442,22 @@ async fn load_model(
     let (layers, vocab_size) = (config.num_layers as u32, config.vocab_size as u32);
     let stop_tokens = config.eos_token_ids.clone();
     let weights = model.weight_bytes();
+    let memory_limits = memory;
+    let cache = CacheOptions::for_device(&config, memory_limits);
     let memory = ModelMemory {
         file_bytes,
         peak_read_bytes,
         device_bytes: weights.device,
         host_bytes: weights.host,
+        kv_cache_bytes: cache.bytes(&config),
         wasm_memory_bytes: wasm_memory_bytes(),
     };
-    let info = ModelInfo { name, architecture, layers, vocab_size, load_ms: now_ms() - start, memory };
+    let context_tokens = cache.max_context as u32;
+    let conversation_caches = cache.caches_within_budget(&config, memory_limits).min(MAX_CONVERSATION_CACHES);
+    let info = ModelInfo { name, architecture, layers, vocab_size, load_ms: now_ms() - start, context_tokens, memory };
     let handles = ModelHandles {
-        session: Rc::new(Mutex::new(Session::new(model, CacheOptions::default()))),
+        session: Rc::new(Mutex::new(Session::with_caches(model, cache, conversation_caches))),
+        context_tokens: cache.max_context,
         tokenizer: Rc::new(tokenizer),
         template: Rc::new(template),
         stop_tokens: stop_tokens.into(),
@@ -457,10 +473,17 @@ pub async fn generate(request: &GenerateRequest, emit: &impl Fn(&GenerationEvent
         return fail("No model is installed yet.".into());
     };
     let mut session = model.session.lock().await;
+    session.use_conversation(CHAT_CONVERSATION);
     let (tokenizer, template, stop_tokens) = (&model.tokenizer, &model.template, &model.stop_tokens);
 
     let messages = [Message::user(request.prompt.clone())];
-    let render = RenderRequest { messages: &messages, tools: &[], enable_thinking: false, add_generation_prompt: true };
+    let render = RenderRequest {
+        messages: &messages,
+        tools: &[],
+        enable_thinking: false,
+        preserve_thinking: false,
+        add_generation_prompt: true,
+    };
     let result = async {
         let prompt = template.render(&render).map_err(|e| e.to_string())?;
         let ids = tokenizer.encode(&prompt).map_err(|e| e.to_string())?;

@@ -254,8 +254,13 @@ mod tests {
         let template = ChatTemplate::from_str(GEMMA3_CHAT_TEMPLATE, "<bos>").unwrap();
         let messages = [Message::user("  Hello  "), Message::assistant("Hi."), Message::user("Bye")];
         let render = |add_generation_prompt| {
-            let request =
-                RenderRequest { messages: &messages, tools: &[], enable_thinking: false, add_generation_prompt };
+            let request = RenderRequest {
+                messages: &messages,
+                tools: &[],
+                enable_thinking: false,
+                preserve_thinking: false,
+                add_generation_prompt,
+            };
             template.render(&request).unwrap()
         };
         let turns = "<bos><start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\nHi.<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n";

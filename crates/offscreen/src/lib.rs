@@ -4,6 +4,8 @@
 //! the GPU, the model and generation. Every export returns JSON of a `hearth_protocol` type, so the
 //! shapes are defined once, in Rust. Nothing here reads the GPU synchronously.
 
+#[cfg(feature = "scripted")]
+mod call_probe;
 mod engine;
 /// "Use a model file you already have": a chosen GGUF file's header, judged by the engine's parsers.
 pub mod inspect;
@@ -108,6 +110,24 @@ pub fn use_scripted_model(replies: String) -> Result<(), JsError> {
 #[wasm_bindgen(js_name = scriptedPrompts)]
 pub fn scripted_prompts() -> String {
     to_json(&tasks::scripted::prompts())
+}
+
+/// Test builds only: with the loaded model, renders a user message (declaring the agent's tools
+/// when `render_tools`) with the model's template, opens a call (`<|tool_call>`), and decodes it as
+/// an agent step does (the call constraint of the agent's tools, hot sampling with `seed`, at most
+/// `max_tokens`), then the same without the constraint (`free_tokens`, none when 0). Resolves to
+/// JSON (`call_probe::Probe`): the texts, whether each closed with `<tool_call|>`, and the agent
+/// parser's and validator's verdict on each.
+#[cfg(feature = "scripted")]
+#[wasm_bindgen(js_name = constrainedCallProbe)]
+pub async fn constrained_call_probe(
+    seed: u32,
+    max_tokens: u32,
+    free_tokens: u32,
+    render_tools: bool,
+) -> Result<String, JsError> {
+    let probe = call_probe::run(seed, max_tokens, free_tokens, render_tools).await.map_err(|e| JsError::new(&e))?;
+    Ok(to_json(&probe))
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> String {

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use futures::future::{Either, select};
 use futures::stream::{self, LocalBoxStream, StreamExt};
 use hearth_agent::{
-    Agent, AgentConfig, AgentControl, ApproxTokenCounter, Clock, Entry, GenerationRequest, GenerationStats,
-    ModelBackend, ModelChunk, ModelError, TokenCounter, ToolError, ToolExecutor, ToolInvocation, ToolOutput,
-    builtin_tools,
+    Agent, AgentConfig, AgentControl, ApproxTokenCounter, Clock, ContextBudget, Entry, GenerationRequest,
+    GenerationStats, ModelBackend, ModelChunk, ModelError, TokenCounter, ToolError, ToolExecutor, ToolInvocation,
+    ToolOutput, builtin_tools,
 };
 use hearth_model::constrain::{CallConstraint, CallGrammar, ConstrainError, ToolSpec, VocabTrie};
 use hearth_model::generate::{self, GenerateOptions};
@@ -176,6 +176,7 @@ pub async fn control(tab_id: u32, action: TaskAction) {
 
 fn new_conversation(model: &ModelHandles, settings: &TaskSettings) -> Conversation {
     let mut config = AgentConfig::default();
+    config.budget = ContextBudget::for_context(model.context_tokens, config.max_new_tokens);
     apply_settings(&mut config, settings);
     let counter = Box::new(TokenizerCounter(model.tokenizer.clone()));
     let agent = Agent::new((*model.template).clone(), builtin_tools(), config, counter, Box::new(BrowserClock));
@@ -185,7 +186,14 @@ fn new_conversation(model: &ModelHandles, settings: &TaskSettings) -> Conversati
 fn apply_settings(config: &mut AgentConfig, settings: &TaskSettings) {
     config.max_iterations = settings.max_iterations.max(1) as usize;
     config.enable_thinking = settings.enable_thinking;
-    config.max_new_tokens = settings.max_new_tokens.max(1) as usize;
+    // The answer's room comes out of the context (never more than half of it).
+    config.max_new_tokens = (settings.max_new_tokens.max(1) as usize).min(config.budget.window_tokens / 2);
+    config.budget.reserve_output_tokens = config.max_new_tokens;
+}
+
+/// The KV-cache conversation of a tab's tasks (chat replies have their own).
+fn tab_conversation(tab_id: u32) -> u64 {
+    u64::from(tab_id) + 1
 }
 
 /// Runs the loop until it needs the user or ends, then reports the outcome.
@@ -197,7 +205,7 @@ async fn run(tab_id: u32, model: ModelHandles) {
         Some((conversation.agent.take()?, conversation.settings.clone(), host))
     });
     let Some((mut agent, settings, host)) = taken else { return };
-    let mut backend = TaskModel::new(model, &settings);
+    let mut backend = TaskModel::new(model, tab_conversation(tab_id), &settings);
     let mut tools = TabTools { tab_id, host };
     let outcome = agent.run(&mut backend, &mut tools, &mut |event| emit(tab_id, &TaskUpdate::Event { event })).await;
     let history = serde_json::to_string(agent.history()).unwrap_or_default();
@@ -245,6 +253,8 @@ impl Clock for BrowserClock {
 enum TaskModel {
     Burn {
         model: ModelHandles,
+        /// Whose KV cache to use (one per tab while memory allows).
+        conversation: u64,
         sampling: SamplingOptions,
     },
     #[cfg(feature = "scripted")]
@@ -252,7 +262,7 @@ enum TaskModel {
 }
 
 impl TaskModel {
-    fn new(model: ModelHandles, settings: &TaskSettings) -> Self {
+    fn new(model: ModelHandles, conversation: u64, settings: &TaskSettings) -> Self {
         #[cfg(feature = "scripted")]
         if TASKS.with(|t| t.borrow().script.is_some()) {
             return TaskModel::Scripted;
@@ -262,14 +272,16 @@ impl TaskModel {
         } else {
             SamplingOptions::greedy()
         };
-        TaskModel::Burn { model, sampling }
+        TaskModel::Burn { model, conversation, sampling }
     }
 }
 
 impl ModelBackend for TaskModel {
     fn generate(&mut self, request: GenerationRequest) -> impl futures::Stream<Item = Result<ModelChunk, ModelError>> {
         let chunks = match self {
-            TaskModel::Burn { model, sampling } => burn_generate(model.clone(), *sampling, request),
+            TaskModel::Burn { model, conversation, sampling } => {
+                burn_generate(model.clone(), *conversation, *sampling, request)
+            }
             #[cfg(feature = "scripted")]
             TaskModel::Scripted => scripted::generate(request),
         };
@@ -280,14 +292,16 @@ impl ModelBackend for TaskModel {
 
 /// Streams the Burn model's tokens for `request`. The generation runs inside the stream (polled
 /// with it), so dropping the stream stops it; stop is checked between tokens.
-fn burn_generate(
+pub(crate) fn burn_generate(
     model: ModelHandles,
+    conversation: u64,
     sampling: SamplingOptions,
     request: GenerationRequest,
 ) -> LocalBoxStream<'static, Result<ModelChunk, ModelError>> {
     let (sender, receiver) = futures::channel::mpsc::unbounded();
     let run = async move {
         let mut session = model.session.lock().await;
+        session.use_conversation(conversation);
         let result = async {
             let ids = model.tokenizer.encode(&request.prompt).map_err(|e| e.to_string())?;
             let mut sampler = Sampler::new(sampling);
@@ -404,7 +418,7 @@ fn owns(cache: &CallCache, tokenizer: &Rc<Tokenizer>) -> bool {
 /// What holds the calls of one generation to the tools the agent offers, if the model can write
 /// Gemma 4 calls. Built on the first generation with a tokenizer (the grammar and the vocabulary
 /// trie), then reused with its masks; give it back with [`keep_call_constraint`].
-fn call_constraint(tokenizer: &Rc<Tokenizer>) -> Option<CallConstraint> {
+pub(crate) fn call_constraint(tokenizer: &Rc<Tokenizer>) -> Option<CallConstraint> {
     CALLS.with(|cell| {
         let mut cell = cell.borrow_mut();
         if cell.as_ref().is_none_or(|cache| !owns(cache, tokenizer)) {
@@ -418,7 +432,7 @@ fn call_constraint(tokenizer: &Rc<Tokenizer>) -> Option<CallConstraint> {
 }
 
 /// Keeps `calls` (and the masks it computed) for the next generation with the same tokenizer.
-fn keep_call_constraint(tokenizer: &Rc<Tokenizer>, calls: CallConstraint) {
+pub(crate) fn keep_call_constraint(tokenizer: &Rc<Tokenizer>, calls: CallConstraint) {
     CALLS.with(|cell| {
         if let Some(cache) = cell.borrow_mut().as_mut().filter(|cache| owns(cache, tokenizer)) {
             cache.idle = Some(calls);
@@ -633,6 +647,7 @@ mod real_model_tests {
             tokenizer: Rc::new(load_tokenizer(&dir).expect("tokenizer")),
             template: Rc::new(ChatTemplate::from_str(&template, "<bos>").expect("template parses")),
             stop_tokens,
+            context_tokens: CacheOptions::default().max_context,
         }
     }
 
@@ -645,7 +660,9 @@ mod real_model_tests {
             stop_after: stop_after.iter().map(|p| (*p).to_owned()).collect(),
             cancel: hearth_agent::CancelToken::new(),
         };
-        let chunks = pollster::block_on(burn_generate(model.clone(), sampling, request).collect::<Vec<_>>());
+        let chunks = pollster::block_on(
+            burn_generate(model.clone(), tab_conversation(1), sampling, request).collect::<Vec<_>>(),
+        );
         let mut text = String::new();
         let mut tokens = None;
         for chunk in chunks {
@@ -686,7 +703,7 @@ mod real_model_tests {
             "Click the Go button.",
             Some(PageInfo { url: "http://127.0.0.1/".into(), title: "Test".into() }),
         );
-        let mut backend = TaskModel::new(handles.clone(), &settings);
+        let mut backend = TaskModel::new(handles.clone(), tab_conversation(1), &settings);
         let mut events = Vec::new();
         let outcome = pollster::block_on(agent.run(&mut backend, &mut OnePage, &mut |e| events.push(e)));
 

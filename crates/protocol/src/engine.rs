@@ -16,7 +16,7 @@ pub enum EngineStatus {
     /// Loading the wasm module and initialising the GPU.
     Starting,
     /// The GPU is initialised and passed its self-test; `model` is loaded when one is installed.
-    Ready { adapter: AdapterReport, self_test: SelfTestReport, model: Option<ModelInfo> },
+    Ready { adapter: AdapterReport, self_test: SelfTestReport, model: Option<Box<ModelInfo>> },
     /// The GPU works but the chosen model is not installed: the overlay offers to download it
     /// (or it can be loaded from a folder in the options page).
     NeedsModel { model: ModelOffer },
@@ -65,6 +65,9 @@ pub struct ModelInfo {
     pub vocab_size: u32,
     /// Wall time to read the weights onto the GPU, in milliseconds.
     pub load_ms: f64,
+    /// Positions the KV cache holds, chosen for this model and adapter: the longest prompt plus
+    /// answer a conversation can have (the agent compacts its history to fit).
+    pub context_tokens: u32,
     /// Where the model's bytes were during the load, and are now.
     pub memory: ModelMemory,
 }
@@ -85,6 +88,9 @@ pub struct ModelMemory {
     /// Weights kept in host (wasm) memory.
     #[ts(type = "number")]
     pub host_bytes: u64,
+    /// One conversation's KV cache on the GPU (`context_tokens` positions).
+    #[ts(type = "number")]
+    pub kv_cache_bytes: u64,
     /// The engine's whole linear memory after the load (wasm memory never shrinks, so this is
     /// its peak so far); 0 in native builds.
     #[ts(type = "number")]

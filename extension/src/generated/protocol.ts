@@ -115,6 +115,11 @@ architecture: string, layers: number, vocab_size: number,
  */
 load_ms: number, 
 /**
+ * Positions the KV cache holds, chosen for this model and adapter: the longest prompt plus
+ * answer a conversation can have (the agent compacts its history to fit).
+ */
+context_tokens: number, 
+/**
  * Where the model's bytes were during the load, and are now.
  */
 memory: ModelMemory, };
@@ -137,6 +142,10 @@ device_bytes: number,
  * Weights kept in host (wasm) memory.
  */
 host_bytes: number, 
+/**
+ * One conversation's KV cache on the GPU (`context_tokens` positions).
+ */
+kv_cache_bytes: number, 
 /**
  * The engine's whole linear memory after the load (wasm memory never shrinks, so this is
  * its peak so far); 0 in native builds.
@@ -309,7 +318,8 @@ target: ActionTarget | null,
  */
 message: string, } | { "type": "ask_user", call_id: string, question: string, options: Array<string>, } | { "type": "done", result: string, success: boolean, } | { "type": "error", message: string, recoverable: boolean, } | { "type": "usage", prompt_tokens: number, 
 /**
- * Prompt tokens after the common prefix with the previous prompt.
+ * Prompt tokens the model computed (the engine's count; without one, those after the
+ * common prefix with the previous prompt).
  */
 prefill_tokens: number, completion_tokens: number, tokens_per_second: number | null, } | { "type": "paused", reason: PauseReason, } | { "type": "compacted", before_tokens: number, after_tokens: number, } | { "type": "stopped" };
 

@@ -101,6 +101,9 @@ test("a GGUF model runs packed in the browser and gives transformers' greedy ids
     );
     assert.equal(status.state, "ready", JSON.stringify(status));
     assert.equal(status.model.architecture, "gemma3");
+    // The engine sizes the KV cache for the model and adapter: a tiny model's fits the largest.
+    assert.equal(status.model.context_tokens, 32768);
+    assert.ok(status.model.memory.kv_cache_bytes > 0 && status.model.memory.kv_cache_bytes < 2 ** 30, JSON.stringify(status.model.memory));
     const done = events.at(-1);
     assert.equal(done.event, "done", `generation failed: ${JSON.stringify(done)}`);
     console.log(`browser (GGUF): ${JSON.stringify(done.stats)}`);

@@ -98,7 +98,7 @@ const READY = {
     state: "ready",
     adapter: { name: "Test GPU", vendor: "test", architecture: "", backend: "BrowserWebGpu", device_type: "Cpu", shader_f16: false, max_buffer_size: 2 ** 28, max_storage_buffer_binding_size: 2 ** 27, max_compute_workgroup_storage_size: 16384 },
     self_test: { computation: "softmax(A·B)", passed: true, values: [0.5, 0.5], max_abs_error: 1e-7, tolerance: 1e-5, elapsed_ms: 3 },
-    model: { name: "Fake model", architecture: "gemma4_text", layers: 2, vocab_size: 100, load_ms: 12 },
+    model: { name: "Fake model", architecture: "gemma4_text", layers: 2, vocab_size: 100, load_ms: 12, context_tokens: 8192 },
   },
 };
 
@@ -306,6 +306,8 @@ describe("the overlay", () => {
     const { page, tabId } = await openOverlay(chrome, "composer");
     await toTab(chrome, tabId, READY);
     await waitForData(page, "engine", "ready");
+    const facts = await overlayEval(page, "details.engine-details dl", "function () { return this.textContent; }");
+    assert.match(facts, /Fake model · 2 layers · 8,192-token context · loaded in 12 ms/, "the engine's context is shown");
     await clickInOverlay(page, "textarea.composer");
     await page.keyboard.type("Summarize this page");
     await page.keyboard.press("Enter");

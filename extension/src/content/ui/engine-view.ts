@@ -80,7 +80,7 @@ export function engineView(
           fact(t("factMaxBuffer"), `${formatNumber(adapter.max_buffer_size / 2 ** 20)} MiB`);
           fact(
             t("factModel"),
-            model ? t("modelFacts", model.name, String(model.layers), formatNumber(model.load_ms)) : t("noModel"),
+            model ? t("modelFacts", model.name, String(model.layers), formatNumber(model.context_tokens), formatNumber(model.load_ms)) : t("noModel"),
           );
           const result = el(
             "p",
