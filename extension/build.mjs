@@ -35,17 +35,10 @@ await build({ ...common, entryPoints: { content: "src/content/content.ts" }, for
 
 cpSync("static", outdir, { recursive: true });
 
-// Test builds carry a tiny model so the engine can be exercised end to end without a download.
+// Test builds carry a tiny model so the engine can be exercised end to end without a download:
+// `cargo xtask build` copies its files (BUNDLED_MODEL_FILES, crates/protocol) after this script.
 rmSync(join(outdir, "test-models"), { recursive: true, force: true });
-let bundled_model = null;
-if (bundledModelDir) {
-  bundled_model = `test-models/${basename(bundledModelDir)}`;
-  const target = join(outdir, bundled_model);
-  mkdirSync(target, { recursive: true });
-  for (const file of ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja"]) {
-    cpSync(join(bundledModelDir, file), join(target, file));
-  }
-}
+const bundled_model = bundledModelDir ? `test-models/${basename(bundledModelDir)}` : null;
 // The model manifests (models/README.md): the downloadable models, plus models/test/ in test builds.
 const modelsDir = resolve(import.meta.dirname, "../models");
 rmSync(join(outdir, "models"), { recursive: true, force: true });

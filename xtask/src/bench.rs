@@ -12,7 +12,7 @@ pub fn bench(flags: &[String]) -> Result<(), String> {
     let root = root();
     let flags: Vec<&str> = flags.iter().map(String::as_str).filter(|f| *f != "--").collect();
     if flags.contains(&"--browser") {
-        build::build(&build::Options { release: false })?;
+        build::build(&build::Options { release: false, strict: false })?;
         let mut cmd = process::command("node", &["scripts/bench-browser.mjs"]);
         cmd.args(flags.iter().filter(|f| **f != "--browser")).current_dir(root.join("extension"));
         return process::run(cmd);

@@ -9,7 +9,8 @@
 //! - `bench [-- flags]`  speed and memory figures (`hearth bench`: fused 4-bit GEMV vs copy, models
 //!   with the real Gemma 4 E2B/E4B shapes), for benches/RESULTS.md; `-- --browser --model <gguf>`:
 //!   browser decode, Hearth beside wllama
-//! - `gen-types`  regenerate the TypeScript protocol from the Rust types
+//! - `gen-types`  regenerate the TypeScript protocol from the Rust types (`build` refreshes the
+//!   wasm exports' declaration, extension/src/generated/hearth_offscreen.d.ts)
 
 mod bench;
 mod build;
@@ -29,7 +30,7 @@ fn main() -> ExitCode {
     };
     let has = |flag: &str| flags.iter().any(|f| f == flag);
     let result = match command {
-        "build" => build::build(&build::Options { release: has("--release") }).map(|_| ()),
+        "build" => build::build(&build::Options { release: has("--release"), strict: false }).map(|_| ()),
         "run" | "demo" => run(has("--headless"), has("--no-build"), has("--release")),
         "test" => test::test(has("--full")),
         "bench" => bench::bench(flags),
@@ -78,7 +79,7 @@ fn run(headless: bool, no_build: bool, release: bool) -> Result<(), String> {
         .map(|v| format!(" ({}{})", v.product, v.major.map(|m| format!(" {m}")).unwrap_or_default()));
     eprintln!("xtask: browser {}{}", browser.path.display(), version.unwrap_or_default());
     if !no_build {
-        build::build(&build::Options { release })?;
+        build::build(&build::Options { release, strict: false })?;
     }
     let mut cmd = process::command("node", &["scripts/run-demo.mjs"]);
     // tests/lib/browser.mjs launches the browser `CHROMIUM` names.

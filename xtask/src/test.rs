@@ -78,7 +78,7 @@ fn run_all(root: &Path, steps: &mut Steps, full: bool) -> Result<(), String> {
     steps.time("typecheck", || process::run(in_extension("npx", &["--no-install", "tsc", "--noEmit"])))?;
     steps.time("unit (ts)", || process::run(in_extension("node", &["--test", "tests/unit/"])))?;
     let wasm = steps.time("wasm", || wasm_build.wait())?;
-    steps.time("build", || build::assemble(root, &wasm, &build::Options { release: false }))?;
+    steps.time("build", || build::assemble(root, &wasm, &build::Options { release: false, strict: true }))?;
     // The e2e suite compares the browser's tokens with the native CLI's; `cargo test` built the
     // binary for the CLI's own tests (a separate `cargo build` could resolve features differently
     // and rebuild Burn).

@@ -81,7 +81,7 @@ fn def(name: &str, risk: RiskLevel, description: &str, properties: Value, requir
 
 /// The browser tools, in the order they are declared to the model. Only tools whose result the
 /// model can use: no screenshot while the engine runs the text model alone (it cannot see one).
-/// The extension's executors are checked against these names (extension/src/shared/tools.ts).
+/// The extension's executors are checked against these names (extension/src/shared/tool-executors.ts).
 pub fn builtin_tools() -> Vec<ToolDefinition> {
     use RiskLevel::*;
     let index = json!({"type": "integer", "minimum": 0, "description": "The element's number from the latest snapshot, e.g. 12 for [12]."});

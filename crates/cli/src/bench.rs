@@ -8,10 +8,12 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use burn::tensor::{Device, Tensor, TensorData};
-use hearth_model::affine::AffineMatrix;
-use hearth_model::dispatches::count_dispatches;
-use hearth_model::gemma::MAX_TENSOR_BYTES;
-use hearth_model::{CacheOptions, DeviceMemory, Gemma, GemmaLoader, Sampler, SamplingOptions, Session, TextConfig};
+use hearth_kernels::AffineMatrix;
+use hearth_kernels::dispatches::count_dispatches;
+use hearth_model::gemma::{LoadStep, MAX_TENSOR_BYTES};
+use hearth_model::{
+    CacheOptions, DeviceMemory, Gemma, GemmaLoader, ModelError, Sampler, SamplingOptions, Session, TextConfig,
+};
 use hearth_weights::{AffineParams, AffineTensor, Checkpoint, FileRange, MemorySource, Quantization};
 use serde_json::{Value, json};
 
@@ -188,14 +190,14 @@ fn load_synthetic(device: &Device, options: &BenchOptions) -> Result<Loaded, Str
     checkpoint.set_quantization(Quantization::from_config_json(&config_json).map_err(|e| e.to_string())?);
     config.eos_token_ids = vec![];
     // Step by step, as the browser streams an installed model, noting each step's reads.
-    let mut loader = GemmaLoader::new(config, &checkpoint, MAX_TENSOR_BYTES);
+    let loader = GemmaLoader::new(config, &checkpoint, MAX_TENSOR_BYTES);
     let mut largest_step = 0;
-    while let Some(reads) = loader.next_reads(&checkpoint) {
-        let bytes: u64 = reads.map_err(|e| e.to_string())?.iter().map(FileRange::len).sum();
+    let note_reads = |step: LoadStep<'_>| {
+        let bytes: u64 = step.reads()?.iter().map(FileRange::len).sum();
         largest_step = largest_step.max(bytes);
-        loader.step(&mut checkpoint, device).map_err(|e| e.to_string())?;
-    }
-    let model = loader.finish(device).map_err(|e| e.to_string())?;
+        Ok::<(), ModelError>(())
+    };
+    let model = loader.load_with(&mut checkpoint, device, note_reads).map_err(|e| e.to_string())?;
     sync(device);
     let load_s = load.elapsed().as_secs_f64();
     let label = format!("{label}: random 4-bit weights (MLX layout, group {GROUP})");
@@ -258,10 +260,14 @@ fn measure(
         prompt.len() as f64 / first_token
     );
 
-    // One decode step with the launch observer on: dispatches per token.
+    // Decode steps with the launch observer on: dispatches per token. The first token after a
+    // prefill also copies the sliding layers' rings once (the cache's checkpoint holds them).
+    let (step, first_counts) = count_dispatches(|| session.step(next));
+    next = pollster::block_on(sampler.sample(step.map_err(|e| e.to_string())?)).map_err(|e| e.to_string())?;
     let (step, counts) = count_dispatches(|| session.step(next));
     next = pollster::block_on(sampler.sample(step.map_err(|e| e.to_string())?)).map_err(|e| e.to_string())?;
     let dispatches: usize = counts.values().sum();
+    let first_dispatches: usize = first_counts.values().sum();
     let layers = session.model().config.num_layers;
     let start = Instant::now();
     for _ in 0..options.decode {
@@ -276,7 +282,7 @@ fn measure(
         options.decode as f64 / decode_s
     );
     println!(
-        "| GPU dispatches per decoded token | {dispatches} ({:.1} per layer) |",
+        "| GPU dispatches per decoded token | {dispatches} ({:.1} per layer); the first after a prefill {first_dispatches} |",
         dispatches as f64 / layers as f64
     );
     println!();

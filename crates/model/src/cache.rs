@@ -9,10 +9,11 @@
 //! thoughts), so a step prefills only its new tokens.
 
 use burn::tensor::{Device, Tensor, TensorData};
+use hearth_kernels::{CacheInput, HeadColumns, write_cache};
 
 use crate::config::{LayerType, TextConfig};
-use crate::fused::{CacheInput, HeadColumns, write_cache};
-use crate::gemma::{ModelError, RopeTables};
+use crate::error::ModelError;
+use crate::rope::RopeTables;
 
 /// Additive mask value for keys a query must not see (finite: WGSL handles it like any number).
 const MASKED: f32 = -1e30;

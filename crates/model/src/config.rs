@@ -76,6 +76,16 @@ pub enum LayerType {
     Full,
 }
 
+impl LayerType {
+    /// 0 or 1: the slot of per-type tables (RoPE, cache geometry).
+    pub(crate) fn index(self) -> usize {
+        match self {
+            LayerType::Sliding => 0,
+            LayerType::Full => 1,
+        }
+    }
+}
+
 /// Rotary position embedding of one layer type: `inv_freq[i]` for each of the head's `d/2` pairs
 /// (zero for pairs that do not rotate).
 #[derive(Debug, Clone, PartialEq)]

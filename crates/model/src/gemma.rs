@@ -5,40 +5,21 @@
 //! Hkv = key/value heads, d = head dim of the layer, L = layers, P = per-layer-input width.
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use hearth_weights::{AffineTensor, HostTensor, WeightsError};
-
-use crate::affine::AffineMatrix;
-use crate::attention::{DecodeQuery, decode_attention, fused_decode_applies};
-use crate::block_table::BlockTable;
-use crate::fused::reference::bounded_tanh;
-use crate::fused::{CacheInput, HeadColumns, add_rms_norm, attention_softmax, gelu_tanh_mul, rms_norm, write_cache};
+use hearth_kernels::fused::reference::bounded_tanh;
+use hearth_kernels::{
+    AffineMatrix, BlockTable, CacheInput, DecodeQuery, HeadColumns, add_rms_norm, attention_softmax, decode_attention,
+    fused_decode_applies, gather_by_block, gelu_tanh_mul, rms_norm, write_cache,
+};
+use hearth_weights::{AffineTensor, HostTensor};
 
 use crate::cache::{ChunkGeometry, KvCache};
-use crate::config::{ConfigError, LayerType, TextConfig};
+use crate::config::TextConfig;
+pub use crate::error::ModelError;
 
+mod fetched;
 mod load;
+pub use fetched::{FetchedFile, HeaderError, LoadStep, open_headers};
 pub use load::{GemmaLoader, PlannedTensor};
-
-#[derive(Debug, thiserror::Error)]
-pub enum ModelError {
-    #[error(transparent)]
-    Weights(#[from] WeightsError),
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error("tensor `{name}` has shape {actual:?}, the config implies {expected:?}")]
-    Shape { name: String, expected: Vec<usize>, actual: Vec<usize> },
-    /// A caller of [`GemmaLoader`] asked for the model before every step had run.
-    #[error("the model was asked for after {done} of its {total} load steps; this is a bug in the loading code")]
-    LoadIncomplete { done: usize, total: usize },
-    #[error("token id {0} is outside the vocabulary")]
-    TokenOutOfRange(u32),
-    #[error("the prompt is empty")]
-    EmptyPrompt,
-    #[error(
-        "the conversation no longer fits the model's context ({0} tokens): clear the conversation (settings) and start again"
-    )]
-    ContextFull(usize),
-}
 
 /// Weights of a linear layer.
 // A few hundred per model, each holding device handles: their size does not matter.
@@ -279,39 +260,6 @@ impl SplitEmbedding {
         let parts: Vec<Tensor<2>> = self.blocks.iter().map(|b| b.logits(x.clone(), softcap)).collect();
         if parts.len() == 1 { parts.into_iter().next().unwrap_or(x) } else { Tensor::cat(parts, 1) }
     }
-}
-
-/// Rows of `tokens` from a table split into blocks of `rows_per_block` rows: `rows(b, local)`
-/// gives rows `local` of block `b`; they are gathered block by block, then put back in token
-/// order.  [S, width]
-pub(crate) fn gather_by_block(
-    tokens: &[u32],
-    rows_per_block: usize,
-    device: &Device,
-    rows: impl Fn(usize, &[u32]) -> Tensor<2>,
-) -> Tensor<2> {
-    let mut parts = Vec::new();
-    let mut order = vec![0i32; tokens.len()];
-    let mut gathered: i32 = 0;
-    let mut blocks: Vec<usize> = tokens.iter().map(|&t| t as usize / rows_per_block).collect();
-    blocks.sort_unstable();
-    blocks.dedup();
-    for b in blocks {
-        let start = b * rows_per_block;
-        let here: Vec<usize> = (0..tokens.len()).filter(|&i| (tokens[i] as usize) / rows_per_block == b).collect();
-        for &i in &here {
-            order[i] = gathered;
-            gathered += 1;
-        }
-        let local: Vec<u32> = here.iter().map(|&i| tokens[i] - start as u32).collect();
-        parts.push(rows(b, &local));
-    }
-    let gathered = if parts.len() == 1 { parts.remove(0) } else { Tensor::cat(parts, 0) };
-    // Tokens from one block (every decoded token) are already in order.
-    if order.iter().enumerate().all(|(i, &o)| o as usize == i) {
-        return gathered;
-    }
-    gathered.select(0, int_ids(order, device))
 }
 
 /// Token ids as a device tensor for `select`.
@@ -599,49 +547,5 @@ impl Gemma {
         let out = probs.matmul(values); // [Hkv, group·S, d]
         let out = out.reshape([heads, s, d]).swap_dims(0, 1).reshape([s, heads * d]);
         attn.o_proj.forward(out)
-    }
-}
-
-/// Rotary embedding tables for one chunk and one head dimension.
-pub struct RopeTables {
-    /// [S, 1, d]
-    pub cos: Tensor<3>,
-    pub sin: Tensor<3>,
-    /// [S, 2·d]: each row's cos then sin, for kernels that take both in one binding.
-    pub cos_sin: Tensor<2>,
-}
-
-impl RopeTables {
-    pub fn new(inv_freq: &[f32], positions: std::ops::Range<usize>, device: &Device) -> Self {
-        let d = inv_freq.len() * 2;
-        let s = positions.len();
-        let (mut cos, mut sin) = (Vec::with_capacity(s * d), Vec::with_capacity(s * d));
-        for p in positions {
-            // cos(cat(f, f)): both halves of the head use the same frequencies.
-            for _ in 0..2 {
-                for &f in inv_freq {
-                    // f64 angles: positions reach 10⁵ and f32 would lose the phase.
-                    let angle = p as f64 * f64::from(f);
-                    cos.push(angle.cos() as f32);
-                    sin.push(angle.sin() as f32);
-                }
-            }
-        }
-        let cos_sin: Vec<f32> =
-            cos.chunks(d.max(1)).zip(sin.chunks(d.max(1))).flat_map(|(c, s)| [c, s].concat()).collect();
-        RopeTables {
-            cos: Tensor::from_data(TensorData::new(cos, [s, 1, d]), device),
-            sin: Tensor::from_data(TensorData::new(sin, [s, 1, d]), device),
-            cos_sin: Tensor::from_data(TensorData::new(cos_sin, [s, 2 * d]), device),
-        }
-    }
-}
-
-impl LayerType {
-    pub(crate) fn index(self) -> usize {
-        match self {
-            LayerType::Sliding => 0,
-            LayerType::Full => 1,
-        }
     }
 }

@@ -4,10 +4,10 @@
 use std::ops::ControlFlow;
 
 use burn::tensor::Tensor;
+use hearth_kernels::mask_logits;
 
 use crate::constrain::CallConstraint;
-use crate::constrain::mask::mask_logits;
-use crate::gemma::ModelError;
+use crate::error::ModelError;
 use crate::sampling::{SampleError, Sampler};
 use crate::session::Session;
 use crate::tokenizer::{StreamDecoder, Tokenizer, TokenizerError};

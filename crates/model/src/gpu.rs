@@ -3,7 +3,6 @@
 
 use burn::tensor::Device;
 use burn::tensor::wgpu::{WgpuInitError, WgpuSetup, wgpu};
-use hearth_protocol::{AdapterReport, EngineFailure, FailureKind};
 
 use crate::cache::DeviceMemory;
 
@@ -11,9 +10,34 @@ use crate::cache::DeviceMemory;
 #[derive(Clone)]
 pub struct Gpu {
     pub device: Device,
-    pub adapter: AdapterReport,
+    pub adapter: AdapterInfo,
 }
 
+/// The adapter, and the limits that decide how tensors must be laid out (the engine reports it
+/// to the extension as the protocol's `AdapterReport`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdapterInfo {
+    /// The adapter's description, e.g. "NVIDIA GeForce RTX 4070" or "SwiftShader Device".
+    pub name: String,
+    /// GPU vendor (e.g. "nvidia", or wgpu's PCI id natively); empty when unknown.
+    pub vendor: String,
+    /// GPU architecture (e.g. "ampere"); empty when unknown.
+    pub architecture: String,
+    /// The graphics API under wgpu: "BrowserWebGpu", "Vulkan", "Metal", "Dx12"…
+    pub backend: String,
+    /// "DiscreteGpu", "IntegratedGpu", "Cpu" (a software rasteriser such as SwiftShader or lavapipe)…
+    pub device_type: String,
+    /// Whether WGSL `f16` is available (half-precision kernels).
+    pub shader_f16: bool,
+    /// Largest single buffer, in bytes.
+    pub max_buffer_size: u64,
+    /// Largest storage-buffer binding, in bytes: no tensor may be bigger than this.
+    pub max_storage_buffer_binding_size: u64,
+    /// Workgroup shared memory, in bytes.
+    pub max_compute_workgroup_storage_size: u32,
+}
+
+/// Why there is no GPU (the engine and the command line say what fixes it).
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
     #[error("no WebGPU adapter is available: {0}")]
@@ -23,25 +47,15 @@ pub enum GpuError {
 }
 
 impl GpuError {
-    /// The failure as the overlay shows it, with the action that fixes it.
-    pub fn to_failure(&self) -> EngineFailure {
+    /// What the user can do about it (the engine shows it beside its localized text).
+    pub fn fix(&self) -> &'static str {
         match self {
-            GpuError::NoAdapter(detail) => EngineFailure::localized(
-                FailureKind::WebgpuUnavailable,
-                self.to_string(),
+            GpuError::NoAdapter(_) => {
                 "Hearth needs WebGPU. Use Chrome or Chromium 121 or newer with hardware acceleration on \
                  (chrome://settings/system); check chrome://gpu shows \"WebGPU: Hardware accelerated\". \
-                 On Linux, start the browser with --enable-unsafe-webgpu.",
-                "failureNoAdapter",
-                vec![detail.clone()],
-            ),
-            GpuError::Device(detail) => EngineFailure::localized(
-                FailureKind::GpuDevice,
-                self.to_string(),
-                "Close other GPU-heavy tabs, update the graphics driver, then reload the extension.",
-                "failureGpuRefused",
-                vec![detail.clone()],
-            ),
+                 On Linux, start the browser with --enable-unsafe-webgpu."
+            }
+            GpuError::Device(_) => "Close other GPU-heavy tabs, update the graphics driver, then reload the extension.",
         }
     }
 }
@@ -77,10 +91,10 @@ pub fn init_gpu_blocking() -> Result<Gpu, GpuError> {
     Ok(gpu)
 }
 
-fn describe(setup: &WgpuSetup) -> AdapterReport {
+fn describe(setup: &WgpuSetup) -> AdapterInfo {
     let info = setup.adapter.get_info();
     let limits = setup.device.limits();
-    AdapterReport {
+    AdapterInfo {
         name: info.name.clone(),
         // wgpu's web backend exposes neither; the offscreen document fills them from GPUAdapterInfo.
         vendor: if info.vendor == 0 { String::new() } else { format!("{:#06x}", info.vendor) },
@@ -95,7 +109,7 @@ fn describe(setup: &WgpuSetup) -> AdapterReport {
 }
 
 /// What the adapter's limits allow a KV cache.
-pub fn device_memory(adapter: &AdapterReport) -> DeviceMemory {
+pub fn device_memory(adapter: &AdapterInfo) -> DeviceMemory {
     DeviceMemory {
         max_buffer_bytes: adapter.max_buffer_size,
         max_binding_bytes: adapter.max_storage_buffer_binding_size,

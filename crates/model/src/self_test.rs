@@ -6,10 +6,8 @@
 
 use burn::tensor::activation::softmax;
 use burn::tensor::{Device, Tensor, TensorData};
-use hearth_protocol::SelfTestReport;
+use hearth_kernels::{AffineMatrix, has_fused_kernels};
 use hearth_weights::{AffineParams, AffineTensor};
-
-use crate::affine::{AffineMatrix, has_fused_kernels};
 
 const M: usize = 4;
 const K: usize = 8;
@@ -18,6 +16,26 @@ const N: usize = 6;
 pub const TOLERANCE: f32 = 1e-5;
 /// The packed products are sums of 64 terms of magnitude up to ~40: f32 rounding stays near 1e-5.
 const FUSED_TOLERANCE: f32 = 1e-3;
+
+/// What the self-test computed and how close it came (the engine reports it to the extension as
+/// the protocol's `SelfTestReport`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SelfTestResult {
+    /// What was computed, in words.
+    pub computation: String,
+    /// Whether every value is within `tolerance` of the reference.
+    pub passed: bool,
+    /// The values read back from the GPU, row-major.
+    pub values: Vec<f32>,
+    /// Largest |GPU − reference| over all values.
+    pub max_abs_error: f32,
+    pub tolerance: f32,
+    /// Wall time of the computation including the read-back, in milliseconds.
+    pub elapsed_ms: f64,
+    /// Largest |GPU − reference| of the fused 4- and 8-bit dequantize-matmul kernels on a small
+    /// known matrix (`None` where the backend runs no fused kernels: the CPU). Part of `passed`.
+    pub fused_kernels_max_abs_error: Option<f32>,
+}
 
 #[derive(Debug, thiserror::Error)]
 #[error("reading the self-test result back from the GPU failed: {0}")]
@@ -49,7 +67,7 @@ pub fn reference() -> Vec<f32> {
 /// Runs the computation on `device` and compares it with [`reference`].
 ///
 /// `now_ms` is the caller's clock (wasm has no `std::time::Instant`).
-pub async fn run(device: &Device, now_ms: impl Fn() -> f64) -> Result<SelfTestReport, ReadBackError> {
+pub async fn run(device: &Device, now_ms: impl Fn() -> f64) -> Result<SelfTestResult, ReadBackError> {
     let start = now_ms();
     let a = Tensor::<2>::from_data(TensorData::new(lhs(), [M, K]), device);
     let b = Tensor::<2>::from_data(TensorData::new(rhs(), [K, N]), device);
@@ -122,13 +140,13 @@ fn affine_case(bits: u32) -> (AffineTensor, Vec<f32>, Vec<f32>) {
     (matrix, x, expected)
 }
 
-fn report(values: Vec<f32>, fused_error: Option<f32>, elapsed_ms: f64) -> SelfTestReport {
+fn report(values: Vec<f32>, fused_error: Option<f32>, elapsed_ms: f64) -> SelfTestResult {
     let expected = reference();
     // A NaN anywhere counts as an infinite error: it must fail the test.
     let max_abs_error = max_error(0.0, &values, &expected);
     let fused_passed = fused_error.is_none_or(|e| e <= FUSED_TOLERANCE);
     let fused = if fused_error.is_some() { "; fused 4- and 8-bit dequantize-matmul, 2×64 · (3×64)ᵀ" } else { "" };
-    SelfTestReport {
+    SelfTestResult {
         computation: format!("softmax(A·B) over rows, A {M}×{K}, B {K}×{N}, f32{fused}"),
         passed: max_abs_error <= TOLERANCE && fused_passed,
         values,
@@ -144,7 +162,7 @@ mod tests {
     use super::*;
     use std::time::Instant;
 
-    fn run_blocking(device: &Device) -> SelfTestReport {
+    fn run_blocking(device: &Device) -> SelfTestResult {
         let clock = Instant::now();
         pollster::block_on(run(device, || clock.elapsed().as_secs_f64() * 1e3)).expect("read-back")
     }

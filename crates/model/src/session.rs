@@ -8,7 +8,8 @@
 use burn::tensor::Tensor;
 
 use crate::cache::{CacheOptions, KvCache};
-use crate::gemma::{Gemma, ModelError};
+use crate::error::ModelError;
+use crate::gemma::Gemma;
 
 pub struct Session {
     model: Gemma,

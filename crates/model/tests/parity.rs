@@ -248,42 +248,29 @@ fn a_split_embedding_matches_transformers() {
 /// what was fetched, headers fetched as the parser asks, then each load step's named bytes,
 /// dropped before the next step. Returns the model and the most bytes held at once.
 fn load_from_windows(dir: &Path, device: &Device, max_tensor_bytes: usize) -> (Gemma, usize) {
-    use hearth_weights::{ByteSource, Checkpoint, Quantization, WeightsError, WindowedSource, Windows};
+    use hearth_model::gemma::{FetchedFile, LoadStep, open_headers};
+    use hearth_weights::{Quantization, Windows};
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "safetensors" || e == "gguf"))
         .collect();
     paths.sort();
-    let gguf = paths.iter().any(|p| p.extension().is_some_and(|e| e == "gguf"));
-    let files: Vec<(String, Vec<u8>, Windows)> =
-        paths.iter().map(|p| (p.display().to_string(), std::fs::read(p).unwrap(), Windows::default())).collect();
-    let sources = || -> Vec<Box<dyn ByteSource>> {
-        let source = |(name, bytes, windows): &(String, Vec<u8>, Windows)| -> Box<dyn ByteSource> {
-            Box::new(WindowedSource::new(name.clone(), bytes.len() as u64, windows.clone()))
-        };
-        files.iter().map(source).collect()
-    };
+    let bytes: Vec<Vec<u8>> = paths.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    let files: Vec<FetchedFile> = (paths.iter().zip(&bytes))
+        .map(|(p, b)| FetchedFile { name: p.display().to_string(), size: b.len() as u64, windows: Windows::default() })
+        .collect();
     let fetch = |file: usize, start: u64, end: u64| {
-        files[file].2.insert(start, files[file].1[start as usize..end as usize].to_vec())
+        files[file].windows.insert(start, bytes[file][start as usize..end as usize].to_vec())
     };
-    let release = || files.iter().for_each(|(_, _, windows)| windows.clear());
-    let held = || files.iter().map(|(_, _, windows)| windows.held_bytes() as usize).sum::<usize>();
+    let release = || files.iter().for_each(|f| f.windows.clear());
+    let held = || files.iter().map(|f| f.windows.held_bytes() as usize).sum::<usize>();
 
-    let mut checkpoint = loop {
-        let opened = match gguf {
-            true => Checkpoint::from_gguf(sources().remove(0)),
-            false => Checkpoint::from_sources(sources()),
-        };
-        match opened {
-            Ok(checkpoint) => break checkpoint,
-            Err(WeightsError::NotFetched { file, offset, len }) => {
-                let index = files.iter().position(|(name, _, _)| *name == file).unwrap();
-                fetch(index, offset, offset + len);
-            }
-            Err(err) => panic!("{err}"),
-        }
+    let fetch_header = |file, start, end| {
+        fetch(file, start, end);
+        std::future::ready(Ok::<(), std::convert::Infallible>(()))
     };
+    let mut checkpoint = pollster::block_on(open_headers(&files, None, fetch_header)).unwrap_or_else(|e| panic!("{e}"));
     let config = match checkpoint.gguf() {
         Some(file) => hearth_model::TextConfig::from_gguf(file).unwrap(),
         None => {
@@ -298,17 +285,18 @@ fn load_from_windows(dir: &Path, device: &Device, max_tensor_bytes: usize) -> (G
         matches!(early, Err(hearth_model::ModelError::LoadIncomplete { done: 0, .. })),
         "a model is never half loaded"
     );
-    let mut loader = GemmaLoader::new(config, &checkpoint, max_tensor_bytes);
+    let loader = GemmaLoader::new(config, &checkpoint, max_tensor_bytes);
     let mut peak = 0;
-    while let Some(reads) = loader.next_reads(&checkpoint) {
+    let fetch_step = |step: LoadStep<'_>| {
         release();
-        for range in reads.unwrap() {
+        for range in step.reads()? {
             fetch(range.file, range.start, range.end);
         }
         peak = peak.max(held());
-        loader.step(&mut checkpoint, device).unwrap_or_else(|e| panic!("step {:?}: {e}", loader.progress()));
-    }
-    (loader.finish(device).unwrap(), peak)
+        Ok::<(), hearth_model::ModelError>(())
+    };
+    let model = loader.load_with(&mut checkpoint, device, fetch_step);
+    (model.unwrap_or_else(|e| panic!("{}: {e}", dir.display())), peak)
 }
 
 /// The browser loads installed models step by step from fetched pieces (its wasm memory could not
@@ -352,7 +340,7 @@ fn mlx_4bit_weights_stay_packed() {
     for (device_name, device) in devices() {
         let loaded = load_model(&dir, &device).unwrap().weight_bytes();
         eprintln!("{device_name}: {loaded:?}, as f32 {f32_bytes} bytes");
-        if hearth_model::affine::has_fused_kernels(&device) {
+        if hearth_kernels::has_fused_kernels(&device) {
             assert_eq!(loaded.host, 0, "{device_name}: the PLE table is on the device: {loaded:?}");
             assert!(
                 (loaded.device + loaded.host) * 3 < f32_bytes,

@@ -11,14 +11,15 @@ use burn::tensor::Device;
 use hearth_chat::{ChatTemplate, Message, RenderRequest};
 use hearth_model::config::Family;
 use hearth_model::generate::{self, GenerateOptions};
+use hearth_model::gpu::AdapterInfo;
 use hearth_model::tokenizer::Tokenizer;
 use hearth_model::{CacheOptions, DeviceMemory, Gemma, Sampler, SamplingOptions, Session, TextConfig, gpu, self_test};
 use hearth_protocol::{
-    AdapterReport, EngineFailure, EngineStatus, FailureKind, GenerateRequest, GenerationEvent, GenerationStats,
-    ModelInfo, ModelMemory,
+    EngineFailure, EngineStatus, FailureKind, GenerateRequest, GenerationEvent, GenerationStats, ModelInfo, ModelMemory,
 };
 use hearth_weights::{Checkpoint, MemorySource, MetadataValue, Quantization};
 
+use crate::reports;
 use crate::streamed::{StreamedWeights, WeightFile};
 use wasm_bindgen::prelude::*;
 
@@ -318,7 +319,7 @@ pub fn model() -> Option<ModelHandles> {
 
 #[derive(Default)]
 struct Engine {
-    gpu: Option<(Device, AdapterReport)>,
+    gpu: Option<(Device, AdapterInfo)>,
     model: Option<LoadedModel>,
 }
 
@@ -344,10 +345,10 @@ pub async fn start(
 ) -> EngineStatus {
     let (device, adapter) = match ensure_gpu(vendor, architecture).await {
         Ok(ready) => ready,
-        Err(err) => return EngineStatus::Failed { failure: err.to_failure() },
+        Err(err) => return EngineStatus::Failed { failure: reports::gpu_failure(&err) },
     };
     let report = match self_test::run(&device, now_ms).await {
-        Ok(report) if report.passed => report,
+        Ok(report) if report.passed => reports::self_test_report(report),
         Ok(report) => {
             let (error, tolerance) = (report.max_abs_error.to_string(), report.tolerance.to_string());
             return failed(
@@ -401,7 +402,7 @@ pub async fn start(
             }
         }
     };
-    EngineStatus::Ready { adapter, self_test: report, model: model.map(Box::new) }
+    EngineStatus::Ready { adapter: reports::adapter_report(adapter), self_test: report, model: model.map(Box::new) }
 }
 
 /// A failure in English, and its `(key, args)` in the extension's locales.
@@ -409,7 +410,7 @@ fn failed(kind: FailureKind, message: String, fix: &str, (key, args): (&str, Vec
     EngineStatus::Failed { failure: EngineFailure::localized(kind, message, fix, key, args) }
 }
 
-async fn ensure_gpu(vendor: String, architecture: String) -> Result<(Device, AdapterReport), gpu::GpuError> {
+async fn ensure_gpu(vendor: String, architecture: String) -> Result<(Device, AdapterInfo), gpu::GpuError> {
     if let Some(ready) = ENGINE.with(|e| e.borrow().gpu.clone()) {
         return Ok(ready);
     }
@@ -419,7 +420,7 @@ async fn ensure_gpu(vendor: String, architecture: String) -> Result<(Device, Ada
         "" => format!("{vendor} {architecture}").trim().to_string(),
         name => name.to_string(),
     };
-    let adapter = AdapterReport { name, vendor, architecture, ..gpu.adapter };
+    let adapter = AdapterInfo { name, vendor, architecture, ..gpu.adapter };
     let ready = (gpu.device, adapter);
     ENGINE.with(|e| e.borrow_mut().gpu = Some(ready.clone()));
     Ok(ready)

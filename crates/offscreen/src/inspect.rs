@@ -2,18 +2,19 @@
 //! by the engine's own parsers (the same ones that load it) before Hearth stores a byte of it.
 //!
 //! The options page calls [`inspect_gguf`] with a `read(offset, length)` over the chosen `File`;
-//! only the header is fetched (grown as the parser asks, as `StreamedWeights::open` does), never
-//! the tensors. The answer is a [`GgufInspection`]: a Gemma 3 or Gemma 4 the loader accepts (with
-//! what the options page shows of it), or why not: not a GGUF file at all, another architecture
-//! (named), or a Gemma GGUF the engine cannot run (a damaged header, a tensor type it cannot read,
-//! a missing tensor, no chat template).
+//! only the header is fetched (grown as the parser asks, by `hearth_model::gemma::open_headers`
+//! as for an installed model), never the tensors. The answer is a [`GgufInspection`]: a Gemma 3
+//! or Gemma 4 the loader accepts (with what the options page shows of it), or why not: not a GGUF
+//! file at all, another architecture (named), or a Gemma GGUF the engine cannot run (a damaged
+//! header, a tensor type it cannot read, a missing tensor, no chat template).
 
 use hearth_chat::ChatTemplate;
 use hearth_model::TextConfig;
 use hearth_model::config::Family;
+use hearth_model::gemma::{FetchedFile, open_headers};
 use hearth_model::tokenizer::Tokenizer;
 use hearth_protocol::{GgufInspection, GgufSummary};
-use hearth_weights::{ByteSource, Checkpoint, GgufFile, MetadataValue, WeightsError, WindowedSource, Windows};
+use hearth_weights::{ByteSource, Checkpoint, GgufFile, MetadataValue, Windows};
 use wasm_bindgen::prelude::*;
 
 /// Gemma 3's turn format, for the Gemma 3 GGUF files that carry no `tokenizer.chat_template`
@@ -36,8 +37,6 @@ pub const GEMMA3_CHAT_TEMPLATE: &str = r#"{{ bos_token }}
 {{- '<start_of_turn>model\n' }}
 {%- endif %}"#;
 
-/// The header is fetched in one piece first, this large at most (a 32nd of a small file).
-const HEADER_GUESS: u64 = 1 << 20;
 /// No Gemma's header (metadata with a 262k-token vocabulary and its merges, and the tensor table)
 /// comes near this; a file whose header asks for more is refused rather than read into memory.
 const MAX_HEADER: u64 = 64 << 20;
@@ -87,29 +86,16 @@ async fn open_header(name: &str, size: u64, read: &js_sys::Function) -> Result<O
     if size < 4 || fetch(read, name, 0, 4).await? != b"GGUF" {
         return Ok(None);
     }
-    let windows = Windows::default();
-    let mut have = (size / 32).clamp(64 << 10, HEADER_GUESS).min(size);
-    windows.insert(0, fetch(read, name, 0, have).await?);
-    loop {
-        let source = WindowedSource::new(name.to_string(), size, windows.clone());
-        match Checkpoint::from_gguf(Box::new(source)) {
-            Ok(checkpoint) => return Ok(Some(checkpoint)),
-            Err(WeightsError::NotFetched { offset, len, .. }) => {
-                let want = (offset + len).max(have * 2).min(size);
-                if want <= have {
-                    return Err(format!("the header of {name} asks for bytes it does not have"));
-                }
-                if want > MAX_HEADER {
-                    let mib = MAX_HEADER >> 20;
-                    return Err(format!("its header is larger than {mib} MiB, more than any Gemma's: it is damaged"));
-                }
-                windows.clear();
-                windows.insert(0, fetch(read, name, 0, want).await?);
-                have = want;
-            }
-            Err(err) => return Err(err.to_string()),
+    let file = FetchedFile { name: name.to_string(), size, windows: Windows::default() };
+    let fetch_header = |_: usize, start: u64, end: u64| {
+        let windows = file.windows.clone();
+        async move {
+            windows.insert(start, fetch(read, name, start, end - start).await?);
+            Ok::<(), String>(())
         }
-    }
+    };
+    let opened = open_headers(std::slice::from_ref(&file), Some(MAX_HEADER), fetch_header).await;
+    opened.map(Some).map_err(|err| err.to_string())
 }
 
 /// What the engine would make of `checkpoint`, a GGUF header.

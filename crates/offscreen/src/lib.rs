@@ -9,6 +9,8 @@ mod call_probe;
 mod engine;
 /// "Use a model file you already have": a chosen GGUF file's header, judged by the engine's parsers.
 pub mod inspect;
+/// The model crate's results and failures as protocol messages (the command line prints them too).
+pub mod reports;
 mod sha256;
 mod streamed;
 mod tasks;
@@ -54,7 +56,7 @@ pub async fn start_engine(
 /// so that the message and its fix are written once, here.
 #[wasm_bindgen(js_name = webgpuUnavailable)]
 pub fn webgpu_unavailable(detail: String) -> String {
-    to_json(&EngineStatus::Failed { failure: gpu::GpuError::NoAdapter(detail).to_failure() })
+    to_json(&EngineStatus::Failed { failure: reports::gpu_failure(&gpu::GpuError::NoAdapter(detail)) })
 }
 
 /// Generates a reply to `request` (a `GenerateRequest` as JSON), calling `on_event` with each

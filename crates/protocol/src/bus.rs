@@ -115,6 +115,9 @@ pub enum WorkerToTab {
     CancelTools,
     /// Open the overlay with the page's selection as context (the keyboard shortcut).
     OpenOverlay,
+    /// The tab's own id, which the overlay stores its transcript under (the worker also gives it
+    /// in its answer to `watch_engine`).
+    TabInfo { tab_id: u32 },
 }
 
 /// JSON in and out, for every message enum.
@@ -233,6 +236,7 @@ mod tests {
     fn tab_pushes() {
         assert_eq!(WorkerToTab::CancelTools.to_json(), r#"{"kind":"cancel_tools"}"#);
         assert_eq!(WorkerToTab::OpenOverlay.to_json(), r#"{"kind":"open_overlay"}"#);
+        assert_eq!(WorkerToTab::TabInfo { tab_id: 7 }.to_json(), r#"{"kind":"tab_info","tab_id":7}"#);
         assert_eq!(
             wire(&WorkerToTab::EngineStatus { status: EngineStatus::Idle }),
             json!({"kind": "engine_status", "status": {"state": "idle"}})

@@ -136,6 +136,8 @@ pub struct EngineFailure {
 /// error stay as they came).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct FailureText {
+    /// One of `FAILURE_KEYS`.
+    #[ts(type = "FailureKey")]
     pub key: String,
     pub args: Vec<String>,
 }
@@ -170,4 +172,165 @@ pub enum FailureKind {
     StorageQuota,
     /// The model's manifest has no pinned revision or hashes yet: nothing unverified is installed.
     ModelUnpinned,
+}
+
+impl FailureKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [FailureKind; 9] = [
+        FailureKind::WebgpuUnavailable,
+        FailureKind::GpuDevice,
+        FailureKind::SelfTestFailed,
+        FailureKind::EngineLoad,
+        FailureKind::ModelLoad,
+        FailureKind::ModelDownload,
+        FailureKind::ModelCorrupt,
+        FailureKind::StorageQuota,
+        FailureKind::ModelUnpinned,
+    ];
+
+    /// A failure to install a model (download, check, store): the overlay says the install
+    /// failed, not the engine.
+    pub fn is_install(self) -> bool {
+        matches!(
+            self,
+            FailureKind::ModelDownload
+                | FailureKind::ModelCorrupt
+                | FailureKind::StorageQuota
+                | FailureKind::ModelUnpinned
+        )
+    }
+
+    /// A failure after which Retry needs a fresh engine (the worker replaces the offscreen
+    /// document): a lost GPU device cannot be replaced in place, nor a trapped instance be used again.
+    pub fn needs_fresh_engine(self) -> bool {
+        matches!(self, FailureKind::GpuDevice | FailureKind::EngineLoad)
+    }
+
+    /// The name on the wire (`model_download`).
+    pub fn wire_name(self) -> String {
+        serde_json::to_value(self).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+    }
+}
+
+/// Every failure's locale key ([`FailureText::key`]), the engine's and the extension's: each has
+/// a message and a fix (`<key>Fix`) in `extension/static/_locales/*/messages.json`. TypeScript
+/// takes a key only from this list (`FailureKey`, generated).
+pub const FAILURE_KEYS: &[&str] = &[
+    // The GPU and the engine (crates/model, crates/offscreen, the offscreen document).
+    "failureNoAdapter",
+    "failureGpuRefused",
+    "failureSelfTest",
+    "failureSelfTestError",
+    "failureDeviceLost",
+    "failureEngineLoad",
+    "failureEngineStart",
+    "failureEngineCrashed",
+    "failureEngineCrashedNoModel",
+    "failureEngineGone",
+    "failureEngineSilent",
+    // A model's files.
+    "failureModelInvalid",
+    "failureModelUnsupported",
+    "failureModelRead",
+    "failureModelFiles",
+    "failureNoTemplate",
+    "failureUnpinned",
+    "failureOwnNotGguf",
+    "failureOwnArchitecture",
+    "failureOwnInvalid",
+    "failureOwnModelMissing",
+    "failureFolderMissing",
+    "failureFolderSize",
+    // Installing a model.
+    "failureCorrupt",
+    "failureCorruptFolder",
+    "failureRangeIgnored",
+    "failureHttp",
+    "failureRetries",
+    "failureQuota",
+    "failureStoredIncomplete",
+    "failureDownloadStopped",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+    use std::path::{Path, PathBuf};
+
+    #[test]
+    fn all_lists_every_kind_once() {
+        // Exhaustive: a new kind does not compile until it is placed here and in ALL.
+        let index = |kind: FailureKind| match kind {
+            FailureKind::WebgpuUnavailable => 0,
+            FailureKind::GpuDevice => 1,
+            FailureKind::SelfTestFailed => 2,
+            FailureKind::EngineLoad => 3,
+            FailureKind::ModelLoad => 4,
+            FailureKind::ModelDownload => 5,
+            FailureKind::ModelCorrupt => 6,
+            FailureKind::StorageQuota => 7,
+            FailureKind::ModelUnpinned => 8,
+        };
+        for (i, kind) in FailureKind::ALL.iter().enumerate() {
+            assert_eq!(index(*kind), i);
+        }
+        assert_eq!(FailureKind::ModelDownload.wire_name(), "model_download");
+    }
+
+    fn repo() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    }
+
+    /// The failure keys quoted in `text` (a quote, `failure`, a capital, letters and digits, a quote).
+    fn keys_in(text: &str) -> Vec<String> {
+        let mut keys = Vec::new();
+        for (at, _) in text.match_indices("\"failure") {
+            let rest = &text[at + 1..];
+            let Some(end) = rest.find('"') else { continue };
+            let key = &rest[..end];
+            let after = key["failure".len()..].chars().next();
+            if after.is_some_and(|c| c.is_ascii_uppercase()) && key.chars().all(|c| c.is_ascii_alphanumeric()) {
+                keys.push(key.to_owned());
+            }
+        }
+        keys
+    }
+
+    fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() && !path.ends_with("target") {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// The Rust crates name their failures by literal keys (`EngineFailure::localized`): each must
+    /// be one of FAILURE_KEYS (TypeScript's are checked by the compiler).
+    #[test]
+    fn every_failure_key_in_the_crates_is_listed() {
+        let listed: BTreeSet<&str> = FAILURE_KEYS.iter().copied().collect();
+        assert_eq!(listed.len(), FAILURE_KEYS.len(), "a key is listed twice");
+        let mut files = Vec::new();
+        rust_files(&repo().join("crates"), &mut files);
+        let mut unlisted = BTreeSet::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            unlisted.extend(keys_in(&text).into_iter().filter(|k| !listed.contains(k.as_str())));
+        }
+        assert!(unlisted.is_empty(), "failure keys missing from FAILURE_KEYS: {unlisted:?}");
+    }
+
+    #[test]
+    fn every_failure_key_has_a_message_and_a_fix() {
+        let path = repo().join("extension/static/_locales/en/messages.json");
+        let messages: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        for key in FAILURE_KEYS {
+            assert!(messages.get(*key).is_some(), "{key} has no message in {}", path.display());
+            assert!(messages.get(format!("{key}Fix")).is_some(), "{key}Fix has no message in {}", path.display());
+        }
+    }
 }

@@ -20,11 +20,13 @@ pub mod typescript;
 
 pub use bus::{BusMessage, EngineToWorker, OptionsToWorker, TabToWorker, WorkerToEngine, WorkerToTab};
 pub use engine::{
-    AdapterReport, EngineFailure, EngineStatus, FailureKind, FailureText, ModelInfo, ModelMemory, SelfTestReport,
+    AdapterReport, EngineFailure, EngineStatus, FAILURE_KEYS, FailureKind, FailureText, ModelInfo, ModelMemory,
+    SelfTestReport,
 };
 pub use generation::{GenerateRequest, GenerationEvent, GenerationStats};
 pub use model::{
-    GgufInspection, GgufSummary, KnownUpload, ManifestFile, ModelFormat, ModelManifest, ModelOffer, ModelProgress,
+    BUNDLED_MODEL_FILES, GgufInspection, GgufSummary, KnownUpload, ManifestFile, ModelFormat, ModelManifest,
+    ModelOffer, ModelProgress,
 };
 pub use task::{
     ActionTarget, AgentEvent, Decision, ElementInfo, FormInfo, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason,

@@ -4,6 +4,12 @@
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
+/// The files of the model a test build bundles (crates/model/fixtures/tiny-chat): `cargo xtask
+/// build` copies them into the extension's `test-models/<name>/`, and the offscreen document reads
+/// them from there.
+pub const BUNDLED_MODEL_FILES: [&str; 5] =
+    ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja"];
+
 /// One model that can be downloaded and checked: where it comes from and what its files must be.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(deny_unknown_fields)]

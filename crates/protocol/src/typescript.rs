@@ -3,11 +3,12 @@
 use ts_rs::{Config, TS};
 
 use crate::{
-    ActionTarget, AdapterReport, AgentEvent, Decision, ElementInfo, EngineFailure, EngineStatus, EngineToWorker,
-    FailureKind, FailureText, FormInfo, GenerateRequest, GenerationEvent, GenerationStats, GgufInspection, GgufSummary,
-    KnownUpload, ManifestFile, ModelFormat, ModelInfo, ModelManifest, ModelMemory, ModelOffer, ModelProgress,
-    OptionsToWorker, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason, SelfTestReport, Snapshot, TabToWorker,
-    TaskAction, TaskSettings, TaskUpdate, ToolOutput, ToolReply, ToolRequest, WorkerToEngine, WorkerToTab,
+    ActionTarget, AdapterReport, AgentEvent, BUNDLED_MODEL_FILES, Decision, ElementInfo, EngineFailure, EngineStatus,
+    EngineToWorker, FAILURE_KEYS, FailureKind, FailureText, FormInfo, GenerateRequest, GenerationEvent,
+    GenerationStats, GgufInspection, GgufSummary, KnownUpload, ManifestFile, ModelFormat, ModelInfo, ModelManifest,
+    ModelMemory, ModelOffer, ModelProgress, OptionsToWorker, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason,
+    SelfTestReport, Snapshot, TabToWorker, TaskAction, TaskSettings, TaskUpdate, ToolOutput, ToolReply, ToolRequest,
+    WorkerToEngine, WorkerToTab,
 };
 
 /// Path of the generated file, relative to the repository root.
@@ -66,15 +67,75 @@ pub fn typescript_module() -> String {
         out.push_str(&decl);
         out.push_str("\n\n");
     }
-    // The tool names, so that the extension's executors are checked against what the model is
-    // offered (extension/src/shared/tools.ts).
-    let names: Vec<String> = hearth_agent::builtin_tools().iter().map(|t| format!("\"{}\"", t.name)).collect();
-    out.push_str("/** The tools offered to the model (crates/agent/src/tools.rs), in order. */\n");
-    out.push_str(&format!("export const TOOL_NAMES = [{}] as const;\n\n", names.join(", ")));
-    out.push_str("export type ToolName = (typeof TOOL_NAMES)[number];\n\n");
+    // The lists both languages need, so that the extension is checked against Rust's.
+    let builtin = hearth_agent::builtin_tools();
+    let tools: Vec<&str> = builtin.iter().map(|t| t.name.as_str()).collect();
+    let loop_tools = [hearth_agent::tools::ASK_USER, hearth_agent::tools::DONE];
+    let kinds = |group: fn(FailureKind) -> bool| -> Vec<String> {
+        FailureKind::ALL.into_iter().filter(|k| group(*k)).map(FailureKind::wire_name).collect()
+    };
+    let lists = [
+        (
+            "The tools offered to the model (crates/agent/src/tools.rs), in order.",
+            "TOOL_NAMES",
+            "ToolName",
+            strings(&tools),
+        ),
+        (
+            "The tools the agent loop answers itself (crates/agent/src/session.rs): no executor in the extension.",
+            "LOOP_TOOLS",
+            "LoopTool",
+            strings(&loop_tools),
+        ),
+        (
+            "The keys `press_key` offers (crates/agent/src/tools.rs `KEYS`).",
+            "PRESS_KEYS",
+            "PressKey",
+            strings(hearth_agent::tools::KEYS),
+        ),
+        (
+            "Every failure's locale key (crates/protocol `FAILURE_KEYS`): `<key>` and `<key>Fix` in the locales.",
+            "FAILURE_KEYS",
+            "FailureKey",
+            strings(FAILURE_KEYS),
+        ),
+        (
+            "The files of the model a test build bundles, in `test-models/<name>/` (crates/protocol `BUNDLED_MODEL_FILES`).",
+            "BUNDLED_MODEL_FILES",
+            "BundledModelFile",
+            strings(&BUNDLED_MODEL_FILES),
+        ),
+    ];
+    for (doc, name, type_name, items) in lists {
+        out.push_str(&format!("/** {doc} */\nexport const {name} = [{}] as const;\n\n", items.join(", ")));
+        out.push_str(&format!("export type {type_name} = (typeof {name})[number];\n\n"));
+    }
+    let groups = [
+        (
+            "Failures of installing a model: the overlay says the install failed (`FailureKind::is_install`).",
+            "INSTALL_FAILURES",
+            kinds(FailureKind::is_install),
+        ),
+        (
+            "Failures after which Retry replaces the offscreen document (`FailureKind::needs_fresh_engine`).",
+            "FRESH_ENGINE_FAILURES",
+            kinds(FailureKind::needs_fresh_engine),
+        ),
+    ];
+    for (doc, name, items) in groups {
+        out.push_str(&format!(
+            "/** {doc} */\nexport const {name}: readonly FailureKind[] = [{}];\n\n",
+            strings(&items).join(", ")
+        ));
+    }
     out.truncate(out.trim_end().len());
     out.push('\n');
     out
+}
+
+/// Each item as a TypeScript string literal.
+fn strings<S: AsRef<str>>(items: &[S]) -> Vec<String> {
+    items.iter().map(|s| format!("{:?}", s.as_ref())).collect()
 }
 
 #[cfg(test)]

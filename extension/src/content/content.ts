@@ -4,7 +4,7 @@
 import type { ToolReply, ToolRequest, WorkerToTab } from "../generated/protocol";
 import { isFromWorker, isMessage } from "../shared/messages";
 import { mountOverlayWhenReady, openWithSelection, protectOverlay } from "./overlay";
-import { executeTool, ToolFailure } from "./tools";
+import { executeTool, ToolFailure } from "./page-tools";
 
 /** Tools in progress; stop aborts them. */
 const running = new Set<AbortController>();

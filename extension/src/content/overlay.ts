@@ -21,7 +21,7 @@ import { isFromWorker, isMessage, sendFromTab } from "../shared/messages";
 import { watchOwnModels, type OwnModel } from "../shared/own-models";
 import { isSiteDisabled, loadSettings, onSettingsChanged, saveSettings, siteOf, type Settings } from "../shared/settings";
 import { OVERLAY_CSS } from "./overlay-style";
-import { elementByIndex } from "./tools/elements";
+import { elementByIndex } from "./page-tools/elements";
 import { renderEntry } from "./ui/cards";
 import { createComposer, type Listen } from "./ui/composer";
 import { button, clip, el } from "./ui/dom";
@@ -46,12 +46,6 @@ import {
   type Touched,
   type Transcript,
 } from "./ui/transcript";
-
-/**
- * Not in the generated protocol yet (asked of crates/protocol): the worker's answer to
- * `watch_engine`, telling the tab its id so the transcript can be stored per tab.
- */
-type TabInfo = { kind: "tab_info"; tab_id: number };
 
 /** The most page text `openWithSelection` quotes into the composer. */
 const MAX_QUOTE = 4000;
@@ -319,12 +313,12 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
   }
 
   const listener = (message: unknown, sender: chrome.runtime.MessageSender) => {
-    if (isMessage(message) && isFromWorker(sender)) onTabMessage(message as WorkerToTab | TabInfo);
+    if (isMessage(message) && isFromWorker(sender)) onTabMessage(message as WorkerToTab);
     return false;
   };
   chrome.runtime.onMessage.addListener(listener);
 
-  function onTabMessage(msg: WorkerToTab | TabInfo): void {
+  function onTabMessage(msg: WorkerToTab): void {
     switch (msg.kind) {
       case "engine_status":
         status = msg.status;

@@ -13,7 +13,7 @@ export type WorkerToEngine = { "kind": "start_engine", model_id: string | null, 
  */
 history: string | null, } | { "kind": "task_control", tab_id: number, action: TaskAction, };
 
-export type WorkerToTab = { "kind": "engine_status", status: EngineStatus, } | { "kind": "task_update", update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, } | { "kind": "cancel_tools" } | { "kind": "open_overlay" };
+export type WorkerToTab = { "kind": "engine_status", status: EngineStatus, } | { "kind": "task_update", update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, } | { "kind": "cancel_tools" } | { "kind": "open_overlay" } | { "kind": "tab_info", tab_id: number, };
 
 export type EngineStatus = { "state": "idle" } | { "state": "starting" } | { "state": "ready", adapter: AdapterReport, self_test: SelfTestReport, model: ModelInfo | null, } | { "state": "needs_model", model: ModelOffer, } | { "state": "installing", model: ModelOffer, progress: ModelProgress, } | { "state": "loading", model: string, done: number, total: number, } | { "state": "failed", failure: EngineFailure, };
 
@@ -97,7 +97,11 @@ fix: string,
  */
 text?: FailureText, };
 
-export type FailureText = { key: string, args: Array<string>, };
+export type FailureText = { 
+/**
+ * One of `FAILURE_KEYS`.
+ */
+key: FailureKey, args: Array<string>, };
 
 export type FailureKind = "webgpu_unavailable" | "gpu_device" | "self_test_failed" | "engine_load" | "model_load" | "model_download" | "model_corrupt" | "storage_quota" | "model_unpinned";
 
@@ -422,3 +426,29 @@ export type PageInfo = { url: string, title: string, };
 export const TOOL_NAMES = ["read_page", "snapshot", "click", "type", "select", "scroll", "hover", "press_key", "navigate", "go_back", "wait_for", "run_javascript", "ask_user", "done"] as const;
 
 export type ToolName = (typeof TOOL_NAMES)[number];
+
+/** The tools the agent loop answers itself (crates/agent/src/session.rs): no executor in the extension. */
+export const LOOP_TOOLS = ["ask_user", "done"] as const;
+
+export type LoopTool = (typeof LOOP_TOOLS)[number];
+
+/** The keys `press_key` offers (crates/agent/src/tools.rs `KEYS`). */
+export const PRESS_KEYS = ["Enter", "Escape", "Tab", "Space", "Backspace", "Delete", "ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight", "Home", "End", "PageUp", "PageDown"] as const;
+
+export type PressKey = (typeof PRESS_KEYS)[number];
+
+/** Every failure's locale key (crates/protocol `FAILURE_KEYS`): `<key>` and `<key>Fix` in the locales. */
+export const FAILURE_KEYS = ["failureNoAdapter", "failureGpuRefused", "failureSelfTest", "failureSelfTestError", "failureDeviceLost", "failureEngineLoad", "failureEngineStart", "failureEngineCrashed", "failureEngineCrashedNoModel", "failureEngineGone", "failureEngineSilent", "failureModelInvalid", "failureModelUnsupported", "failureModelRead", "failureModelFiles", "failureNoTemplate", "failureUnpinned", "failureOwnNotGguf", "failureOwnArchitecture", "failureOwnInvalid", "failureOwnModelMissing", "failureFolderMissing", "failureFolderSize", "failureCorrupt", "failureCorruptFolder", "failureRangeIgnored", "failureHttp", "failureRetries", "failureQuota", "failureStoredIncomplete", "failureDownloadStopped"] as const;
+
+export type FailureKey = (typeof FAILURE_KEYS)[number];
+
+/** The files of the model a test build bundles, in `test-models/<name>/` (crates/protocol `BUNDLED_MODEL_FILES`). */
+export const BUNDLED_MODEL_FILES = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja"] as const;
+
+export type BundledModelFile = (typeof BUNDLED_MODEL_FILES)[number];
+
+/** Failures of installing a model: the overlay says the install failed (`FailureKind::is_install`). */
+export const INSTALL_FAILURES: readonly FailureKind[] = ["model_download", "model_corrupt", "storage_quota", "model_unpinned"];
+
+/** Failures after which Retry replaces the offscreen document (`FailureKind::needs_fresh_engine`). */
+export const FRESH_ENGINE_FAILURES: readonly FailureKind[] = ["gpu_device", "engine_load"];

@@ -156,7 +156,7 @@ function guardFunction<F extends object>(fn: F, before?: (args: unknown[]) => vo
 export async function guardWasm(module: Wasm): Promise<Wasm> {
   const exports = (await module.default()) as { memory?: WebAssembly.Memory } | undefined;
   memory = exports?.memory instanceof WebAssembly.Memory ? exports.memory : null;
-  module.setPanicHandler((message) => {
+  module.setPanicHandler((message: string) => {
     panicMessage = message;
     noteCrash(message);
   });

@@ -12,7 +12,7 @@
 // file's marker. (Cache keys must be http(s) URLs, and a URL's #fragment is ignored when matching,
 // hence the query strings; `.invalid` never resolves, and nothing here fetches these URLs.)
 
-import type { EngineFailure, FailureKind, ManifestFile, ModelManifest, ModelProgress } from "../generated/protocol";
+import type { EngineFailure, FailureKey, FailureKind, ManifestFile, ModelManifest, ModelProgress } from "../generated/protocol";
 import { failure } from "../shared/failures";
 import { manifestVariants, totalBytes, unpinnedReason } from "../shared/models";
 
@@ -30,7 +30,7 @@ const SPEED_WINDOW_MS = 5_000;
 /** An installation that cannot go on, with what the user can do about it (text in the locales). */
 export class InstallError extends Error {
   readonly failure: EngineFailure;
-  constructor(kind: FailureKind, key: string, ...args: (string | number)[]) {
+  constructor(kind: FailureKind, key: FailureKey, ...args: (string | number)[]) {
     const known = failure(kind, key, ...args);
     super(known.message);
     this.failure = known;
@@ -202,7 +202,7 @@ async function installWith(
   onProgress: (progress: ModelProgress) => void,
   options: DownloadOptions,
   /** The locale key of a corrupt file's failure (its fix depends on where the file came from). */
-  corruptKey: string,
+  corruptKey: FailureKey,
 ): Promise<void> {
   const unpinned = unpinnedReason(m);
   if (unpinned) throw new InstallError("model_unpinned", "failureUnpinned", unpinned);
@@ -234,7 +234,7 @@ async function storeFile(
   newHasher: () => Hasher,
   progress: ProgressMeter,
   options: DownloadOptions,
-  corruptKey: string,
+  corruptKey: FailureKey,
 ): Promise<void> {
   const size = file.size!;
   if (await cache.match(markerKey(m, file.path))) {

@@ -6,14 +6,14 @@
 // script's chrome.runtime.sendMessage reaches this document too, and must not start or control
 // tasks, or install models.
 
-import type { EngineFailure, EngineStatus, ModelManifest, ModelOffer, TaskUpdate, ToolReply, ToolRequest, WorkerToEngine } from "../generated/protocol";
+import type { BundledModelFile, EngineFailure, EngineStatus, FailureKey, ModelManifest, ModelOffer, TaskUpdate, ToolReply, ToolRequest, WorkerToEngine } from "../generated/protocol";
 import { failure } from "../shared/failures";
 import { dropped, isMessage, sendFromEngine, senderRole } from "../shared/messages";
 import { buildInfo, DEFAULT_MODEL_ID, isOwnModelId, loadManifest, totalBytes, unpinnedReason } from "../shared/models";
 import { ownChatTemplate } from "../shared/own-models";
 import { crashedStatus, EngineCrashed, guardWasm, hasCrashed, isTrap, noteCrash, onCrash } from "./crash";
 import * as store from "./model-store";
-import { loadWasm, type Wasm } from "./wasm";
+import { loadWasm, type ModelFiles, type Wasm } from "./wasm";
 
 /** The slice of the WebGPU API used here (the DOM typings do not include WebGPU yet). */
 interface Gpu {
@@ -74,8 +74,8 @@ function loadEngine(): Promise<Wasm> {
     // Every call into the module is guarded: after a trap none reaches it again (./crash.ts).
     const module = await guardWasm(await loadWasm());
     module.setTaskHost(
-      (tabId, update) => void sendFromEngine({ kind: "task_update", tab_id: tabId, update: JSON.parse(update) as TaskUpdate }),
-      (request) => runTool(JSON.parse(request) as ToolRequest),
+      (tabId: number, update: string) => void sendFromEngine({ kind: "task_update", tab_id: tabId, update: JSON.parse(update) as TaskUpdate }),
+      (request: string) => runTool(JSON.parse(request) as ToolRequest),
     );
     return module;
   })();
@@ -121,17 +121,18 @@ async function fetchBytes(url: string): Promise<Uint8Array> {
   return new Uint8Array(await response.arrayBuffer());
 }
 
-/** The model bundled with a test build, from the extension's own files. */
-async function bundledModel(wasm: Wasm, folder: string): Promise<unknown> {
+/** The model bundled with a test build, from the extension's own files (BUNDLED_MODEL_FILES). */
+async function bundledModel(wasm: Wasm, folder: string): Promise<ModelFiles> {
   const base = chrome.runtime.getURL(`${folder}/`);
-  const text = async (file: string) => new TextDecoder().decode(await fetchBytes(base + file));
+  const bytes = (file: BundledModelFile) => fetchBytes(base + file);
+  const text = async (file: BundledModelFile) => new TextDecoder().decode(await bytes(file));
   const name = folder.split("/").pop() ?? "model";
   return new wasm.ModelFiles(
     `${name} (test model, random weights)`,
     await text("config.json"),
     await text("generation_config.json"),
-    await fetchBytes(`${base}model.safetensors`),
-    await fetchBytes(`${base}tokenizer.json`),
+    await bytes("model.safetensors"),
+    await bytes("tokenizer.json"),
     await text("chat_template.jinja"),
   );
 }
@@ -140,7 +141,7 @@ async function bundledModel(wasm: Wasm, folder: string): Promise<unknown> {
  * An installed model, read from the store only: no network request. The engine reads the weights
  * piece by piece as it loads them (one layer at a time), never the whole file at once.
  */
-async function storedModel(wasm: Wasm, m: ModelManifest): Promise<unknown> {
+async function storedModel(wasm: Wasm, m: ModelManifest): Promise<ModelFiles> {
   if (m.format === "gguf") return storedGguf(wasm, m);
   const has = (path: string) => m.files.some((f) => f.path === path);
   const text = async (path: string) => new TextDecoder().decode(await store.readFile(m, path));
@@ -169,7 +170,7 @@ async function storedModel(wasm: Wasm, m: ModelManifest): Promise<unknown> {
 }
 
 /** An installed GGUF file: one file holding weights, config, tokenizer and chat template. */
-async function storedGguf(wasm: Wasm, m: ModelManifest): Promise<unknown> {
+async function storedGguf(wasm: Wasm, m: ModelManifest): Promise<ModelFiles> {
   const [only] = m.files;
   if (m.files.length !== 1 || !only.path.endsWith(".gguf")) throw new store.InstallError("model_load", "failureModelFiles", m.name);
   const file = await store.openFile(m, only.path);
@@ -222,7 +223,7 @@ async function offerOf(m: ModelManifest): Promise<ModelOffer> {
 }
 
 /** A failure by its locale key (the worker puts it in the user's language). */
-function failed(kind: EngineFailure["kind"], key: string, ...args: (string | number)[]): EngineStatus {
+function failed(kind: EngineFailure["kind"], key: FailureKey, ...args: (string | number)[]): EngineStatus {
   return { state: "failed", failure: failure(kind, key, ...args) };
 }
 
@@ -262,11 +263,11 @@ async function engineStatus(modelId: string | null): Promise<EngineStatus> {
   if ("state" in adapter) return adapter;
   // While a model loads, its progress (`loading`) goes to the worker; the result is the answer.
   const onStatus = (status: string) => void sendFromEngine({ kind: "engine_status", status: JSON.parse(status) as EngineStatus });
-  const start = async (files?: unknown) =>
+  const start = async (files?: ModelFiles) =>
     JSON.parse(await wasm.startEngine(adapter.vendor, adapter.architecture, files, onStatus)) as EngineStatus;
 
   let key: string;
-  let files: unknown;
+  let files: ModelFiles | undefined;
   try {
     if (modelId === null && bundled) {
       key = `bundled:${bundled}`;
@@ -390,7 +391,7 @@ chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) =>
 });
 
 /** The status for an error nothing else caught: a crash's, or `key`'s with the error as its detail. */
-function unexpected(kind: EngineFailure["kind"], key: string): (error: unknown) => EngineStatus {
+function unexpected(kind: EngineFailure["kind"], key: FailureKey): (error: unknown) => EngineStatus {
   return (error) => (error instanceof EngineCrashed || isTrap(error, true) ? (noteCrash(error), crashedStatus()) : failed(kind, key, String(error)));
 }
 

@@ -3,10 +3,10 @@
 // key and its arguments; the service worker fills in the text in the browser's language before any
 // tab sees a status, and the options page does the same for its own.
 
-import type { EngineFailure, FailureKind } from "../generated/protocol";
+import type { EngineFailure, FailureKey, FailureKind } from "../generated/protocol";
 
-/** A failure known by its locale key; `message` and `fix` are filled in by `localizeFailure`. */
-export function failure(kind: FailureKind, key: string, ...args: (string | number)[]): EngineFailure {
+/** A failure known by its locale key (FAILURE_KEYS, generated); `message` and `fix` are filled in by `localizeFailure`. */
+export function failure(kind: FailureKind, key: FailureKey, ...args: (string | number)[]): EngineFailure {
   const strings = args.map(String);
   return { kind, message: `${key}(${strings.join(", ")})`, fix: "", text: { key, args: strings } };
 }

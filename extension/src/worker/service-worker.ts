@@ -9,12 +9,12 @@
 // (every tab's transcript and agent history) stays closed to content scripts: the overlay loads
 // and saves its own tab's transcript through the worker.
 
-import type { EngineStatus, EngineToWorker, OptionsToWorker, TabToWorker, TaskAction, WorkerToEngine, WorkerToTab } from "../generated/protocol";
+import { FRESH_ENGINE_FAILURES, type EngineStatus, type EngineToWorker, type OptionsToWorker, type TabToWorker, type TaskAction, type WorkerToEngine, type WorkerToTab } from "../generated/protocol";
 import { failure, localizeFailure } from "../shared/failures";
 import { dropped, isMessage, senderRole, sendToEngine, sendToTab } from "../shared/messages";
 import { loadSettings, onSettingsChanged, isSiteDisabled, taskSettings } from "../shared/settings";
-import { registerContentScript } from "./content-script";
-import { runTool } from "./tools";
+import { registerContentScript } from "./register-content-script";
+import { runTool } from "./browser-tools";
 
 const OFFSCREEN_URL = "offscreen.html";
 
@@ -46,8 +46,6 @@ const OFFSCREEN_READY_MS = 30_000;
  * the call also keeps this worker alive while it waits on a silent engine).
  */
 const DOCUMENT_CHECK_MS = 2_000;
-/** Failures after which Retry replaces the offscreen document (a fresh wasm instance, a new GPU device). */
-const RECREATE_AFTER: readonly string[] = ["gpu_device", "engine_load"];
 
 /** Test builds only: the e2e suite shortens the silence the worker waits out (`hearthTestHooks`). */
 function silenceMs(normal: number): number {
@@ -249,7 +247,7 @@ async function ensureEngine(): Promise<void> {
 async function startEngine(): Promise<void> {
   // A lost GPU device cannot be replaced inside the engine, nor a crashed (trapped) wasm instance
   // be used again, nor a stuck document be trusted: a fresh offscreen document starts from scratch.
-  const recreate = status.state === "failed" && RECREATE_AFTER.includes(status.failure.kind);
+  const recreate = status.state === "failed" && FRESH_ENGINE_FAILURES.includes(status.failure.kind);
   const seq = ++startSeq;
   const current = () => seq === startSeq;
   setStatus({ state: "starting" });

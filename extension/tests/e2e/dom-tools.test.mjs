@@ -1,4 +1,4 @@
-// The content script's DOM tools (src/content/tools) on the agent test pages, in headless
+// The content script's DOM tools (src/content/page-tools) on the agent test pages, in headless
 // Chromium without the extension: the tools are bundled, injected into each page and called
 // through `hearthTools.executeTool`. Every test checks the page's own state (#result, counters,
 // React's submitted state), not the tool's report of what it did.

@@ -15,7 +15,7 @@ const PAGES = join(EXTENSION, "tests/pages");
 export async function bundleTools() {
   const out = await build({
     absWorkingDir: EXTENSION,
-    entryPoints: ["src/content/tools/index.ts"],
+    entryPoints: ["src/content/page-tools/index.ts"],
     bundle: true,
     format: "iife",
     globalName: "hearthTools",

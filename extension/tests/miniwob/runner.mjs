@@ -1,4 +1,4 @@
-// Runs MiniWoB++ tasks through Hearth's own DOM tools (src/content/tools) in headless Chromium.
+// Runs MiniWoB++ tasks through Hearth's own DOM tools (src/content/page-tools) in headless Chromium.
 //
 // The harness does what MiniWoB's Python environment does with page JavaScript: it seeds the
 // task's random numbers (`Math.seedrandom`, which core.js bundles), starts an episode

@@ -1,5 +1,5 @@
 // The tools the model is offered (TOOL_NAMES, generated from crates/agent/src/tools.rs) and the
-// extension's executors (shared/tools.ts) are the same set: no tool without an executor, no
+// extension's executors (shared/tool-executors.ts) are the same set: no tool without an executor, no
 // executor without a tool. Bundled with esbuild on the fly.
 
 import assert from "node:assert/strict";
@@ -16,7 +16,7 @@ async function load(entry) {
 
 test("every offered tool has exactly one executor, and every executor an offered tool", async () => {
   const { TOOL_NAMES } = await load("src/generated/protocol.ts");
-  const { PAGE_TOOLS, WORKER_TOOLS, LOOP_TOOLS } = await load("src/shared/tools.ts");
+  const { PAGE_TOOLS, WORKER_TOOLS, LOOP_TOOLS } = await load("src/shared/tool-executors.ts");
   const executors = [...PAGE_TOOLS, ...WORKER_TOOLS, ...LOOP_TOOLS];
   assert.equal(new Set(executors).size, executors.length, "a tool has two executors");
   assert.deepEqual([...executors].sort(), [...TOOL_NAMES].sort());

@@ -6,14 +6,13 @@
 //! - [`grammar`]: the automaton of one call, compiled from the tools' JSON schemas.
 //! - [`vocab`]: the tokenizer's vocabulary as a byte trie, walked with the automaton to find the
 //!   allowed tokens (dead branches pruned whole).
-//! - [`mask`]: the allowed set as a bitset, applied to the logits on the device.
+//! - [`hearth_kernels::mask`]: the allowed set as a bitset, applied to the logits on the device.
 //!
 //! [`CallConstraint`] follows the generated tokens and hands out the mask for the next one. Masks
 //! are cached by state: inside a string (where most of the vocabulary is allowed and the walk is
 //! longest) the state, and so the mask, stays the same from token to token.
 
 pub mod grammar;
-pub mod mask;
 pub mod vocab;
 
 use std::collections::HashMap;

@@ -6,10 +6,10 @@
 use std::ops::Range;
 
 use burn::tensor::{Device, Tensor, TensorData};
+use hearth_kernels::{AffineMatrix, has_fused_kernels};
 use hearth_weights::{AffineTensor, Checkpoint, FileRange, HostTensor, WeightsError};
 
 use super::*;
-use crate::affine::{AffineMatrix, has_fused_kernels};
 use crate::config::{Family, LayerType, TextConfig};
 
 /// Where the text decoder's tensors live: the config's prefix (Hugging Face's layout), or MLX's
@@ -297,7 +297,8 @@ enum Part {
 }
 
 /// A Gemma model being loaded step by step ([`GemmaLoader::step`]), for callers that fetch the
-/// bytes of each step first ([`GemmaLoader::next_reads`]). [`Gemma::load`] runs it in one go.
+/// bytes of each step first ([`GemmaLoader::next_reads`]): [`GemmaLoader::load_with`] and
+/// [`GemmaLoader::load_with_async`] drive it. [`Gemma::load`] runs it in one go.
 pub struct GemmaLoader {
     config: TextConfig,
     prefix: String,
@@ -560,9 +561,8 @@ impl Gemma {
         device: &Device,
         max_tensor_bytes: usize,
     ) -> Result<Self, ModelError> {
-        let mut loader = GemmaLoader::new(config, checkpoint, max_tensor_bytes);
-        while loader.step(checkpoint, device)? {}
-        loader.finish(device)
+        let loader = GemmaLoader::new(config, checkpoint, max_tensor_bytes);
+        loader.load_with(checkpoint, device, |_| Ok::<(), ModelError>(()))
     }
 }
 

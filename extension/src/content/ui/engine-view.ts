@@ -7,7 +7,7 @@
 // data-model-verified ("false" for the user's own model file), data-offer, data-download, data-load.
 // `needs_model` also offers "Use a model file you already have" (the options page, at its models).
 
-import type { EngineStatus } from "../../generated/protocol";
+import { INSTALL_FAILURES, type EngineStatus } from "../../generated/protocol";
 import type { OwnModel } from "../../shared/own-models";
 import { button, el } from "./dom";
 import { formatBytes, formatDuration, formatNumber, t } from "./i18n";
@@ -162,7 +162,7 @@ export function engineView(
         }
         case "failed": {
           data.failure = status.failure.kind;
-          const installing = ["model_download", "model_corrupt", "storage_quota", "model_unpinned"].includes(status.failure.kind);
+          const installing = INSTALL_FAILURES.includes(status.failure.kind);
           line.textContent = installing ? t("modelInstallFailed") : t("engineFailed");
           const again = button("retry", t("retryLabel"));
           again.addEventListener("click", retry);

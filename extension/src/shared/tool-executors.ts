@@ -1,18 +1,17 @@
 // Who runs each tool the model is offered (TOOL_NAMES, generated from crates/agent/src/tools.rs):
-// the tab's content script, the service worker, or the agent loop itself. A unit test checks that
+// the tab's content script, the service worker, or the agent loop itself (LOOP_TOOLS, generated). A unit test checks that
 // together they are exactly the offered tools, so a tool is never offered without an executor and
 // no executor outlives its tool.
 
 import type { ToolName } from "../generated/protocol";
 
-/** DOM tools, run by the content script in the task's top frame (content/tools/). */
+export { LOOP_TOOLS } from "../generated/protocol";
+
+/** DOM tools, run by the content script in the task's top frame (content/page-tools/). */
 export const PAGE_TOOLS = ["read_page", "snapshot", "click", "type", "select", "scroll", "hover", "press_key", "wait_for"] as const satisfies readonly ToolName[];
 
-/** Tools that need browser APIs, run by the service worker (worker/tools.ts). */
+/** Tools that need browser APIs, run by the service worker (worker/browser-tools.ts). */
 export const WORKER_TOOLS = ["navigate", "go_back", "run_javascript"] as const satisfies readonly ToolName[];
-
-/** Tools the agent loop answers itself (crates/agent/src/session.rs): no executor. */
-export const LOOP_TOOLS = ["ask_user", "done"] as const satisfies readonly ToolName[];
 
 export type PageTool = (typeof PAGE_TOOLS)[number];
 export type WorkerTool = (typeof WORKER_TOOLS)[number];

@@ -18,8 +18,7 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 use hearth_weights::{BlockRows, GgmlType};
 
-use crate::affine::{grid, has_fused_kernels};
-use crate::fused::empty_output;
+use crate::launch::{empty_output, grid, has_fused_kernels};
 
 const THREADS: u32 = 64;
 
@@ -254,9 +253,7 @@ impl BlockTable {
 
     /// Rows `tokens`, in order, times `scale`: `[S]` → `[S, cols]`.
     pub fn lookup(&self, tokens: &[u32], scale: f32, device: &Device) -> Tensor<2> {
-        crate::gemma::gather_by_block(tokens, self.rows_per_slice, device, |b, local| {
-            self.slice_rows(b, local, scale, device)
-        })
+        gather_by_block(tokens, self.rows_per_slice, device, |b, local| self.slice_rows(b, local, scale, device))
     }
 
     /// Rows `local` of slice `b`.
@@ -287,6 +284,40 @@ impl BlockTable {
             }
         }
     }
+}
+
+/// Rows of `tokens` from a table split into blocks of `rows_per_block` rows: `rows(b, local)`
+/// gives rows `local` of block `b`; they are gathered block by block, then put back in token
+/// order.  [S, width]
+pub fn gather_by_block(
+    tokens: &[u32],
+    rows_per_block: usize,
+    device: &Device,
+    rows: impl Fn(usize, &[u32]) -> Tensor<2>,
+) -> Tensor<2> {
+    let mut parts = Vec::new();
+    let mut order = vec![0i32; tokens.len()];
+    let mut gathered: i32 = 0;
+    let mut blocks: Vec<usize> = tokens.iter().map(|&t| t as usize / rows_per_block).collect();
+    blocks.sort_unstable();
+    blocks.dedup();
+    for b in blocks {
+        let start = b * rows_per_block;
+        let here: Vec<usize> = (0..tokens.len()).filter(|&i| (tokens[i] as usize) / rows_per_block == b).collect();
+        for &i in &here {
+            order[i] = gathered;
+            gathered += 1;
+        }
+        let local: Vec<u32> = here.iter().map(|&i| tokens[i] - start as u32).collect();
+        parts.push(rows(b, &local));
+    }
+    let gathered = if parts.len() == 1 { parts.remove(0) } else { Tensor::cat(parts, 0) };
+    // Tokens from one block (every decoded token) are already in order.
+    if order.iter().enumerate().all(|(i, &o)| o as usize == i) {
+        return gathered;
+    }
+    let n = order.len();
+    gathered.select(0, Tensor::<1, Int>::from_data(TensorData::new(order, [n]), device))
 }
 
 /// The host decoding: ggml's reference dequantization, then the scale.
@@ -341,10 +372,8 @@ mod tests {
 
     fn devices() -> Vec<(&'static str, Device)> {
         let mut devices = vec![("cpu", Device::flex())];
-        match crate::gpu::init_gpu_blocking() {
-            Ok(gpu) => devices.push(("wgpu", gpu.device)),
-            Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => eprintln!("no GPU: {err}"),
-            Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
+        if let Some(gpu) = crate::launch::test_gpu() {
+            devices.push(("wgpu", gpu));
         }
         devices
     }

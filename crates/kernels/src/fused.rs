@@ -16,41 +16,16 @@
 
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Backend, Dispatch, backend_extension};
-use burn::tensor::{DType, Tensor};
+use burn::tensor::Tensor;
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use crate::affine::{grid, has_fused_kernels};
+use crate::launch::{block_reduce, bounded_tanh, empty_output, grid, has_fused_kernels};
 
 /// Threads per block (a power of two: RMSNorm sums in a tree).
 const THREADS: u32 = 64;
-
-/// The sum (or the maximum, when `max`) of one value per thread of the block, in every thread.
-/// Every thread of the block must call it.
-#[cube]
-pub(crate) fn block_reduce(
-    value: f32,
-    #[comptime] max: bool,
-    #[comptime] threads: u32,
-    #[comptime] levels: u32,
-) -> f32 {
-    let thread = UNIT_POS_X;
-    let mut partial = Shared::<[f32]>::new_slice(threads as usize);
-    partial[thread as usize] = value;
-    sync_cube();
-    #[unroll]
-    for level in 0..levels {
-        let stride = threads >> (level + 1);
-        if thread < stride {
-            let (a, b) = (partial[thread as usize], partial[(thread + stride) as usize]);
-            partial[thread as usize] = if max { f32::max(a, b) } else { a + b };
-        }
-        sync_cube();
-    }
-    partial[0]
-}
 
 /// `(mean(x²) + eps)^-½` of row `row` (`size` values from `base`), in every thread of the block.
 #[cube]
@@ -74,13 +49,6 @@ fn inverse_rms(
     }
     let total = block_reduce(sum, false, threads, levels);
     1.0 / f32::sqrt(total / f32::cast_from(size) + eps)
-}
-
-/// tanh from exp on an input clamped to ±15 (where tanh is ±1 in f32): never NaN.
-#[cube]
-pub(crate) fn bounded_tanh(x: f32) -> f32 {
-    let e = f32::exp(2.0 * f32::clamp(x, -15.0, 15.0));
-    (e - 1.0) / (e + 1.0)
 }
 
 #[cube(launch)]
@@ -318,12 +286,6 @@ fn one_block_per_row(x: &CubeTensor) -> (usize, usize, CubeCount) {
     let rows = x.meta.shape().num_elements() / size.max(1);
     let (grid_x, grid_y) = grid(rows as u32);
     (rows, size, CubeCount::Static(grid_x, grid_y, 1))
-}
-
-/// An uninitialised f32 output of `shape` on `like`'s device (every fused kernel writes all of it).
-pub(crate) fn empty_output(like: &CubeTensor, shape: burn::tensor::Shape) -> CubeTensor {
-    let handle = like.client.empty(shape.num_elements() * size_of::<f32>());
-    CubeTensor::new_contiguous(like.client.clone(), like.device.clone(), shape, handle, DType::F32)
 }
 
 /// An output tensor shaped like `like`.
@@ -684,11 +646,7 @@ mod tests {
     /// block's 64 threads; GELU over ±6.7 (tanh saturates).
     #[test]
     fn fused_kernels_match_the_tensor_operations() {
-        let gpu = match crate::gpu::init_gpu_blocking() {
-            Ok(gpu) => gpu.device,
-            Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => return eprintln!("no GPU: {err}"),
-            Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
-        };
+        let Some(gpu) = crate::launch::test_gpu() else { return };
         assert!(has_fused_kernels(&gpu), "wgpu runs the kernels, not the fallback");
         for (rows, size) in [(3, 8), (5, 64), (2, 1536), (70, 256)] {
             let x = Tensor::<2>::from_data(TensorData::new(values(rows * size, size), [rows, size]), &gpu);

@@ -2,7 +2,7 @@
 // fails with a message the model can act on), acts the way a person's input would reach the
 // page's handlers, then waits for the page to settle.
 
-import type { ToolOutput } from "../../generated/protocol";
+import type { PressKey, ToolOutput } from "../../generated/protocol";
 import { ToolFailure } from "./errors";
 import { allRoots, clean, fire, flatChildren, flatParent, frameDocument, is, isElement, isFrame, isHtml, isScrollable, pageInfo, quote, styleOf } from "./dom";
 import {
@@ -632,8 +632,13 @@ export async function hover(args: Args, signal: AbortSignal): Promise<ToolOutput
   return result(`Hovered over ${label}.`);
 }
 
-/** The keys `press_key` knows, as KeyboardEvent `key` and `code` (and the legacy keyCode jQuery UI reads). */
-const KEYS: Record<string, { key: string; code: string; keyCode: number }> = {
+type KeySpec = { key: string; code: string; keyCode: number };
+
+/**
+ * The keys `press_key` offers (PRESS_KEYS, generated from crates/agent: the compiler refuses a
+ * missing or a stale one), as KeyboardEvent `key` and `code` (and the legacy keyCode jQuery UI reads).
+ */
+const KEYS: Record<PressKey, KeySpec> = {
   Enter: { key: "Enter", code: "Enter", keyCode: 13 },
   Escape: { key: "Escape", code: "Escape", keyCode: 27 },
   Tab: { key: "Tab", code: "Tab", keyCode: 9 },
@@ -657,7 +662,7 @@ const KEYS: Record<string, { key: string; code: string; keyCode: number }> = {
  * element, and the arrows and Home/End move a native range or number input.
  */
 export async function pressKeyTool(args: Args, signal: AbortSignal): Promise<ToolOutput> {
-  const spec = KEYS[String(args.key ?? "")];
+  const spec = (KEYS as Record<string, KeySpec | undefined>)[String(args.key ?? "")];
   if (!spec) throw new ToolFailure(`Unknown key "${String(args.key)}"; use one of ${Object.keys(KEYS).join(", ")}.`);
   let el: Element;
   let label: string;

@@ -16,8 +16,8 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use crate::affine::has_fused_kernels;
-use crate::fused::{HeadColumns, block_reduce, bounded_tanh, empty_output};
+use crate::fused::HeadColumns;
+use crate::launch::{block_reduce, bounded_tanh, empty_output, has_fused_kernels};
 
 /// Threads per query head (a power of two: reductions are trees).
 const THREADS: u32 = 64;
@@ -324,11 +324,7 @@ mod tests {
     /// (2,500 keys), keys as a view of a longer cache, with and without the softcap.
     #[test]
     fn decode_attention_matches_the_matmul_path() {
-        let gpu = match crate::gpu::init_gpu_blocking() {
-            Ok(gpu) => gpu.device,
-            Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => return eprintln!("no GPU: {err}"),
-            Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
-        };
+        let Some(gpu) = crate::launch::test_gpu() else { return };
         for (heads, kv_heads, n, d, capacity) in [(4, 2, 7, 8, 7), (8, 1, 300, 256, 512), (2, 2, 2500, 512, 2600)] {
             let q = Tensor::<3>::from_data(TensorData::new(values(heads * d, d), [1, heads, d]), &gpu);
             let norm = Tensor::<1>::from_data(TensorData::new(values(d, 3), [d]), &gpu);

@@ -13,7 +13,7 @@
 //! operations, so both paths are checked against each other and against a host dequantization.
 
 use burn::backend::tensor::{FloatTensor, IntTensor};
-use burn::backend::{Backend, Dispatch, DispatchDevice, backend_extension};
+use burn::backend::{Backend, Dispatch, backend_extension};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
@@ -21,14 +21,13 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 use hearth_weights::{AffineParams, AffineTensor};
 
-use crate::fused::{bounded_tanh, empty_output};
+use crate::fused::{gelu_tanh_mul, reference};
+use crate::launch::{bounded_tanh, empty_output, grid, has_fused_kernels};
 
 /// Threads that share one output row (a power of two: they sum in a tree).
 const THREADS: u32 = 64;
 /// Tokens one thread block multiplies at once (prefill); their weights are dequantized once.
 const TOKEN_TILE: u32 = 8;
-/// The most thread blocks along one grid axis (WebGPU's limit).
-const MAX_GRID: u32 = 65_535;
 
 /// `out[s, r] = Σ_k x[s, k] · (scale[r, g(k)] · q[r, k] + bias[r, g(k)])`, for up to
 /// `TOKEN_TILE` tokens of `x` per block. Grid: (row blocks x, row blocks y, token tiles).
@@ -228,11 +227,6 @@ fn affine_rows_kernel(
             out[base + j as usize] = scale * f32::cast_from((word >> (j * bits)) & mask) + bias;
         }
     }
-}
-
-/// A grid of `blocks` thread blocks within WebGPU's 65,535 per axis.
-pub(crate) fn grid(blocks: u32) -> (u32, u32) {
-    if blocks <= MAX_GRID { (blocks.max(1), 1) } else { (MAX_GRID, blocks.div_ceil(MAX_GRID)) }
 }
 
 /// The fused kernels as Burn backend operations (cubecl backends only).
@@ -444,7 +438,7 @@ impl AffineMatrix {
         if has_fused_kernels(&x.device()) {
             self.fused_matmul(x, Some((norm_weight, eps)))
         } else {
-            self.matmul_transposed(crate::fused::reference::rms_norm(x, norm_weight, eps))
+            self.matmul_transposed(reference::rms_norm(x, norm_weight, eps))
         }
     }
 
@@ -456,7 +450,7 @@ impl AffineMatrix {
             return self.launch(Gate::ByMatrix(up), x, Some((norm_weight, eps)));
         }
         let gate = self.normed_matmul_transposed(x.clone(), norm_weight, eps);
-        crate::fused::gelu_tanh_mul(gate, up.normed_matmul_transposed(x, norm_weight, eps))
+        gelu_tanh_mul(gate, up.normed_matmul_transposed(x, norm_weight, eps))
     }
 
     /// Whether `other` can share a gated launch with `self`: same shape, width and groups.
@@ -469,7 +463,7 @@ impl AffineMatrix {
         if has_fused_kernels(&x.device()) {
             return self.launch(Gate::ByInput(&multiplier), x, None);
         }
-        crate::fused::gelu_tanh_mul(self.matmul_transposed(x), multiplier)
+        gelu_tanh_mul(self.matmul_transposed(x), multiplier)
     }
 
     /// `cap · tanh(x·Wᵀ / cap)`: the tied head's logits with Gemma's final softcap, in the same
@@ -478,7 +472,7 @@ impl AffineMatrix {
         if has_fused_kernels(&x.device()) {
             return self.launch_capped(Gate::None, x, None, Some(cap));
         }
-        crate::fused::reference::bounded_tanh(self.matmul_transposed(x).div_scalar(cap)).mul_scalar(cap)
+        reference::bounded_tanh(self.matmul_transposed(x).div_scalar(cap)).mul_scalar(cap)
     }
 
     fn fused_matmul(&self, x: Tensor<2>, norm: Option<(&Tensor<1>, f32)>) -> Tensor<2> {
@@ -575,13 +569,6 @@ enum Gate<'a> {
     ByInput(&'a Tensor<2>),
 }
 
-/// Whether `device` runs the fused kernels (the cubecl backends: wgpu natively, WebGPU in the
-/// browser). Elsewhere (the CPU backend) `AffineMatrix` falls back to tensor operations, which
-/// dequantize the whole matrix per product: loaders keep f32 weights there instead.
-pub fn has_fused_kernels(device: &Device) -> bool {
-    matches!(device.as_dispatch(), DispatchDevice::Cube(_))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -631,10 +618,8 @@ mod tests {
 
     fn devices() -> Vec<(&'static str, Device)> {
         let mut devices = vec![("cpu", Device::flex())];
-        match crate::gpu::init_gpu_blocking() {
-            Ok(gpu) => devices.push(("wgpu", gpu.device)),
-            Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => eprintln!("no GPU: {err}"),
-            Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
+        if let Some(gpu) = crate::launch::test_gpu() {
+            devices.push(("wgpu", gpu));
         }
         devices
     }

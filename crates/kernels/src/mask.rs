@@ -10,7 +10,7 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use crate::affine::{grid, has_fused_kernels};
+use crate::launch::{grid, has_fused_kernels};
 
 /// The logit of a masked token: far below any real one (Gemma's are softcapped to ±30), finite so
 /// that temperature scaling and softmax stay free of NaN.
@@ -104,11 +104,7 @@ mod tests {
 
     #[test]
     fn the_kernel_masks_like_the_tensor_operations() {
-        let gpu = match crate::gpu::init_gpu_blocking() {
-            Ok(gpu) => gpu.device,
-            Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => return eprintln!("no GPU: {err}"),
-            Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
-        };
+        let Some(gpu) = crate::launch::test_gpu() else { return };
         // A vocabulary that is not a multiple of 32 or of the block, and one of 262,144.
         let allowed: Vec<u32> = (0..4099).filter(|i| i % 13 == 0 || i % 32 == 31).collect();
         run(&gpu, 4099, &allowed);

@@ -1,10 +1,10 @@
 // The DOM tools the content script runs for the agent: snapshot, click, type, select, scroll,
-// hover, press_key, wait_for and read_page (PAGE_TOOLS in shared/tools.ts). Tools that need
+// hover, press_key, wait_for and read_page (PAGE_TOOLS in shared/tool-executors.ts). Tools that need
 // browser APIs (navigate, go_back, run_javascript) belong to the service worker.
 
 import type { ToolOutput } from "../../generated/protocol";
 import { click, hover, pressKeyTool, scroll, select, typeText, type Args } from "./actions";
-import type { PageTool } from "../../shared/tools";
+import type { PageTool } from "../../shared/tool-executors";
 import { ToolFailure } from "./errors";
 import { readPage } from "./read-page";
 import { takeSnapshot } from "./snapshot";

@@ -1,12 +1,12 @@
 // Tool calls from the engine. Page tools (snapshot, click, type…) run in the task's tab, in its
 // top frame's content script; navigation and run_javascript need browser APIs and run here
-// (shared/tools.ts says which is which). Every failure becomes a `failed` reply whose message
+// (shared/tool-executors.ts says which is which). Every failure becomes a `failed` reply whose message
 // tells the model what to do.
 
 import type { PageInfo, ToolReply, ToolRequest } from "../generated/protocol";
 import { sendToTab } from "../shared/messages";
 import { isSiteDisabled, loadSettings } from "../shared/settings";
-import { isWorkerTool, type WorkerTool } from "../shared/tools";
+import { isWorkerTool, type WorkerTool } from "../shared/tool-executors";
 
 /** How long a page may take to load after navigate / go_back. */
 const LOAD_TIMEOUT_MS = 30_000;

@@ -1,0 +1,83 @@
+//! What every kernel's launch shares: the grid within WebGPU's limits, whether a device runs the
+//! kernels at all, uninitialised outputs, and the `#[cube]` helpers several kernels call (a block
+//! reduction, a NaN-free tanh).
+
+use burn::backend::DispatchDevice;
+use burn::tensor::{DType, Device};
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+
+/// The most thread blocks along one grid axis (WebGPU's limit).
+const MAX_GRID: u32 = 65_535;
+
+/// A grid of `blocks` thread blocks within WebGPU's 65,535 per axis.
+pub(crate) fn grid(blocks: u32) -> (u32, u32) {
+    if blocks <= MAX_GRID { (blocks.max(1), 1) } else { (MAX_GRID, blocks.div_ceil(MAX_GRID)) }
+}
+
+/// Whether `device` runs the fused kernels (the cubecl backends: wgpu natively, WebGPU in the
+/// browser). Elsewhere (the CPU backend) `AffineMatrix` falls back to tensor operations, which
+/// dequantize the whole matrix per product: loaders keep f32 weights there instead.
+pub fn has_fused_kernels(device: &Device) -> bool {
+    matches!(device.as_dispatch(), DispatchDevice::Cube(_))
+}
+
+/// An uninitialised f32 output of `shape` on `like`'s device (every fused kernel writes all of it).
+pub(crate) fn empty_output(like: &CubeTensor, shape: burn::tensor::Shape) -> CubeTensor {
+    let handle = like.client.empty(shape.num_elements() * size_of::<f32>());
+    CubeTensor::new_contiguous(like.client.clone(), like.device.clone(), shape, handle, DType::F32)
+}
+
+/// The sum (or the maximum, when `max`) of one value per thread of the block, in every thread.
+/// Every thread of the block must call it.
+#[cube]
+pub(crate) fn block_reduce(
+    value: f32,
+    #[comptime] max: bool,
+    #[comptime] threads: u32,
+    #[comptime] levels: u32,
+) -> f32 {
+    let thread = UNIT_POS_X;
+    let mut partial = Shared::<[f32]>::new_slice(threads as usize);
+    partial[thread as usize] = value;
+    sync_cube();
+    #[unroll]
+    for level in 0..levels {
+        let stride = threads >> (level + 1);
+        if thread < stride {
+            let (a, b) = (partial[thread as usize], partial[(thread + stride) as usize]);
+            partial[thread as usize] = if max { f32::max(a, b) } else { a + b };
+        }
+        sync_cube();
+    }
+    partial[0]
+}
+
+/// tanh from exp on an input clamped to ±15 (where tanh is ±1 in f32): never NaN.
+#[cube]
+pub(crate) fn bounded_tanh(x: f32) -> f32 {
+    let e = f32::exp(2.0 * f32::clamp(x, -15.0, 15.0));
+    (e - 1.0) / (e + 1.0)
+}
+
+/// The GPU the tests run on, once per test process (Burn's wgpu runtime registers once): `None`
+/// when there is none and `HEARTH_REQUIRE_GPU` is unset.
+#[cfg(test)]
+pub(crate) fn test_gpu() -> Option<Device> {
+    static GPU: std::sync::Mutex<Option<Device>> = std::sync::Mutex::new(None);
+    let mut cached = GPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(device) = cached.as_ref() {
+        return Some(device.clone());
+    }
+    match Device::wgpu_options().init_with_setup() {
+        Ok((device, _)) => {
+            *cached = Some(device.clone());
+            Some(device)
+        }
+        Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => {
+            eprintln!("no GPU: {err}");
+            None
+        }
+        Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
+    }
+}

@@ -1,0 +1,32 @@
+//! Hearth's CubeCL kernels, each with its launch on Burn's cubecl backends (wgpu natively, WebGPU
+//! in the browser), the same maths as tensor operations for the other backends (the CPU backend;
+//! also the tests' oracle), and its tests. The model calls them through the typed functions and
+//! types below; which path runs is decided per device ([`has_fused_kernels`]).
+//!
+//! - [`affine`]: 4- and 8-bit matrices kept packed on the device ([`AffineMatrix`]) and the fused
+//!   dequantize-multiply kernel (pre-norm, GELU gate and softcap variants, row gather).
+//! - [`fused`]: element-wise chains as single kernels: RMSNorm, residual add + norm, the attention
+//!   softmax, the GELU gate, keys/values/queries normed and rotated into the cache; and
+//!   [`fused::reference`], the same maths as tensor operations.
+//! - [`attention`]: a decoded token's whole attention in one kernel.
+//! - [`block_table`]: a large lookup table (Gemma 4's per-layer embeddings) kept on the device in
+//!   its stored GGUF blocks, rows decoded by a kernel when looked up.
+//! - [`mask`]: a token bitset applied to the logits on the device (constrained tool calls).
+//! - [`dispatches`]: kernel launches counted by name (for the benchmark).
+//! - `launch`: what the launches share (grid, outputs, block reduction, bounded tanh).
+
+pub mod affine;
+pub mod attention;
+pub mod block_table;
+#[cfg(not(target_family = "wasm"))]
+pub mod dispatches;
+pub mod fused;
+mod launch;
+pub mod mask;
+
+pub use affine::AffineMatrix;
+pub use attention::{DecodeQuery, decode_attention, fused_decode_applies};
+pub use block_table::{BlockTable, gather_by_block};
+pub use fused::{CacheInput, HeadColumns, add_rms_norm, attention_softmax, gelu_tanh_mul, rms_norm, write_cache};
+pub use launch::has_fused_kernels;
+pub use mask::mask_logits;

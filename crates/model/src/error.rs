@@ -1,0 +1,26 @@
+//! What can go wrong between a checkpoint and a token: the model's one error type.
+
+use hearth_weights::WeightsError;
+
+use crate::config::ConfigError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Weights(#[from] WeightsError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("tensor `{name}` has shape {actual:?}, the config implies {expected:?}")]
+    Shape { name: String, expected: Vec<usize>, actual: Vec<usize> },
+    /// A caller of [`GemmaLoader`](crate::GemmaLoader) asked for the model before every step had run.
+    #[error("the model was asked for after {done} of its {total} load steps; this is a bug in the loading code")]
+    LoadIncomplete { done: usize, total: usize },
+    #[error("token id {0} is outside the vocabulary")]
+    TokenOutOfRange(u32),
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    #[error(
+        "the conversation no longer fits the model's context ({0} tokens): clear the conversation (settings) and start again"
+    )]
+    ContextFull(usize),
+}

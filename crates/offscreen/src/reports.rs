@@ -1,0 +1,88 @@
+//! The model crate's typed results as the protocol's messages: the adapter and the self-test as
+//! the extension shows them, and a GPU failure with its locale key (the English fix is the
+//! model crate's, which the command line prints too).
+
+use hearth_model::gpu::{AdapterInfo, GpuError};
+use hearth_model::self_test::SelfTestResult;
+use hearth_protocol::{AdapterReport, EngineFailure, FailureKind, SelfTestReport};
+
+/// The failure as the overlay shows it, with the action that fixes it.
+pub fn gpu_failure(err: &GpuError) -> EngineFailure {
+    match err {
+        GpuError::NoAdapter(detail) => EngineFailure::localized(
+            FailureKind::WebgpuUnavailable,
+            err.to_string(),
+            err.fix(),
+            "failureNoAdapter",
+            vec![detail.clone()],
+        ),
+        GpuError::Device(detail) => EngineFailure::localized(
+            FailureKind::GpuDevice,
+            err.to_string(),
+            err.fix(),
+            "failureGpuRefused",
+            vec![detail.clone()],
+        ),
+    }
+}
+
+/// The adapter as the engine reports it.
+pub fn adapter_report(adapter: AdapterInfo) -> AdapterReport {
+    let AdapterInfo {
+        name,
+        vendor,
+        architecture,
+        backend,
+        device_type,
+        shader_f16,
+        max_buffer_size,
+        max_storage_buffer_binding_size,
+        max_compute_workgroup_storage_size,
+    } = adapter;
+    AdapterReport {
+        name,
+        vendor,
+        architecture,
+        backend,
+        device_type,
+        shader_f16,
+        max_buffer_size,
+        max_storage_buffer_binding_size,
+        max_compute_workgroup_storage_size,
+    }
+}
+
+/// The self-test's result as the engine reports it.
+pub fn self_test_report(result: SelfTestResult) -> SelfTestReport {
+    let SelfTestResult {
+        computation,
+        passed,
+        values,
+        max_abs_error,
+        tolerance,
+        elapsed_ms,
+        fused_kernels_max_abs_error,
+    } = result;
+    SelfTestReport { computation, passed, values, max_abs_error, tolerance, elapsed_ms, fused_kernels_max_abs_error }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_failures_keep_their_text_and_locale_keys() {
+        let failure = gpu_failure(&GpuError::NoAdapter("none".into()));
+        assert_eq!(failure.kind, FailureKind::WebgpuUnavailable);
+        assert_eq!(failure.message, "no WebGPU adapter is available: none");
+        assert!(failure.fix.starts_with("Hearth needs WebGPU. Use Chrome or Chromium 121 or newer"), "{failure:?}");
+        let text = failure.text.expect("localized");
+        assert_eq!((text.key.as_str(), text.args), ("failureNoAdapter", vec!["none".to_string()]));
+
+        let failure = gpu_failure(&GpuError::Device("lost".into()));
+        assert_eq!(failure.kind, FailureKind::GpuDevice);
+        assert_eq!(failure.message, "the GPU refused to create a device: lost");
+        let text = failure.text.expect("localized");
+        assert_eq!((text.key.as_str(), text.args), ("failureGpuRefused", vec!["lost".to_string()]));
+    }
+}
