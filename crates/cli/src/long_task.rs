@@ -37,6 +37,9 @@ const MAX_CHUNK: usize = 512;
 /// prompt token is always recomputed, the token that ended the reply was never cached, and a
 /// tokenizer may merge a few tokens differently across the seams of a re-rendered turn).
 pub const SLACK_TOKENS: usize = 32;
+/// After a compaction the engine resumes from the end of the conversation's first prompt, a little
+/// before the first entry the compaction rewrote (here at most ≈ 170 tokens before it).
+const COMPACTION_SLACK_TOKENS: usize = 256;
 
 /// Rendered size of a snapshot result, in real tokens.
 const SNAPSHOT_TOKENS: usize = 2_900;
@@ -154,6 +157,14 @@ impl Report {
                 problems.push(format!(
                     "{at}: the agent counted {} prompt tokens, the engine got {}",
                     s.agent_prompt_tokens, s.prompt_tokens
+                ));
+            }
+            // A compaction rewrites history after the first prompt: the cache goes back to that
+            // prompt's end (its first checkpoint), not to nothing.
+            if s.compacted && s.computed > s.new_tokens + COMPACTION_SLACK_TOKENS {
+                problems.push(format!(
+                    "{at}: a compaction computed {} tokens (reused {}) where {} are new: more than {COMPACTION_SLACK_TOKENS} over",
+                    s.computed, s.reused, s.new_tokens
                 ));
             }
             if let Some(growth) = s.growth.filter(|_| !s.compacted) {
@@ -1259,11 +1270,6 @@ mod tests {
     #[test]
     fn long_task_thirty_steps_thinking_on_8k() {
         thirty_steps(true, 8_192);
-    }
-
-    #[test]
-    fn long_task_thirty_steps_thinking_on_16k() {
-        thirty_steps(true, 16_384);
     }
 
     #[test]

@@ -3,10 +3,11 @@
 //! their whole window and for the last `max_chunk` positions to be rewound exactly.
 //! KV-shared layers have no cache of their own.
 //!
-//! The context size is chosen per model and adapter ([`CacheOptions::for_device`]), and a
-//! checkpoint of the rings at the end of the last prompt lets a conversation rewind to it after
-//! an answer longer than a chunk (the next prompt renders that answer again, or without its
-//! thoughts), so a step prefills only its new tokens.
+//! The context size is chosen per model and adapter ([`CacheOptions::for_device`]), and
+//! checkpoints of the rings let a conversation rewind past them: to the end of the last prompt
+//! after an answer longer than a chunk (the next prompt renders that answer again, or without its
+//! thoughts), so a step prefills only its new tokens; and to the end of its first prompt after a
+//! compaction rewrote what follows.
 
 use burn::tensor::{Device, Tensor, TensorData};
 use hearth_kernels::{CacheInput, HeadColumns, write_cache};
@@ -130,7 +131,8 @@ pub struct KvCache {
     inv_freq: [Option<Vec<f32>>; 2],
     /// The most query heads of any layer (prefill's scores are `[heads, chunk, context]`).
     max_query_heads: usize,
-    checkpoint: Option<RingCheckpoint>,
+    /// Ways back past the rings: the conversation's first prompt end, and the last one.
+    checkpoints: Vec<RingCheckpoint>,
 }
 
 /// The sliding layers' rings as they were at `len` positions. Holding the tensors makes the next
@@ -200,7 +202,7 @@ impl KvCache {
             len: 0,
             inv_freq,
             max_query_heads: config.num_heads.max(1),
-            checkpoint: None,
+            checkpoints: Vec::new(),
         }
     }
 
@@ -237,11 +239,13 @@ impl KvCache {
     pub fn clear(&mut self) {
         self.len = 0;
         self.ring_positions.iter_mut().for_each(|p| *p = None);
-        self.checkpoint = None;
+        self.checkpoints.clear();
     }
 
     /// Remembers the rings as they are now, so that [`Self::rewind`] can come back here after
-    /// decoding more than a chunk past this point.
+    /// decoding more than a chunk past this point. Two are kept: the conversation's first (the end
+    /// of its first prompt: system prompt, tools, task, which compaction never rewrites) and the
+    /// latest (the end of the last prompt, which a re-rendered answer leaves).
     pub fn checkpoint(&mut self) {
         let rings = self
             .layers
@@ -251,25 +255,54 @@ impl KvCache {
                 _ => None,
             })
             .collect();
-        self.checkpoint = Some(RingCheckpoint { len: self.len, ring_positions: self.ring_positions.clone(), rings });
+        let checkpoint = RingCheckpoint { len: self.len, ring_positions: self.ring_positions.clone(), rings };
+        if self.checkpoints.len() >= 2 || self.checkpoints.last().is_some_and(|c| c.len >= checkpoint.len) {
+            self.checkpoints.pop();
+        }
+        self.checkpoints.push(checkpoint);
     }
 
     /// Keeps as many of positions `0..n` as can be kept exactly and returns how many: `n` when the
-    /// rings (or the checkpoint's) still hold the window before `n`; the checkpoint's length when
-    /// `n` lies past it (positions after it must be computed again); else 0 (cleared).
+    /// rings (or a checkpoint's) still hold the window before `n`; else the length of the latest
+    /// checkpoint before `n` (positions after it must be computed again); else 0 (cleared).
     pub fn rewind(&mut self, n: usize) -> usize {
-        let n = n.min(self.len);
+        let kept = self.rewind_to(n.min(self.len));
+        if kept > 0 && self.checkpoints.is_empty() {
+            // Rewound before the first checkpoint: this point becomes it (free: it shares the
+            // rings' buffers), so a later compaction still finds its way back here.
+            self.checkpoint();
+        }
+        kept
+    }
+
+    fn rewind_to(&mut self, n: usize) -> usize {
         if self.truncate(n) {
             return n;
         }
-        let Some(checkpoint) = self.checkpoint.take() else {
-            self.clear();
-            return 0;
-        };
-        if checkpoint.len > self.len {
-            self.clear();
-            return 0;
+        // Latest first; one that ends after `n` goes stale once positions before its end are
+        // written again, so it is dropped unless its own rings reach back to `n`.
+        while let Some(checkpoint) = self.checkpoints.pop() {
+            if checkpoint.len > self.len {
+                continue;
+            }
+            if n >= checkpoint.len || self.window_held(&checkpoint.ring_positions, n) {
+                self.restore(&checkpoint);
+                if n >= checkpoint.len {
+                    self.checkpoints.push(checkpoint);
+                    return self.len;
+                }
+                let kept = self.truncate(n);
+                debug_assert!(kept, "the checkpoint's rings hold the window before n");
+                return n;
+            }
         }
+        self.clear();
+        0
+    }
+
+    /// Puts a checkpoint's rings back; full layers hold every position, so only the length goes
+    /// back for them.
+    fn restore(&mut self, checkpoint: &RingCheckpoint) {
         for (layer, ring) in self.layers.iter_mut().zip(&checkpoint.rings) {
             if let (Some(kv), Some((keys, values))) = (layer.as_mut(), ring) {
                 kv.keys = keys.clone();
@@ -277,30 +310,21 @@ impl KvCache {
             }
         }
         self.ring_positions.clone_from(&checkpoint.ring_positions);
-        // Full layers hold every position: only the length goes back.
         self.len = checkpoint.len;
-        if n >= checkpoint.len {
-            self.checkpoint = Some(checkpoint);
-            return self.len;
-        }
-        // Before the checkpoint: it goes stale once positions before its end are overwritten.
-        if self.truncate(n) {
-            n
-        } else {
-            self.clear();
-            0
-        }
+    }
+
+    /// Whether `ring_positions` hold the window of positions before `n` (always true without
+    /// sliding layers).
+    fn window_held(&self, ring_positions: &[Option<usize>], n: usize) -> bool {
+        let has_sliding = self.layers.iter().flatten().any(|l| l.kind == LayerType::Sliding);
+        !has_sliding
+            || (n.saturating_sub(self.window - 1)..n).all(|p| ring_positions[p % self.ring_capacity] == Some(p))
     }
 
     /// Keeps only positions `0..n`, if that is exact: full layers always can; sliding layers only
     /// if the ring still holds the window before `n`. Returns false (cache unchanged) otherwise.
     pub fn truncate(&mut self, n: usize) -> bool {
-        if n > self.len {
-            return false;
-        }
-        let needed = n.saturating_sub(self.window - 1)..n;
-        let has_sliding = self.layers.iter().flatten().any(|l| l.kind == LayerType::Sliding);
-        if has_sliding && !needed.clone().all(|p| self.ring_positions[p % self.ring_capacity] == Some(p)) {
+        if n > self.len || !self.window_held(&self.ring_positions, n) {
             return false;
         }
         for slot in &mut self.ring_positions {
@@ -309,10 +333,8 @@ impl KvCache {
             }
         }
         self.len = n;
-        if self.checkpoint.as_ref().is_some_and(|c| c.len > n) {
-            // The positions up to its end will be written again.
-            self.checkpoint = None;
-        }
+        // Positions before their ends will be written again.
+        self.checkpoints.retain(|c| c.len <= n);
         true
     }
 

@@ -183,6 +183,19 @@ fn a_prompt_that_drops_a_long_answer_rewinds_to_the_checkpoint() {
         let (logits, stats) = session.prefill(&earlier).unwrap();
         assert_eq!(stats.reused, next.len() - 2, "{label}: rewound within the checkpoint's rings");
         check(&format!("{label} before the checkpoint"), &read(logits), &fresh_logits(&session, &earlier));
+
+        // A longer prompt, decoded past, then one that rewrites what follows the first prompt (as
+        // a compaction does): back to the first prompt's end, not to nothing.
+        let longer: Vec<u32> = earlier.iter().copied().chain((0..20).map(|i| tokens[i % tokens.len()])).collect();
+        session.prefill(&longer).unwrap();
+        for i in 0..answer {
+            session.step(tokens[(i + 5) % tokens.len()]).unwrap();
+        }
+        let mut compacted = earlier[..prompt_len + 1].to_vec();
+        compacted.push(tokens[5]);
+        let (logits, stats) = session.prefill(&compacted).unwrap();
+        assert_eq!(stats.reused, prompt_len, "{label}: rewound to the first prompt's end");
+        check(&format!("{label} after a compaction"), &read(logits), &fresh_logits(&session, &compacted));
     });
 }
 
