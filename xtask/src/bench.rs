@@ -5,8 +5,14 @@
 //! `cargo xtask bench -- --browser --model <file.gguf> [--tokens N]` instead builds the extension
 //! and measures browser decode: Hearth in headless Chromium beside wllama
 //! (extension/scripts/bench-browser.mjs).
+//!
+//! `cargo xtask bench --bundle <dir>` builds the CLI the same way and writes a folder that runs
+//! the benches on another machine with no cargo (bundle.rs): a lent GPU's minutes go to
+//! measuring, not building.
 
-use crate::{build, process, root};
+use std::path::PathBuf;
+
+use crate::{build, bundle, process, root};
 
 pub fn bench(flags: &[String]) -> Result<(), String> {
     let root = root();
@@ -17,13 +23,26 @@ pub fn bench(flags: &[String]) -> Result<(), String> {
         cmd.args(flags.iter().filter(|f| **f != "--browser")).current_dir(root.join("extension"));
         return process::run(cmd);
     }
-    let mut build_cmd = process::command("cargo", &["test", "--release", "--workspace", "--no-run"]);
-    build_cmd.current_dir(&root);
-    process::run(build_cmd)?;
-    let hearth = build::target_dir(&root).join("release/hearth");
+    if let Some(at) = flags.iter().position(|f| *f == "--bundle") {
+        let dir = match flags.get(at + 1) {
+            Some(dir) if !dir.starts_with('-') && flags.len() == 2 => PathBuf::from(dir),
+            _ => return Err("usage: cargo xtask bench --bundle <dir> (no other flags)".into()),
+        };
+        let hearth = build_cli(&root)?;
+        return bundle::write(&dir, &hearth, &root);
+    }
+    let hearth = build_cli(&root)?;
     let mut args = vec!["bench"];
     args.extend(flags);
     let mut cmd = process::command(&hearth.display().to_string(), &args);
     cmd.current_dir(&root);
     process::run(cmd)
+}
+
+/// Builds `hearth` with the test step's features (so Burn is not rebuilt); its path.
+fn build_cli(root: &std::path::Path) -> Result<PathBuf, String> {
+    let mut build_cmd = process::command("cargo", &["test", "--release", "--workspace", "--no-run"]);
+    build_cmd.current_dir(root);
+    process::run(build_cmd)?;
+    Ok(build::target_dir(root).join("release/hearth"))
 }

@@ -8,12 +8,14 @@
 //!   records llama.cpp's continuation beside it (`HEARTH_PYTHON` with llama-cpp-python)
 //! - `bench [-- flags]`  speed and memory figures (`hearth bench`: fused 4-bit GEMV vs copy, models
 //!   with the real Gemma 4 E2B/E4B shapes), for benches/RESULTS.md; `-- --browser --model <gguf>`:
-//!   browser decode, Hearth beside wllama
+//!   browser decode, Hearth beside wllama; `--bundle <dir>`: a folder (hearth, the Vulkan loader,
+//!   run.sh) that runs those benches on another machine's adapter without cargo
 //! - `gen-types`  regenerate the TypeScript protocol from the Rust types (`build` refreshes the
 //!   wasm exports' declaration, extension/src/generated/hearth_offscreen.d.ts)
 
 mod bench;
 mod build;
+mod bundle;
 mod chrome;
 mod process;
 mod test;
@@ -60,6 +62,8 @@ const HELP: &str = "usage: cargo xtask <command>
                                     llama-cpp-python)
   bench [-- <hearth bench flags>]   speed and memory figures (see `hearth bench --help`);
                                     -- --browser --model <file.gguf>: browser decode vs wllama
+  bench --bundle <dir>              build hearth into <dir> with the Vulkan loader and run.sh, which
+                                    runs the kernel and E2B/E4B benches anywhere into one Markdown file
   gen-types                         regenerate extension/src/generated/protocol.ts";
 
 /// The repository root (the parent of xtask/). `cargo run` sets CARGO_MANIFEST_DIR at run time;

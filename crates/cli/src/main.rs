@@ -119,7 +119,7 @@ enum Command {
         #[arg(long, default_value_t = 16)]
         decode: usize,
         /// Agent step: cached prefix, new tokens, decoded tokens (e.g. 3000,1500,40; 0,0,0 skips it).
-        #[arg(long, value_delimiter = ',', num_args = 3, default_values_t = [0, 0, 0])]
+        #[arg(long, value_delimiter = ',', num_args = 1..=3, default_values_t = [0, 0, 0])]
         agent: Vec<usize>,
         /// Only the kernel bandwidth table.
         #[arg(long)]
@@ -212,12 +212,14 @@ fn main() -> ExitCode {
             steps: _,
             context: _,
             device: args,
-        } => {
-            let agent = [agent[0], agent[1], agent[2]];
-            let options = bench::BenchOptions { shape, layers, prefill, decode, agent, kernels_only, model };
-            device_with_name(&args)
-                .and_then(|(device, adapter, memory)| bench::run(&device, &adapter, memory, &options))
-        }
+        } => match <[usize; 3]>::try_from(agent) {
+            Ok(agent) => {
+                let options = bench::BenchOptions { shape, layers, prefill, decode, agent, kernels_only, model };
+                device_with_name(&args)
+                    .and_then(|(device, adapter, memory)| bench::run(&device, &adapter, memory, &options))
+            }
+            Err(given) => Err(format!("--agent takes three numbers (cached, new, decoded), got {given:?}")),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# Hearth bench bundle: runs `hearth bench` on whatever adapter this machine has and writes one
+# Markdown file. Made by `cargo xtask bench --bundle <dir>` from @REVISION@.
+#
+# usage: ./run.sh [--quick] [results.md]
+#   results.md  where the results go (default: results-<host>-<UTC time>.md beside this script)
+#   --quick     2 layers, a few tokens, a tiny agent step: checks the bundle runs (slow adapters)
+# environment:
+#   HEARTH_STEP_TIMEOUT=<s>   one time limit (seconds) for every step instead of the defaults:
+#                             self-test 60, kernels 90, E2B 120, E4B 150, agent step 120
+#   HEARTH_SYSTEM_VULKAN=1    use the system's Vulkan loader instead of lib/libvulkan.so.1
+# Needs bash, coreutils and a Vulkan driver; no cargo, no network. Each step has its own time
+# limit, so one slow step does not lose the rest. Exits 0 when the kernel step finished.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# A copy that lost its modes (an archive, a sync) still runs.
+if [ ! -x "$here/hearth" ]; then chmod +x "$here/hearth"; fi
+quick=0
+out=""
+for arg in "$@"; do
+    case "$arg" in
+        --quick) quick=1 ;;
+        -h | --help)
+            sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            exit 0
+            ;;
+        -*)
+            echo "run.sh: unknown option $arg (see --help)" >&2
+            exit 2
+            ;;
+        *) out="$arg" ;;
+    esac
+done
+host="$(uname -n 2>/dev/null || echo host)"
+if [ -z "$out" ]; then
+    out="$here/results-$host-$(date -u +%Y%m%dT%H%M%SZ).md"
+fi
+mkdir -p "$(dirname "$out")"
+: >"$out"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+# wgpu dlopens libvulkan.so.1 at run time (ldd does not list it): the bundled loader, unless asked.
+if [ "${HEARTH_SYSTEM_VULKAN:-0}" = 1 ]; then
+    loader="the system's"
+else
+    export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    loader="bundled (lib/libvulkan.so.1)"
+fi
+
+# The Vulkan drivers (ICDs) the loader will find. An NVIDIA container often has the driver's
+# libGLX_nvidia.so.0 but no nvidia_icd.json: then one is written that names it.
+icd_dirs=(/etc/vulkan/icd.d /usr/share/vulkan/icd.d /usr/local/share/vulkan/icd.d)
+icds=""
+for dir in "${icd_dirs[@]}"; do
+    for file in "$dir"/*.json; do
+        if [ -e "$file" ]; then icds+="$file "; fi
+    done
+done
+ld_cache="$( (ldconfig -p || /sbin/ldconfig -p) 2>/dev/null || true)"
+icd_note=""
+if [ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ] && [[ "$icds" != *nvidia* ]] &&
+    [[ "$ld_cache" == *"libGLX_nvidia.so.0 "* ]]; then
+    printf '{"file_format_version": "1.0.0", "ICD": {"library_path": "libGLX_nvidia.so.0", "api_version": "1.3.0"}}\n' \
+        >"$tmp/nvidia_icd.json"
+    export VK_DRIVER_FILES="$tmp/nvidia_icd.json" VK_ICD_FILENAMES="$tmp/nvidia_icd.json"
+    icd_note=" (no nvidia_icd.json installed: one naming libGLX_nvidia.so.0 was written)"
+fi
+
+if [ "$quick" = 1 ]; then
+    model_flags=(--layers 2 --prefill 4 --decode 2)
+    agent_flags=(--agent 16 8 2)
+    mode="quick: 2 layers, prefill 4, decode 2; agent step 16 cached + 8 new tokens, 2 decoded (E2B)"
+else
+    model_flags=(--prefill 64 --decode 16)
+    # Three separate values: clap refuses them comma-separated, whatever `--help` says.
+    agent_flags=(--agent 3000 1500 40)
+    mode="full: all layers, prefill 64, decode 16; agent step 3000 cached + 1500 new tokens, 40 decoded (E2B)"
+fi
+
+say() { echo "run.sh: $*" >&2; }
+
+{
+    echo "# Hearth bench bundle — $host, $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo
+    echo "Hearth @REVISION@; mode $mode."
+    echo
+    echo "## Machine"
+    echo
+    echo "- system: $(uname -srmo 2>/dev/null || uname -a)"
+    if [ -r /etc/os-release ]; then
+        echo "- distribution: $(. /etc/os-release && echo "${PRETTY_NAME:-unknown}")"
+    fi
+    echo "- CPU: $(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//'), $(nproc 2>/dev/null || echo '?') cores"
+    echo "- memory: $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo 2>/dev/null)"
+    echo "- $(getconf GNU_LIBC_VERSION 2>/dev/null || echo 'glibc: unknown')"
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        nvidia-smi -L 2>/dev/null | sed 's/^/- /' || true
+        gpu="$(nvidia-smi --query-gpu=driver_version,memory.total,clocks.max.sm,power.limit \
+            --format=csv,noheader 2>/dev/null || true)"
+        if [ -n "$gpu" ]; then
+            echo "- NVIDIA driver, memory, max SM clock, power limit: $gpu"
+        fi
+        if [[ "$ld_cache" == *"libGLX_nvidia.so.0 "* ]]; then
+            echo "- NVIDIA Vulkan driver: libGLX_nvidia.so.0 installed"
+        else
+            echo "- NVIDIA Vulkan driver: **libGLX_nvidia.so.0 not installed** (a container needs NVIDIA_DRIVER_CAPABILITIES with \`graphics\`; now \`${NVIDIA_DRIVER_CAPABILITIES:-unset}\`)"
+        fi
+    else
+        echo "- nvidia-smi: not found"
+    fi
+    echo "- Vulkan loader: $loader"
+    echo "- Vulkan drivers: ${VK_DRIVER_FILES:-${VK_ICD_FILENAMES:-${icds:-none found in ${icd_dirs[*]}}}}$icd_note"
+} >>"$out"
+
+# Runs one `hearth` step under its own time limit and appends what it prints as it prints it (so
+# a run killed from outside keeps what it had): the Markdown of `hearth bench` with its headings a
+# level down (its repeated title line and, after the kernel step, the repeated kernel table left
+# out), or, for `text`, a fenced block. Then the outcome and stderr's last lines. Never fails: a
+# step that fails or times out says so.
+steps_total=0
+steps_ok=0
+kernels_ok=0
+step() {
+    local title="$1" kind="$2" limit="$3"
+    shift 3
+    limit="${HEARTH_STEP_TIMEOUT:-$limit}"
+    steps_total=$((steps_total + 1))
+    say "$title: hearth $* (time limit ${limit} s)"
+    printf '\n## %s\n\n`hearth %s` (time limit %s s)\n\n' "$title" "$*" "$limit" >>"$out"
+    local keep_kernels=0 start status
+    if [ "$title" = Kernels ]; then keep_kernels=1; fi
+    if [ "$kind" = text ]; then echo '```' >>"$out"; fi
+    start=$(date +%s)
+    set +e
+    timeout --kill-after=10 "$limit" "$here/hearth" "$@" 2>"$tmp/stderr" |
+        if [ "$kind" = text ]; then cat; else
+            awk -v keep_kernels="$keep_kernels" '
+                /^# hearth bench/ { next }
+                /^## Fused 4-bit/ { skipping = !keep_kernels }
+                /^## / && !/^## Fused 4-bit/ { skipping = 0 }
+                skipping { next }
+                /^#/ { print "#" $0; fflush(); next }
+                { print; fflush() }
+            '
+        fi >>"$out"
+    status=${PIPESTATUS[0]}
+    set -e
+    local seconds=$(($(date +%s) - start)) outcome
+    if [ "$kind" = text ]; then echo '```' >>"$out"; fi
+    case "$status" in
+        0) outcome="ok" ;;
+        124 | 137) outcome="**timed out** after ${limit} s" ;;
+        *) outcome="**failed** (exit $status)" ;;
+    esac
+    if [ "$status" = 0 ]; then
+        steps_ok=$((steps_ok + 1))
+        if [ "$keep_kernels" = 1 ]; then kernels_ok=1; fi
+    fi
+    say "$title: $outcome, $seconds s"
+    {
+        echo
+        echo "$title: $outcome, $seconds s."
+        # Mesa's complaint about XDG_RUNTIME_DIR, once per instance, is noise here.
+        grep -v 'XDG_RUNTIME_DIR is invalid' "$tmp/stderr" >"$tmp/stderr.kept" || true
+        if [ -s "$tmp/stderr.kept" ]; then
+            echo
+            echo "stderr (last 30 lines):"
+            echo
+            echo '```'
+            tail -n 30 "$tmp/stderr.kept"
+            echo '```'
+        fi
+    } >>"$out"
+}
+
+step "Self-test" text 60 self-test
+step "Kernels" md 90 bench --kernels-only
+step "E2B model" md 120 bench --shape e2b "${model_flags[@]}"
+step "E4B model" md 150 bench --shape e4b "${model_flags[@]}"
+step "E2B agent step" md 120 bench --shape e2b "${model_flags[@]}" "${agent_flags[@]}"
+
+say "$steps_ok of $steps_total steps ok; results in $out"
+echo
+cat "$out"
+# A whole kernel table (only the kernel step writes one; its first row is checked).
+if [ "$kernels_ok" = 1 ] && grep -q '^| E2B q_proj' "$out"; then
+    exit 0
+fi
+say "the kernel step did not finish: see its stderr in $out"
+exit 1

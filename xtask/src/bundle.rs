@@ -1,0 +1,308 @@
+//! `cargo xtask bench --bundle <dir>`: a self-contained folder that runs the kernel and model
+//! benches on another Linux machine's adapter with no cargo and no network: the `hearth` binary
+//! (stripped), the Vulkan loader in lib/ (wgpu dlopens libvulkan.so.1, so `ldd` does not list
+//! it, and a bare GPU box may lack it), any other shared library the binary links that a bare
+//! Debian/Ubuntu system may lack (never glibc), run.sh and README.txt. run.sh writes one Markdown
+//! file; `run.sh --quick` checks the bundle on a slow adapter (lavapipe).
+
+use std::path::{Path, PathBuf};
+
+use crate::process;
+
+/// The script the bundle runs; `@REVISION@` names the commit it was built from.
+const RUN_SCRIPT: &str = include_str!("bundle-run.sh");
+
+/// Loaded by wgpu at run time, not linked: bundled whether `ldd` shows it or not.
+const VULKAN_LOADER: &str = "libvulkan.so.1";
+
+/// Libraries every Debian/Ubuntu system has (glibc, the kernel's vDSO, the compiler runtime):
+/// never bundled; a copy of glibc would not match the machine's dynamic loader.
+const SYSTEM_LIBRARIES: &[&str] = &[
+    "linux-vdso.so",
+    "ld-linux",
+    "libc.so",
+    "libm.so",
+    "libmvec.so",
+    "libdl.so",
+    "libpthread.so",
+    "librt.so",
+    "libresolv.so",
+    "libutil.so",
+    "libanl.so",
+    "libnsl.so",
+    "libcrypt.so",
+    "libgcc_s.so",
+    "libstdc++.so",
+];
+
+/// Writes the bundle for the `hearth` binary at `hearth` into `dir`.
+pub fn write(dir: &Path, hearth: &Path, root: &Path) -> Result<(), String> {
+    let lib = dir.join("lib");
+    if lib.exists() {
+        std::fs::remove_dir_all(&lib).map_err(|e| format!("clearing {}: {e}", lib.display()))?;
+    }
+    std::fs::create_dir_all(&lib).map_err(|e| format!("creating {}: {e}", lib.display()))?;
+
+    let binary = dir.join("hearth");
+    copy(hearth, &binary)?;
+    // Symbols are most of the binary (67 → 50 MB); the device tool carries at most 64 MiB.
+    let mut strip = process::command("strip", &[&binary.display().to_string()]);
+    strip.stdout(std::process::Stdio::null());
+    if let Err(e) = process::run(strip) {
+        eprintln!("xtask: warning: {e}; the bundle keeps the unstripped binary");
+    }
+    set_executable(&binary)?;
+
+    let ldd = process::output("ldd", &[&hearth.display().to_string()])
+        .ok_or_else(|| format!("`ldd {}` failed", hearth.display()))?;
+    let mut libraries = libraries_to_bundle(&ldd)?;
+    if !libraries.iter().any(|(name, _)| name == VULKAN_LOADER) {
+        let ldconfig = process::output("ldconfig", &["-p"])
+            .or_else(|| process::output("/sbin/ldconfig", &["-p"]))
+            .unwrap_or_default();
+        let loader = vulkan_loader(&ldconfig).ok_or_else(|| {
+            format!("{VULKAN_LOADER} not found on this machine (Debian/Ubuntu: apt-get install libvulkan1)")
+        })?;
+        libraries.push((VULKAN_LOADER.to_string(), loader));
+    }
+    for (name, path) in &libraries {
+        copy(path, &lib.join(name))?;
+    }
+
+    let mut glibc = glibc_needed(&read(&binary)?);
+    for (name, _) in &libraries {
+        glibc = glibc.max(glibc_needed(&read(&lib.join(name))?));
+    }
+    let glibc = glibc.map(|(major, minor)| format!("{major}.{minor}"));
+
+    let revision = revision(root);
+    let script = dir.join("run.sh");
+    std::fs::write(&script, run_script(&revision)).map_err(|e| format!("writing {}: {e}", script.display()))?;
+    set_executable(&script)?;
+    let readme = dir.join("README.txt");
+    let names: Vec<&str> = libraries.iter().map(|(name, _)| name.as_str()).collect();
+    std::fs::write(&readme, readme_text(&revision, &names, glibc.as_deref()))
+        .map_err(|e| format!("writing {}: {e}", readme.display()))?;
+
+    let mut total = 0;
+    for file in [binary, script, readme].into_iter().chain(names.iter().map(|name| lib.join(name))) {
+        let bytes = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+        total += bytes;
+        eprintln!("xtask: bundle {:>6.1} MB  {}", bytes as f64 / 1e6, file.display());
+    }
+    eprintln!(
+        "xtask: bundle {:.1} MB in {} (needs glibc ≥ {}); run it with `{}/run.sh [results.md]`",
+        total as f64 / 1e6,
+        dir.display(),
+        glibc.as_deref().unwrap_or("?"),
+        dir.display()
+    );
+    Ok(())
+}
+
+/// run.sh, naming the commit the binary was built from.
+pub fn run_script(revision: &str) -> String {
+    RUN_SCRIPT.replace("@REVISION@", revision)
+}
+
+fn readme_text(revision: &str, libraries: &[&str], glibc: Option<&str>) -> String {
+    let glibc = glibc.map(|v| format!(" and glibc {v} or newer")).unwrap_or_default();
+    format!(
+        "Hearth bench bundle, from {revision} (made by `cargo xtask bench --bundle <dir>`).
+
+Run, on any Linux x86-64 machine with a Vulkan driver{glibc} (no cargo, no network):
+
+    ./run.sh [results.md]
+
+It prints the machine, runs `hearth self-test`, the kernel table (`hearth bench --kernels-only`),
+the Gemma 4 E2B and E4B model benches (random 4-bit weights, prefill 64, decode 16) and an E2B
+agent step (3000 cached + 1500 new tokens, 40 decoded), each under its own time limit, and writes
+them all to one Markdown file: results.md, or results-<host>-<UTC time>.md here. It exits 0 when
+the kernel step finished. `./run.sh --quick` (2 layers, a few tokens, a tiny agent step) checks
+the bundle on a slow adapter; `./run.sh --help` lists the settings.
+
+Files: hearth (the CLI, stripped), run.sh, lib/ ({}: put on LD_LIBRARY_PATH by run.sh).
+",
+        libraries.join(", ")
+    )
+}
+
+/// The libraries an `ldd` listing resolves that are not part of a bare Debian/Ubuntu system.
+/// A library `ldd` cannot find is an error: the binary would not start here either.
+pub fn libraries_to_bundle(ldd: &str) -> Result<Vec<(String, PathBuf)>, String> {
+    let mut chosen = Vec::new();
+    for line in ldd.lines() {
+        let Some((name, rest)) = line.trim().split_once(" => ") else {
+            continue; // the vDSO and the dynamic loader: no "=>"
+        };
+        let name = name.trim();
+        if SYSTEM_LIBRARIES.iter().any(|system| name.starts_with(system)) {
+            continue;
+        }
+        let path = rest.split(" (").next().unwrap_or("").trim();
+        if path.is_empty() || path == "not found" {
+            return Err(format!("the hearth binary links {name}, which ldd cannot find"));
+        }
+        chosen.push((name.to_string(), PathBuf::from(path)));
+    }
+    Ok(chosen)
+}
+
+/// The x86-64 libvulkan.so.1 in an `ldconfig -p` listing, else the first that exists in the
+/// usual folders.
+pub fn vulkan_loader(ldconfig: &str) -> Option<PathBuf> {
+    let listed = ldconfig.lines().find_map(|line| {
+        let (name, path) = line.trim().split_once(" => ")?;
+        (name.starts_with(&format!("{VULKAN_LOADER} ")) && name.contains("x86-64")).then(|| PathBuf::from(path.trim()))
+    });
+    listed.or_else(|| {
+        ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib/x86_64-linux-gnu"]
+            .iter()
+            .map(|dir| Path::new(dir).join(VULKAN_LOADER))
+            .find(|path| path.exists())
+    })
+}
+
+/// The newest `GLIBC_x.y` symbol version an ELF file names: the oldest glibc it runs on.
+pub fn glibc_needed(elf: &[u8]) -> Option<(u32, u32)> {
+    let tag = b"GLIBC_";
+    let mut newest = None;
+    for start in elf.windows(tag.len()).enumerate().filter(|(_, w)| *w == tag).map(|(i, _)| i + tag.len()) {
+        let digits: String = elf[start..]
+            .iter()
+            .take(12)
+            .take_while(|b| b.is_ascii_digit() || **b == b'.')
+            .map(|&b| b as char)
+            .collect();
+        let mut parts = digits.split('.').map(|p| p.parse::<u32>().ok());
+        if let (Some(Some(major)), Some(Some(minor))) = (parts.next(), parts.next()) {
+            newest = newest.max(Some((major, minor)));
+        }
+    }
+    newest
+}
+
+/// `git <short commit>`, with a note when the working tree has uncommitted changes.
+fn revision(root: &Path) -> String {
+    let dir = root.display().to_string();
+    let Some(commit) = process::output("git", &["-C", &dir, "rev-parse", "--short=12", "HEAD"]) else {
+        return "an unknown commit".into();
+    };
+    // Only what the binary is built from: crates/ and the workspace's manifest and lock file.
+    let paths = ["--", "crates", "Cargo.toml", "Cargo.lock"];
+    let mut status = vec!["-C", &dir, "status", "--porcelain", "--untracked-files=no"];
+    status.extend(paths);
+    let dirty = process::output("git", &status).is_some_and(|s| !s.is_empty());
+    format!("commit {commit}{}", if dirty { " with uncommitted changes to crates/" } else { "" })
+}
+
+fn copy(from: &Path, to: &Path) -> Result<(), String> {
+    // fs::copy follows symlinks: libvulkan.so.1 → libvulkan.so.1.3.x arrives as a file.
+    std::fs::copy(from, to).map(drop).map_err(|e| format!("copying {} to {}: {e}", from.display(), to.display()))
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))
+}
+
+fn set_executable(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("making {} executable: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LDD: &str = "\tlinux-vdso.so.1 (0x00007ffd1a5f2000)
+\tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x00007f1c2a0c5000)
+\tlibm.so.6 => /lib/x86_64-linux-gnu/libm.so.6 (0x00007f1c27020000)
+\tlibvulkan.so.1 => /usr/lib/x86_64-linux-gnu/libvulkan.so.1 (0x00007f1c26f00000)
+\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f1c26e3e000)
+\t/lib64/ld-linux-x86-64.so.2 (0x00007f1c2a0f9000)
+";
+
+    #[test]
+    fn only_libraries_a_bare_system_may_lack_are_bundled() {
+        let chosen = libraries_to_bundle(LDD).unwrap();
+        assert_eq!(
+            chosen,
+            vec![("libvulkan.so.1".to_string(), PathBuf::from("/usr/lib/x86_64-linux-gnu/libvulkan.so.1"))]
+        );
+        // hearth as built today: glibc and libgcc_s only (Vulkan is dlopened).
+        let glibc_only: String = LDD.lines().filter(|l| !l.contains("vulkan")).map(|l| format!("{l}\n")).collect();
+        assert_eq!(libraries_to_bundle(&glibc_only).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn a_library_ldd_cannot_find_is_an_error() {
+        let listing = format!("{LDD}\tlibfoo.so.2 => not found\n");
+        assert!(libraries_to_bundle(&listing).unwrap_err().contains("libfoo.so.2"));
+    }
+
+    #[test]
+    fn the_x86_64_vulkan_loader_is_picked_from_ldconfig() {
+        let ldconfig = "1234 libs found in cache `/etc/ld.so.cache'
+\tlibvulkan_lvp.so (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libvulkan_lvp.so
+\tlibvulkan.so.1 (libc6) => /usr/lib/i386-linux-gnu/libvulkan.so.1
+\tlibvulkan.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libvulkan.so.1
+";
+        assert_eq!(vulkan_loader(ldconfig), Some(PathBuf::from("/usr/lib/x86_64-linux-gnu/libvulkan.so.1")));
+    }
+
+    #[test]
+    fn the_newest_glibc_version_named_is_found() {
+        let elf = b"\0GLIBC_2.2.5\0GLIBC_2.35\0GLIBC_PRIVATE\0GLIBC_2.34\0GLIBC_2.";
+        assert_eq!(glibc_needed(elf), Some((2, 35)));
+        assert_eq!(glibc_needed(b"no versions here"), None);
+    }
+
+    #[test]
+    fn the_script_runs_every_step_under_its_own_time_limit() {
+        let script = run_script("commit 0123456789ab");
+        assert!(script.starts_with("#!/usr/bin/env bash\n"));
+        assert!(script.contains("set -euo pipefail"));
+        assert!(script.contains("commit 0123456789ab") && !script.contains("@REVISION@"));
+        // clap takes `--agent` as three separate values and refuses them comma-separated.
+        assert!(!script.contains("--agent 3000,"));
+        for step in [
+            "step \"Self-test\" text 60 self-test",
+            "step \"Kernels\" md 90 bench --kernels-only",
+            "step \"E2B model\" md 120 bench --shape e2b \"${model_flags[@]}\"",
+            "step \"E4B model\" md 150 bench --shape e4b \"${model_flags[@]}\"",
+            "step \"E2B agent step\" md 120 bench --shape e2b \"${model_flags[@]}\" \"${agent_flags[@]}\"",
+            "agent_flags=(--agent 3000 1500 40)",
+            "model_flags=(--prefill 64 --decode 16)",
+            "model_flags=(--layers 2 --prefill 4 --decode 2)",
+            "agent_flags=(--agent 16 8 2)",
+            "timeout --kill-after=10 \"$limit\" \"$here/hearth\"",
+            "export LD_LIBRARY_PATH=\"$here/lib",
+            "nvidia-smi -L",
+        ] {
+            assert!(script.contains(step), "run.sh lacks {step}");
+        }
+        // Only the kernel step keeps the kernel table, and the exit status depends on it.
+        assert!(script.contains("if [ \"$kernels_ok\" = 1 ] && grep -q '^| E2B q_proj' \"$out\"; then"));
+    }
+
+    #[test]
+    fn the_script_is_valid_bash() {
+        let path = std::env::temp_dir().join(format!("hearth-bundle-run-{}.sh", std::process::id()));
+        std::fs::write(&path, run_script("commit test")).unwrap();
+        let status = std::process::Command::new("bash").arg("-n").arg(&path).status();
+        let _ = std::fs::remove_file(&path);
+        match status {
+            Ok(status) => assert!(status.success(), "bash -n rejects run.sh"),
+            Err(e) => eprintln!("bash not found ({e}); syntax not checked"),
+        }
+    }
+
+    #[test]
+    fn the_readme_gives_the_command() {
+        let text = readme_text("commit abc", &["libvulkan.so.1"], Some("2.35"));
+        assert!(text.contains("./run.sh [results.md]"));
+        assert!(text.contains("glibc 2.35 or newer"));
+        assert!(text.contains("lib/ (libvulkan.so.1"));
+    }
+}
