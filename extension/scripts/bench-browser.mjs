@@ -142,6 +142,7 @@ try {
     const t = run.timings;
     console.log(`| ${label} | ${(run.loadMs / 1e3).toFixed(1)} s | ${t.prompt_per_second.toFixed(2)} | ${t.predicted_per_second.toFixed(2)} | ${(ourDecode / t.predicted_per_second).toFixed(3)} |`);
   }
+  console.log(`\nHearth's host time per decoded token (the offscreen document's thread building the step and its sampling, GPU waits excluded): ${ours.stats.decode_host_ms_per_token.toFixed(2)} ms.`);
   console.log(`\nHearth's text: ${JSON.stringify(ours.text)}\nwllama's text (CPU): ${JSON.stringify(cpu.text)}`);
 } finally {
   await chrome.close();

@@ -69,14 +69,16 @@ if [ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ] && [[ "$icds" != *nvidia* 
 fi
 
 if [ "$quick" = 1 ]; then
-    model_flags=(--layers 2 --prefill 4 --decode 2)
+    model_flags=(--layers 2 --prefill 4 --decode 2 --gemm-tokens 0)
+    kernel_flags=(--gemm-tokens 64)
     agent_flags=(--agent 16 8 2)
-    mode="quick: 2 layers, prefill 4, decode 2; agent step 16 cached + 8 new tokens, 2 decoded (E2B)"
+    mode="quick: prefill product of 64 tokens; 2 layers, prefill 4, decode 2; agent step 16 cached + 8 new tokens, 2 decoded (E2B)"
 else
-    model_flags=(--prefill 64 --decode 16)
+    model_flags=(--prefill 64 --decode 16 --gemm-tokens 0)
+    kernel_flags=(--gemm-tokens 1500)
     # Three separate values: clap refuses them comma-separated, whatever `--help` says.
     agent_flags=(--agent 3000 1500 40)
-    mode="full: all layers, prefill 64, decode 16; agent step 3000 cached + 1500 new tokens, 40 decoded (E2B)"
+    mode="full: prefill product of 1500 tokens; all layers, prefill 64, decode 16; agent step 3000 cached + 1500 new tokens, 40 decoded (E2B)"
 fi
 
 say() { echo "run.sh: $*" >&2; }
@@ -176,7 +178,7 @@ step() {
 }
 
 step "Self-test" text 60 self-test
-step "Kernels" md 90 bench --kernels-only
+step "Kernels" md 90 bench --kernels-only "${kernel_flags[@]}"
 step "E2B model" md 120 bench --shape e2b "${model_flags[@]}"
 step "E4B model" md 150 bench --shape e4b "${model_flags[@]}"
 step "E2B agent step" md 120 bench --shape e2b "${model_flags[@]}" "${agent_flags[@]}"

@@ -114,7 +114,8 @@ Run, on any Linux x86-64 machine with a Vulkan driver{glibc} (no cargo, no netwo
 
     ./run.sh [results.md]
 
-It prints the machine, runs `hearth self-test`, the kernel table (`hearth bench --kernels-only`),
+It prints the machine, runs `hearth self-test`, the kernel tables (`hearth bench --kernels-only`:
+the decode GEMV against a copy, the 1500-token prefill product against Burn's f32 matmul),
 the Gemma 4 E2B and E4B model benches (random 4-bit weights, prefill 64, decode 16) and an E2B
 agent step (3000 cached + 1500 new tokens, 40 decoded), each under its own time limit, and writes
 them all to one Markdown file: results.md, or results-<host>-<UTC time>.md here. It exits 0 when
@@ -268,13 +269,15 @@ mod tests {
         assert!(!script.contains("--agent 3000,"));
         for step in [
             "step \"Self-test\" text 60 self-test",
-            "step \"Kernels\" md 90 bench --kernels-only",
+            "step \"Kernels\" md 90 bench --kernels-only \"${kernel_flags[@]}\"",
             "step \"E2B model\" md 120 bench --shape e2b \"${model_flags[@]}\"",
             "step \"E4B model\" md 150 bench --shape e4b \"${model_flags[@]}\"",
             "step \"E2B agent step\" md 120 bench --shape e2b \"${model_flags[@]}\" \"${agent_flags[@]}\"",
             "agent_flags=(--agent 3000 1500 40)",
-            "model_flags=(--prefill 64 --decode 16)",
-            "model_flags=(--layers 2 --prefill 4 --decode 2)",
+            "model_flags=(--prefill 64 --decode 16 --gemm-tokens 0)",
+            "model_flags=(--layers 2 --prefill 4 --decode 2 --gemm-tokens 0)",
+            "kernel_flags=(--gemm-tokens 1500)",
+            "kernel_flags=(--gemm-tokens 64)",
             "agent_flags=(--agent 16 8 2)",
             "timeout --kill-after=10 \"$limit\" \"$here/hearth\"",
             "export LD_LIBRARY_PATH=\"$here/lib",

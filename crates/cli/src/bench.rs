@@ -33,6 +33,8 @@ pub struct BenchOptions {
     /// Agent step: cached prefix, new tokens, decoded tokens (0 skips the step).
     pub agent: [usize; 3],
     pub kernels_only: bool,
+    /// Tokens of the prefill-kernel comparison (0 skips it).
+    pub gemm_tokens: usize,
     /// A real model (folder or GGUF file) to measure instead of the synthetic shape.
     pub model: Option<std::path::PathBuf>,
 }
@@ -43,6 +45,9 @@ pub fn run(device: &Device, adapter: &str, memory: DeviceMemory, options: &Bench
     println!("# hearth bench — {}", describe_machine());
     println!("adapter: {adapter}\n");
     kernel_bandwidth(device);
+    if options.gemm_tokens > 0 {
+        prefill_kernels(device, options.gemm_tokens);
+    }
     if options.kernels_only {
         return Ok(());
     }
@@ -113,6 +118,52 @@ fn kernel_bandwidth(device: &Device) {
             bytes as f64 / 1e6,
             gemv * 1e3,
             100.0 * gemv_gbs / copy_gbs
+        );
+    }
+    println!();
+}
+
+/// The prefill product on E2B's shapes: the tiled dequantize-GEMM against the 8-token kernel
+/// it replaces and against Burn's own f32 matmul of the dequantized weights (which reads 7× the
+/// bytes), on the same adapter.
+fn prefill_kernels(device: &Device, tokens: usize) {
+    use hearth_kernels::ProductKernel;
+    println!("## Prefill product, {tokens} tokens: tiled 4-bit GEMM vs the 8-token kernel vs Burn's f32 matmul\n");
+    println!("| matrix [rows × k] | weights read, 4-bit / f32 | tiled GEMM | 8-token kernel | Burn f32 matmul | tiled ÷ f32 | tiled ÷ 8-token |");
+    println!("|---|---|---|---|---|---|---|");
+    let seconds = |f: &mut dyn FnMut() -> Tensor<2>| {
+        time(2, || {
+            let _ = f();
+            sync(device);
+        })
+    };
+    for (label, rows, k) in [
+        ("E2B q_proj", 2048, 1536),
+        ("E2B k/v_proj", 256, 1536),
+        ("E2B gate/up", 6144, 1536),
+        ("E2B down", 1536, 6144),
+        ("E2B per-layer input gate", 256, 1536),
+    ] {
+        let matrix = AffineMatrix::upload(random_affine("bench", rows, k), device);
+        let dense_t = matrix.dequantize().transpose();
+        let x: Vec<f32> = (0..tokens * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 500.0).collect();
+        let x = Tensor::<2>::from_data(TensorData::new(x, [tokens, k]), device);
+        let tiled = seconds(&mut || matrix.matmul_transposed_by(x.clone(), ProductKernel::Tiled));
+        let token_tiles = seconds(&mut || matrix.matmul_transposed_by(x.clone(), ProductKernel::TokenTiles));
+        let f32_matmul = seconds(&mut || x.clone().matmul(dense_t.clone()));
+        let gflops = |t: f64| 2.0 * (tokens * rows * k) as f64 / t / 1e9;
+        println!(
+            "| {label} [{rows} × {k}] | {:.1} / {:.1} MB | {:.0} ms ({:.1} GFLOP/s) | {:.0} ms ({:.1}) | {:.0} ms ({:.1}) | {:.2} | {:.2} |",
+            matrix.device_bytes() as f64 / 1e6,
+            (rows * k * 4) as f64 / 1e6,
+            tiled * 1e3,
+            gflops(tiled),
+            token_tiles * 1e3,
+            gflops(token_tiles),
+            f32_matmul * 1e3,
+            gflops(f32_matmul),
+            f32_matmul / tiled,
+            token_tiles / tiled,
         );
     }
     println!();
@@ -287,6 +338,7 @@ fn measure(
     );
     println!();
     print_top_kernels(&counts);
+    crate::host_cost::report(&mut session, &mut sampler, next, options.decode, dispatches)?;
 
     let [prefix, new, decode] = options.agent;
     if prefix + new > 0 {
@@ -313,6 +365,19 @@ fn measure(
             decode as f64 / decode_s.max(1e-9),
             prefill_s + decode_s
         );
+        // A cut model: the layers' time scaled to all of them (the head and embeddings, run once
+        // per step, are scaled too, so this errs high).
+        if options.layers > 0 && options.model.is_none() {
+            let all = shape_config(options.shape, 0).1.num_layers;
+            let kept = session.model().config.num_layers;
+            let factor = all as f64 / kept as f64;
+            println!(
+                "Scaled to all {all} layers (× {factor:.1}): prefill {:.1} s, decode {:.1} s, step {:.1} s.\n",
+                prefill_s * factor,
+                decode_s * factor,
+                (prefill_s + decode_s) * factor
+            );
+        }
     }
     Ok(())
 }
@@ -333,7 +398,7 @@ fn print_top_kernels(counts: &BTreeMap<&'static str, usize>) {
 }
 
 /// `a::b::Kernel<c::d::MulOp>` → `Kernel<MulOp>`; deeply generic names keep their outer type.
-fn short(name: &str) -> String {
+pub(crate) fn short(name: &str) -> String {
     let short = name.split('<').map(|part| part.rsplit("::").next().unwrap_or(part)).collect::<Vec<_>>().join("<");
     match short.split_once('<') {
         Some((outer, _)) if short.len() > 40 => format!("{outer}<…>"),

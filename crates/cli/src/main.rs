@@ -1,6 +1,7 @@
 //! `hearth`: Hearth's engine from a terminal — the same crates as the extension.
 
 mod bench;
+mod host_cost;
 mod long_task;
 
 use std::io::{Read, Write};
@@ -121,9 +122,13 @@ enum Command {
         /// Agent step: cached prefix, new tokens, decoded tokens (e.g. 3000,1500,40; 0,0,0 skips it).
         #[arg(long, value_delimiter = ',', num_args = 1..=3, default_values_t = [0, 0, 0])]
         agent: Vec<usize>,
-        /// Only the kernel bandwidth table.
+        /// Only the kernel tables (GEMV bandwidth, prefill product).
         #[arg(long)]
         kernels_only: bool,
+        /// Tokens of the prefill-product comparison (tiled GEMM, 8-token kernel, Burn's f32
+        /// matmul on E2B's matrices); 0 skips it.
+        #[arg(long, default_value_t = 1500)]
+        gemm_tokens: usize,
         /// Measure this model (folder or GGUF file) instead of a synthetic E2B/E4B.
         #[arg(long)]
         model: Option<PathBuf>,
@@ -204,6 +209,7 @@ fn main() -> ExitCode {
             decode,
             agent,
             kernels_only,
+            gemm_tokens,
             model,
             call_mask: None,
             long_task: false,
@@ -214,7 +220,8 @@ fn main() -> ExitCode {
             device: args,
         } => match <[usize; 3]>::try_from(agent) {
             Ok(agent) => {
-                let options = bench::BenchOptions { shape, layers, prefill, decode, agent, kernels_only, model };
+                let options =
+                    bench::BenchOptions { shape, layers, prefill, decode, agent, kernels_only, gemm_tokens, model };
                 device_with_name(&args)
                     .and_then(|(device, adapter, memory)| bench::run(&device, &adapter, memory, &options))
             }
@@ -388,13 +395,15 @@ fn run_generate(
         eprintln!("hearth: token ids {:?}", result.token_ids);
     }
     eprintln!(
-        "hearth: prefill {} tokens in {:.0} ms ({:.1} tokens/s); decode {} tokens in {:.0} ms ({:.1} tokens/s)",
+        "hearth: prefill {} tokens in {:.0} ms ({:.1} tokens/s); decode {} tokens in {:.0} ms ({:.1} tokens/s, \
+         {:.2} ms of them on the host per token)",
         result.prefilled_tokens,
         result.prefill_ms,
         result.prefill_tokens_per_s(),
         result.token_ids.len(),
         result.decode_ms,
         result.decode_tokens_per_s(),
+        result.decode_host_ms_per_token(),
     );
     Ok(())
 }

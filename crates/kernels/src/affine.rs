@@ -21,8 +21,21 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 use hearth_weights::{AffineParams, AffineTensor};
 
+use crate::affine_gemm::{self, Epilogue};
 use crate::fused::{gelu_tanh_mul, reference};
 use crate::launch::{bounded_tanh, empty_output, grid, has_fused_kernels};
+
+/// Which kernel multiplies by a packed matrix on the cubecl backends. The model lets the shape
+/// decide ([`ProductKernel::Auto`]); the benchmark and the tests pick one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProductKernel {
+    /// The tiled GEMM from 16 tokens (prefill), the GEMV-style kernel below that (decode).
+    Auto,
+    /// Rows of the matrix per thread block, 8 tokens at a time ([`affine_matmul_kernel`]).
+    TokenTiles,
+    /// Tiles of 16 tokens × 256 or 512 rows ([`crate::affine_gemm`]).
+    Tiled,
+}
 
 /// Threads that share one output row (a power of two: they sum in a tree).
 const THREADS: u32 = 64;
@@ -252,6 +265,7 @@ pub trait AffineKernels: Backend {
         cap: Option<f32>,
         group: usize,
         bits: u32,
+        kernel: ProductKernel,
     ) -> FloatTensor<Self>;
 
     /// Rows `ids` of a packed `W`, dequantized: ids `[n]` u32 → `[n, k]`.
@@ -302,7 +316,17 @@ impl AffineKernels for CubeBackend {
         cap: Option<f32>,
         group: usize,
         bits: u32,
+        kernel: ProductKernel,
     ) -> CubeTensor {
+        let tiled = match kernel {
+            ProductKernel::Auto => x.meta.shape()[0] >= affine_gemm::MIN_TOKENS,
+            ProductKernel::TokenTiles => false,
+            ProductKernel::Tiled => true,
+        };
+        if tiled {
+            let epilogue = Epilogue { normed, gated, gated_by_input, softcap: cap, eps };
+            return affine_gemm::launch(codes, scale_bias, codes_up, scale_bias_up, x, aux, epilogue, group, bits);
+        }
         let x = into_contiguous(x);
         let (rows, words) = (codes.meta.shape()[0], codes.meta.shape()[1]);
         let (tokens, k) = (x.meta.shape()[0], x.meta.shape()[1]);
@@ -432,6 +456,15 @@ impl AffineMatrix {
         }
     }
 
+    /// `x · Wᵀ` by the given kernel where the kernels run (the benchmark's comparison).
+    pub fn matmul_transposed_by(&self, x: Tensor<2>, kernel: ProductKernel) -> Tensor<2> {
+        if has_fused_kernels(&x.device()) {
+            self.launch_with(Gate::None, x, None, None, kernel)
+        } else {
+            self.matmul_transposed(x)
+        }
+    }
+
     /// `RMSNorm(x) · Wᵀ` with the norm's weight `[k]`: [S, k] → [S, rows], the norm fused into
     /// the product where the kernels run.
     pub fn normed_matmul_transposed(&self, x: Tensor<2>, norm_weight: &Tensor<1>, eps: f32) -> Tensor<2> {
@@ -484,6 +517,17 @@ impl AffineMatrix {
     }
 
     fn launch_capped(&self, gate: Gate, x: Tensor<2>, norm: Option<(&Tensor<1>, f32)>, cap: Option<f32>) -> Tensor<2> {
+        self.launch_with(gate, x, norm, cap, ProductKernel::Auto)
+    }
+
+    fn launch_with(
+        &self,
+        gate: Gate,
+        x: Tensor<2>,
+        norm: Option<(&Tensor<1>, f32)>,
+        cap: Option<f32>,
+        kernel: ProductKernel,
+    ) -> Tensor<2> {
         // Inputs the kernel does not read are bound to tensors at hand: this matrix in the second
         // matrix's place, its scales in `aux`'s. `aux` is the norm weight or the gate's multiplier
         // (a per-layer-input gate is never normed).
@@ -511,6 +555,7 @@ impl AffineMatrix {
             cap,
             self.group,
             self.bits,
+            kernel,
         ))
     }
 
@@ -659,11 +704,37 @@ mod tests {
         }
     }
 
+    /// Both product kernels on prompt shapes: partial tiles of tokens and rows, a `k` that ends
+    /// inside a staged slice (40 = 2.5 slices), 4-bit and 8-bit groups; each against the host.
+    #[test]
+    fn tiled_and_token_tile_kernels_match_a_host_dequantization() {
+        let cases =
+            [(70, 65, 384, 64, 4), (64, 64, 256, 32, 4), (33, 9, 40, 8, 4), (3, 130, 640, 16, 8), (100, 40, 96, 32, 8)];
+        for (name, device) in devices() {
+            for (tokens, rows, k, group, bits) in cases {
+                let (t, dense) = matrix(rows, k, group, bits, (tokens + rows * k) as u32);
+                let x = inputs(tokens, k);
+                let m = AffineMatrix::upload(t, &device);
+                let want = reference(&x, &dense, tokens, rows, k);
+                let scale = want.iter().map(|v| v.abs()).fold(1.0, f32::max);
+                for kernel in [ProductKernel::Tiled, ProductKernel::TokenTiles, ProductKernel::Auto] {
+                    let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [tokens, k]), &device);
+                    let got = read(m.matmul_transposed_by(xt, kernel));
+                    let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                    assert!(
+                        diff <= 1e-5 * scale * (k as f32).sqrt(),
+                        "{name} {kernel:?} {tokens}x{rows}x{k}/{group} {bits}-bit: {diff}"
+                    );
+                }
+            }
+        }
+    }
+
     /// The pre-norm fused into the product equals RMSNorm then the product.
     #[test]
     fn normed_matmul_matches_norm_then_matmul() {
         for (name, device) in devices() {
-            for (tokens, rows, k, bits) in [(1, 40, 256, 4), (10, 33, 640, 8)] {
+            for (tokens, rows, k, bits) in [(1, 40, 256, 4), (10, 33, 640, 8), (45, 70, 256, 4), (80, 33, 640, 8)] {
                 let (t, _) = matrix(rows, k, 32, bits, 3);
                 let m = AffineMatrix::upload(t, &device);
                 let x = Tensor::<2>::from_data(TensorData::new(inputs(tokens, k), [tokens, k]), &device);
@@ -682,7 +753,7 @@ mod tests {
     #[test]
     fn gated_matmul_matches_gate_up_then_gelu() {
         for (name, device) in devices() {
-            for (tokens, rows, k, bits) in [(1, 40, 256, 4), (9, 21, 640, 8)] {
+            for (tokens, rows, k, bits) in [(1, 40, 256, 4), (9, 21, 640, 8), (70, 21, 640, 8), (33, 80, 256, 4)] {
                 let gate = AffineMatrix::upload(matrix(rows, k, 32, bits, 4).0, &device);
                 let up = AffineMatrix::upload(matrix(rows, k, 32, bits, 5).0, &device);
                 let x = Tensor::<2>::from_data(TensorData::new(inputs(tokens, k), [tokens, k]), &device);
@@ -704,15 +775,17 @@ mod tests {
     #[test]
     fn softcapped_matmul_matches_matmul_then_softcap() {
         for (name, device) in devices() {
-            let (tokens, rows, k) = (2, 50, 640);
-            let head = AffineMatrix::upload(matrix(rows, k, 32, 8, 7).0, &device);
-            let x = Tensor::<2>::from_data(TensorData::new(inputs(tokens, k), [tokens, k]), &device);
-            let got = read(head.softcapped_matmul_transposed(x.clone(), 3.0));
-            let want =
-                read(crate::fused::reference::bounded_tanh(head.matmul_transposed(x).div_scalar(3.0)).mul_scalar(3.0));
-            let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
-            assert!(diff <= 1e-5, "{name}: {diff}");
-            assert!(got.iter().all(|v| v.abs() <= 3.0), "{name}: capped");
+            for (tokens, rows, k) in [(2, 50, 640), (40, 50, 640)] {
+                let head = AffineMatrix::upload(matrix(rows, k, 32, 8, 7).0, &device);
+                let x = Tensor::<2>::from_data(TensorData::new(inputs(tokens, k), [tokens, k]), &device);
+                let got = read(head.softcapped_matmul_transposed(x.clone(), 3.0));
+                let want = read(
+                    crate::fused::reference::bounded_tanh(head.matmul_transposed(x).div_scalar(3.0)).mul_scalar(3.0),
+                );
+                let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                assert!(diff <= 1e-5, "{name} {tokens} tokens: {diff}");
+                assert!(got.iter().all(|v| v.abs() <= 3.0), "{name}: capped");
+            }
         }
     }
 
@@ -720,14 +793,15 @@ mod tests {
     #[test]
     fn gated_by_input_matches_matmul_then_gelu() {
         for (name, device) in devices() {
-            let (tokens, rows, k) = (3, 24, 256);
-            let gate = AffineMatrix::upload(matrix(rows, k, 64, 4, 6).0, &device);
-            let x = Tensor::<2>::from_data(TensorData::new(inputs(tokens, k), [tokens, k]), &device);
-            let m = Tensor::<2>::from_data(TensorData::new(inputs(tokens, rows), [tokens, rows]), &device);
-            let got = read(gate.gelu_gated_by(x.clone(), m.clone()));
-            let want = read(crate::fused::reference::gelu_tanh(gate.matmul_transposed(x)) * m);
-            let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
-            assert!(diff <= 1e-4, "{name}: {diff}");
+            for (tokens, rows, k) in [(3, 24, 256), (66, 24, 256)] {
+                let gate = AffineMatrix::upload(matrix(rows, k, 64, 4, 6).0, &device);
+                let x = Tensor::<2>::from_data(TensorData::new(inputs(tokens, k), [tokens, k]), &device);
+                let m = Tensor::<2>::from_data(TensorData::new(inputs(tokens, rows), [tokens, rows]), &device);
+                let got = read(gate.gelu_gated_by(x.clone(), m.clone()));
+                let want = read(crate::fused::reference::gelu_tanh(gate.matmul_transposed(x)) * m);
+                let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                assert!(diff <= 1e-4, "{name} {tokens} tokens: {diff}");
+            }
         }
     }
 

@@ -28,3 +28,36 @@ pub fn count_dispatches<T>(work: impl FnOnce() -> T) -> (T, BTreeMap<&'static st
     let counts = tally.0.lock().map(|c| c.clone()).unwrap_or_default();
     (result, counts)
 }
+
+/// Per kernel name: the issuing thread's time spent before each of its launches, in order.
+pub type LaunchCosts = BTreeMap<&'static str, Vec<u64>>;
+
+struct LaunchClock {
+    clock: fn() -> u64,
+    /// The clock at the previous launch (or the start), and the costs so far.
+    state: Mutex<(u64, LaunchCosts)>,
+}
+
+impl LaunchObserver for LaunchClock {
+    fn launched(&self, kernel: &'static str) {
+        let now = (self.clock)();
+        if let Ok(mut state) = self.state.lock() {
+            let spent = now.saturating_sub(state.0);
+            state.1.entry(kernel).or_default().push(spent);
+            state.0 = now;
+        }
+    }
+}
+
+/// Runs `work` and charges each kernel it launches with the time `clock` (the issuing thread's
+/// CPU time, in ns) advanced since the launch before it: the Burn operation and the launch that
+/// prepared it. Also returns the time after the last launch (to the end of `work`).
+pub fn time_dispatches<T>(clock: fn() -> u64, work: impl FnOnce() -> T) -> (T, LaunchCosts, u64) {
+    let observer = Arc::new(LaunchClock { clock, state: Mutex::new((clock(), BTreeMap::new())) });
+    let watching = LaunchObservation::new(observer.clone());
+    let result = work();
+    let end = clock();
+    drop(watching);
+    let (last, costs) = observer.state.lock().map(|s| s.clone()).unwrap_or_default();
+    (result, costs, end.saturating_sub(last))
+}

@@ -4,7 +4,8 @@
 //! types below; which path runs is decided per device ([`has_fused_kernels`]).
 //!
 //! - [`affine`]: 4- and 8-bit matrices kept packed on the device ([`AffineMatrix`]) and the fused
-//!   dequantize-multiply kernel (pre-norm, GELU gate and softcap variants, row gather).
+//!   dequantize-multiply kernel (pre-norm, GELU gate and softcap variants, row gather);
+//!   `affine_gemm`: the same product for prompts, as a tiled GEMM.
 //! - [`fused`]: element-wise chains as single kernels: RMSNorm, residual add + norm, the attention
 //!   softmax, the GELU gate, keys/values/queries normed and rotated into the cache; and
 //!   [`fused::reference`], the same maths as tensor operations.
@@ -16,6 +17,7 @@
 //! - `launch`: what the launches share (grid, outputs, block reduction, bounded tanh).
 
 pub mod affine;
+mod affine_gemm;
 pub mod attention;
 pub mod block_table;
 #[cfg(not(target_family = "wasm"))]
@@ -24,7 +26,7 @@ pub mod fused;
 mod launch;
 pub mod mask;
 
-pub use affine::AffineMatrix;
+pub use affine::{AffineMatrix, ProductKernel};
 pub use attention::{DecodeQuery, decode_attention, fused_decode_applies};
 pub use block_table::{BlockTable, gather_by_block};
 pub use fused::{CacheInput, HeadColumns, add_rms_norm, attention_softmax, gelu_tanh_mul, rms_norm, write_cache};

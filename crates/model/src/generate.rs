@@ -3,7 +3,7 @@
 
 use std::ops::ControlFlow;
 
-use burn::tensor::Tensor;
+use burn::tensor::{Int, Tensor};
 use hearth_kernels::mask_logits;
 
 use crate::constrain::CallConstraint;
@@ -34,6 +34,9 @@ pub struct Generation {
     pub prefill_ms: f64,
     /// Milliseconds for the remaining tokens.
     pub decode_ms: f64,
+    /// Of `decode_ms`, the host's: building each token's step and its sampling on the device
+    /// (Burn's operations, the kernels' launches), without the waits for the GPU.
+    pub decode_host_ms: f64,
 }
 
 impl Generation {
@@ -45,22 +48,34 @@ impl Generation {
     pub fn decode_tokens_per_s(&self) -> f64 {
         per_second(self.token_ids.len().saturating_sub(1), self.decode_ms)
     }
+
+    /// The host's milliseconds per decoded token (0 when none was decoded).
+    pub fn decode_host_ms_per_token(&self) -> f64 {
+        match self.token_ids.len().saturating_sub(1) {
+            0 => 0.0,
+            n => self.decode_host_ms / n as f64,
+        }
+    }
 }
 
-/// Samples the next token, among those that keep a tool call valid while one is open.
-async fn sample(
-    sampler: &mut Sampler,
-    logits: Tensor<2>,
-    calls: Option<&mut CallConstraint>,
-) -> Result<u32, SampleError> {
-    let Some(calls) = calls else { return sampler.sample(logits).await };
+/// Chooses the next token on the device, among those that keep a tool call valid while one is
+/// open; [`read`] reads it back.
+fn choose(sampler: &mut Sampler, logits: Tensor<2>, calls: Option<&mut CallConstraint>) -> Tensor<2, Int> {
+    let Some(calls) = calls else { return sampler.choose(logits) };
     let vocab = logits.dims()[1];
     let logits = match calls.mask(vocab) {
         Some(words) => mask_logits(logits, words),
         None => logits,
     };
-    let id = sampler.sample(logits).await?;
-    calls.advance(id);
+    sampler.choose(logits)
+}
+
+/// The chosen token, read back; an open tool call advances by it.
+async fn read(choice: Tensor<2, Int>, calls: Option<&mut CallConstraint>) -> Result<u32, SampleError> {
+    let id = Sampler::read(choice).await?;
+    if let Some(calls) = calls {
+        calls.advance(id);
+    }
     Ok(id)
 }
 
@@ -98,8 +113,10 @@ pub async fn generate(
         calls.begin(prompt);
     }
     let (logits, stats) = session.prefill(prompt)?;
-    let mut next = sample(sampler, logits, calls.as_deref_mut()).await?;
+    let choice = choose(sampler, logits, calls.as_deref_mut());
+    let mut next = read(choice, calls.as_deref_mut()).await?;
     let first_token_at = now_ms();
+    let mut decode_host_ms = 0.0;
     while token_ids.len() < options.max_tokens && !options.stop_tokens.contains(&next) {
         token_ids.push(next);
         let piece = decoder.push(tokenizer, next)?;
@@ -107,8 +124,12 @@ pub async fn generate(
         if on_token(next, &piece).is_break() || token_ids.len() == options.max_tokens {
             break;
         }
+        // The host's part of a token ends where the readback's wait begins.
+        let started = now_ms();
         let logits = session.step(next)?;
-        next = sample(sampler, logits, calls.as_deref_mut()).await?;
+        let choice = choose(sampler, logits, calls.as_deref_mut());
+        decode_host_ms += now_ms() - started;
+        next = read(choice, calls.as_deref_mut()).await?;
     }
     Ok(Generation {
         token_ids,
@@ -117,5 +138,6 @@ pub async fn generate(
         prefilled_tokens: stats.computed,
         prefill_ms: first_token_at - start,
         decode_ms: now_ms() - first_token_at,
+        decode_host_ms,
     })
 }

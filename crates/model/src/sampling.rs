@@ -47,13 +47,19 @@ impl Sampler {
     /// Picks the next token from `logits` ([1, vocab]).
     pub async fn sample(&mut self, logits: Tensor<2>) -> Result<u32, SampleError> {
         let choice = self.choose(logits);
+        Self::read(choice).await
+    }
+
+    /// Reads back a chosen id (the only readback of a decoded token: 4 bytes).
+    pub async fn read(choice: Tensor<2, Int>) -> Result<u32, SampleError> {
         let data = choice.into_data_async().await.map_err(|e| SampleError(e.to_string()))?;
         let id = data.iter::<i64>().next().ok_or_else(|| SampleError("empty result".into()))?;
         u32::try_from(id).map_err(|_| SampleError(format!("invalid token id {id}")))
     }
 
-    /// The chosen id as a [1, 1] tensor, still on the device.
-    fn choose(&mut self, logits: Tensor<2>) -> Tensor<2, Int> {
+    /// The chosen id as a [1, 1] tensor, still on the device (its kernels launched, nothing
+    /// waited for).
+    pub fn choose(&mut self, logits: Tensor<2>) -> Tensor<2, Int> {
         if self.options.is_greedy() {
             return logits.argmax(1);
         }

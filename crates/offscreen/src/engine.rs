@@ -508,6 +508,7 @@ pub async fn generate(request: &GenerateRequest, emit: &impl Fn(&GenerationEvent
                 generated_tokens: generation.token_ids.len() as u32,
                 prefill_tokens_per_s: generation.prefill_tokens_per_s(),
                 decode_tokens_per_s: generation.decode_tokens_per_s(),
+                decode_host_ms_per_token: generation.decode_host_ms_per_token(),
             },
             token_ids: generation.token_ids,
             text: generation.text,

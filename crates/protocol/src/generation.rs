@@ -39,4 +39,7 @@ pub struct GenerationStats {
     pub generated_tokens: u32,
     pub prefill_tokens_per_s: f64,
     pub decode_tokens_per_s: f64,
+    /// The host's milliseconds per decoded token: building the step and its sampling (Burn's
+    /// operations, the kernels' launches), without the waits for the GPU.
+    pub decode_host_ms_per_token: f64,
 }

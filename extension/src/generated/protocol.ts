@@ -279,7 +279,12 @@ prompt: string, max_tokens: number, };
 
 export type GenerationEvent = { "event": "token", request_id: number, token_id: number, text: string, } | { "event": "done", request_id: number, token_ids: Array<number>, text: string, stats: GenerationStats, } | { "event": "failed", request_id: number, message: string, };
 
-export type GenerationStats = { prompt_tokens: number, generated_tokens: number, prefill_tokens_per_s: number, decode_tokens_per_s: number, };
+export type GenerationStats = { prompt_tokens: number, generated_tokens: number, prefill_tokens_per_s: number, decode_tokens_per_s: number, 
+/**
+ * The host's milliseconds per decoded token: building the step and its sampling (Burn's
+ * operations, the kernels' launches), without the waits for the GPU.
+ */
+decode_host_ms_per_token: number, };
 
 export type TaskSettings = { 
 /**

@@ -109,6 +109,10 @@ test("a GGUF model runs packed in the browser and gives transformers' greedy ids
     console.log(`browser (GGUF): ${JSON.stringify(done.stats)}`);
     assert.equal(done.stats.prompt_tokens, expected.tokens.length, "bos + the GGUF tokenizer's ids");
     assert.deepEqual(done.token_ids, expected.greedy, "greedy ids equal transformers'");
+    // The host's share of a decoded token is measured (building the step cannot take no time,
+    // and it is part of the token's whole time).
+    const perToken = 1000 / done.stats.decode_tokens_per_s;
+    assert.ok(done.stats.decode_host_ms_per_token > 0 && done.stats.decode_host_ms_per_token <= perToken, JSON.stringify(done.stats));
     assert.deepEqual(chrome.console.errors, []);
   } finally {
     await chrome.close();

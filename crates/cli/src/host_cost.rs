@@ -1,0 +1,162 @@
+//! The host's cost of a decoded token: CPU time, not wall time, so the GPU's work and the waits
+//! for it are left out. Natively the work is split over two threads: the one that runs the model
+//! (Burn's operations, cubecl's launches, sampling) and cubecl's device runner (`DS…`), which
+//! records and submits wgpu's commands. Everything else in the process (on lavapipe, the "GPU"
+//! itself) is shown apart. The issuing thread's share is broken down by kernel: the time since the
+//! launch before each one.
+
+use std::collections::BTreeMap;
+
+use hearth_kernels::dispatches::{LaunchCosts, time_dispatches};
+use hearth_model::{Sampler, Session};
+
+/// The calling thread's CPU time in ns (0 where the platform does not say).
+pub fn thread_cpu_ns() -> u64 {
+    #[cfg(unix)]
+    {
+        let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes one timespec into the valid pointer it is given.
+        if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } == 0 {
+            return now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64;
+        }
+    }
+    0
+}
+
+/// CPU ns of every thread of the process by name, from Linux's /proc (`schedstat`'s first field).
+fn threads_cpu_ns() -> BTreeMap<u64, (String, u64)> {
+    let mut threads = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return threads };
+    for task in tasks.flatten() {
+        let Ok(tid) = task.file_name().to_string_lossy().parse::<u64>() else { continue };
+        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default().trim().to_string();
+        let ns = std::fs::read_to_string(task.path().join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()));
+        if let Some(ns) = ns {
+            threads.insert(tid, (name, ns));
+        }
+    }
+    threads
+}
+
+fn this_thread_id() -> Option<u64> {
+    let link = std::fs::read_link("/proc/thread-self").ok()?;
+    link.file_name()?.to_string_lossy().parse().ok()
+}
+
+/// CPU ns spent between two snapshots: (this thread, cubecl's runners, the others).
+fn split(before: &BTreeMap<u64, (String, u64)>, after: &BTreeMap<u64, (String, u64)>, me: Option<u64>) -> [u64; 3] {
+    let mut spent = [0; 3];
+    for (tid, (name, ns)) in after {
+        let delta = ns.saturating_sub(before.get(tid).map_or(0, |b| b.1));
+        let class = if Some(*tid) == me {
+            0
+        } else if name.starts_with("DS") {
+            1
+        } else {
+            2
+        };
+        spent[class] += delta;
+    }
+    spent
+}
+
+/// Decodes `tokens` tokens after `next` and prints the host's CPU time per token by thread, then
+/// one step's launches by kernel with the issuing thread's time before each.
+pub fn report(
+    session: &mut Session,
+    sampler: &mut Sampler,
+    mut next: u32,
+    tokens: usize,
+    dispatches_per_token: usize,
+) -> Result<u32, String> {
+    let tokens = tokens.max(1);
+    let me = this_thread_id();
+    let before = threads_cpu_ns();
+    let (mut step_ns, mut sample_ns) = (0u64, 0u64);
+    for _ in 0..tokens {
+        let start = thread_cpu_ns();
+        let logits = session.step(next).map_err(|e| e.to_string())?;
+        let stepped = thread_cpu_ns();
+        next = pollster::block_on(sampler.sample(logits)).map_err(|e| e.to_string())?;
+        step_ns += stepped - start;
+        sample_ns += thread_cpu_ns() - stepped;
+    }
+    let after = threads_cpu_ns();
+    let [issuing, runners, others] = split(&before, &after, me);
+    let per_token = |ns: u64| ns as f64 / tokens as f64 / 1e6;
+    let per_dispatch = |ns: u64| ns as f64 / tokens as f64 / dispatches_per_token.max(1) as f64 / 1e3;
+    println!("## Host cost per decoded token (CPU time; GPU work and waits excluded), {tokens} tokens\n");
+    println!("| thread | ms per token | µs per dispatch ({dispatches_per_token} per token) |");
+    println!("|---|---|---|");
+    println!(
+        "| the model's thread: the step (Burn ops, cubecl launches; spins while the device's queue is full) | {:.3} | {:.1} |",
+        per_token(step_ns),
+        per_dispatch(step_ns)
+    );
+    println!("| the model's thread: sampling and the 4-byte readback | {:.3} | |", per_token(sample_ns));
+    println!(
+        "| cubecl's device runner (wgpu recording, submits) | {:.3} | {:.1} |",
+        per_token(runners),
+        per_dispatch(runners)
+    );
+    println!(
+        "| **host total** (model thread + runner) | **{:.3}** | {:.1} |",
+        per_token(issuing + runners),
+        per_dispatch(issuing + runners)
+    );
+    println!(
+        "| other threads of the process (the driver; on lavapipe also the GPU's own work) | {:.3} | |\n",
+        per_token(others)
+    );
+
+    // One step with each launch timed on the model's thread.
+    let (logits, costs, tail) = time_dispatches(thread_cpu_ns, || session.step(next));
+    next = pollster::block_on(sampler.sample(logits.map_err(|e| e.to_string())?)).map_err(|e| e.to_string())?;
+    print_breakdown(&costs, tail);
+    Ok(next)
+}
+
+/// The step's launches grouped by kernel (outer type name), the costliest first. The median
+/// launch is shown beside the mean: where the device is slower than the host (lavapipe), the
+/// issuing thread spins while cubecl's queue is full, and those waits land on a few launches.
+fn print_breakdown(costs: &LaunchCosts, tail: u64) {
+    let mut families: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for (name, times) in costs {
+        let family = crate::bench::short(name);
+        let family = family.split('<').next().unwrap_or(&family).to_string();
+        families.entry(family).or_default().extend(times);
+    }
+    let median = |times: &mut Vec<u64>| {
+        times.sort_unstable();
+        times.get(times.len() / 2).copied().unwrap_or(0)
+    };
+    let mut rows: Vec<(String, usize, u64, u64)> = families
+        .into_iter()
+        .map(|(family, mut times)| {
+            let total = times.iter().sum();
+            (family, times.len(), total, median(&mut times))
+        })
+        .collect();
+    rows.sort_by_key(|row| std::cmp::Reverse(row.1 as u64 * row.3));
+    let total: u64 = rows.iter().map(|r| r.2).sum::<u64>() + tail;
+    let typical: u64 = rows.iter().map(|r| r.1 as u64 * r.3).sum();
+    println!("The model's thread in one decode step, by kernel (CPU time since the launch before each):\n");
+    println!("| kernel | launches | median µs | mean µs | launches × median, ms |");
+    println!("|---|---|---|---|---|");
+    for (family, count, sum, median) in &rows {
+        println!(
+            "| `{family}` | {count} | {:.1} | {:.1} | {:.3} |",
+            *median as f64 / 1e3,
+            *sum as f64 / *count as f64 / 1e3,
+            (*count as u64 * median) as f64 / 1e6
+        );
+    }
+    println!(
+        "| **step** | {} | | | **{:.3}** (measured {:.3}, with waits) |\n",
+        rows.iter().map(|r| r.1).sum::<usize>(),
+        typical as f64 / 1e6,
+        total as f64 / 1e6
+    );
+}
