@@ -129,7 +129,9 @@ fn kernel_bandwidth(device: &Device) {
 fn prefill_kernels(device: &Device, tokens: usize) {
     use hearth_kernels::ProductKernel;
     println!("## Prefill product, {tokens} tokens: tiled 4-bit GEMM vs the 8-token kernel vs Burn's f32 matmul\n");
-    println!("| matrix [rows × k] | weights read, 4-bit / f32 | tiled GEMM | 8-token kernel | Burn f32 matmul | tiled ÷ f32 | tiled ÷ 8-token |");
+    println!(
+        "| matrix [rows × k] | weights read, 4-bit / f32 | tiled GEMM | 8-token kernel | Burn f32 matmul | tiled ÷ f32 | tiled ÷ 8-token |"
+    );
     println!("|---|---|---|---|---|---|---|");
     let seconds = |f: &mut dyn FnMut() -> Tensor<2>| {
         time(2, || {
