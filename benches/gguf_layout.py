@@ -6,6 +6,11 @@ trained weight: its output is gibberish, and only its sizes matter.
 
     python3 benches/gguf_layout.py e2b /tmp/gemma4-e2b-layout.gguf
     python3 benches/gguf_layout.py e4b /tmp/gemma4-e4b-layout.gguf
+    python3 benches/gguf_layout.py e2b /tmp/gemma4-e2b-5-layers.gguf --layers 5
+
+`--layers N` keeps the first N layers (and N layers' share of the per-layer table): a file small
+enough for a slow adapter that still launches E2B's kernels on E2B's shapes, for per-token host
+costs (the browser bench) that scale with the layers.
 
 Standard library only (about 20 s and 3.3 / 5.2 GB of disk). The metadata besides the shapes
 (tokenizer keys, merges, chat template) is copied from the tiny fixture that gguf-py wrote
@@ -228,9 +233,18 @@ def random_data(name, ne, t, n):
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in SHAPES:
+    args = sys.argv[1:]
+    layers = None
+    if len(args) == 4 and args[2] == "--layers" and args[3].isdigit() and int(args[3]) > 0:
+        layers = int(args[3])
+        args = args[:2]
+    if len(args) != 2 or args[0] not in SHAPES:
         sys.exit(__doc__)
-    shape, out_path = sys.argv[1], sys.argv[2]
+    shape, out_path = args
+    if layers is not None and layers < SHAPES[shape]["layers"]:
+        c = SHAPES[shape]
+        # The first N layers: KV sharing starts where it did, or not at all.
+        SHAPES[shape] = dict(c, layers=layers, shared_from=min(c["shared_from"], layers), published=None)
     metadata, sliding = config_metadata(shape, read_metadata(FIXTURE))
     table = tensors(shape, sliding)
     header = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(table), len(metadata)))
@@ -256,8 +270,11 @@ def main():
     os.replace(out_path + ".partial", out_path)
     total = len(header) + offset
     published = SHAPES[shape]["published"]
-    print(f"{out_path}: {total:,} bytes ({len(table)} tensors, header {len(header):,} bytes); "
-          f"the published file is {published:,} ({100 * (total - published) / published:+.1f} %)")
+    if published is None:
+        print(f"{out_path}: {total:,} bytes ({len(table)} tensors, the first {SHAPES[shape]['layers']} layers)")
+    else:
+        print(f"{out_path}: {total:,} bytes ({len(table)} tensors, header {len(header):,} bytes); "
+              f"the published file is {published:,} ({100 * (total - published) / published:+.1f} %)")
 
 
 if __name__ == "__main__":

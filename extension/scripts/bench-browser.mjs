@@ -3,7 +3,9 @@
 // the same headless Chromium, on the same machine. Prints Markdown rows for benches/RESULTS.md.
 //
 //   cargo xtask build    # a test build in dist/extension
-//   node scripts/bench-browser.mjs --model gemma-3-270m-q4_k_m.gguf [--tokens 16]
+//   node scripts/bench-browser.mjs --model gemma-3-270m-q4_k_m.gguf [--tokens 16] [--hearth-only]
+//
+// `--hearth-only` leaves wllama out (a synthetic file whose figures are only Hearth's host cost).
 //
 // `cargo xtask bench -- --browser --model <file.gguf>` does both. wllama is installed on first use
 // into ~/.cache/hearth/wllama (npm, pinned version); nothing of it enters the repository.
@@ -28,6 +30,7 @@ function option(name, fallback) {
 
 const model = resolve(option("--model", ""));
 const tokens = Number(option("--tokens", "16"));
+const hearthOnly = process.argv.includes("--hearth-only");
 if (!existsSync(model) || !statSync(model).isFile()) {
   console.error(`usage: node scripts/bench-browser.mjs --model <file.gguf> [--tokens 16] (no file at ${model})`);
   process.exit(2);
@@ -57,7 +60,7 @@ async function serve(wllama) {
       "cross-origin-resource-policy": "cross-origin",
       "access-control-allow-origin": "*",
     };
-    const file = path === "/model.gguf" ? model : path.startsWith("/wllama/") ? join(wllama, path.slice("/wllama/".length)) : null;
+    const file = path === "/model.gguf" ? model : wllama && path.startsWith("/wllama/") ? join(wllama, path.slice("/wllama/".length)) : null;
     if (path === "/" || path === "/index.html") {
       res.writeHead(200, { ...headers, "content-type": TYPES[".html"] }).end("<!doctype html><title>bench</title>");
     } else if (file && existsSync(file)) {
@@ -122,28 +125,30 @@ async function wllama(chrome, server, gpuLayers) {
   ).finally(() => page.close());
 }
 
-const server = await serve(wllamaDir());
+const server = await serve(hearthOnly ? null : wllamaDir());
 const chrome = await launch();
 try {
   const ours = await hearth(chrome, server);
-  const cpu = await wllama(chrome, server, 0);
-  const gpu = await wllama(chrome, server, 999).catch((e) => ({ error: String(e).split("\n")[0] }));
+  const skipped = { error: "left out (--hearth-only)" };
+  const cpu = hearthOnly ? skipped : await wllama(chrome, server, 0);
+  const gpu = hearthOnly ? skipped : await wllama(chrome, server, 999).catch((e) => ({ error: String(e).split("\n")[0] }));
   const name = model.split("/").pop();
   const ourDecode = ours.stats.decode_tokens_per_s;
   console.log(`# Browser decode, ${name}, ${tokens} tokens, headless Chromium (${ours.adapter})\n`);
   console.log("| engine | load | prefill tokens/s | decode tokens/s | Hearth ÷ this |");
   console.log("|---|---|---|---|---|");
   console.log(`| Hearth (wasm + WebGPU) | ${(ours.load_ms / 1e3).toFixed(1)} s | ${ours.stats.prefill_tokens_per_s.toFixed(2)} | ${ourDecode.toFixed(2)} | 1 |`);
-  for (const [label, run] of [[`wllama ${WLLAMA_VERSION}, wasm CPU (${cpu.threads} threads${cpu.isolated ? "" : ", not isolated: 1 thread"})`, cpu], [`wllama ${WLLAMA_VERSION}, WebGPU`, gpu]]) {
+  for (const [label, run] of [[`wllama ${WLLAMA_VERSION}, wasm CPU${hearthOnly ? "" : ` (${cpu.threads} threads${cpu.isolated ? "" : ", not isolated: 1 thread"})`}`, cpu], [`wllama ${WLLAMA_VERSION}, WebGPU`, gpu]]) {
     if (run.error || !run.timings) {
-      console.log(`| ${label} | failed: ${run.error ?? "no timings"} | | | |`);
+      console.log(`| ${label} | ${run === skipped ? run.error : `failed: ${run.error ?? "no timings"}`} | | | |`);
       continue;
     }
     const t = run.timings;
     console.log(`| ${label} | ${(run.loadMs / 1e3).toFixed(1)} s | ${t.prompt_per_second.toFixed(2)} | ${t.predicted_per_second.toFixed(2)} | ${(ourDecode / t.predicted_per_second).toFixed(3)} |`);
   }
-  console.log(`\nHearth's host time per decoded token (the offscreen document's thread building the step and its sampling, GPU waits excluded): ${ours.stats.decode_host_ms_per_token.toFixed(2)} ms.`);
-  console.log(`\nHearth's text: ${JSON.stringify(ours.text)}\nwllama's text (CPU): ${JSON.stringify(cpu.text)}`);
+  console.log(`\nHearth's host time per decoded token (the offscreen document's thread building the step and its sampling, GPU waits excluded): ${ours.stats.decode_host_ms_per_token.toFixed(2)} ms (median of the tokens after the first; the first, which also creates the one-token step's pipelines: ${ours.stats.first_decode_host_ms.toFixed(2)} ms).`);
+  console.log(`\nHearth's text: ${JSON.stringify(ours.text)}`);
+  if (!hearthOnly) console.log(`wllama's text (CPU): ${JSON.stringify(cpu.text)}`);
 } finally {
   await chrome.close();
   await server.close();

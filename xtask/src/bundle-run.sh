@@ -9,6 +9,8 @@
 #   HEARTH_STEP_TIMEOUT=<s>   one time limit (seconds) for every step instead of the defaults:
 #                             self-test 60, kernels 90, E2B 120, E4B 150, agent step 120
 #   HEARTH_SYSTEM_VULKAN=1    use the system's Vulkan loader instead of lib/libvulkan.so.1
+#   HEARTH_GEMM_TILES="64x8x16x16 128x4x16x16 …"   after the kernel step, the prefill product
+#                             once more per tile (threads×rows×tokens×depth, 60 s each)
 # Needs bash, coreutils and a Vulkan driver; no cargo, no network. Each step has its own time
 # limit, so one slow step does not lose the rest. Exits 0 when the kernel step finished.
 set -euo pipefail
@@ -22,7 +24,7 @@ for arg in "$@"; do
     case "$arg" in
         --quick) quick=1 ;;
         -h | --help)
-            sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         -*)
@@ -179,6 +181,9 @@ step() {
 
 step "Self-test" text 60 self-test
 step "Kernels" md 90 bench --kernels-only "${kernel_flags[@]}"
+for tile in ${HEARTH_GEMM_TILES:-}; do
+    step "GEMM tile $tile" md 60 bench --kernels-only "${kernel_flags[@]}" --gemm-shapes q,kv,gate-up,down --gemm-tile "$tile"
+done
 step "E2B model" md 120 bench --shape e2b "${model_flags[@]}"
 step "E4B model" md 150 bench --shape e4b "${model_flags[@]}"
 step "E2B agent step" md 120 bench --shape e2b "${model_flags[@]}" "${agent_flags[@]}"

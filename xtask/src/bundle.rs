@@ -273,6 +273,7 @@ mod tests {
             "step \"E2B model\" md 120 bench --shape e2b \"${model_flags[@]}\"",
             "step \"E4B model\" md 150 bench --shape e4b \"${model_flags[@]}\"",
             "step \"E2B agent step\" md 120 bench --shape e2b \"${model_flags[@]}\" \"${agent_flags[@]}\"",
+            "step \"GEMM tile $tile\" md 60 bench --kernels-only \"${kernel_flags[@]}\" --gemm-shapes q,kv,gate-up,down --gemm-tile \"$tile\"",
             "agent_flags=(--agent 3000 1500 40)",
             "model_flags=(--prefill 64 --decode 16 --gemm-tokens 0)",
             "model_flags=(--layers 2 --prefill 4 --decode 2 --gemm-tokens 0)",

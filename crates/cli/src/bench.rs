@@ -24,6 +24,15 @@ pub enum Shape {
     E4b,
 }
 
+/// The kernel of the prompt products (`--prefill-kernel`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrefillKernel {
+    /// The tiled GEMM (the default).
+    Tiled,
+    /// The 8-token kernel every prompt took before the GEMM (commit aaeed70 and earlier).
+    TokenTiles,
+}
+
 pub struct BenchOptions {
     pub shape: Shape,
     /// Cut the model to this many layers (0: all). For slow adapters; the output says so.
@@ -35,6 +44,11 @@ pub struct BenchOptions {
     pub kernels_only: bool,
     /// Tokens of the prefill-kernel comparison (0 skips it).
     pub gemm_tokens: usize,
+    /// Matrices of that comparison (empty: all).
+    pub gemm_shapes: Vec<String>,
+    pub prefill_kernel: PrefillKernel,
+    /// One GEMM tile for every launch instead of the tuned choice.
+    pub gemm_tile: Option<hearth_kernels::tuning::GemmTile>,
     /// A real model (folder or GGUF file) to measure instead of the synthetic shape.
     pub model: Option<std::path::PathBuf>,
 }
@@ -44,9 +58,20 @@ const GROUP: usize = 64;
 pub fn run(device: &Device, adapter: &str, memory: DeviceMemory, options: &BenchOptions) -> Result<(), String> {
     println!("# hearth bench — {}", describe_machine());
     println!("adapter: {adapter}\n");
-    kernel_bandwidth(device);
+    if options.prefill_kernel == PrefillKernel::TokenTiles {
+        hearth_kernels::tuning::set_prefill_kernel(hearth_kernels::ProductKernel::TokenTiles)
+            .map_err(|e| e.to_string())?;
+        println!("Prompt products take the 8-token kernel (`--prefill-kernel token-tiles`).\n");
+    }
+    if let Some(tile) = options.gemm_tile {
+        hearth_kernels::tuning::set_gemm_tile(tile).map_err(|e| e.to_string())?;
+        println!("Every tiled GEMM launch uses the tile {tile} (threads×rows×tokens×depth, `--gemm-tile`).\n");
+    }
+    if !options.kernels_only || options.gemm_shapes.is_empty() {
+        kernel_bandwidth(device);
+    }
     if options.gemm_tokens > 0 {
-        prefill_kernels(device, options.gemm_tokens);
+        prefill_kernels(device, options.gemm_tokens, &options.gemm_shapes, options.gemm_tile.is_none())?;
     }
     if options.kernels_only {
         return Ok(());
@@ -126,8 +151,20 @@ fn kernel_bandwidth(device: &Device) {
 /// The prefill product on E2B's shapes: the tiled dequantize-GEMM against the 8-token kernel
 /// it replaces and against Burn's own f32 matmul of the dequantized weights (which reads 7× the
 /// bytes), on the same adapter.
-fn prefill_kernels(device: &Device, tokens: usize) {
+/// With a tile chosen on the command line (a sweep of tiles) the 8-token kernel, which no tile
+/// changes, is left out.
+fn prefill_kernels(device: &Device, tokens: usize, only: &[String], with_token_tiles: bool) -> Result<(), String> {
     use hearth_kernels::ProductKernel;
+    const MATRICES: [(&str, &str, usize, usize); 5] = [
+        ("q", "E2B q_proj", 2048, 1536),
+        ("kv", "E2B k/v_proj", 256, 1536),
+        ("gate-up", "E2B gate/up", 6144, 1536),
+        ("down", "E2B down", 1536, 6144),
+        ("ple-gate", "E2B per-layer input gate", 256, 1536),
+    ];
+    if let Some(unknown) = only.iter().find(|name| !MATRICES.iter().any(|m| m.0 == name.as_str())) {
+        return Err(format!("--gemm-shapes: no matrix {unknown:?} (q, kv, gate-up, down, ple-gate)"));
+    }
     println!("## Prefill product, {tokens} tokens: tiled 4-bit GEMM vs the 8-token kernel vs Burn's f32 matmul\n");
     println!(
         "| matrix [rows × k] | weights read, 4-bit / f32 | tiled GEMM | 8-token kernel | Burn f32 matmul | tiled ÷ f32 | tiled ÷ 8-token |"
@@ -139,36 +176,33 @@ fn prefill_kernels(device: &Device, tokens: usize) {
             sync(device);
         })
     };
-    for (label, rows, k) in [
-        ("E2B q_proj", 2048, 1536),
-        ("E2B k/v_proj", 256, 1536),
-        ("E2B gate/up", 6144, 1536),
-        ("E2B down", 1536, 6144),
-        ("E2B per-layer input gate", 256, 1536),
-    ] {
+    for (_, label, rows, k) in MATRICES.into_iter().filter(|m| only.is_empty() || only.iter().any(|name| name == m.0)) {
         let matrix = AffineMatrix::upload(random_affine("bench", rows, k), device);
         let dense_t = matrix.dequantize().transpose();
         let x: Vec<f32> = (0..tokens * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 500.0).collect();
         let x = Tensor::<2>::from_data(TensorData::new(x, [tokens, k]), device);
         let tiled = seconds(&mut || matrix.matmul_transposed_by(x.clone(), ProductKernel::Tiled));
-        let token_tiles = seconds(&mut || matrix.matmul_transposed_by(x.clone(), ProductKernel::TokenTiles));
+        let token_tiles = with_token_tiles
+            .then(|| seconds(&mut || matrix.matmul_transposed_by(x.clone(), ProductKernel::TokenTiles)));
         let f32_matmul = seconds(&mut || x.clone().matmul(dense_t.clone()));
         let gflops = |t: f64| 2.0 * (tokens * rows * k) as f64 / t / 1e9;
+        let (token_tiles, ratio) = match token_tiles {
+            Some(t) => (format!("{:.0} ms ({:.1})", t * 1e3, gflops(t)), format!("{:.2}", t / tiled)),
+            None => ("—".into(), "—".into()),
+        };
         println!(
-            "| {label} [{rows} × {k}] | {:.1} / {:.1} MB | {:.0} ms ({:.1} GFLOP/s) | {:.0} ms ({:.1}) | {:.0} ms ({:.1}) | {:.2} | {:.2} |",
+            "| {label} [{rows} × {k}] | {:.1} / {:.1} MB | {:.0} ms ({:.1} GFLOP/s) | {token_tiles} | {:.0} ms ({:.1}) | {:.2} | {ratio} |",
             matrix.device_bytes() as f64 / 1e6,
             (rows * k * 4) as f64 / 1e6,
             tiled * 1e3,
             gflops(tiled),
-            token_tiles * 1e3,
-            gflops(token_tiles),
             f32_matmul * 1e3,
             gflops(f32_matmul),
             f32_matmul / tiled,
-            token_tiles / tiled,
         );
     }
     println!();
+    Ok(())
 }
 
 /// (b)–(d2): load, prefill, decode, dispatches, agent step.

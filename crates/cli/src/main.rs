@@ -129,6 +129,18 @@ enum Command {
         /// matmul on E2B's matrices); 0 skips it.
         #[arg(long, default_value_t = 1500)]
         gemm_tokens: usize,
+        /// Only these matrices in the prefill-product comparison (q, kv, gate-up, down,
+        /// ple-gate; default all).
+        #[arg(long, value_delimiter = ',')]
+        gemm_shapes: Vec<String>,
+        /// The kernel of every prompt product (the model's and the agent step's): `tiled` (the
+        /// GEMM, today's default) or `token-tiles` (the 8-token kernel prompts took before it).
+        #[arg(long, value_enum, default_value = "tiled")]
+        prefill_kernel: bench::PrefillKernel,
+        /// One tile for every tiled GEMM launch, threads×rows×tokens×depth (e.g. 32x8x16x16),
+        /// instead of the shape chosen per matrix: to try shapes on a new adapter.
+        #[arg(long)]
+        gemm_tile: Option<hearth_kernels::tuning::GemmTile>,
         /// Measure this model (folder or GGUF file) instead of a synthetic E2B/E4B.
         #[arg(long)]
         model: Option<PathBuf>,
@@ -210,6 +222,9 @@ fn main() -> ExitCode {
             agent,
             kernels_only,
             gemm_tokens,
+            gemm_shapes,
+            prefill_kernel,
+            gemm_tile,
             model,
             call_mask: None,
             long_task: false,
@@ -220,8 +235,19 @@ fn main() -> ExitCode {
             device: args,
         } => match <[usize; 3]>::try_from(agent) {
             Ok(agent) => {
-                let options =
-                    bench::BenchOptions { shape, layers, prefill, decode, agent, kernels_only, gemm_tokens, model };
+                let options = bench::BenchOptions {
+                    shape,
+                    layers,
+                    prefill,
+                    decode,
+                    agent,
+                    kernels_only,
+                    gemm_tokens,
+                    gemm_shapes,
+                    prefill_kernel,
+                    gemm_tile,
+                    model,
+                };
                 device_with_name(&args)
                     .and_then(|(device, adapter, memory)| bench::run(&device, &adapter, memory, &options))
             }
@@ -396,7 +422,7 @@ fn run_generate(
     }
     eprintln!(
         "hearth: prefill {} tokens in {:.0} ms ({:.1} tokens/s); decode {} tokens in {:.0} ms ({:.1} tokens/s, \
-         {:.2} ms of them on the host per token)",
+         {:.2} ms of them on the host per token, the first {:.2} ms)",
         result.prefilled_tokens,
         result.prefill_ms,
         result.prefill_tokens_per_s(),
@@ -404,6 +430,7 @@ fn run_generate(
         result.decode_ms,
         result.decode_tokens_per_s(),
         result.decode_host_ms_per_token(),
+        result.first_decode_host_ms(),
     );
     Ok(())
 }

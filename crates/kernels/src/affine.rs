@@ -319,7 +319,10 @@ impl AffineKernels for CubeBackend {
         kernel: ProductKernel,
     ) -> CubeTensor {
         let tiled = match kernel {
-            ProductKernel::Auto => x.meta.shape()[0] >= affine_gemm::MIN_TOKENS,
+            ProductKernel::Auto => {
+                x.meta.shape()[0] >= affine_gemm::MIN_TOKENS
+                    && crate::tuning::prefill_kernel() != Some(ProductKernel::TokenTiles)
+            }
             ProductKernel::TokenTiles => false,
             ProductKernel::Tiled => true,
         };

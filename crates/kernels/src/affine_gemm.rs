@@ -1,8 +1,8 @@
 //! The prefill product of a packed affine matrix: a tiled dequantize-GEMM.
 //!
 //! A prompt's tokens all multiply the same weights. The GEMV-style kernel in [`crate::affine`]
-//! decodes a row's codes again for every 8 tokens. Here a block of 64 threads owns a tile of
-//! `64 · rows_per_thread` output rows × `TOKENS` tokens and walks `k` in slices of `DEPTH`: per
+//! decodes a row's codes again for every 8 tokens. Here a block of `threads` owns a tile of
+//! `threads · rows_per_thread` output rows × `tokens` tokens and walks `k` in slices of `depth`: per
 //! slice the block stages the tile's inputs in shared memory, then each thread decodes the code
 //! words of its own rows once (`scale·q + bias`, in registers) and multiplies every value by all
 //! the tile's tokens, accumulating in f32. A weight is decoded once per 16 tokens (instead of 8);
@@ -12,8 +12,8 @@
 //! the decoded weights, `Σx²` summed from the staged inputs), the MLP's gate and up matrices in one
 //! pass with the GELU, the per-layer-input gate, the final softcap.
 //!
-//! Shared memory: `DEPTH · TOKENS + TOKENS` f32 (1.1 KiB); 64 threads: within WebGPU's minimum
-//! limits. The shape was tuned on lavapipe (a CPU); a GPU run may prefer others (the bench bundle
+//! Shared memory: `depth · tokens + tokens` f32 (1.1 KiB for the default 16 × 16); 64 threads:
+//! within WebGPU's minimum limits. The shape was tuned on lavapipe (a CPU); a GPU run may prefer others (the bench bundle
 //! measures it).
 
 use burn::tensor::Shape;
@@ -22,25 +22,25 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
 use crate::launch::{bounded_tanh, empty_output, grid};
+use crate::tuning::{self, GemmTile};
 
-/// Threads per block: each owns several output rows of the tile, for all its tokens.
-const THREADS: u32 = 64;
-/// Tokens per tile: every thread multiplies its rows by the same tokens, so a staged input is
-/// read at an address that is the same for the whole block (one broadcast read serves all).
-const TOKENS: u32 = 16;
-/// Slice of `k` staged per step.
-const DEPTH: u32 = 16;
-
-/// Output rows per thread: 8 (a tile of 512 rows, 128 accumulators per thread), or 4 where a
-/// tile of 512 would leave most threads idle and in gated launches, which keep two sets of
-/// accumulators. Measured on lavapipe at 16 tokens per tile (benches/RESULTS.md): 2 rows per
-/// thread ran at 2.1 GFLOP/s, 4 at 4.3, 8 at 8.9.
-fn rows_per_thread(rows: usize, gated: bool) -> u32 {
-    if gated || rows < 1024 { 4 } else { 8 }
+/// The tile for a matrix of `rows` (every thread multiplies its rows by the same tokens, so a
+/// staged input is read at an address that is the same for the whole block: one broadcast read
+/// serves all). 64 threads × 8 rows (a tile of 512 rows, 128 accumulators per thread) × 16 tokens
+/// × slices of 16; 4 rows per thread in gated launches, which keep two sets of accumulators, and
+/// where a tile of 512 would leave most threads idle. Measured on lavapipe at 16 tokens per tile
+/// (benches/RESULTS.md): 2 rows per thread ran at 2.1 GFLOP/s, 4 at 4.3, 8 at 8.9.
+/// `hearth bench --gemm-tile` tries others ([`crate::tuning`]).
+fn tile_for(rows: usize, gated: bool) -> GemmTile {
+    if let Some(tile) = tuning::gemm_tile() {
+        return tile;
+    }
+    let rows_per_thread = if gated || rows < 1024 { 4 } else { 8 };
+    GemmTile { threads: 64, rows_per_thread, tokens: 16, depth: 16 }
 }
 
-/// Prompts from this many tokens (one tile) take the tiled kernel: below it a tile would be part empty
-/// and the 8-token kernel reads the weights about as often.
+/// Prompts from this many tokens (one default tile) take the tiled kernel: below it a tile would
+/// be part empty and the 8-token kernel reads the weights about as often.
 pub(crate) const MIN_TOKENS: usize = 16;
 
 /// What the tiled kernel fuses around `x · Wᵀ` (the GEMV kernel's options).
@@ -260,12 +260,12 @@ pub(crate) fn launch(
     let (tokens, k) = (x.meta.shape()[0], x.meta.shape()[1]);
     let client = x.client.clone();
     let out = empty_output(&x, Shape::new([tokens, rows]));
-    let rows_per_thread = rows_per_thread(rows, epilogue.gated);
-    let (grid_x, grid_y) = grid((rows as u32).div_ceil(THREADS * rows_per_thread));
+    let tile = tile_for(rows, epilogue.gated);
+    let (grid_x, grid_y) = grid((rows as u32).div_ceil(tile.threads * tile.rows_per_thread));
     affine_gemm_kernel::launch(
         &client,
-        CubeCount::Static(grid_x, grid_y, (tokens as u32).div_ceil(TOKENS)),
-        CubeDim::new_1d(THREADS),
+        CubeCount::Static(grid_x, grid_y, (tokens as u32).div_ceil(tile.tokens)),
+        CubeDim::new_1d(tile.threads),
         into_contiguous(codes).into_buffer_arg(),
         into_contiguous(scale_bias).into_buffer_arg(),
         into_contiguous(codes_up).into_buffer_arg(),
@@ -284,10 +284,10 @@ pub(crate) fn launch(
         epilogue.softcap.is_some(),
         group as u32,
         bits,
-        THREADS,
-        rows_per_thread,
-        TOKENS,
-        DEPTH,
+        tile.threads,
+        tile.rows_per_thread,
+        tile.tokens,
+        tile.depth,
     );
     out
 }

@@ -177,8 +177,7 @@ fn attention_softmax_kernel(
 fn write_cache_kernel(
     x: &[f32],
     weight: &[f32],
-    cos: &[f32],
-    sin: &[f32],
+    cos_sin: &[f32],
     cache: &mut [f32],
     rows: u32,
     heads: u32,
@@ -203,7 +202,8 @@ fn write_cache_kernel(
     if row < rows {
         let token = row / heads;
         let destination = (row % heads) * capacity * size + ((start + token) % capacity) * size;
-        let (half, table) = (size / 2, token * size);
+        // Row `token` of the table `[S, 2·size]`: cos, then sin.
+        let (half, table) = (size / 2, token * 2 * size);
         let mut i = UNIT_POS_X;
         while i < size {
             let mut value = x[(base + i) as usize] * inv_rms;
@@ -219,7 +219,7 @@ fn write_cache_kernel(
                 if i < half {
                     rotated = -rotated;
                 }
-                value = value * cos[(table + i) as usize] + rotated * sin[(table + i) as usize];
+                value = value * cos_sin[(table + i) as usize] + rotated * cos_sin[(table + size + i) as usize];
             }
             cache[(destination + i) as usize] = value;
             i += threads;
@@ -246,7 +246,7 @@ pub trait FusedOps: Backend {
     fn fused_gelu_tanh_mul(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self>;
     /// Writes the heads in columns `column..column + heads·d` of `x` `[S, total]` into `cache`
     /// `[heads, capacity, d]` at slots `(start + t) % capacity`, after RMSNorm (`norm`; times
-    /// `weight` when `scaled`) and RoPE (`rope`, tables `[S, 1, d]`). Returns the cache (written in
+    /// `weight` when `scaled`) and RoPE (`rope`, table `[S, 2·d]`: each row's cos, then sin). Returns the cache (written in
     /// place when nothing else holds it). Unread inputs may be any tensor.
     #[allow(clippy::too_many_arguments)]
     fn fused_write_cache(
@@ -254,8 +254,7 @@ pub trait FusedOps: Backend {
         x: FloatTensor<Self>,
         column: usize,
         weight: FloatTensor<Self>,
-        cos: FloatTensor<Self>,
-        sin: FloatTensor<Self>,
+        cos_sin: FloatTensor<Self>,
         start: usize,
         eps: f32,
         norm: bool,
@@ -320,8 +319,7 @@ impl FusedOps for CubeBackend {
         x: CubeTensor,
         column: usize,
         weight: CubeTensor,
-        cos: CubeTensor,
-        sin: CubeTensor,
+        cos_sin: CubeTensor,
         start: usize,
         eps: f32,
         norm: bool,
@@ -341,8 +339,7 @@ impl FusedOps for CubeBackend {
             CubeDim::new_1d(THREADS),
             x.into_buffer_arg(),
             into_contiguous(weight).into_buffer_arg(),
-            into_contiguous(cos).into_buffer_arg(),
-            into_contiguous(sin).into_buffer_arg(),
+            into_contiguous(cos_sin).into_buffer_arg(),
             cache.clone().into_buffer_arg(),
             rows as u32,
             heads as u32,
@@ -463,8 +460,9 @@ pub enum CacheInput<'a> {
     Plain,
     /// RMSNorm without a weight (Gemma 4's values).
     Normed,
-    /// RMSNorm with this weight, then RoPE with these tables `[S, 1, d]` (keys).
-    NormedRotated { weight: &'a Tensor<1>, cos: &'a Tensor<3>, sin: &'a Tensor<3> },
+    /// RMSNorm with this weight, then RoPE with this table `[S, 2·d]` (each row's cos, then
+    /// sin: one upload per chunk, one binding).
+    NormedRotated { weight: &'a Tensor<1>, cos_sin: &'a Tensor<2> },
 }
 
 /// The heads of one projection inside a projection's output `x` `[S, total]`: columns
@@ -503,8 +501,9 @@ pub fn write_cache(cache: Tensor<3>, x: HeadColumns, input: CacheInput, start: u
         let x = match input {
             CacheInput::Plain => x,
             CacheInput::Normed => reference::rms_norm_unscaled(x, eps),
-            CacheInput::NormedRotated { weight, cos, sin } => {
-                reference::rope(reference::rms_norm(x, weight, eps), cos, sin)
+            CacheInput::NormedRotated { weight, cos_sin } => {
+                let (cos, sin) = reference::split_cos_sin(cos_sin);
+                reference::rope(reference::rms_norm(x, weight, eps), &cos, &sin)
             }
         }
         .swap_dims(0, 1);
@@ -522,20 +521,19 @@ pub fn write_cache(cache: Tensor<3>, x: HeadColumns, input: CacheInput, start: u
     }
     let HeadColumns { x, column, .. } = x;
     // Unread inputs bind `x` again (no allocation, no dispatch).
-    let unused = || x.clone().unsqueeze::<3>();
+    let unused = || x.clone();
     let flat = || x.clone().reshape([x.shape().num_elements()]);
-    let (weight, cos, sin, norm, scaled, rope) = match input {
-        CacheInput::Plain => (flat(), unused(), unused(), false, false, false),
-        CacheInput::Normed => (flat(), unused(), unused(), true, false, false),
-        CacheInput::NormedRotated { weight, cos, sin } => (weight.clone(), cos.clone(), sin.clone(), true, true, true),
+    let (weight, cos_sin, norm, scaled, rope) = match input {
+        CacheInput::Plain => (flat(), unused(), false, false, false),
+        CacheInput::Normed => (flat(), unused(), true, false, false),
+        CacheInput::NormedRotated { weight, cos_sin } => (weight.clone(), cos_sin.clone(), true, true, true),
     };
     Tensor::from_dispatch(<Dispatch as FusedOps>::fused_write_cache(
         cache.into_dispatch(),
         x.into_dispatch(),
         column,
         weight.into_dispatch(),
-        cos.into_dispatch(),
-        sin.into_dispatch(),
+        cos_sin.into_dispatch(),
         start,
         eps,
         norm,
@@ -577,6 +575,14 @@ pub fn attention_softmax(scores: Tensor<4>, mask: Tensor<2>, scale: f32, softcap
 pub mod reference {
     use burn::tensor::Tensor;
     use burn::tensor::activation::softmax;
+
+    /// The cos and sin tables `[S, 1, d]` of a table `[S, 2·d]` (each row's cos, then sin).
+    pub fn split_cos_sin(cos_sin: &Tensor<2>) -> (Tensor<3>, Tensor<3>) {
+        let [s, width] = cos_sin.dims();
+        let d = width / 2;
+        let half = |range| cos_sin.clone().slice([0..s, range]).reshape([s, 1, d]);
+        (half(0..d), half(d..width))
+    }
 
     /// `x·cos + rotate_half(x)·sin`, x `[S, heads, d]`, tables `[S, 1, d]`.
     pub fn rope(x: Tensor<3>, cos: &Tensor<3>, sin: &Tensor<3>) -> Tensor<3> {
@@ -674,7 +680,8 @@ mod tests {
             let angles: Vec<f32> = (0..s * d).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
             let cos = Tensor::<1>::from_data(TensorData::new(angles.clone(), [s * d]), &gpu).cos().reshape([s, 1, d]);
             let sin = Tensor::<1>::from_data(TensorData::new(angles, [s * d]), &gpu).sin().reshape([s, 1, d]);
-            let input = CacheInput::NormedRotated { weight: &w, cos: &cos, sin: &sin };
+            let cos_sin = Tensor::cat(vec![cos.clone(), sin.clone()], 2).reshape([s, 2 * d]);
+            let input = CacheInput::NormedRotated { weight: &w, cos_sin: &cos_sin };
             let columns = HeadColumns::whole(x.clone().reshape([s, heads * d]), heads, d);
             let fused = read(write_cache(Tensor::empty([heads, s, d], &gpu), columns, input, 0, 1e-6));
             let want = read(reference::rope(reference::rms_norm(x, &w, 1e-6), &cos, &sin).swap_dims(0, 1));
@@ -689,24 +696,27 @@ mod tests {
         let x = Tensor::<2>::from_data(TensorData::new(values(s * total, 6), [s, total]), &gpu);
         let w = Tensor::<1>::from_data(TensorData::new(values(d, 7), [d]), &gpu);
         let angles: Vec<f32> = (0..s * d).map(|i| i as f32 * 0.21).collect();
-        let cos = Tensor::<1>::from_data(TensorData::new(angles.clone(), [s * d]), &gpu).cos().reshape([s, 1, d]);
-        let sin = Tensor::<1>::from_data(TensorData::new(angles, [s * d]), &gpu).sin().reshape([s, 1, d]);
+        let cos = Tensor::<1>::from_data(TensorData::new(angles.clone(), [s * d]), &gpu).cos().reshape([s, d]);
+        let sin = Tensor::<1>::from_data(TensorData::new(angles, [s * d]), &gpu).sin().reshape([s, d]);
+        let cos_sin = Tensor::cat(vec![cos, sin], 1);
         let ring =
             || Tensor::<3>::from_data(TensorData::new(values(heads * capacity * d, 8), [heads, capacity, d]), &gpu);
         let cpu = Device::flex();
         let to_cpu = |t: Tensor<3>| Tensor::<3>::from_data(t.into_data(), &cpu);
-        let (w_cpu, cos_cpu, sin_cpu) =
-            (Tensor::<1>::from_data(w.clone().into_data(), &cpu), to_cpu(cos.clone()), to_cpu(sin.clone()));
+        let (w_cpu, cos_sin_cpu) = (
+            Tensor::<1>::from_data(w.clone().into_data(), &cpu),
+            Tensor::<2>::from_data(cos_sin.clone().into_data(), &cpu),
+        );
         let x_cpu = Tensor::<2>::from_data(x.clone().into_data(), &cpu);
         for i in 0..3 {
-            let input = |w, cos, sin| match i {
+            let input = |w, cos_sin| match i {
                 0 => CacheInput::Plain,
                 1 => CacheInput::Normed,
-                _ => CacheInput::NormedRotated { weight: w, cos, sin },
+                _ => CacheInput::NormedRotated { weight: w, cos_sin },
             };
             let columns = |x: &Tensor<2>| HeadColumns { x: x.clone(), column: d, heads, head_dim: d };
-            let fused = read(write_cache(ring(), columns(&x), input(&w, &cos, &sin), 4, 1e-6));
-            let cpu_input = input(&w_cpu, &cos_cpu, &sin_cpu);
+            let fused = read(write_cache(ring(), columns(&x), input(&w, &cos_sin), 4, 1e-6));
+            let cpu_input = input(&w_cpu, &cos_sin_cpu);
             let want = read(write_cache(to_cpu(ring()), columns(&x_cpu), cpu_input, 4, 1e-6));
             assert!(max_diff(&fused, &want) < 1e-5, "cache write {i}: {}", max_diff(&fused, &want));
             // Slots 2 and 3 were not written.

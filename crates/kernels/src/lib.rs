@@ -14,6 +14,7 @@
 //!   its stored GGUF blocks, rows decoded by a kernel when looked up.
 //! - [`mask`]: a token bitset applied to the logits on the device (constrained tool calls).
 //! - [`dispatches`]: kernel launches counted by name (for the benchmark).
+//! - [`tuning`]: process-wide kernel choices the benchmark sets (prompt kernel, GEMM tile).
 //! - `launch`: what the launches share (grid, outputs, block reduction, bounded tanh).
 
 pub mod affine;
@@ -25,6 +26,7 @@ pub mod dispatches;
 pub mod fused;
 mod launch;
 pub mod mask;
+pub mod tuning;
 
 pub use affine::{AffineMatrix, ProductKernel};
 pub use attention::{DecodeQuery, decode_attention, fused_decode_applies};

@@ -133,6 +133,9 @@ pub struct KvCache {
     max_query_heads: usize,
     /// Ways back past the rings: the conversation's first prompt end, and the last one.
     checkpoints: Vec<RingCheckpoint>,
+    /// Zeros `[full_capacity]` when the model has full-attention layers: a decoded token sees
+    /// every position, so its mask is a prefix of this (no upload per token).
+    open_mask: Option<Tensor<1>>,
 }
 
 /// The sliding layers' rings as they were at `len` positions. Holding the tensors makes the next
@@ -161,7 +164,7 @@ impl ChunkGeometry {
 
     pub(crate) fn rope(&self, kind: LayerType, head_dim: usize) -> &RopeTables {
         let tables = self.rope[kind.index()].as_ref().expect("rope tables for every layer type in the model");
-        debug_assert_eq!(tables.cos.dims()[2], head_dim);
+        debug_assert_eq!(tables.head_dim(), head_dim);
         tables
     }
 }
@@ -193,6 +196,7 @@ impl KvCache {
                 })
             })
             .collect();
+        let open_mask = inv_freq[LayerType::Full.index()].as_ref().map(|_| Tensor::zeros([full_capacity], device));
         KvCache {
             layers,
             window,
@@ -203,6 +207,7 @@ impl KvCache {
             inv_freq,
             max_query_heads: config.num_heads.max(1),
             checkpoints: Vec::new(),
+            open_mask,
         }
     }
 
@@ -352,6 +357,9 @@ impl KvCache {
 
         let full_mask = || {
             let n = start + s;
+            if let (1, Some(open)) = (s, &self.open_mask) {
+                return open.clone().narrow(0, 0, n).reshape([1, n]);
+            }
             let data: Vec<f32> =
                 queries.clone().flat_map(|q| (0..n).map(move |k| if k <= q { 0.0 } else { MASKED })).collect();
             Tensor::from_data(TensorData::new(data, [s, n]), device)

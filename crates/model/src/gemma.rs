@@ -511,7 +511,7 @@ impl Gemma {
 
         let (keys, values) = match (kv, &attn.k_norm, spec.kv_producer) {
             (Some((k, v)), Some(k_norm), _) => {
-                let k_input = CacheInput::NormedRotated { weight: k_norm, cos: &rope.cos, sin: &rope.sin };
+                let k_input = CacheInput::NormedRotated { weight: k_norm, cos_sin: &rope.cos_sin };
                 let v_input = if c.v_norm { CacheInput::Normed } else { CacheInput::Plain };
                 let (keys, values) = cache.write(i, geometry, (k, k_input), (v, v_input), c.rms_norm_eps);
                 produced[i] = Some((keys.clone(), values.clone()));
@@ -530,7 +530,7 @@ impl Gemma {
             return attn.o_proj.forward(out);
         }
         // Normed and rotated into [H, S, d] by the kernel that fills the cache.
-        let q_input = CacheInput::NormedRotated { weight: &attn.q_norm, cos: &rope.cos, sin: &rope.sin };
+        let q_input = CacheInput::NormedRotated { weight: &attn.q_norm, cos_sin: &rope.cos_sin };
         let q = write_cache(Tensor::empty([heads, s, d], &self.device), q, q_input, 0, c.rms_norm_eps);
 
         // GQA: query head h uses key/value head h / group.  q: [H, S, d] → [Hkv, group·S, d]

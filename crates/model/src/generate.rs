@@ -34,9 +34,9 @@ pub struct Generation {
     pub prefill_ms: f64,
     /// Milliseconds for the remaining tokens.
     pub decode_ms: f64,
-    /// Of `decode_ms`, the host's: building each token's step and its sampling on the device
-    /// (Burn's operations, the kernels' launches), without the waits for the GPU.
-    pub decode_host_ms: f64,
+    /// Of `decode_ms`, the host's, per decoded token: building the token's step and its sampling
+    /// on the device (Burn's operations, the kernels' launches), without the waits for the GPU.
+    pub decode_host_ms: Vec<f64>,
 }
 
 impl Generation {
@@ -49,12 +49,23 @@ impl Generation {
         per_second(self.token_ids.len().saturating_sub(1), self.decode_ms)
     }
 
-    /// The host's milliseconds per decoded token (0 when none was decoded).
+    /// The host's milliseconds per decoded token: the median of the tokens after the first, whose
+    /// step also creates the one-token kernels' pipelines and buffers (that one alone when it is
+    /// the only one; 0 when none was decoded).
     pub fn decode_host_ms_per_token(&self) -> f64 {
-        match self.token_ids.len().saturating_sub(1) {
-            0 => 0.0,
-            n => self.decode_host_ms / n as f64,
-        }
+        let mut later = match self.decode_host_ms.as_slice() {
+            [] => return 0.0,
+            [only] => return *only,
+            [_, later @ ..] => later.to_vec(),
+        };
+        later.sort_by(f64::total_cmp);
+        let middle = later.len() / 2;
+        if later.len() % 2 == 1 { later[middle] } else { (later[middle - 1] + later[middle]) / 2.0 }
+    }
+
+    /// The host's milliseconds for the first decoded token (0 when none was decoded).
+    pub fn first_decode_host_ms(&self) -> f64 {
+        self.decode_host_ms.first().copied().unwrap_or(0.0)
     }
 }
 
@@ -116,7 +127,7 @@ pub async fn generate(
     let choice = choose(sampler, logits, calls.as_deref_mut());
     let mut next = read(choice, calls.as_deref_mut()).await?;
     let first_token_at = now_ms();
-    let mut decode_host_ms = 0.0;
+    let mut decode_host_ms = Vec::new();
     while token_ids.len() < options.max_tokens && !options.stop_tokens.contains(&next) {
         token_ids.push(next);
         let piece = decoder.push(tokenizer, next)?;
@@ -128,7 +139,7 @@ pub async fn generate(
         let started = now_ms();
         let logits = session.step(next)?;
         let choice = choose(sampler, logits, calls.as_deref_mut());
-        decode_host_ms += now_ms() - started;
+        decode_host_ms.push(now_ms() - started);
         next = read(choice, calls.as_deref_mut()).await?;
     }
     Ok(Generation {

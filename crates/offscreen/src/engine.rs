@@ -509,6 +509,7 @@ pub async fn generate(request: &GenerateRequest, emit: &impl Fn(&GenerationEvent
                 prefill_tokens_per_s: generation.prefill_tokens_per_s(),
                 decode_tokens_per_s: generation.decode_tokens_per_s(),
                 decode_host_ms_per_token: generation.decode_host_ms_per_token(),
+                first_decode_host_ms: generation.first_decode_host_ms(),
             },
             token_ids: generation.token_ids,
             text: generation.text,

@@ -40,6 +40,10 @@ pub struct GenerationStats {
     pub prefill_tokens_per_s: f64,
     pub decode_tokens_per_s: f64,
     /// The host's milliseconds per decoded token: building the step and its sampling (Burn's
-    /// operations, the kernels' launches), without the waits for the GPU.
+    /// operations, the kernels' launches), without the waits for the GPU. The median over the
+    /// tokens after the first.
     pub decode_host_ms_per_token: f64,
+    /// The first decoded token's host milliseconds, apart: its step also creates the one-token
+    /// kernels' pipelines and buffers.
+    pub first_decode_host_ms: f64,
 }

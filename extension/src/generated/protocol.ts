@@ -282,9 +282,15 @@ export type GenerationEvent = { "event": "token", request_id: number, token_id: 
 export type GenerationStats = { prompt_tokens: number, generated_tokens: number, prefill_tokens_per_s: number, decode_tokens_per_s: number, 
 /**
  * The host's milliseconds per decoded token: building the step and its sampling (Burn's
- * operations, the kernels' launches), without the waits for the GPU.
+ * operations, the kernels' launches), without the waits for the GPU. The median over the
+ * tokens after the first.
  */
-decode_host_ms_per_token: number, };
+decode_host_ms_per_token: number, 
+/**
+ * The first decoded token's host milliseconds, apart: its step also creates the one-token
+ * kernels' pipelines and buffers.
+ */
+first_decode_host_ms: number, };
 
 export type TaskSettings = { 
 /**

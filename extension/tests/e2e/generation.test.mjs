@@ -113,6 +113,7 @@ test("a GGUF model runs packed in the browser and gives transformers' greedy ids
     // and it is part of the token's whole time).
     const perToken = 1000 / done.stats.decode_tokens_per_s;
     assert.ok(done.stats.decode_host_ms_per_token > 0 && done.stats.decode_host_ms_per_token <= perToken, JSON.stringify(done.stats));
+    assert.ok(done.stats.first_decode_host_ms > 0, JSON.stringify(done.stats));
     assert.deepEqual(chrome.console.errors, []);
   } finally {
     await chrome.close();
