@@ -374,7 +374,7 @@ fn measure(
     );
     println!();
     print_top_kernels(&counts);
-    crate::host_cost::report(&mut session, &mut sampler, next, options.decode, dispatches)?;
+    crate::host_cost::report(device, &mut session, &mut sampler, next, options.decode, dispatches)?;
 
     let [prefix, new, decode] = options.agent;
     if prefix + new > 0 {

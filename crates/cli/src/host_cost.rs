@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use burn::tensor::{Device, Tensor, TensorData};
 use hearth_kernels::dispatches::{LaunchCosts, time_dispatches};
 use hearth_model::{Sampler, Session};
 
@@ -65,6 +66,7 @@ fn split(before: &BTreeMap<u64, (String, u64)>, after: &BTreeMap<u64, (String, u
 /// Decodes `tokens` tokens after `next` and prints the host's CPU time per token by thread, then
 /// one step's launches by kernel with the issuing thread's time before each.
 pub fn report(
+    device: &Device,
     session: &mut Session,
     sampler: &mut Sampler,
     mut next: u32,
@@ -115,7 +117,48 @@ pub fn report(
     let (logits, costs, tail) = time_dispatches(thread_cpu_ns, || session.step(next));
     next = pollster::block_on(sampler.sample(logits.map_err(|e| e.to_string())?)).map_err(|e| e.to_string())?;
     print_breakdown(&costs, tail);
+    upload_cost(device);
     Ok(next)
+}
+
+/// The host's CPU time for one small upload, the kind each decoded token makes for what changes
+/// (its ids, a RoPE table, a mask): 200 small launches each after an upload, less the same
+/// launches alone. An upload makes cubecl submit what it has recorded first.
+fn upload_cost(device: &Device) {
+    const ROUNDS: usize = 200;
+    let me = this_thread_id();
+    let sync = || {
+        if let Err(err) = device.sync() {
+            eprintln!("hearth bench: device sync failed: {err}");
+        }
+    };
+    let existing = Tensor::<2>::from_data(TensorData::new(vec![1.0f32; 512], [1, 512]), device);
+    let measure = |upload: bool| {
+        sync();
+        let before = threads_cpu_ns();
+        let kept: Vec<Tensor<2>> = (0..ROUNDS)
+            .map(|i| {
+                let input = if upload {
+                    Tensor::from_data(TensorData::new(vec![i as f32; 512], [1, 512]), device)
+                } else {
+                    existing.clone()
+                };
+                input.add_scalar(1.0)
+            })
+            .collect();
+        sync();
+        let after = threads_cpu_ns();
+        drop(kept);
+        split(&before, &after, me)
+    };
+    let alone = measure(false);
+    let with_uploads = measure(true);
+    let each = |class: usize| with_uploads[class].saturating_sub(alone[class]) as f64 / ROUNDS as f64 / 1e3;
+    println!(
+        "One small upload (512 f32, as a RoPE table row) between launches: {:.1} µs on the model's thread + {:.1} µs on the device runner ({ROUNDS} rounds, less the launches alone).\n",
+        each(0),
+        each(1)
+    );
 }
 
 /// The step's launches grouped by kernel (outer type name), the costliest first. The median

@@ -26,17 +26,23 @@ use crate::tuning::{self, GemmTile};
 
 /// The tile for a matrix of `rows` (every thread multiplies its rows by the same tokens, so a
 /// staged input is read at an address that is the same for the whole block: one broadcast read
-/// serves all). 64 threads × 8 rows (a tile of 512 rows, 128 accumulators per thread) × 16 tokens
-/// × slices of 16; 4 rows per thread in gated launches, which keep two sets of accumulators, and
-/// where a tile of 512 would leave most threads idle. Measured on lavapipe at 16 tokens per tile
-/// (benches/RESULTS.md): 2 rows per thread ran at 2.1 GFLOP/s, 4 at 4.3, 8 at 8.9.
-/// `hearth bench --gemm-tile` tries others ([`crate::tuning`]).
+/// serves all): 8 rows per thread (128 accumulators) × 16 tokens × slices of 16, on 64 threads (a
+/// tile of 512 rows), or on 32 where 512 would leave most threads idle (the 256-row k/v and
+/// per-layer-input gate); 4 rows per thread in gated launches, which keep two sets of
+/// accumulators. Measured on lavapipe (benches/RESULTS.md): at 16 tokens per tile 2 rows per
+/// thread ran at 2.1 GFLOP/s, 4 at 4.3, 8 at 8.9; on 256 rows, 32 threads × 8 rows ran at
+/// 5.7–6.1 GFLOP/s where 64 × 4 ran at 3.5–4.2. `hearth bench --gemm-tile` tries others
+/// ([`crate::tuning`]).
 fn tile_for(rows: usize, gated: bool) -> GemmTile {
     if let Some(tile) = tuning::gemm_tile() {
         return tile;
     }
-    let rows_per_thread = if gated || rows < 1024 { 4 } else { 8 };
-    GemmTile { threads: 64, rows_per_thread, tokens: 16, depth: 16 }
+    let (threads, rows_per_thread) = match (gated, rows) {
+        (true, _) => (64, 4),
+        (false, ..1024) => (32, 8),
+        (false, _) => (64, 8),
+    };
+    GemmTile { threads, rows_per_thread, tokens: 16, depth: 16 }
 }
 
 /// Prompts from this many tokens (one default tile) take the tiled kernel: below it a tile would
