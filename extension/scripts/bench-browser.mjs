@@ -3,15 +3,18 @@
 // the same headless Chromium, on the same machine. Prints Markdown rows for benches/RESULTS.md.
 //
 //   cargo xtask build    # a test build in dist/extension
-//   node scripts/bench-browser.mjs --model gemma-3-270m-q4_k_m.gguf [--tokens 16] [--hearth-only]
+//   node scripts/bench-browser.mjs --model gemma-3-270m-q4_k_m.gguf [--tokens 16] [--hearth-only] [--profile out.cpuprofile]
 //
 // `--hearth-only` leaves wllama out (a synthetic file whose figures are only Hearth's host cost).
+// `--profile out.cpuprofile` records the offscreen document's thread during Hearth's generation
+// (CDP's sampling profiler; open the file in DevTools' Performance panel) and prints the functions
+// with the most self time. Build with HEARTH_WASM_NAMES=1 to see wasm functions by name.
 //
 // `cargo xtask bench -- --browser --model <file.gguf>` does both. wllama is installed on first use
 // into ~/.cache/hearth/wllama (npm, pinned version); nothing of it enters the repository.
 
 import { spawnSync } from "node:child_process";
-import { createReadStream, existsSync, statSync } from "node:fs";
+import { createReadStream, existsSync, statSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { homedir } from "node:os";
 import { extname, join, normalize, resolve } from "node:path";
@@ -31,6 +34,7 @@ function option(name, fallback) {
 const model = resolve(option("--model", ""));
 const tokens = Number(option("--tokens", "16"));
 const hearthOnly = process.argv.includes("--hearth-only");
+const profile = option("--profile", null);
 if (!existsSync(model) || !statSync(model).isFile()) {
   console.error(`usage: node scripts/bench-browser.mjs --model <file.gguf> [--tokens 16] (no file at ${model})`);
   process.exit(2);
@@ -45,6 +49,25 @@ function wllamaDir() {
     if (npm.status !== 0) throw new Error("npm could not install @wllama/wllama");
   }
   return dir;
+}
+
+/** The functions with the most self time in a CDP profile (sampled time, not exact). */
+function printProfile(profile) {
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const self = new Map();
+  const deltas = profile.timeDeltas ?? [];
+  profile.samples.forEach((id, i) => {
+    const { functionName, url } = byId.get(id).callFrame;
+    const name = functionName || `(anonymous ${url.split("/").pop()})`;
+    self.set(name, (self.get(name) ?? 0) + (deltas[i + 1] ?? 0) / 1e3);
+  });
+  const total = [...self.values()].reduce((a, b) => a + b, 0);
+  console.log(`\nProfile of the generation (${(total / 1e3).toFixed(1)} s sampled), functions by self time:\n`);
+  console.log("| function | self ms | share |");
+  console.log("|---|---|---|");
+  for (const [name, ms] of [...self].sort((a, b) => b[1] - a[1]).slice(0, 25)) {
+    console.log(`| \`${name.slice(0, 110)}\` | ${ms.toFixed(0)} | ${((100 * ms) / total).toFixed(1)} % |`);
+  }
 }
 
 const TYPES = { ".html": "text/html; charset=utf-8", ".js": "text/javascript", ".wasm": "application/wasm" };
@@ -85,7 +108,7 @@ async function hearth(chrome, server) {
   if (state !== "ready") throw new Error(`Hearth's engine did not start: ${state}`);
   await overlayHost(page);
   const adapter = await overlayData(page, "adapter");
-  const result = await chrome.console.evaluate(
+  const loaded = await chrome.console.evaluate(
     "/offscreen.html",
     `(async () => {
       const engine = await import(chrome.runtime.getURL("wasm/hearth_offscreen.js"));
@@ -93,14 +116,38 @@ async function hearth(chrome, server) {
       const bytes = new Uint8Array(await (await fetch(${JSON.stringify(`${server.url}/model.gguf`)})).arrayBuffer());
       const fetchMs = performance.now() - fetched;
       const status = JSON.parse(await engine.startEngine("", "", engine.ModelFiles.gguf("model", bytes, ${JSON.stringify(RAW_TEMPLATE)})));
-      if (status.state !== "ready") return { status };
-      const events = [];
-      const request = { request_id: 1, prompt: ${JSON.stringify(PROMPT)}, max_tokens: ${tokens} };
-      await engine.generate(JSON.stringify(request), (json) => events.push(JSON.parse(json)));
-      return { status, fetchMs, done: events.at(-1) };
+      return { status, fetchMs };
     })()`,
     3_600_000,
   );
+  let result = loaded;
+  if (loaded.status.state === "ready") {
+    // The sampling profiler covers the generation only (not the load): the offscreen document's
+    // thread, wasm functions by name when the module keeps its name section.
+    if (profile) {
+      await chrome.console.send("/offscreen.html", "Profiler.enable");
+      await chrome.console.send("/offscreen.html", "Profiler.setSamplingInterval", { interval: 500 });
+      await chrome.console.send("/offscreen.html", "Profiler.start");
+    }
+    const generated = await chrome.console.evaluate(
+      "/offscreen.html",
+      `(async () => {
+        const engine = await import(chrome.runtime.getURL("wasm/hearth_offscreen.js"));
+        const events = [];
+        const request = { request_id: 1, prompt: ${JSON.stringify(PROMPT)}, max_tokens: ${tokens} };
+        await engine.generate(JSON.stringify(request), (json) => events.push(JSON.parse(json)));
+        return events.at(-1);
+      })()`,
+      3_600_000,
+    );
+    if (profile) {
+      const stopped = await chrome.console.send("/offscreen.html", "Profiler.stop");
+      if (!stopped?.profile) throw new Error(`the profiler returned nothing: ${JSON.stringify(stopped)}`);
+      writeFileSync(profile, JSON.stringify(stopped.profile));
+      printProfile(stopped.profile);
+    }
+    result = { ...loaded, done: generated };
+  }
   await page.close();
   if (result.status.state !== "ready") throw new Error(`Hearth could not load the model: ${JSON.stringify(result.status)}`);
   if (result.done?.event !== "done") throw new Error(`Hearth's generation failed: ${JSON.stringify(result.done)}`);

@@ -262,12 +262,23 @@ fn normalize_declaration(dts: &str) -> String {
 /// wasm-bindgen --target web, then wasm-opt when available.
 fn bindgen(root: &Path, wasm: &Path, out_dir: &Path, options: &Options) -> Result<(), String> {
     let release = options.release;
+    let compiled = std::fs::read(wasm).map_err(|e| format!("reading {}: {e}", wasm.display()))?;
+    if command_style_linkage(&compiled) {
+        return Err(format!(
+            "{} is linked command-style: every export reruns the static constructors (a second a \
+             token in the browser). crates/offscreen's start function must call __wasm_call_ctors",
+            wasm.display()
+        ));
+    }
     let wasm_bindgen = toolchain::wasm_bindgen(root)?;
     let mut cmd = Command::new(&wasm_bindgen);
-    // The name section is half the module and only helps debuggers; panics still carry messages.
-    cmd.args(["--target", "web", "--remove-name-section", "--remove-producers-section", "--out-dir"])
-        .arg(out_dir)
-        .arg(wasm);
+    cmd.args(["--target", "web", "--remove-producers-section"]);
+    // The name section is half the module and only helps debuggers and profiles (panics still carry
+    // messages): HEARTH_WASM_NAMES=1 keeps it, for `bench-browser.mjs --profile`.
+    if std::env::var_os("HEARTH_WASM_NAMES").is_none() {
+        cmd.arg("--remove-name-section");
+    }
+    cmd.arg("--out-dir").arg(out_dir).arg(wasm);
     process::run(cmd)?;
     exports_declaration(root, out_dir, options)?;
     if release {
@@ -293,9 +304,23 @@ fn bindgen(root: &Path, wasm: &Path, out_dir: &Path, options: &Options) -> Resul
     Ok(())
 }
 
+/// Whether wasm-ld wrapped the exports in constructor calls (it names the wrappers
+/// `<export>.command_export` in the name section rustc keeps until wasm-bindgen).
+fn command_style_linkage(module: &[u8]) -> bool {
+    const WRAPPER: &[u8] = b".command_export";
+    module.iter().enumerate().any(|(at, &byte)| byte == b'.' && module[at..].starts_with(WRAPPER))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn command_style_wrappers_are_found_in_the_name_section() {
+        let names = b"\0asm\x01\0\0\0\x00name\x05start__wbindgen_malloc.command_export\x07";
+        assert!(command_style_linkage(names));
+        assert!(!command_style_linkage(b"\0asm\x01\0\0\0\x00name__wbindgen_malloc.command\x07"));
+    }
 
     #[test]
     fn the_declaration_keeps_the_exports_and_drops_the_raw_ones() {

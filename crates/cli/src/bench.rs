@@ -5,6 +5,7 @@
 //! 270M's GGUF, say).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use burn::tensor::{Device, Tensor, TensorData};
@@ -33,29 +34,56 @@ pub enum PrefillKernel {
     TokenTiles,
 }
 
+#[derive(Debug, clap::Args)]
 pub struct BenchOptions {
+    #[arg(long, value_enum, default_value = "e2b")]
     pub shape: Shape,
-    /// Cut the model to this many layers (0: all). For slow adapters; the output says so.
+    /// Keep only the first N layers (0: all), for slow adapters.
+    #[arg(long, default_value_t = 0)]
     pub layers: usize,
+    #[arg(long, default_value_t = 64)]
     pub prefill: usize,
+    #[arg(long, default_value_t = 16)]
     pub decode: usize,
-    /// Agent step: cached prefix, new tokens, decoded tokens (0 skips the step).
-    pub agent: [usize; 3],
+    /// Agent step: cached prefix, new tokens, decoded tokens (e.g. 3000,1500,40; 0,0,0 skips it).
+    #[arg(long, value_delimiter = ',', num_args = 1..=3, default_values_t = [0, 0, 0])]
+    pub agent: Vec<usize>,
+    /// Only the kernel tables (GEMV bandwidth, prefill product).
+    #[arg(long)]
     pub kernels_only: bool,
-    /// Tokens of the prefill-kernel comparison (0 skips it).
+    /// Tokens of the prefill-product comparison (tiled GEMM, 8-token kernel, Burn's f32
+    /// matmul on E2B's matrices); 0 skips it.
+    #[arg(long, default_value_t = 1500)]
     pub gemm_tokens: usize,
-    /// Matrices of that comparison (empty: all).
+    /// Only these matrices in the prefill-product comparison (q, kv, gate-up, down,
+    /// ple-gate; default all).
+    #[arg(long, value_delimiter = ',')]
     pub gemm_shapes: Vec<String>,
+    /// The kernel of every prompt product (the model's and the agent step's): `tiled` (the
+    /// GEMM, today's default) or `token-tiles` (the 8-token kernel prompts took before it).
+    #[arg(long, value_enum, default_value = "tiled")]
     pub prefill_kernel: PrefillKernel,
-    /// One GEMM tile for every launch instead of the tuned choice.
+    /// One tile for every tiled GEMM launch, threads×rows×tokens×depth (e.g. 32x8x16x16),
+    /// instead of the shape chosen per matrix: to try shapes on a new adapter.
+    #[arg(long)]
     pub gemm_tile: Option<hearth_kernels::tuning::GemmTile>,
-    /// A real model (folder or GGUF file) to measure instead of the synthetic shape.
-    pub model: Option<std::path::PathBuf>,
+    /// Measure this model (folder or GGUF file) instead of a synthetic E2B/E4B.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+}
+
+impl BenchOptions {
+    /// `--agent` as (cached, new, decoded).
+    fn agent_step(&self) -> Result<[usize; 3], String> {
+        <[usize; 3]>::try_from(self.agent.as_slice())
+            .map_err(|_| format!("--agent takes three numbers (cached, new, decoded), got {:?}", self.agent))
+    }
 }
 
 const GROUP: usize = 64;
 
 pub fn run(device: &Device, adapter: &str, memory: DeviceMemory, options: &BenchOptions) -> Result<(), String> {
+    options.agent_step()?;
     println!("# hearth bench — {}", describe_machine());
     println!("adapter: {adapter}\n");
     if options.prefill_kernel == PrefillKernel::TokenTiles {
@@ -376,7 +404,7 @@ fn measure(
     print_top_kernels(&counts);
     crate::host_cost::report(device, &mut session, &mut sampler, next, options.decode, dispatches)?;
 
-    let [prefix, new, decode] = options.agent;
+    let [prefix, new, decode] = options.agent_step()?;
     if prefix + new > 0 {
         let mut session = Session::new(session.into_model(), cache);
         let context: Vec<u32> = (0..prefix + new).map(|i| 1000 + (i as u32 * 104_729) % 200_000).collect();
@@ -401,21 +429,60 @@ fn measure(
             decode as f64 / decode_s.max(1e-9),
             prefill_s + decode_s
         );
-        // A cut model: the layers' time scaled to all of them (the head and embeddings, run once
-        // per step, are scaled too, so this errs high).
+        // A cut model: the layers' time scaled to all of them. The tied head and the sampling run
+        // once per decoded token whatever the layer count: their time, measured apart on the
+        // same shapes, is taken out before scaling and added back once.
         if options.layers > 0 && options.model.is_none() {
+            let config = &session.model().config;
             let all = shape_config(options.shape, 0).1.num_layers;
-            let kept = session.model().config.num_layers;
-            let factor = all as f64 / kept as f64;
+            let factor = all as f64 / config.num_layers as f64;
+            let head_s =
+                head_seconds_per_token(device, config.vocab_size, config.hidden_size, config.final_logit_softcap)?;
+            let head_total = head_s * decode as f64;
+            let decode_scaled = (decode_s - head_total).max(0.0) * factor + head_total;
             println!(
-                "Scaled to all {all} layers (× {factor:.1}): prefill {:.1} s, decode {:.1} s, step {:.1} s.\n",
+                "Scaled to all {all} layers (× {factor:.1}; the head and sampling, {:.1} ms a token measured apart, \
+                 not scaled): prefill {:.1} s, decode {decode_scaled:.1} s ({:.2} tokens/s), step {:.1} s.\n",
+                head_s * 1e3,
                 prefill_s * factor,
-                decode_s * factor,
-                (prefill_s + decode_s) * factor
+                decode as f64 / decode_scaled.max(1e-9),
+                prefill_s * factor + decode_scaled
             );
         }
     }
     Ok(())
+}
+
+/// Seconds per decoded token of the tied head alone (random 4-bit rows in the model's row blocks,
+/// softcapped as the model's) plus greedy sampling and its 4-byte readback.
+fn head_seconds_per_token(device: &Device, vocab: usize, hidden: usize, softcap: Option<f32>) -> Result<f64, String> {
+    let row_bytes = hidden / 2;
+    let rows_per_block = (MAX_TENSOR_BYTES / row_bytes.max(1)).clamp(1, vocab.max(1));
+    let block = AffineMatrix::upload(random_affine("head", rows_per_block, hidden), device);
+    let blocks = vocab.div_ceil(rows_per_block);
+    let x = Tensor::<2>::from_data(TensorData::new(vec![0.01f32; hidden], [1, hidden]), device);
+    let mut sampler = Sampler::new(SamplingOptions::greedy());
+    let mut failed = None;
+    let seconds = time(8, || {
+        let parts: Vec<Tensor<2>> = (0..blocks)
+            .map(|_| match softcap {
+                Some(cap) => block.softcapped_matmul_transposed(x.clone(), cap),
+                None => block.matmul_transposed(x.clone()),
+            })
+            .collect();
+        let logits = if parts.len() == 1 {
+            parts.into_iter().next().unwrap_or_else(|| x.clone())
+        } else {
+            Tensor::cat(parts, 1)
+        };
+        if let Err(e) = pollster::block_on(sampler.sample(logits)) {
+            failed = Some(e.to_string());
+        }
+    });
+    match failed {
+        Some(e) => Err(format!("sampling the head's logits: {e}")),
+        None => Ok(seconds),
+    }
 }
 
 /// The process's peak resident memory (Linux's VmHWM), when the system says.

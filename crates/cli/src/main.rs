@@ -110,40 +110,8 @@ enum Command {
     /// Speed and memory figures (Markdown): the fused 4-bit GEMV against a copy, then a model
     /// with the real Gemma 4 E2B or E4B shapes and random 4-bit weights.
     Bench {
-        #[arg(long, value_enum, default_value = "e2b")]
-        shape: bench::Shape,
-        /// Keep only the first N layers (0: all), for slow adapters.
-        #[arg(long, default_value_t = 0)]
-        layers: usize,
-        #[arg(long, default_value_t = 64)]
-        prefill: usize,
-        #[arg(long, default_value_t = 16)]
-        decode: usize,
-        /// Agent step: cached prefix, new tokens, decoded tokens (e.g. 3000,1500,40; 0,0,0 skips it).
-        #[arg(long, value_delimiter = ',', num_args = 1..=3, default_values_t = [0, 0, 0])]
-        agent: Vec<usize>,
-        /// Only the kernel tables (GEMV bandwidth, prefill product).
-        #[arg(long)]
-        kernels_only: bool,
-        /// Tokens of the prefill-product comparison (tiled GEMM, 8-token kernel, Burn's f32
-        /// matmul on E2B's matrices); 0 skips it.
-        #[arg(long, default_value_t = 1500)]
-        gemm_tokens: usize,
-        /// Only these matrices in the prefill-product comparison (q, kv, gate-up, down,
-        /// ple-gate; default all).
-        #[arg(long, value_delimiter = ',')]
-        gemm_shapes: Vec<String>,
-        /// The kernel of every prompt product (the model's and the agent step's): `tiled` (the
-        /// GEMM, today's default) or `token-tiles` (the 8-token kernel prompts took before it).
-        #[arg(long, value_enum, default_value = "tiled")]
-        prefill_kernel: bench::PrefillKernel,
-        /// One tile for every tiled GEMM launch, threads×rows×tokens×depth (e.g. 32x8x16x16),
-        /// instead of the shape chosen per matrix: to try shapes on a new adapter.
-        #[arg(long)]
-        gemm_tile: Option<hearth_kernels::tuning::GemmTile>,
-        /// Measure this model (folder or GGUF file) instead of a synthetic E2B/E4B.
-        #[arg(long)]
-        model: Option<PathBuf>,
+        #[command(flatten)]
+        options: bench::BenchOptions,
         /// Only the host cost of constraining a tool call (the token mask), with this
         /// tokenizer.json (its `<|tool_call>`, `<tool_call|>` and `<|"|>` are ids 48, 49 and 52
         /// whatever their names, so a Gemma 3 tokenizer stands in for Gemma 4's).
@@ -214,45 +182,8 @@ fn main() -> ExitCode {
                 long_task::bench(&tokenizer, thinking, steps, context, &device, &machine, &adapter)
             })
         }
-        Command::Bench {
-            shape,
-            layers,
-            prefill,
-            decode,
-            agent,
-            kernels_only,
-            gemm_tokens,
-            gemm_shapes,
-            prefill_kernel,
-            gemm_tile,
-            model,
-            call_mask: None,
-            long_task: false,
-            tokenizer: _,
-            thinking: _,
-            steps: _,
-            context: _,
-            device: args,
-        } => match <[usize; 3]>::try_from(agent) {
-            Ok(agent) => {
-                let options = bench::BenchOptions {
-                    shape,
-                    layers,
-                    prefill,
-                    decode,
-                    agent,
-                    kernels_only,
-                    gemm_tokens,
-                    gemm_shapes,
-                    prefill_kernel,
-                    gemm_tile,
-                    model,
-                };
-                device_with_name(&args)
-                    .and_then(|(device, adapter, memory)| bench::run(&device, &adapter, memory, &options))
-            }
-            Err(given) => Err(format!("--agent takes three numbers (cached, new, decoded), got {given:?}")),
-        },
+        Command::Bench { options, call_mask: None, long_task: false, device: args, .. } => device_with_name(&args)
+            .and_then(|(device, adapter, memory)| bench::run(&device, &adapter, memory, &options)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

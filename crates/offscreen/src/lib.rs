@@ -23,8 +23,24 @@ use wasm_bindgen::prelude::*;
 pub use engine::ModelFiles;
 pub use sha256::Sha256;
 
+// Synthesised by wasm-ld: runs the module's static constructors (CubeCL's IR registers its
+// operations with `inventory` constructors).
+#[cfg(target_family = "wasm")]
+unsafe extern "C" {
+    fn __wasm_call_ctors();
+}
+
 #[wasm_bindgen(start)]
 pub fn on_load() {
+    // Run the constructors once, here. A module that never calls them from an export is linked
+    // "command-style": wasm-ld then reruns every constructor at the top of every export, including
+    // the externref-table exports the JS glue calls for each WebGPU object; that was two thirds of
+    // the browser's host time per token (benches/RESULTS.md). `xtask build` checks the linkage.
+    #[cfg(target_family = "wasm")]
+    // SAFETY: called once, at instantiation, before any other export runs.
+    unsafe {
+        __wasm_call_ctors()
+    };
     trap::install_panic_hook();
 }
 

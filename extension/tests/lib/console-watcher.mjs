@@ -95,17 +95,25 @@ export class ConsoleWatcher {
    * `suffix`, e.g. "/offscreen.html" or "/service-worker.js"; returns its value (JSON-able).
    */
   async evaluate(suffix, expression, timeoutMs = 30_000) {
-    const deadline = Date.now() + timeoutMs;
-    let sessionId;
-    while (!(sessionId = [...this.#sessions].find(([, url]) => url.endsWith(suffix))?.[0])) {
-      if (Date.now() > deadline) throw new Error(`no target ending with ${suffix} to evaluate in`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    const result = await this.#send("Runtime.evaluate", { expression, awaitPromise: true, returnByValue: true }, sessionId);
+    const result = await this.send(suffix, "Runtime.evaluate", { expression, awaitPromise: true, returnByValue: true }, timeoutMs);
     if (result?.exceptionDetails) {
       throw new Error(`${suffix}: ${result.exceptionDetails.exception?.description ?? result.exceptionDetails.text}`);
     }
     return result?.result?.value;
+  }
+
+  /**
+   * Sends a CDP command to the first target whose URL ends with `suffix` (waiting up to
+   * `timeoutMs` for one to be attached); returns its result (or error) object.
+   */
+  async send(suffix, method, params = {}, timeoutMs = 30_000) {
+    const deadline = Date.now() + timeoutMs;
+    let sessionId;
+    while (!(sessionId = [...this.#sessions].find(([, url]) => url.endsWith(suffix))?.[0])) {
+      if (Date.now() > deadline) throw new Error(`no target ending with ${suffix} to send ${method} to`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return this.#send(method, params, sessionId);
   }
 
   /** Asks Chromium to quit (cleanly, helpers included), then disconnects. */
