@@ -68,6 +68,58 @@ function printProfile(profile) {
   for (const [name, ms] of [...self].sort((a, b) => b[1] - a[1]).slice(0, 25)) {
     console.log(`| \`${name.slice(0, 110)}\` | ${ms.toFixed(0)} | ${((100 * ms) / total).toFixed(1)} % |`);
   }
+  printStepFamilies(profile, byId);
+}
+
+/** WebGPU calls a step makes, by the JS import wasm-bindgen names after them. */
+const WEBGPU_CALLS = [
+  [/__wbg_createBindGroup_|__wbg_getBindGroupLayout_/, "WebGPU: bind groups (one per dispatch)"],
+  [/__wbg_submit_/, "WebGPU: queue submit"],
+  [/__wbg_writeBuffer_/, "WebGPU: buffer writes"],
+  [/__wbg_createBuffer_/, "WebGPU: buffer creation"],
+  [/__wbg_(createCommandEncoder|beginComputePass|setPipeline|setBindGroup|dispatchWorkgroups|end|finish)_/, "WebGPU: command encoding"],
+];
+
+/**
+ * The one-token steps' sampled time by kernel family (the launch that the sample is under). Each
+ * step is one synchronous run of samples; the first, which creates the step's pipelines, is left out.
+ */
+function printStepFamilies(profile, byId) {
+  const parent = new Map();
+  for (const node of profile.nodes) for (const child of node.children ?? []) parent.set(child, node.id);
+  const families = new Map();
+  let stepMs = 0;
+  let steps = 0;
+  let inStep = false;
+  profile.samples.forEach((id, i) => {
+    const stack = [];
+    for (let at = id; at !== undefined; at = parent.get(at)) stack.push(byId.get(at).callFrame.functionName);
+    const wasInStep = inStep;
+    inStep = stack.some((f) => f.includes("Session>::step"));
+    if (inStep && !wasInStep) steps += 1;
+    if (!inStep || steps === 1) return;
+    const ms = (profile.timeDeltas[i + 1] ?? 0) / 1e3;
+    stepMs += ms;
+    const frames = stack.reverse().join("\n");
+    const webgpu = WEBGPU_CALLS.find(([pattern]) => pattern.test(frames));
+    let family;
+    if (/compile_kernel|create_pipeline/.test(frames)) family = "pipeline creation (first use)";
+    else if (webgpu) family = webgpu[1];
+    else {
+      const hearthKernel = frames.match(/hearth_kernels\[\w+\]::\w+::(\w+)_kernel::launch/);
+      const burnKernel = frames.match(/burn_cubecl\[\w+\]::kernel::(\w+)/);
+      family = hearthKernel ? `launch: ${hearthKernel[1]}` : burnKernel ? `launch: Burn ${burnKernel[1]}` : "model code (no launch)";
+    }
+    families.set(family, (families.get(family) ?? 0) + ms);
+  });
+  if (steps < 2) return;
+  const later = steps - 1;
+  console.log(`\nThe one-token steps after the first (${later}; ${stepMs.toFixed(0)} ms sampled): WebGPU calls, then the rest by the kernel launching:\n`);
+  console.log("| family | ms per token | share |");
+  console.log("|---|---|---|");
+  for (const [family, ms] of [...families].sort((a, b) => b[1] - a[1])) {
+    console.log(`| ${family} | ${(ms / later).toFixed(2)} | ${((100 * ms) / stepMs).toFixed(1)} % |`);
+  }
 }
 
 const TYPES = { ".html": "text/html; charset=utf-8", ".js": "text/javascript", ".wasm": "application/wasm" };
