@@ -439,10 +439,19 @@ fn measure(
             let head_s =
                 head_seconds_per_token(device, config.vocab_size, config.hidden_size, config.final_logit_softcap)?;
             let head_total = head_s * decode as f64;
-            let decode_scaled = (decode_s - head_total).max(0.0) * factor + head_total;
+            let layers_s = decode_s - head_total;
+            // On a slow adapter the head is most of a decoded token, and the layers' share can be
+            // smaller than the two measurements' noise: then decode stays as measured.
+            let decode_scaled = if layers_s > 0.0 { layers_s * factor + head_total } else { decode_s };
+            let noise = if layers_s > 0.0 {
+                ""
+            } else {
+                " (the head alone measured longer than a whole decoded token: the layers' share is within \
+                 the noise here, so decode is not scaled and is a lower bound)"
+            };
             println!(
                 "Scaled to all {all} layers (× {factor:.1}; the head and sampling, {:.1} ms a token measured apart, \
-                 not scaled): prefill {:.1} s, decode {decode_scaled:.1} s ({:.2} tokens/s), step {:.1} s.\n",
+                 not scaled{noise}): prefill {:.1} s, decode {decode_scaled:.1} s ({:.2} tokens/s), step {:.1} s.\n",
                 head_s * 1e3,
                 prefill_s * factor,
                 decode as f64 / decode_scaled.max(1e-9),
