@@ -16,6 +16,7 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
+use crate::chunk_table::ChunkTable;
 use crate::fused::HeadColumns;
 use crate::launch::{block_reduce, bounded_tanh, empty_output, has_fused_kernels};
 
@@ -27,23 +28,23 @@ const CHUNK: u32 = 1024;
 const MAX_HEAD_DIM: u32 = 512;
 
 /// `out[h] = Σ_t softmax_t(softcap(q_h·k_t · scale) + mask_t) · v_t` for query head `h`, with
-/// key/value head `h / group` and `q_h = RoPE(RMSNorm(q_raw_h) · q_norm)` (`cos_sin`: the
-/// position's cos then sin, `2d` values; head h of q at `q_offset + h·d`, q may be the start of a
-/// joint q/k/v projection). Keys and values are `[Hkv, n, d]` with `kv_stride` elements between
-/// heads (a view of a larger cache); out is `[H, d]`. Seven storage
-/// buffers: WebGPU guarantees eight per stage and cubecl keeps one.
+/// key/value head `h / group` and `q_h = RoPE(RMSNorm(q_raw_h) · q_norm)` (`table`: the token's
+/// [`crate::ChunkTable`] `[2, 2d]`, its cos then sin, then its position and the key count `n`;
+/// head h of q at `q_offset + h·d`, q may be the start of a joint q/k/v projection). Keys and
+/// values are the first `n` rows of `[Hkv, capacity, d]` with `kv_stride` elements between heads
+/// (a cache); out is `[H, d]`. `n` comes from the table, so a recorded step replays at the next
+/// position. Seven storage buffers: WebGPU guarantees eight per stage and cubecl keeps one.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn decode_attention_kernel(
     q: &[f32],
     q_norm: &[f32],
-    cos_sin: &[f32],
+    table: &[f32],
     keys: &[f32],
     values: &[f32],
     mask: &[f32],
     out: &mut [f32],
     group: u32,
-    n: u32,
     d: u32,
     q_offset: u32,
     kv_stride: u32,
@@ -60,6 +61,7 @@ fn decode_attention_kernel(
     let q_base = q_offset + head * d;
     let out_base = head * d;
     let kv_base = (head / group) * kv_stride;
+    let n = u32::cast_from(table[(2 * d + 1) as usize]);
 
     // The query head, normed and rotated, into shared memory (read once per key below).
     let mut query = Shared::<[f32]>::new_slice(MAX_HEAD_DIM as usize);
@@ -80,7 +82,7 @@ fn decode_attention_kernel(
         if i < half {
             rotated = -rotated;
         }
-        query[i as usize] = normed * cos_sin[i as usize] + rotated * cos_sin[(d + i) as usize];
+        query[i as usize] = normed * table[i as usize] + rotated * table[(d + i) as usize];
         i += threads;
     }
     sync_cube();
@@ -158,15 +160,16 @@ fn decode_attention_kernel(
 #[backend_extension(Cube)]
 pub trait AttentionKernels: Backend {
     /// One query token: `heads` heads of q `[1, total]` from column `column`, before their norm
-    /// (`q_norm` `[d]`, `eps`) and RoPE (`cos_sin` `[1, 2d]`), keys and values `[Hkv, n, d]`,
-    /// mask `[1, n]` → `[1, H·d]`. `cap` ≤ 0 means no softcap.
+    /// (`q_norm` `[d]`, `eps`) and RoPE (the token's chunk table `[2, 2d]`, which also holds the
+    /// key count `n`), keys and values `[Hkv, ≥ n, d]`, mask `[1, ≥ n]` → `[1, H·d]`. `cap` ≤ 0
+    /// means no softcap.
     #[allow(clippy::too_many_arguments)]
     fn fused_decode_attention(
         q: FloatTensor<Self>,
         heads: usize,
         column: usize,
         q_norm: FloatTensor<Self>,
-        cos_sin: FloatTensor<Self>,
+        table: FloatTensor<Self>,
         eps: f32,
         keys: FloatTensor<Self>,
         values: FloatTensor<Self>,
@@ -197,7 +200,7 @@ impl AttentionKernels for CubeBackend {
         heads: usize,
         column: usize,
         q_norm: CubeTensor,
-        cos_sin: CubeTensor,
+        table: CubeTensor,
         eps: f32,
         keys: CubeTensor,
         values: CubeTensor,
@@ -207,12 +210,12 @@ impl AttentionKernels for CubeBackend {
     ) -> CubeTensor {
         let q = into_contiguous(q);
         let d = q_norm.meta.shape()[0];
-        let (kv_heads, n) = (keys.meta.shape()[0], keys.meta.shape()[1]);
+        let (kv_heads, rows) = (keys.meta.shape()[0], keys.meta.shape()[1]);
         let (mut keys, mut stride) = head_strided(keys);
         let (mut values, value_stride) = head_strided(values);
         if value_stride != stride {
             // One stride for both.
-            (keys, values, stride) = (into_contiguous(keys), into_contiguous(values), n * d);
+            (keys, values, stride) = (into_contiguous(keys), into_contiguous(values), rows * d);
         }
         let client = q.client.clone();
         let out = empty_output(&q, burn::tensor::Shape::new([1, heads * d]));
@@ -222,13 +225,12 @@ impl AttentionKernels for CubeBackend {
             CubeDim::new_1d(THREADS),
             q.into_buffer_arg(),
             into_contiguous(q_norm).into_buffer_arg(),
-            into_contiguous(cos_sin).into_buffer_arg(),
+            into_contiguous(table).into_buffer_arg(),
             keys.into_buffer_arg(),
             values.into_buffer_arg(),
             into_contiguous(mask).into_buffer_arg(),
             out.clone().into_buffer_arg(),
             (heads / kv_heads) as u32,
-            n as u32,
             d as u32,
             column as u32,
             stride as u32,
@@ -251,17 +253,19 @@ pub fn fused_decode_applies(device: &burn::tensor::Device, tokens: usize, head_d
 }
 
 /// A decoded token's query as the q projection gives it, with what turns it into the attention's
-/// query: RMSNorm with `norm` `[d]`, then RoPE with `cos_sin` `[1, 2d]`.
+/// query: RMSNorm with `norm` `[d]`, then RoPE with the token's chunk table (which also says how
+/// many keys it sees).
 pub struct DecodeQuery<'a> {
     /// The H query heads of the one token (possibly beside its keys and values).
     pub q: HeadColumns,
     pub norm: &'a Tensor<1>,
-    pub cos_sin: &'a Tensor<2>,
+    pub table: &'a ChunkTable,
     pub eps: f32,
 }
 
-/// One query token's attention over the cache: keys and values `[Hkv, n, d]`, mask `[1, n]` →
-/// `[1, H·d]`, ready for the output projection.
+/// One query token's attention over the first `n` keys of a cache (`n`: the table's key count):
+/// keys and values `[Hkv, ≥ n, d]`, mask `[1, ≥ n]` → `[1, H·d]`, ready for the output
+/// projection.
 pub fn decode_attention(
     query: DecodeQuery,
     keys: Tensor<3>,
@@ -277,7 +281,7 @@ pub fn decode_attention(
         heads,
         column,
         query.norm.clone().into_dispatch(),
-        query.cos_sin.clone().into_dispatch(),
+        query.table.table.clone().into_dispatch(),
         query.eps,
         keys.into_dispatch(),
         values.into_dispatch(),
@@ -321,41 +325,54 @@ mod tests {
     }
 
     /// Head sizes below and above the block, GQA groups, a sliding mask, one chunk and three
-    /// (2,500 keys), keys as a view of a longer cache, with and without the softcap.
+    /// (2,500 keys), the keys as a view of their first `n` rows and as the whole longer cache (the
+    /// kernel stops at the table's key count), with and without the softcap.
     #[test]
     fn decode_attention_matches_the_matmul_path() {
         let Some(gpu) = crate::launch::test_gpu() else { return };
         for (heads, kv_heads, n, d, capacity) in [(4, 2, 7, 8, 7), (8, 1, 300, 256, 512), (2, 2, 2500, 512, 2600)] {
             let q = Tensor::<3>::from_data(TensorData::new(values(heads * d, d), [1, heads, d]), &gpu);
             let norm = Tensor::<1>::from_data(TensorData::new(values(d, 3), [d]), &gpu);
-            let angles: Vec<f32> = (0..d).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
-            let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
-            let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
-            let cos_sin =
-                Tensor::<2>::from_data(TensorData::new([cos.clone(), sin.clone()].concat(), [1, 2 * d]), &gpu);
-            let cos = Tensor::<3>::from_data(TensorData::new(cos, [1, 1, d]), &gpu);
-            let sin = Tensor::<3>::from_data(TensorData::new(sin, [1, 1, d]), &gpu);
-            let cache = |seed| {
+            let inv_freq: Vec<f32> = (0..d / 2).map(|i| 1.0 / 10_000f32.powf(2.0 * i as f32 / d as f32)).collect();
+            let table = ChunkTable::new(&inv_freq, n - 1, 1, n, &gpu);
+            let (cos, sin) = crate::fused::reference::split_cos_sin(&table.rotations());
+            let whole = |seed| {
                 Tensor::<3>::from_data(
                     TensorData::new(values(kv_heads * capacity * d, seed), [kv_heads, capacity, d]),
                     &gpu,
                 )
-                .slice([0..kv_heads, 0..n, 0..d])
             };
-            let (keys, vals) = (cache(1), cache(2));
-            // A sliding window: the oldest fifth of the keys is masked.
-            let mask: Vec<f32> = (0..n).map(|t| if t < n / 5 { -1e30 } else { 0.0 }).collect();
-            let mask = Tensor::<2>::from_data(TensorData::new(mask, [1, n]), &gpu);
+            let view = |t: Tensor<3>| t.slice([0..kv_heads, 0..n, 0..d]);
+            let (keys, vals) = (whole(1), whole(2));
+            // A sliding window: the oldest fifth of the keys is masked; beyond n, junk.
+            let mask: Vec<f32> = (0..capacity).map(|t| if t < n / 5 { -1e30 } else { 0.0 }).collect();
+            let mask = Tensor::<2>::from_data(TensorData::new(mask, [1, capacity]), &gpu);
+            let mask_view = mask.clone().slice([0..1, 0..n]);
             for softcap in [None, Some(5.0)] {
-                // q heads after d junk columns, as in a joint q/k/v output.
-                let joint = Tensor::cat(vec![Tensor::<2>::ones([1, d], &gpu), q.clone().reshape([1, heads * d])], 1);
-                let columns = HeadColumns { x: joint, column: d, heads, head_dim: d };
-                let query = DecodeQuery { q: columns, norm: &norm, cos_sin: &cos_sin, eps: 1e-6 };
-                let fused = read(decode_attention(query, keys.clone(), vals.clone(), mask.clone(), 0.3, softcap));
                 let tables = (&norm, &cos, &sin);
-                let want = read(reference(q.clone(), tables, keys.clone(), vals.clone(), mask.clone(), softcap));
-                let diff = fused.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
-                assert!(diff < 1e-4, "H {heads}/{kv_heads} n {n} d {d} {softcap:?}: {diff}");
+                let want = read(reference(
+                    q.clone(),
+                    tables,
+                    view(keys.clone()),
+                    view(vals.clone()),
+                    mask_view.clone(),
+                    softcap,
+                ));
+                for whole_cache in [false, true] {
+                    // q heads after d junk columns, as in a joint q/k/v output.
+                    let joint =
+                        Tensor::cat(vec![Tensor::<2>::ones([1, d], &gpu), q.clone().reshape([1, heads * d])], 1);
+                    let columns = HeadColumns { x: joint, column: d, heads, head_dim: d };
+                    let query = DecodeQuery { q: columns, norm: &norm, table: &table, eps: 1e-6 };
+                    let fused = if whole_cache {
+                        decode_attention(query, keys.clone(), vals.clone(), mask.clone(), 0.3, softcap)
+                    } else {
+                        decode_attention(query, view(keys.clone()), view(vals.clone()), mask_view.clone(), 0.3, softcap)
+                    };
+                    let fused = read(fused);
+                    let diff = fused.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                    assert!(diff < 1e-4, "H {heads}/{kv_heads} n {n} d {d} {softcap:?} whole {whole_cache}: {diff}");
+                }
             }
         }
     }

@@ -22,6 +22,7 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
+use crate::chunk_table::ChunkTable;
 use crate::launch::{block_reduce, bounded_tanh, empty_output, grid, has_fused_kernels};
 
 /// Threads per block (a power of two: RMSNorm sums in a tree).
@@ -171,13 +172,15 @@ fn attention_softmax_kernel(
 /// Rows are (token, head) pairs; row (t, h) is `x[t·x_stride + x_offset + h·d ..][..d]` (the
 /// heads of one projection, possibly a column block of q, k and v computed together) and goes to
 /// `cache[h, (start + t) % capacity, :]` after an optional RMSNorm (`norm`, times `weight` when
-/// `scaled`) and RoPE (`rope`, tables `[S, d]`).
+/// `scaled`) and RoPE (`rope`). `table` is the chunk's [`crate::ChunkTable`] layout `[S + 1, 2d]`;
+/// `start` is 0, or its last row's first value when `at_positions` (read on the device, so that a
+/// recorded step picks up the next position).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn write_cache_kernel(
     x: &[f32],
     weight: &[f32],
-    cos_sin: &[f32],
+    table: &[f32],
     cache: &mut [f32],
     rows: u32,
     heads: u32,
@@ -185,8 +188,8 @@ fn write_cache_kernel(
     x_stride: u32,
     x_offset: u32,
     capacity: u32,
-    start: u32,
     eps: f32,
+    #[comptime] at_positions: bool,
     #[comptime] norm: bool,
     #[comptime] scaled: bool,
     #[comptime] rope: bool,
@@ -199,11 +202,15 @@ fn write_cache_kernel(
     if norm {
         inv_rms = inverse_rms(x, base, size, row < rows, eps, threads, levels);
     }
+    let mut start = 0u32;
+    if at_positions {
+        start = u32::cast_from(table[((rows / heads) * 2 * size) as usize]);
+    }
     if row < rows {
         let token = row / heads;
         let destination = (row % heads) * capacity * size + ((start + token) % capacity) * size;
         // Row `token` of the table `[S, 2·size]`: cos, then sin.
-        let (half, table) = (size / 2, token * 2 * size);
+        let (half, row_base) = (size / 2, token * 2 * size);
         let mut i = UNIT_POS_X;
         while i < size {
             let mut value = x[(base + i) as usize] * inv_rms;
@@ -219,7 +226,7 @@ fn write_cache_kernel(
                 if i < half {
                     rotated = -rotated;
                 }
-                value = value * cos_sin[(table + i) as usize] + rotated * cos_sin[(table + size + i) as usize];
+                value = value * table[(row_base + i) as usize] + rotated * table[(row_base + size + i) as usize];
             }
             cache[(destination + i) as usize] = value;
             i += threads;
@@ -237,25 +244,37 @@ fn gelu_tanh_mul_kernel(gate: &[f32], up: &[f32], out: &mut [f32], n: u32, #[com
     }
 }
 
+#[cube(launch)]
+fn copy_kernel(src: &[f32], dst: &mut [f32], n: u32, #[comptime] threads: u32) {
+    let i = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * threads + UNIT_POS_X;
+    if i < n {
+        dst[i as usize] = src[i as usize];
+    }
+}
+
 #[backend_extension(Cube)]
 pub trait FusedOps: Backend {
+    /// `src` copied into `dst`'s own buffer (same number of elements; `dst` contiguous), whoever
+    /// else holds it; returns `dst`.
+    fn fused_copy_into(dst: FloatTensor<Self>, src: FloatTensor<Self>) -> FloatTensor<Self>;
     /// RMSNorm over the last dimension of `x` viewed as `[rows, size]`; `weight` `[size]` is
     /// applied when `scaled`.
     fn fused_rms_norm(x: FloatTensor<Self>, weight: FloatTensor<Self>, eps: f32, scaled: bool) -> FloatTensor<Self>;
     /// `gelu_tanh(gate) · up`, same shapes.
     fn fused_gelu_tanh_mul(gate: FloatTensor<Self>, up: FloatTensor<Self>) -> FloatTensor<Self>;
     /// Writes the heads in columns `column..column + heads·d` of `x` `[S, total]` into `cache`
-    /// `[heads, capacity, d]` at slots `(start + t) % capacity`, after RMSNorm (`norm`; times
-    /// `weight` when `scaled`) and RoPE (`rope`, table `[S, 2·d]`: each row's cos, then sin). Returns the cache (written in
-    /// place when nothing else holds it). Unread inputs may be any tensor.
+    /// `[heads, capacity, d]` at slots `(start + t) % capacity` (`start`: the table's, when
+    /// `at_positions`; else 0), after RMSNorm (`norm`; times `weight` when `scaled`) and RoPE
+    /// (`rope`, with the chunk's table `[S + 1, 2d]`). Returns the cache (written in place when
+    /// nothing else holds it). An unread `weight` may be any tensor.
     #[allow(clippy::too_many_arguments)]
     fn fused_write_cache(
         cache: FloatTensor<Self>,
         x: FloatTensor<Self>,
         column: usize,
         weight: FloatTensor<Self>,
-        cos_sin: FloatTensor<Self>,
-        start: usize,
+        table: FloatTensor<Self>,
+        at_positions: bool,
         eps: f32,
         norm: bool,
         scaled: bool,
@@ -293,6 +312,22 @@ fn empty_like(like: &CubeTensor) -> CubeTensor {
 }
 
 impl FusedOps for CubeBackend {
+    fn fused_copy_into(dst: CubeTensor, src: CubeTensor) -> CubeTensor {
+        let src = into_contiguous(src);
+        let n = src.meta.shape().num_elements();
+        let (grid_x, grid_y) = grid((n as u32).div_ceil(THREADS));
+        copy_kernel::launch(
+            &src.client.clone(),
+            CubeCount::Static(grid_x, grid_y, 1),
+            CubeDim::new_1d(THREADS),
+            src.into_buffer_arg(),
+            dst.clone().into_buffer_arg(),
+            n as u32,
+            THREADS,
+        );
+        dst
+    }
+
     fn fused_rms_norm(x: CubeTensor, weight: CubeTensor, eps: f32, scaled: bool) -> CubeTensor {
         let x = into_contiguous(x);
         let (rows, size, blocks) = one_block_per_row(&x);
@@ -319,8 +354,8 @@ impl FusedOps for CubeBackend {
         x: CubeTensor,
         column: usize,
         weight: CubeTensor,
-        cos_sin: CubeTensor,
-        start: usize,
+        table: CubeTensor,
+        at_positions: bool,
         eps: f32,
         norm: bool,
         scaled: bool,
@@ -339,7 +374,7 @@ impl FusedOps for CubeBackend {
             CubeDim::new_1d(THREADS),
             x.into_buffer_arg(),
             into_contiguous(weight).into_buffer_arg(),
-            into_contiguous(cos_sin).into_buffer_arg(),
+            into_contiguous(table).into_buffer_arg(),
             cache.clone().into_buffer_arg(),
             rows as u32,
             heads as u32,
@@ -347,8 +382,8 @@ impl FusedOps for CubeBackend {
             total as u32,
             column as u32,
             capacity as u32,
-            start as u32,
             eps,
+            at_positions,
             norm,
             scaled,
             rope,
@@ -460,9 +495,18 @@ pub enum CacheInput<'a> {
     Plain,
     /// RMSNorm without a weight (Gemma 4's values).
     Normed,
-    /// RMSNorm with this weight, then RoPE with this table `[S, 2·d]` (each row's cos, then
-    /// sin: one upload per chunk, one binding).
-    NormedRotated { weight: &'a Tensor<1>, cos_sin: &'a Tensor<2> },
+    /// RMSNorm with this weight, then RoPE with the chunk table's rotations.
+    NormedRotated { weight: &'a Tensor<1> },
+}
+
+/// Where a chunk's rows go in the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slots {
+    /// Token `t` to slot `t` (a fresh `[heads, S, d]`).
+    FromZero,
+    /// Token `t` to slot `(start + t) % capacity`, `start` read from the chunk table on the
+    /// device.
+    AtPositions,
 }
 
 /// The heads of one projection inside a projection's output `x` `[S, total]`: columns
@@ -488,11 +532,18 @@ impl HeadColumns {
     }
 }
 
-/// `cache[h, (start + t) % capacity, :] = f(x[t, h, :])` for the heads `x` and `cache`
-/// `[heads, capacity, d]`, with `f` as `input` says; returns the cache. One dispatch, writing
-/// into the cache's own buffer when the caller passes its only reference, and reading the heads
-/// where they lie in the projection's output.
-pub fn write_cache(cache: Tensor<3>, x: HeadColumns, input: CacheInput, start: usize, eps: f32) -> Tensor<3> {
+/// `cache[h, slot(t), :] = f(x[t, h, :])` for the heads `x` and `cache` `[heads, capacity, d]`,
+/// with `f` as `input` says and the slots as `slots` says; returns the cache. One dispatch,
+/// writing into the cache's own buffer when the caller passes its only reference, and reading the
+/// heads where they lie in the projection's output.
+pub fn write_cache(
+    cache: Tensor<3>,
+    x: HeadColumns,
+    input: CacheInput,
+    table: &ChunkTable,
+    slots: Slots,
+    eps: f32,
+) -> Tensor<3> {
     let device = x.x.device();
     if !has_fused_kernels(&device) {
         let x = x.to_heads();
@@ -501,12 +552,16 @@ pub fn write_cache(cache: Tensor<3>, x: HeadColumns, input: CacheInput, start: u
         let x = match input {
             CacheInput::Plain => x,
             CacheInput::Normed => reference::rms_norm_unscaled(x, eps),
-            CacheInput::NormedRotated { weight, cos_sin } => {
-                let (cos, sin) = reference::split_cos_sin(cos_sin);
+            CacheInput::NormedRotated { weight } => {
+                let (cos, sin) = reference::split_cos_sin(&table.rotations());
                 reference::rope(reference::rms_norm(x, weight, eps), &cos, &sin)
             }
         }
         .swap_dims(0, 1);
+        let start = match slots {
+            Slots::FromZero => 0,
+            Slots::AtPositions => table.start(),
+        };
         // The chunk may wrap around the end of a ring: at most two pieces.
         let mut cache = cache;
         let mut written = 0;
@@ -520,26 +575,37 @@ pub fn write_cache(cache: Tensor<3>, x: HeadColumns, input: CacheInput, start: u
         return cache;
     }
     let HeadColumns { x, column, .. } = x;
-    // Unread inputs bind `x` again (no allocation, no dispatch).
-    let unused = || x.clone();
+    // An unread weight binds `x` again (no allocation, no dispatch).
     let flat = || x.clone().reshape([x.shape().num_elements()]);
-    let (weight, cos_sin, norm, scaled, rope) = match input {
-        CacheInput::Plain => (flat(), unused(), false, false, false),
-        CacheInput::Normed => (flat(), unused(), true, false, false),
-        CacheInput::NormedRotated { weight, cos_sin } => (weight.clone(), cos_sin.clone(), true, true, true),
+    let (weight, norm, scaled, rope) = match input {
+        CacheInput::Plain => (flat(), false, false, false),
+        CacheInput::Normed => (flat(), true, false, false),
+        CacheInput::NormedRotated { weight } => (weight.clone(), true, true, true),
     };
     Tensor::from_dispatch(<Dispatch as FusedOps>::fused_write_cache(
         cache.into_dispatch(),
         x.into_dispatch(),
         column,
         weight.into_dispatch(),
-        cos_sin.into_dispatch(),
-        start,
+        table.table.clone().into_dispatch(),
+        slots == Slots::AtPositions,
         eps,
         norm,
         scaled,
         rope,
     ))
+}
+
+/// Copies `src` into `dst` (same shape). On the cubecl backends the values go into `dst`'s own
+/// buffer, whoever else holds it (the input of a recorded step); elsewhere `dst` becomes `src`.
+pub fn copy_into<const D: usize>(dst: &mut Tensor<D>, src: Tensor<D>) {
+    assert_eq!(dst.shape(), src.shape(), "copy_into: shapes differ");
+    if !has_fused_kernels(&src.device()) {
+        *dst = src;
+        return;
+    }
+    let target = dst.clone().into_dispatch();
+    *dst = Tensor::from_dispatch(<Dispatch as FusedOps>::fused_copy_into(target, src.into_dispatch()));
 }
 
 /// `(residual + RMSNorm(x)·w) · scale`: a sublayer's output joining the residual stream.
@@ -643,6 +709,29 @@ mod tests {
         pollster::block_on(t.into_data_async()).expect("readback").try_to_vec().expect("f32")
     }
 
+    fn inv_freq(d: usize) -> Vec<f32> {
+        (0..d / 2).map(|i| 1.0 / 10_000f32.powf(2.0 * i as f32 / d as f32)).collect()
+    }
+
+    /// A recorded step reads its inputs from the buffers it was recorded with: `copy_into` and
+    /// `overwrite` change the values every holder of the buffer sees.
+    #[test]
+    fn copies_and_rewrites_land_in_the_shared_buffer() {
+        let Some(gpu) = crate::launch::test_gpu() else { return };
+        let mut input = Tensor::<2>::zeros([2, 300], &gpu);
+        let recorded = input.clone();
+        let fresh = Tensor::<2>::from_data(TensorData::new(values(600, 1), [2, 300]), &gpu);
+        copy_into(&mut input, fresh.clone());
+        assert_eq!(read(recorded.clone()), read(fresh));
+        crate::overwrite(&mut input, values(600, 2));
+        assert_eq!(read(recorded), values(600, 2));
+        // On the CPU the tensor itself takes the values.
+        let mut cpu = Tensor::<2>::zeros([2, 3], &Device::flex());
+        crate::overwrite(&mut cpu, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        copy_into(&mut cpu, Tensor::<2>::ones([2, 3], &Device::flex()));
+        assert_eq!(read(cpu), vec![1.0; 6]);
+    }
+
     fn max_diff(a: &[f32], b: &[f32]) -> f32 {
         assert_eq!(a.len(), b.len());
         a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
@@ -671,58 +760,66 @@ mod tests {
         let want = read(reference::gelu_tanh(gate) * up);
         assert!(max_diff(&fused, &want) < 1e-4, "gelu·up: {}", max_diff(&fused, &want));
 
-        // Norm + RoPE into a fresh [heads, S, d] (prefill queries): 3 tokens × 2 heads, head sizes
-        // below and above the block.
+        // Norm + RoPE into a fresh [heads, S, d] (prefill queries at positions 5..8): 3 tokens × 2
+        // heads, head sizes below and above the block.
         for d in [8, 256] {
             let (s, heads) = (3, 2);
             let x = Tensor::<3>::from_data(TensorData::new(values(s * heads * d, d), [s, heads, d]), &gpu);
             let w = Tensor::<1>::from_data(TensorData::new(values(d, 5), [d]), &gpu);
-            let angles: Vec<f32> = (0..s * d).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
-            let cos = Tensor::<1>::from_data(TensorData::new(angles.clone(), [s * d]), &gpu).cos().reshape([s, 1, d]);
-            let sin = Tensor::<1>::from_data(TensorData::new(angles, [s * d]), &gpu).sin().reshape([s, 1, d]);
-            let cos_sin = Tensor::cat(vec![cos.clone(), sin.clone()], 2).reshape([s, 2 * d]);
-            let input = CacheInput::NormedRotated { weight: &w, cos_sin: &cos_sin };
+            let table = ChunkTable::new(&inv_freq(d), 5, s, 5 + s, &gpu);
+            let (cos, sin) = reference::split_cos_sin(&table.rotations());
+            let input = CacheInput::NormedRotated { weight: &w };
             let columns = HeadColumns::whole(x.clone().reshape([s, heads * d]), heads, d);
-            let fused = read(write_cache(Tensor::empty([heads, s, d], &gpu), columns, input, 0, 1e-6));
+            let fresh = Tensor::empty([heads, s, d], &gpu);
+            let fused = read(write_cache(fresh, columns, input, &table, Slots::FromZero, 1e-6));
             let want = read(reference::rope(reference::rms_norm(x, &w, 1e-6), &cos, &sin).swap_dims(0, 1));
             assert!(max_diff(&fused, &want) < 1e-4, "norm+rope d {d}: {}", max_diff(&fused, &want));
         }
 
-        // Keys and values into a ring of 5 slots from slot 4: the chunk wraps to slots 0 and 1. The
-        // heads are a column block (from column d) of a wider projection output, as when q, k and v
-        // come out of one matmul.
+        // Keys and values into a ring of 5 slots at positions 4..7 (the kernel reads the start from
+        // the table): the chunk wraps to slots 0 and 1. The heads are a column block (from column
+        // d) of a wider projection output, as when q, k and v come out of one matmul.
         let (s, heads, d, capacity) = (3, 2, 8, 5);
         let total = (heads + 2) * d;
         let x = Tensor::<2>::from_data(TensorData::new(values(s * total, 6), [s, total]), &gpu);
         let w = Tensor::<1>::from_data(TensorData::new(values(d, 7), [d]), &gpu);
-        let angles: Vec<f32> = (0..s * d).map(|i| i as f32 * 0.21).collect();
-        let cos = Tensor::<1>::from_data(TensorData::new(angles.clone(), [s * d]), &gpu).cos().reshape([s, d]);
-        let sin = Tensor::<1>::from_data(TensorData::new(angles, [s * d]), &gpu).sin().reshape([s, d]);
-        let cos_sin = Tensor::cat(vec![cos, sin], 1);
+        let table = ChunkTable::new(&inv_freq(d), 4, s, capacity, &gpu);
         let ring =
             || Tensor::<3>::from_data(TensorData::new(values(heads * capacity * d, 8), [heads, capacity, d]), &gpu);
         let cpu = Device::flex();
         let to_cpu = |t: Tensor<3>| Tensor::<3>::from_data(t.into_data(), &cpu);
-        let (w_cpu, cos_sin_cpu) = (
-            Tensor::<1>::from_data(w.clone().into_data(), &cpu),
-            Tensor::<2>::from_data(cos_sin.clone().into_data(), &cpu),
-        );
+        let w_cpu = Tensor::<1>::from_data(w.clone().into_data(), &cpu);
+        let table_cpu = ChunkTable::new(&inv_freq(d), 4, s, capacity, &cpu);
         let x_cpu = Tensor::<2>::from_data(x.clone().into_data(), &cpu);
         for i in 0..3 {
-            let input = |w, cos_sin| match i {
+            let input = |w| match i {
                 0 => CacheInput::Plain,
                 1 => CacheInput::Normed,
-                _ => CacheInput::NormedRotated { weight: w, cos_sin },
+                _ => CacheInput::NormedRotated { weight: w },
             };
             let columns = |x: &Tensor<2>| HeadColumns { x: x.clone(), column: d, heads, head_dim: d };
-            let fused = read(write_cache(ring(), columns(&x), input(&w, &cos_sin), 4, 1e-6));
-            let cpu_input = input(&w_cpu, &cos_sin_cpu);
-            let want = read(write_cache(to_cpu(ring()), columns(&x_cpu), cpu_input, 4, 1e-6));
+            let fused = read(write_cache(ring(), columns(&x), input(&w), &table, Slots::AtPositions, 1e-6));
+            let cpu_input = input(&w_cpu);
+            let want =
+                read(write_cache(to_cpu(ring()), columns(&x_cpu), cpu_input, &table_cpu, Slots::AtPositions, 1e-6));
             assert!(max_diff(&fused, &want) < 1e-5, "cache write {i}: {}", max_diff(&fused, &want));
             // Slots 2 and 3 were not written.
             let before = read(ring());
             assert_eq!(fused[2 * d..4 * d], before[2 * d..4 * d], "cache write {i}: untouched slots");
         }
+
+        // The same table rewritten for positions 6..9 moves the writes without a new tensor: the
+        // first token lands in slot 1.
+        let mut moved = ChunkTable::new(&inv_freq(d), 4, s, capacity, &gpu);
+        let held = moved.table.clone();
+        moved.rewrite(&inv_freq(d), 6, capacity);
+        let columns = HeadColumns { x: x.clone(), column: d, heads, head_dim: d };
+        let keys = HeadColumns { x: x_cpu.clone(), column: d, heads, head_dim: d };
+        let fused = read(write_cache(ring(), columns, CacheInput::Plain, &moved, Slots::AtPositions, 1e-6));
+        let cpu_moved = ChunkTable::new(&inv_freq(d), 6, s, capacity, &cpu);
+        let want = read(write_cache(to_cpu(ring()), keys, CacheInput::Plain, &cpu_moved, Slots::AtPositions, 1e-6));
+        assert!(max_diff(&fused, &want) < 1e-6, "rewritten table: {}", max_diff(&fused, &want));
+        assert_eq!(read(held), read(moved.table.clone()), "rewritten in the buffer others hold");
 
         // Residual + norm, scaled.
         let (rows, size) = (4, 1536);

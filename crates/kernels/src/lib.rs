@@ -12,6 +12,9 @@
 //! - [`attention`]: a decoded token's whole attention in one kernel.
 //! - [`block_table`]: a large lookup table (Gemma 4's per-layer embeddings) kept on the device in
 //!   its stored GGUF blocks, rows decoded by a kernel when looked up.
+//! - [`chunk_table`]: a chunk's RoPE rotations, start and key count in one buffer the kernels
+//!   read (so a recorded decode step replays at the next position); [`overwrite`]: rewriting a
+//!   tensor in its own buffer.
 //! - [`mask`]: a token bitset applied to the logits on the device (constrained tool calls).
 //! - [`dispatches`]: kernel launches counted by name (for the benchmark).
 //! - [`tuning`]: process-wide kernel choices the benchmark sets (prompt kernel, GEMM tile).
@@ -21,16 +24,22 @@ pub mod affine;
 mod affine_gemm;
 pub mod attention;
 pub mod block_table;
+pub mod chunk_table;
 #[cfg(not(target_family = "wasm"))]
 pub mod dispatches;
 pub mod fused;
 mod launch;
 pub mod mask;
+pub mod overwrite;
 pub mod tuning;
 
 pub use affine::{AffineMatrix, ProductKernel};
 pub use attention::{DecodeQuery, decode_attention, fused_decode_applies};
 pub use block_table::{BlockTable, gather_by_block};
-pub use fused::{CacheInput, HeadColumns, add_rms_norm, attention_softmax, gelu_tanh_mul, rms_norm, write_cache};
+pub use chunk_table::ChunkTable;
+pub use fused::{
+    CacheInput, HeadColumns, Slots, add_rms_norm, attention_softmax, copy_into, gelu_tanh_mul, rms_norm, write_cache,
+};
 pub use launch::has_fused_kernels;
 pub use mask::mask_logits;
+pub use overwrite::overwrite;

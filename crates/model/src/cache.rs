@@ -10,11 +10,10 @@
 //! compaction rewrote what follows.
 
 use burn::tensor::{Device, Tensor, TensorData};
-use hearth_kernels::{CacheInput, HeadColumns, write_cache};
+use hearth_kernels::{CacheInput, ChunkTable, HeadColumns, Slots, fused_decode_applies, overwrite, write_cache};
 
 use crate::config::{LayerType, TextConfig};
 use crate::error::ModelError;
-use crate::rope::RopeTables;
 
 /// Additive mask value for keys a query must not see (finite: WGSL handles it like any number).
 const MASKED: f32 = -1e30;
@@ -136,6 +135,20 @@ pub struct KvCache {
     /// Zeros `[full_capacity]` when the model has full-attention layers: a decoded token sees
     /// every position, so its mask is a prefix of this (no upload per token).
     open_mask: Option<Tensor<1>>,
+    /// The one-token step's inputs, rewritten in place per token, when its attention is the fused
+    /// kernel (a cubecl device): a recorded step reads them from these buffers.
+    decode_inputs: Option<DecodeInputs>,
+    /// The one-token step recorded against this cache's buffers (see `crate::recorded`). Dropped
+    /// whenever a buffer it uses may change: a checkpoint (the next write copies the rings) or a
+    /// restore (other rings).
+    pub(crate) recorded: Option<crate::recorded::RecordedStep>,
+}
+
+/// The buffers a one-token step reads its position from, per layer type (index:
+/// `LayerType::index`): the chunk table, and for sliding layers the ring's mask `[1, ring]`.
+struct DecodeInputs {
+    tables: [Option<ChunkTable>; 2],
+    sliding_mask: Option<Tensor<2>>,
 }
 
 /// The sliding layers' rings as they were at `len` positions. Holding the tensors makes the next
@@ -148,13 +161,16 @@ struct RingCheckpoint {
     rings: Vec<Option<(Tensor<3>, Tensor<3>)>>,
 }
 
-/// Everything about one chunk that is the same for all layers: positions, masks, RoPE tables.
+/// Everything about one chunk that is the same for all layers: positions, masks, chunk tables.
 pub struct ChunkGeometry {
     start: usize,
     len: usize,
     masks: [Option<Tensor<2>>; 2],
-    rope: [Option<RopeTables>; 2],
+    tables: [Option<ChunkTable>; 2],
     ring_positions_after: Vec<Option<usize>>,
+    /// A one-token step whose attention reads the cache's first `n` rows itself (the fused
+    /// kernel, `n` from the table): full layers hand it their whole cache, not a slice.
+    whole_cache: bool,
 }
 
 impl ChunkGeometry {
@@ -162,10 +178,16 @@ impl ChunkGeometry {
         self.masks[kind.index()].clone().expect("a mask for every layer type in the model")
     }
 
-    pub(crate) fn rope(&self, kind: LayerType, head_dim: usize) -> &RopeTables {
-        let tables = self.rope[kind.index()].as_ref().expect("rope tables for every layer type in the model");
-        debug_assert_eq!(tables.head_dim(), head_dim);
-        tables
+    /// A one-token step that reads its position from the cache's decode inputs (the recordable
+    /// kind).
+    pub(crate) fn is_recordable(&self) -> bool {
+        self.whole_cache && self.len == 1
+    }
+
+    pub(crate) fn table(&self, kind: LayerType, head_dim: usize) -> &ChunkTable {
+        let table = self.tables[kind.index()].as_ref().expect("a chunk table for every layer type in the model");
+        debug_assert_eq!(table.head_dim(), head_dim);
+        table
     }
 }
 
@@ -197,6 +219,22 @@ impl KvCache {
             })
             .collect();
         let open_mask = inv_freq[LayerType::Full.index()].as_ref().map(|_| Tensor::zeros([full_capacity], device));
+        let fused_decode = config.layers.iter().all(|layer| fused_decode_applies(device, 1, layer.head_dim));
+        let decode_inputs = fused_decode.then(|| {
+            let table = |kind: LayerType| {
+                let keys = match kind {
+                    LayerType::Full => 1,
+                    LayerType::Sliding => ring_capacity,
+                };
+                inv_freq[kind.index()].as_ref().map(|f| ChunkTable::new(f, 0, 1, keys, device))
+            };
+            DecodeInputs {
+                tables: [table(LayerType::Sliding), table(LayerType::Full)],
+                sliding_mask: inv_freq[LayerType::Sliding.index()]
+                    .as_ref()
+                    .map(|_| Tensor::full([1, ring_capacity], MASKED, device)),
+            }
+        });
         KvCache {
             layers,
             window,
@@ -208,12 +246,19 @@ impl KvCache {
             max_query_heads: config.num_heads.max(1),
             checkpoints: Vec::new(),
             open_mask,
+            decode_inputs,
+            recorded: None,
         }
     }
 
     /// Positions the cache can hold.
     pub fn capacity(&self) -> usize {
         self.full_capacity
+    }
+
+    /// Whether a recorded one-token step is ready to replay on this cache.
+    pub fn holds_recorded_step(&self) -> bool {
+        self.recorded.is_some()
     }
 
     /// Positions held.
@@ -265,6 +310,8 @@ impl KvCache {
             self.checkpoints.pop();
         }
         self.checkpoints.push(checkpoint);
+        // The rings are shared now: the next write copies them into new buffers.
+        self.recorded = None;
     }
 
     /// Keeps as many of positions `0..n` as can be kept exactly and returns how many: `n` when the
@@ -316,6 +363,7 @@ impl KvCache {
         }
         self.ring_positions.clone_from(&checkpoint.ring_positions);
         self.len = checkpoint.len;
+        self.recorded = None;
     }
 
     /// Whether `ring_positions` hold the window of positions before `n` (always true without
@@ -343,7 +391,10 @@ impl KvCache {
         true
     }
 
-    pub(crate) fn plan(&self, s: usize, device: &Device) -> Result<ChunkGeometry, ModelError> {
+    /// What a chunk of `s` tokens after the cache's positions needs: masks and chunk tables. A
+    /// one-token step on a device with the fused attention rewrites the cache's own decode inputs
+    /// in place (no new tensors), so a recorded step replays at this position.
+    pub(crate) fn plan(&mut self, s: usize, device: &Device) -> Result<ChunkGeometry, ModelError> {
         let start = self.len;
         if start + s > self.full_capacity {
             return Err(ModelError::ContextFull(self.full_capacity));
@@ -354,6 +405,43 @@ impl KvCache {
             ring_positions_after[p % self.ring_capacity] = Some(p);
         }
         let queries = start..start + s;
+        let window = self.window;
+        let sliding_mask_values = || -> Vec<f32> {
+            queries
+                .clone()
+                .flat_map(|q| {
+                    ring_positions_after.iter().map(move |slot| match slot {
+                        Some(k) if *k <= q && q - k < window => 0.0,
+                        _ => MASKED,
+                    })
+                })
+                .collect()
+        };
+        let keys = |kind: LayerType| match kind {
+            LayerType::Full => start + s,
+            LayerType::Sliding => self.ring_capacity,
+        };
+
+        if let (1, Some(inputs)) = (s, self.decode_inputs.as_mut()) {
+            let mut masks = [None, None];
+            for kind in [LayerType::Sliding, LayerType::Full] {
+                let (Some(inv_freq), Some(table)) =
+                    (&self.inv_freq[kind.index()], inputs.tables[kind.index()].as_mut())
+                else {
+                    continue;
+                };
+                table.rewrite(inv_freq, start, keys(kind));
+                masks[kind.index()] = match kind {
+                    LayerType::Sliding => inputs.sliding_mask.as_mut().map(|mask| {
+                        overwrite(mask, sliding_mask_values());
+                        mask.clone()
+                    }),
+                    LayerType::Full => self.open_mask.clone().map(|open| open.reshape([1, self.full_capacity])),
+                };
+            }
+            let tables = inputs.tables.clone();
+            return Ok(ChunkGeometry { start, len: s, masks, tables, ring_positions_after, whole_cache: true });
+        }
 
         let full_mask = || {
             let n = start + s;
@@ -364,31 +452,20 @@ impl KvCache {
                 queries.clone().flat_map(|q| (0..n).map(move |k| if k <= q { 0.0 } else { MASKED })).collect();
             Tensor::from_data(TensorData::new(data, [s, n]), device)
         };
-        let sliding_mask = || {
-            let window = self.window;
-            let data: Vec<f32> = queries
-                .clone()
-                .flat_map(|q| {
-                    ring_positions_after.iter().map(move |slot| match slot {
-                        Some(k) if *k <= q && q - k < window => 0.0,
-                        _ => MASKED,
-                    })
-                })
-                .collect();
-            Tensor::from_data(TensorData::new(data, [s, self.ring_capacity]), device)
-        };
         let mut masks = [None, None];
-        let mut rope = [None, None];
+        let mut tables = [None, None];
         for kind in [LayerType::Sliding, LayerType::Full] {
             if let Some(inv_freq) = &self.inv_freq[kind.index()] {
                 masks[kind.index()] = Some(match kind {
-                    LayerType::Sliding => sliding_mask(),
+                    LayerType::Sliding => {
+                        Tensor::from_data(TensorData::new(sliding_mask_values(), [s, self.ring_capacity]), device)
+                    }
                     LayerType::Full => full_mask(),
                 });
-                rope[kind.index()] = Some(RopeTables::new(inv_freq, queries.clone(), device));
+                tables[kind.index()] = Some(ChunkTable::new(inv_freq, start, s, keys(kind), device));
             }
         }
-        Ok(ChunkGeometry { start, len: s, masks, rope, ring_positions_after })
+        Ok(ChunkGeometry { start, len: s, masks, tables, ring_positions_after, whole_cache: false })
     }
 
     /// Stores layer `layer`'s new keys and values ([Hkv, S, d]) and returns everything the chunk's
@@ -406,12 +483,14 @@ impl KvCache {
     ) -> (Tensor<3>, Tensor<3>) {
         let kv = self.layers[layer].as_mut().expect("only layers with their own K/V write to the cache");
         let (heads, d) = (k.heads, k.head_dim);
-        let start = geometry.start;
+        let table = geometry.table(kv.kind, d);
         // Slots are (start + t) % capacity: a full-attention cache never wraps, a ring may.
-        assign_in_place(&mut kv.keys, |keys| write_cache(keys, k, k_input, start, eps));
-        assign_in_place(&mut kv.values, |values| write_cache(values, v, v_input, start, eps));
+        assign_in_place(&mut kv.keys, |keys| write_cache(keys, k, k_input, table, Slots::AtPositions, eps));
+        assign_in_place(&mut kv.values, |values| write_cache(values, v, v_input, table, Slots::AtPositions, eps));
         match kv.kind {
+            LayerType::Full if geometry.whole_cache => (kv.keys.clone(), kv.values.clone()),
             LayerType::Full => {
+                let start = geometry.start;
                 let end = start + geometry.len;
                 (kv.keys.clone().slice([0..heads, 0..end, 0..d]), kv.values.clone().slice([0..heads, 0..end, 0..d]))
             }

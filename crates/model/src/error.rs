@@ -23,4 +23,8 @@ pub enum ModelError {
         "the conversation no longer fits the model's context ({0} tokens): clear the conversation (settings) and start again"
     )]
     ContextFull(usize),
+    /// Recording the one-token step failed on this device; the model then runs its steps launch by
+    /// launch (the session recomputes the conversation's cache, which the failure lost).
+    #[error("recording the decode step on this GPU failed ({0}); steps now run unrecorded")]
+    Recording(String),
 }

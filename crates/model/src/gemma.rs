@@ -7,8 +7,8 @@
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use hearth_kernels::fused::reference::bounded_tanh;
 use hearth_kernels::{
-    AffineMatrix, BlockTable, CacheInput, DecodeQuery, HeadColumns, add_rms_norm, attention_softmax, decode_attention,
-    fused_decode_applies, gather_by_block, gelu_tanh_mul, rms_norm, write_cache,
+    AffineMatrix, BlockTable, CacheInput, DecodeQuery, HeadColumns, Slots, add_rms_norm, attention_softmax,
+    decode_attention, fused_decode_applies, gather_by_block, gelu_tanh_mul, rms_norm, write_cache,
 };
 use hearth_weights::{AffineTensor, HostTensor};
 
@@ -161,6 +161,8 @@ pub struct Gemma {
     per_layer: Option<PerLayerEmbeddings>,
     layers: Vec<DecoderLayer>,
     final_norm: Tensor<1>,
+    /// Whether one-token steps are recorded and replayed (off after a recording failed).
+    pub(crate) recording: crate::recorded::Recording,
 }
 
 /// The largest tensor the model puts on the device. WebGPU guarantees storage bindings of 128 MiB
@@ -417,13 +419,44 @@ impl Gemma {
     }
 
     fn forward_chunk(&self, tokens: &[u32], cache: &mut KvCache, all_positions: bool) -> Result<Tensor<2>, ModelError> {
-        let c = &self.config;
-        let s = tokens.len();
-        let geometry = cache.plan(s, &self.device)?;
+        let geometry = cache.plan(tokens.len(), &self.device)?;
+        let (x0, token_rows) = self.embed(tokens);
+        let logits = if crate::recorded::applies(self, &geometry) {
+            crate::recorded::step(self, x0, token_rows, cache, &geometry)?
+        } else {
+            self.layers_and_head(x0, token_rows, cache, &geometry, all_positions)
+        };
+        cache.commit(&geometry);
+        Ok(logits)
+    }
 
-        // [S, h]
+    /// The tokens' embeddings `[S, h]` (scaled) and, for Gemma 4, their rows of the per-layer
+    /// table `[S, L·P]` (scaled by √P): the lookups, which depend on the ids.
+    fn embed(&self, tokens: &[u32]) -> (Tensor<2>, Option<Tensor<2>>) {
+        let c = &self.config;
         let x0 = self.embed_tokens.lookup(tokens, &self.device).mul_scalar(c.embed_scale);
-        let per_layer_inputs = self.per_layer_inputs(tokens, x0.clone());
+        let token_rows = self.per_layer.as_ref().map(|ple| {
+            let p = ple.table.width() / c.num_layers;
+            ple.table.lookup(tokens, (p as f32).sqrt(), &self.device)
+        });
+        (x0, token_rows)
+    }
+
+    /// Everything after the lookups: the per-layer inputs' context half, the layers (writing the
+    /// cache), the final norm and the head → logits `[S or 1, vocab]`. Its launches depend on no
+    /// id or position (those are in `x0`, `token_rows` and the geometry's buffers), which is what
+    /// lets a one-token step be recorded once and replayed.
+    pub(crate) fn layers_and_head(
+        &self,
+        x0: Tensor<2>,
+        token_rows: Option<Tensor<2>>,
+        cache: &mut KvCache,
+        geometry: &ChunkGeometry,
+        all_positions: bool,
+    ) -> Tensor<2> {
+        let c = &self.config;
+        let s = x0.dims()[0];
+        let per_layer_inputs = token_rows.and_then(|rows| self.per_layer_inputs(rows, x0.clone()));
 
         let mut x = x0;
         // Keys and values of each producer layer, for the KV-shared layers after it.
@@ -435,7 +468,7 @@ impl Gemma {
             let per_layer_input = layer.per_layer_input.as_ref().zip(per_layer_inputs.as_ref());
 
             let a = NormedInput::new(x.clone(), &layer.input_norm, eps);
-            let attn = self.attention(i, &a, cache, &geometry, &mut produced);
+            let attn = self.attention(i, &a, cache, geometry, &mut produced);
             x = add_rms_norm(x, attn, &layer.post_attention_norm, eps, 1.0);
 
             let m = NormedInput::new(x.clone(), &layer.pre_feedforward_norm, eps);
@@ -453,25 +486,24 @@ impl Gemma {
                 x = add_rms_norm(x, pli.projection.forward(g), &pli.post_norm, eps, scalar);
             }
         }
-        cache.commit(&geometry);
 
         let x = if all_positions { x } else { x.slice([s - 1..s, 0..c.hidden_size]) };
         let x = rms_norm(x, &self.final_norm, c.rms_norm_eps);
         // Tied head: logits = cap · tanh(x · Eᵀ / cap).  [rows, vocab]
-        Ok(self.embed_tokens.logits(x, c.final_logit_softcap))
+        self.embed_tokens.logits(x, c.final_logit_softcap)
     }
 
-    /// Gemma 4 PLE: `(rmsnorm(x0 · Wpmp · h^-½) + table[t] · √P) · 2^-½`, as [S, L, P].
-    fn per_layer_inputs(&self, tokens: &[u32], x0: Tensor<2>) -> Option<Tensor<3>> {
+    /// Gemma 4 PLE: `(rmsnorm(x0 · Wpmp · h^-½) + table[t] · √P) · 2^-½`, as [S, L, P], from the
+    /// tokens' table rows (already times √P) `[S, L·P]`.
+    fn per_layer_inputs(&self, token_rows: Tensor<2>, x0: Tensor<2>) -> Option<Tensor<3>> {
         let ple = self.per_layer.as_ref()?;
         let c = &self.config;
-        let (s, l) = (tokens.len(), c.num_layers);
+        let (s, l) = (x0.dims()[0], c.num_layers);
         let p = ple.table.width() / l;
-        let token_part = ple.table.lookup(tokens, (p as f32).sqrt(), &self.device);
         let context =
             ple.model_projection.forward(x0).mul_scalar((c.hidden_size as f32).powf(-0.5)).reshape([s * l, p]);
         // (token part + RMSNorm(context)) · 2^-½ in one kernel.
-        let token_part = token_part.reshape([s * l, p]);
+        let token_part = token_rows.reshape([s * l, p]);
         let inputs =
             add_rms_norm(token_part, context, &ple.projection_norm, c.rms_norm_eps, std::f32::consts::FRAC_1_SQRT_2);
         Some(inputs.reshape([s, l, p]))
@@ -491,7 +523,7 @@ impl Gemma {
         let spec = &c.layers[i];
         let attn = &self.layers[i].attention;
         let (s, heads, d) = (a.tokens(), c.num_heads, spec.head_dim);
-        let rope = geometry.rope(spec.kind, d);
+        let table = geometry.table(spec.kind, d);
 
         // The heads before their norms and RoPE (the kernels that consume them apply both).
         let kv_heads = spec.num_kv_heads;
@@ -511,7 +543,7 @@ impl Gemma {
 
         let (keys, values) = match (kv, &attn.k_norm, spec.kv_producer) {
             (Some((k, v)), Some(k_norm), _) => {
-                let k_input = CacheInput::NormedRotated { weight: k_norm, cos_sin: &rope.cos_sin };
+                let k_input = CacheInput::NormedRotated { weight: k_norm };
                 let v_input = if c.v_norm { CacheInput::Normed } else { CacheInput::Plain };
                 let (keys, values) = cache.write(i, geometry, (k, k_input), (v, v_input), c.rms_norm_eps);
                 produced[i] = Some((keys.clone(), values.clone()));
@@ -525,13 +557,14 @@ impl Gemma {
 
         let mask = geometry.mask(spec.kind);
         if fused_decode_applies(&self.device, s, d) {
-            let query = DecodeQuery { q, norm: &attn.q_norm, cos_sin: &rope.cos_sin, eps: c.rms_norm_eps };
+            let query = DecodeQuery { q, norm: &attn.q_norm, table, eps: c.rms_norm_eps };
             let out = decode_attention(query, keys, values, mask, c.attention_scale, c.attention_logit_softcap);
             return attn.o_proj.forward(out);
         }
         // Normed and rotated into [H, S, d] by the kernel that fills the cache.
-        let q_input = CacheInput::NormedRotated { weight: &attn.q_norm, cos_sin: &rope.cos_sin };
-        let q = write_cache(Tensor::empty([heads, s, d], &self.device), q, q_input, 0, c.rms_norm_eps);
+        let q_input = CacheInput::NormedRotated { weight: &attn.q_norm };
+        let fresh = Tensor::empty([heads, s, d], &self.device);
+        let q = write_cache(fresh, q, q_input, table, Slots::FromZero, c.rms_norm_eps);
 
         // GQA: query head h uses key/value head h / group.  q: [H, S, d] → [Hkv, group·S, d]
         let kv_heads = keys.dims()[0];

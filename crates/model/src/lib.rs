@@ -5,7 +5,8 @@
 //! - [`self_test`]: a computation whose answer is known, run on the device at start-up so that a
 //!   broken driver is caught before the user waits for a model.
 //! - [`config`] → [`gemma`] → [`cache`]: the model, as the spec reads: configuration, layers,
-//!   forward pass, KV cache; [`rope`]: the rotary tables; [`error`]: the model's error.
+//!   forward pass, KV cache; [`recorded`]: the one-token step recorded once and replayed per
+//!   token; [`error`]: the model's error.
 //! - [`constrain`]: tool calls held to the offered tools' syntax while they are sampled.
 //!
 //! The kernels (packed matrices, fused element-wise chains, decode attention, the per-layer
@@ -20,7 +21,7 @@ pub mod generate;
 pub mod gpu;
 #[cfg(not(target_family = "wasm"))]
 pub mod model_dir;
-pub mod rope;
+pub mod recorded;
 pub mod sampling;
 pub mod self_test;
 pub mod session;

@@ -127,6 +127,16 @@ impl Session {
                 self.tokens.extend_from_slice(tokens);
                 Ok(logits)
             }
+            Err(ModelError::Recording(_)) => {
+                // The failed recording took the cache's buffers with it, and the model no longer
+                // records: recompute the conversation so far in a new cache, then this step.
+                self.cache = KvCache::new(&self.model.config, self.options, self.model.device());
+                let mut all = std::mem::take(&mut self.tokens);
+                all.extend_from_slice(tokens);
+                let logits = self.model.forward(&all, &mut self.cache, false)?;
+                self.tokens = all;
+                Ok(logits)
+            }
             Err(err) => {
                 // A failed step leaves the cache in an unknown state: start over next time.
                 self.cache.clear();

@@ -82,13 +82,22 @@ fn prefill_logits_match_transformers() {
     });
 }
 
+/// One token at a time, recorded and replayed on the GPU (and launched one by one, for the same
+/// logits): with the default cache, and with a ring of window + 3 slots that the steps wrap.
 #[test]
 fn step_by_step_logits_match_transformers() {
     for_each_model(|label, model, expected| {
-        let mut cache = KvCache::new(&model.config, CacheOptions::default(), model.device());
-        let rows: Vec<Vec<f32>> =
-            expected.tokens.iter().flat_map(|&t| read(model.forward(&[t], &mut cache, true).unwrap())).collect();
-        check(&format!("{label} step-by-step"), &rows, &expected.logits);
+        let small = CacheOptions { max_context: 64, max_chunk: 3 };
+        let on_gpu = label.ends_with("wgpu");
+        for (options, recorded) in [(CacheOptions::default(), true), (small, true), (small, false)] {
+            model.set_step_recording(recorded);
+            let mut cache = KvCache::new(&model.config, options, model.device());
+            let rows: Vec<Vec<f32>> =
+                expected.tokens.iter().flat_map(|&t| read(model.forward(&[t], &mut cache, true).unwrap())).collect();
+            let label = format!("{label} step-by-step (context {}, recorded {recorded})", options.max_context);
+            check(&label, &rows, &expected.logits);
+            assert_eq!(cache.holds_recorded_step(), on_gpu && recorded, "{label}: a recording on the GPU only");
+        }
     });
 }
 

@@ -1,0 +1,125 @@
+//! The one-token step recorded once and replayed for every later token (cubecl's graph capture).
+//!
+//! A decoded token launches a few hundred kernels. Launched one by one, each costs the host Burn's
+//! bookkeeping, cubecl's launch and a new bind group; a recording resolves all of that once, and a
+//! replay only re-encodes the prebuilt dispatches (WebGPU has no re-submittable command buffers,
+//! so re-encoding remains). A replay runs the recorded kernels on the buffers they were recorded
+//! with, so everything that changes per token lives in buffers rewritten before it:
+//! - the token's embedding and per-layer rows (looked up outside the recording, then copied into
+//!   the recording's input buffers);
+//! - the position: each layer type's chunk table (RoPE rotation, cache slot, key count) and the
+//!   sliding layers' mask, rewritten in place by [`KvCache::plan`].
+//!
+//! A recording belongs to one cache (its rings and layers) and is dropped when a buffer it uses
+//! may change (a checkpoint shares the rings, a restore swaps them); the next one-token step
+//! records again.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use burn::backend::{Backend, BackendGraph, Dispatch};
+use burn::tensor::Tensor;
+use hearth_kernels::copy_into;
+
+use crate::cache::{ChunkGeometry, KvCache};
+use crate::error::ModelError;
+use crate::gemma::Gemma;
+
+/// A model's recording state: on until turned off ([`Gemma::set_step_recording`], the benchmark's
+/// launch-by-launch baseline) or until a recording fails on its device.
+#[derive(Debug, Default)]
+pub(crate) struct Recording {
+    off: AtomicBool,
+    failed: AtomicBool,
+}
+
+impl Gemma {
+    /// Whether this model records its one-token steps and replays them (on by default; off, every
+    /// kernel is launched one by one as for a prompt).
+    pub fn set_step_recording(&self, enabled: bool) {
+        self.recording.off.store(!enabled, Ordering::Relaxed);
+    }
+}
+
+/// A recorded one-token step and the buffers it reads and writes besides the model's weights and
+/// the cache's.
+pub(crate) struct RecordedStep {
+    graph: BackendGraph<Dispatch>,
+    /// The token's scaled embedding `[1, h]`.
+    x0: Tensor<2>,
+    /// Its per-layer-table rows `[1, L·P]` (Gemma 4).
+    token_rows: Option<Tensor<2>>,
+    /// What every replay writes: `[1, vocab]`. Held here, so a consumer never writes into it.
+    logits: Tensor<2>,
+}
+
+/// Whether this step is recorded or replayed.
+pub(crate) fn applies(model: &Gemma, geometry: &ChunkGeometry) -> bool {
+    geometry.is_recordable()
+        && !model.recording.off.load(Ordering::Relaxed)
+        && !model.recording.failed.load(Ordering::Relaxed)
+}
+
+/// The logits `[1, vocab]` of a one-token step: the cache's recording replayed on this token's
+/// inputs, or the step recorded now (and run) when the cache has none.
+pub(crate) fn step(
+    model: &Gemma,
+    x0: Tensor<2>,
+    token_rows: Option<Tensor<2>>,
+    cache: &mut KvCache,
+    geometry: &ChunkGeometry,
+) -> Result<Tensor<2>, ModelError> {
+    let device = model.device().as_dispatch();
+    if let Some(recorded) = cache.recorded.as_mut() {
+        copy_into(&mut recorded.x0, x0);
+        if let (Some(input), Some(rows)) = (recorded.token_rows.as_mut(), token_rows) {
+            copy_into(input, rows);
+        }
+        // Safety: every buffer the recording touched is alive and unchanged: the weights (the
+        // model outlives its caches' steps), the cache's layers (a change of buffer drops the
+        // recording), the geometry's inputs (the cache's own), and the inputs and logits held in
+        // `recorded`. Everything runs on this one device stream, in order.
+        unsafe { Dispatch::graph_replay(device, &recorded.graph) }
+            .map_err(|err| ModelError::Recording(err.to_string()))?;
+        return Ok(recorded.logits.clone());
+    }
+
+    // The recording's own input buffers, which later tokens are copied into.
+    let stable = |t: Tensor<2>| {
+        let mut input = Tensor::zeros(t.shape(), &t.device());
+        copy_into(&mut input, t);
+        input
+    };
+    let (x0, token_rows) = (stable(x0), token_rows.map(stable));
+    let run = |cache: &mut KvCache| model.layers_and_head(x0.clone(), token_rows.clone(), cache, geometry, false);
+
+    if Dispatch::graph_prepare(device).is_err() {
+        return Ok(run(cache));
+    }
+    // A recording may allocate nothing: the runs before it leave every buffer it needs in the
+    // pools (the first also copies rings a checkpoint shares into buffers of the cache's own).
+    // They write the same keys and values at the same slots, so running the step again is
+    // harmless.
+    for _ in 0..2 {
+        drop(run(cache));
+    }
+    if Dispatch::graph_start_capture(device).is_err() {
+        // Closing the prepared capture returns the stream to normal use.
+        let _ = Dispatch::graph_stop_capture(device);
+        model.recording.failed.store(true, Ordering::Relaxed);
+        return Ok(run(cache));
+    }
+    let logits = run(cache);
+    let graph = match Dispatch::graph_stop_capture(device) {
+        Ok(graph) => graph,
+        Err(err) => {
+            // The recorded launches never ran, and the buffers they write (the cache's among
+            // them) now report the failure on any read: the caller starts the cache over.
+            model.recording.failed.store(true, Ordering::Relaxed);
+            return Err(ModelError::Recording(err.to_string()));
+        }
+    };
+    // Safety: as for the replay above; the recording was made on these buffers just now.
+    unsafe { Dispatch::graph_replay(device, &graph) }.map_err(|err| ModelError::Recording(err.to_string()))?;
+    cache.recorded = Some(RecordedStep { graph, x0, token_rows, logits: logits.clone() });
+    Ok(logits)
+}
