@@ -375,12 +375,16 @@ fn measure(
         prompt.len() as f64 / first_token
     );
 
-    // Decode steps with the launch observer on: dispatches per token. The first token after a
-    // prefill also copies the sliding layers' rings once (the cache's checkpoint holds them).
+    // Decode steps launched one by one with the launch observer on: dispatches per token (a
+    // replay launches nothing through cubecl's launch, so the observer sees only the lookups).
+    // The first token after a prefill also copies the sliding layers' rings once (the cache's
+    // checkpoint holds them).
+    session.model().set_step_recording(false);
     let (step, first_counts) = count_dispatches(|| session.step(next));
     next = pollster::block_on(sampler.sample(step.map_err(|e| e.to_string())?)).map_err(|e| e.to_string())?;
     let (step, counts) = count_dispatches(|| session.step(next));
     next = pollster::block_on(sampler.sample(step.map_err(|e| e.to_string())?)).map_err(|e| e.to_string())?;
+    session.model().set_step_recording(true);
     let dispatches: usize = counts.values().sum();
     let first_dispatches: usize = first_counts.values().sum();
     let layers = session.model().config.num_layers;

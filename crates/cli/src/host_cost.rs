@@ -75,48 +75,62 @@ pub fn report(
 ) -> Result<u32, String> {
     let tokens = tokens.max(1);
     let me = this_thread_id();
-    let before = threads_cpu_ns();
-    let (mut step_ns, mut sample_ns) = (0u64, 0u64);
-    for _ in 0..tokens {
-        let start = thread_cpu_ns();
+    // [launched one by one, recorded and replayed]: the model thread's step, its sampling, the
+    // device runner, other threads.
+    let mut columns = [[0u64; 4]; 2];
+    for (column, recorded) in columns.iter_mut().zip([false, true]) {
+        session.model().set_step_recording(recorded);
+        // The first recorded step records (and runs the step twice before): not measured.
         let logits = session.step(next).map_err(|e| e.to_string())?;
-        let stepped = thread_cpu_ns();
         next = pollster::block_on(sampler.sample(logits)).map_err(|e| e.to_string())?;
-        step_ns += stepped - start;
-        sample_ns += thread_cpu_ns() - stepped;
+        let before = threads_cpu_ns();
+        let (mut step_ns, mut sample_ns) = (0u64, 0u64);
+        for _ in 0..tokens {
+            let start = thread_cpu_ns();
+            let logits = session.step(next).map_err(|e| e.to_string())?;
+            let stepped = thread_cpu_ns();
+            next = pollster::block_on(sampler.sample(logits)).map_err(|e| e.to_string())?;
+            step_ns += stepped - start;
+            sample_ns += thread_cpu_ns() - stepped;
+        }
+        let after = threads_cpu_ns();
+        let [_, runners, others] = split(&before, &after, me);
+        *column = [step_ns, sample_ns, runners, others];
     }
-    let after = threads_cpu_ns();
-    let [issuing, runners, others] = split(&before, &after, me);
     let per_token = |ns: u64| ns as f64 / tokens as f64 / 1e6;
     let per_dispatch = |ns: u64| ns as f64 / tokens as f64 / dispatches_per_token.max(1) as f64 / 1e3;
     println!("## Host cost per decoded token (CPU time; GPU work and waits excluded), {tokens} tokens\n");
-    println!("| thread | ms per token | µs per dispatch ({dispatches_per_token} per token) |");
-    println!("|---|---|---|");
     println!(
-        "| the model's thread: the step (Burn ops, cubecl launches; spins while the device's queue is full) | {:.3} | {:.1} |",
-        per_token(step_ns),
-        per_dispatch(step_ns)
+        "Launched one by one (as before recording), and recorded once then replayed (the default). \
+         µs per dispatch: over the {dispatches_per_token} kernels of a token.\n"
     );
-    println!("| the model's thread: sampling and the 4-byte readback | {:.3} | |", per_token(sample_ns));
-    println!(
-        "| cubecl's device runner (wgpu recording, submits) | {:.3} | {:.1} |",
-        per_token(runners),
-        per_dispatch(runners)
+    println!("| thread | one by one: ms per token | µs per dispatch | recorded: ms per token | µs per dispatch |");
+    println!("|---|---|---|---|---|");
+    let row = |label: &str, pick: &dyn Fn(&[u64; 4]) -> u64, dispatch: bool| {
+        let cell = |c: &[u64; 4]| {
+            let ns = pick(c);
+            let each = if dispatch { format!("{:.1}", per_dispatch(ns)) } else { String::new() };
+            format!("{:.3} | {each}", per_token(ns))
+        };
+        println!("| {label} | {} | {} |", cell(&columns[0]), cell(&columns[1]));
+    };
+    row(
+        "the model's thread: the step (Burn ops, cubecl launches or the replay; spins while the device's queue is full)",
+        &|c| c[0],
+        true,
     );
-    println!(
-        "| **host total** (model thread + runner) | **{:.3}** | {:.1} |",
-        per_token(issuing + runners),
-        per_dispatch(issuing + runners)
-    );
-    println!(
-        "| other threads of the process (the driver; on lavapipe also the GPU's own work) | {:.3} | |\n",
-        per_token(others)
-    );
+    row("the model's thread: sampling and the 4-byte readback", &|c| c[1], false);
+    row("cubecl's device runner (wgpu recording, submits)", &|c| c[2], true);
+    row("**host total** (model thread + runner)", &|c| c[0] + c[1] + c[2], true);
+    row("other threads of the process (the driver; on lavapipe also the GPU's own work)", &|c| c[3], false);
+    println!();
 
-    // One step with each launch timed on the model's thread.
+    // One step launched one by one, each launch timed on the model's thread.
+    session.model().set_step_recording(false);
     let (logits, costs, tail) = time_dispatches(thread_cpu_ns, || session.step(next));
     next = pollster::block_on(sampler.sample(logits.map_err(|e| e.to_string())?)).map_err(|e| e.to_string())?;
     print_breakdown(&costs, tail);
+    session.model().set_step_recording(true);
     upload_cost(device);
     Ok(next)
 }

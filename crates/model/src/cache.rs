@@ -355,6 +355,8 @@ impl KvCache {
     /// Puts a checkpoint's rings back; full layers hold every position, so only the length goes
     /// back for them.
     fn restore(&mut self, checkpoint: &RingCheckpoint) {
+        // The recording writes the rings about to be let go: it goes first.
+        self.recorded = None;
         for (layer, ring) in self.layers.iter_mut().zip(&checkpoint.rings) {
             if let (Some(kv), Some((keys, values))) = (layer.as_mut(), ring) {
                 kv.keys = keys.clone();
@@ -363,7 +365,6 @@ impl KvCache {
         }
         self.ring_positions.clone_from(&checkpoint.ring_positions);
         self.len = checkpoint.len;
-        self.recorded = None;
     }
 
     /// Whether `ring_positions` hold the window of positions before `n` (always true without

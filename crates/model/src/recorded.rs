@@ -95,31 +95,30 @@ pub(crate) fn step(
     if Dispatch::graph_prepare(device).is_err() {
         return Ok(run(cache));
     }
-    // A recording may allocate nothing: the runs before it leave every buffer it needs in the
-    // pools (the first also copies rings a checkpoint shares into buffers of the cache's own).
-    // They write the same keys and values at the same slots, so running the step again is
-    // harmless.
-    for _ in 0..2 {
-        drop(run(cache));
-    }
+    // This token's logits come from the first run. A recording may allocate nothing, so a second
+    // run, whose buffers go back to the pools, leaves there every buffer the recorded run takes
+    // (the first run also copies rings a checkpoint shares into buffers of the cache's own). Both
+    // write the same keys and values at the same slots.
+    let logits = run(cache);
+    drop(run(cache));
     if Dispatch::graph_start_capture(device).is_err() {
         // Closing the prepared capture returns the stream to normal use.
         let _ = Dispatch::graph_stop_capture(device);
         model.recording.failed.store(true, Ordering::Relaxed);
-        return Ok(run(cache));
+        return Ok(logits);
     }
-    let logits = run(cache);
-    let graph = match Dispatch::graph_stop_capture(device) {
-        Ok(graph) => graph,
+    // Recorded, not run: the next token's replay is its first execution.
+    let recorded_logits = run(cache);
+    match Dispatch::graph_stop_capture(device) {
+        Ok(graph) => {
+            cache.recorded = Some(RecordedStep { graph, x0, token_rows, logits: recorded_logits });
+            Ok(logits)
+        }
         Err(err) => {
             // The recorded launches never ran, and the buffers they write (the cache's among
             // them) now report the failure on any read: the caller starts the cache over.
             model.recording.failed.store(true, Ordering::Relaxed);
-            return Err(ModelError::Recording(err.to_string()));
+            Err(ModelError::Recording(err.to_string()))
         }
-    };
-    // Safety: as for the replay above; the recording was made on these buffers just now.
-    unsafe { Dispatch::graph_replay(device, &graph) }.map_err(|err| ModelError::Recording(err.to_string()))?;
-    cache.recorded = Some(RecordedStep { graph, x0, token_rows, logits: logits.clone() });
-    Ok(logits)
+    }
 }
