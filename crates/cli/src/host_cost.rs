@@ -77,13 +77,14 @@ pub fn report(
     let me = this_thread_id();
     // [launched one by one, recorded and replayed]: the model thread's step, its sampling, the
     // device runner, other threads.
-    let mut columns = [[0u64; 4]; 2];
+    let mut columns = [[0u64; 5]; 2];
     for (column, recorded) in columns.iter_mut().zip([false, true]) {
         session.model().set_step_recording(recorded);
         // The first recorded step records (and runs the step twice before): not measured.
         let logits = session.step(next).map_err(|e| e.to_string())?;
         next = pollster::block_on(sampler.sample(logits)).map_err(|e| e.to_string())?;
         let before = threads_cpu_ns();
+        let wall = std::time::Instant::now();
         let (mut step_ns, mut sample_ns) = (0u64, 0u64);
         for _ in 0..tokens {
             let start = thread_cpu_ns();
@@ -95,7 +96,7 @@ pub fn report(
         }
         let after = threads_cpu_ns();
         let [_, runners, others] = split(&before, &after, me);
-        *column = [step_ns, sample_ns, runners, others];
+        *column = [step_ns, sample_ns, runners, others, wall.elapsed().as_nanos() as u64];
     }
     let per_token = |ns: u64| ns as f64 / tokens as f64 / 1e6;
     let per_dispatch = |ns: u64| ns as f64 / tokens as f64 / dispatches_per_token.max(1) as f64 / 1e3;
@@ -106,8 +107,8 @@ pub fn report(
     );
     println!("| thread | one by one: ms per token | µs per dispatch | recorded: ms per token | µs per dispatch |");
     println!("|---|---|---|---|---|");
-    let row = |label: &str, pick: &dyn Fn(&[u64; 4]) -> u64, dispatch: bool| {
-        let cell = |c: &[u64; 4]| {
+    let row = |label: &str, pick: &dyn Fn(&[u64; 5]) -> u64, dispatch: bool| {
+        let cell = |c: &[u64; 5]| {
             let ns = pick(c);
             let each = if dispatch { format!("{:.1}", per_dispatch(ns)) } else { String::new() };
             format!("{:.3} | {each}", per_token(ns))
@@ -123,6 +124,7 @@ pub fn report(
     row("cubecl's device runner (wgpu recording, submits)", &|c| c[2], true);
     row("**host total** (model thread + runner)", &|c| c[0] + c[1] + c[2], true);
     row("other threads of the process (the driver; on lavapipe also the GPU's own work)", &|c| c[3], false);
+    row("wall time per token (GPU work included)", &|c| c[4], false);
     println!();
 
     // One step launched one by one, each launch timed on the model's thread.
