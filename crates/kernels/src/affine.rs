@@ -208,8 +208,10 @@ fn affine_matmul_kernel(
     }
 }
 
-/// `out[i, :] = dequantized row ids[i]`: one thread per code word. The embedding lookup of a
-/// packed table in one dispatch. Grid: (blocks x, blocks y) of `threads` threads.
+/// `out[i, :] = dequantized row ids[i] − first_row` for the ids this matrix holds (rows
+/// `first_row..first_row + rows` of a table split in blocks); the other rows of `out` are left as
+/// they are. One thread per code word: the embedding lookup of a packed block in one dispatch.
+/// Grid: (blocks x, blocks y) of `threads` threads.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn affine_rows_kernel(
@@ -218,6 +220,8 @@ fn affine_rows_kernel(
     ids: &[u32],
     out: &mut [f32],
     k: u32,
+    first_row: u32,
+    rows: u32,
     #[comptime] group: u32,
     #[comptime] bits: u32,
     #[comptime] threads: u32,
@@ -226,10 +230,14 @@ fn affine_rows_kernel(
     let mask = comptime!((1u32 << bits) - 1);
     let words = k / per_word;
     let position = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * threads + UNIT_POS_X;
+    let token = position / words;
+    let mut id = first_row + rows;
     if position < ids.len() as u32 * words {
-        let token = position / words;
+        id = ids[token as usize];
+    }
+    if id >= first_row && id < first_row + rows {
         let w = position % words;
-        let row = ids[token as usize];
+        let row = id - first_row;
         let word = codes[(row * words + w) as usize];
         let g = (row * (k / group) + (w * per_word) / group) as usize;
         let scale = scale_bias[2 * g];
@@ -268,23 +276,35 @@ pub trait AffineKernels: Backend {
         kernel: ProductKernel,
     ) -> FloatTensor<Self>;
 
-    /// Rows `ids` of a packed `W`, dequantized: ids `[n]` u32 → `[n, k]`.
+    /// Rows `ids` of a packed `W` (rows `first_row..` of a larger table), dequantized, written
+    /// into `out` `[n, k]` in its own buffer (contiguous); rows of ids outside `W` are left as
+    /// they are. ids `[n]` u32. Returns `out`.
     fn affine_rows(
         codes: IntTensor<Self>,
         scale_bias: FloatTensor<Self>,
         ids: IntTensor<Self>,
+        out: FloatTensor<Self>,
+        first_row: usize,
         group: usize,
         bits: u32,
     ) -> FloatTensor<Self>;
 }
 
 impl AffineKernels for CubeBackend {
-    fn affine_rows(codes: CubeTensor, scale_bias: CubeTensor, ids: CubeTensor, group: usize, bits: u32) -> CubeTensor {
+    fn affine_rows(
+        codes: CubeTensor,
+        scale_bias: CubeTensor,
+        ids: CubeTensor,
+        out: CubeTensor,
+        first_row: usize,
+        group: usize,
+        bits: u32,
+    ) -> CubeTensor {
         let per_word = (32 / bits) as usize;
         let n = ids.meta.shape()[0];
-        let k = codes.meta.shape()[1] * per_word;
+        let (rows, k) = (codes.meta.shape()[0], codes.meta.shape()[1] * per_word);
         let client = ids.client.clone();
-        let out = empty_output(&ids, burn::tensor::Shape::new([n, k]));
+        debug_assert!(out.is_contiguous() && out.meta.shape().num_elements() == n * k);
         let (grid_x, grid_y) = grid(((n * k / per_word) as u32).div_ceil(THREADS));
         affine_rows_kernel::launch(
             &client,
@@ -295,6 +315,8 @@ impl AffineKernels for CubeBackend {
             into_contiguous(ids).into_buffer_arg(),
             out.clone().into_buffer_arg(),
             k as u32,
+            first_row as u32,
+            rows as u32,
             group as u32,
             bits,
             THREADS,
@@ -565,15 +587,12 @@ impl AffineMatrix {
     /// Rows `ids` of W, dequantized: [S] → [S, k].
     pub fn select_rows(&self, ids: &[u32]) -> Tensor<2> {
         let device = self.codes.device();
-        let ids = Tensor::<1, Int>::from_data(TensorData::new(ids.to_vec(), [ids.len()]), (&device, DType::U32));
+        let n = ids.len();
+        let ids = Tensor::<1, Int>::from_data(TensorData::new(ids.to_vec(), [n]), (&device, DType::U32));
         if has_fused_kernels(&device) {
-            return Tensor::from_dispatch(<Dispatch as AffineKernels>::affine_rows(
-                self.codes.clone().into_dispatch(),
-                self.scale_bias.clone().into_dispatch(),
-                ids.into_dispatch(),
-                self.group,
-                self.bits,
-            ));
+            let mut out = Tensor::empty([n, self.k()], &device);
+            self.rows_into(&mut out, &ids, 0);
+            return out;
         }
         let picked = AffineMatrix {
             codes: self.codes.clone().select(0, ids.clone()),
@@ -582,6 +601,25 @@ impl AffineMatrix {
             bits: self.bits,
         };
         picked.dequantize()
+    }
+
+    /// Writes into `out` `[n, k]` (in its own buffer, whoever else holds it) the dequantized rows
+    /// of the ids `[n]` (u32, on the device) that W holds, W being rows `first_row..first_row +
+    /// rows` of a table split in blocks; the other rows of `out` are left as they are. The ids
+    /// never reach the host, so the launch can be recorded and replayed on new ids. Cubecl
+    /// backends only (elsewhere [`Self::select_rows`] looks rows up from host ids).
+    pub fn rows_into(&self, out: &mut Tensor<2>, ids: &Tensor<1, Int>, first_row: usize) {
+        assert!(has_fused_kernels(&self.codes.device()), "rows_into runs on the cubecl backends");
+        assert_eq!(out.dims(), [ids.dims()[0], self.k()], "rows_into: output shape");
+        *out = Tensor::from_dispatch(<Dispatch as AffineKernels>::affine_rows(
+            self.codes.clone().into_dispatch(),
+            self.scale_bias.clone().into_dispatch(),
+            ids.clone().into_dispatch(),
+            out.clone().into_dispatch(),
+            first_row,
+            self.group,
+            self.bits,
+        ));
     }
 
     /// W as f32 through tensor operations: [rows, k].
@@ -834,5 +872,28 @@ mod tests {
                 [49usize, 0, 17].iter().flat_map(|&r| dense[r * 640..(r + 1) * 640].to_vec()).collect();
             assert_eq!(got, want, "{name}: 8-bit rows");
         }
+    }
+
+    /// A table split in two blocks, ids on the device: each block writes the rows it holds into
+    /// the shared output and leaves the others alone, whichever block an id falls in.
+    #[test]
+    fn rows_into_writes_only_the_rows_a_block_holds() {
+        let Some(device) = crate::launch::test_gpu() else { return };
+        let (t, dense) = matrix(12, 128, 32, 4, 21);
+        let blocks =
+            [(0, AffineMatrix::upload_rows(&t, 0..5, &device)), (5, AffineMatrix::upload_rows(&t, 5..12, &device))];
+        let ids = [7u32, 0, 11, 4];
+        let on_device = Tensor::<1, Int>::from_data(TensorData::new(ids.to_vec(), [4]), (&device, DType::U32));
+        let row = |r: u32| dense[r as usize * 128..(r as usize + 1) * 128].to_vec();
+
+        let mut out = Tensor::<2>::zeros([4, 128], &device);
+        let (first, second) = (&blocks[0], &blocks[1]);
+        second.1.rows_into(&mut out, &on_device, second.0);
+        let want: Vec<f32> = ids.iter().flat_map(|&r| if r >= 5 { row(r) } else { vec![0.0; 128] }).collect();
+        assert_eq!(read(out.clone()), want, "only the second block's rows");
+
+        first.1.rows_into(&mut out, &on_device, first.0);
+        let want: Vec<f32> = ids.iter().flat_map(|&r| row(r)).collect();
+        assert_eq!(read(out), want, "both blocks");
     }
 }

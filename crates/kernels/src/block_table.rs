@@ -18,7 +18,7 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 use hearth_weights::{BlockRows, GgmlType};
 
-use crate::launch::{empty_output, grid, has_fused_kernels};
+use crate::launch::{grid, has_fused_kernels};
 
 const THREADS: u32 = 64;
 
@@ -119,7 +119,9 @@ fn block_value(words: &[u32], block: u32, i: u32, #[comptime] kind: u32) -> f32 
     value
 }
 
-/// `out[t, j] = scale · row(ids[t])[j]` for a slice of stored rows, one thread per value.
+/// `out[t, j] = scale · row(ids[t] − first_row)[j]` for the ids this slice holds (rows
+/// `first_row..first_row + rows` of the table), one thread per value; the other rows of `out` are
+/// left as they are.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn block_rows_kernel(
@@ -128,6 +130,8 @@ fn block_rows_kernel(
     out: &mut [f32],
     cols: u32,
     row_bytes: u32,
+    first_row: u32,
+    rows: u32,
     scale: f32,
     #[comptime] kind: u32,
     #[comptime] block_values: u32,
@@ -135,10 +139,14 @@ fn block_rows_kernel(
     #[comptime] threads: u32,
 ) {
     let position = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * threads + UNIT_POS_X;
+    let token = position / cols;
+    let mut id = first_row + rows;
     if position < ids.len() as u32 * cols {
-        let token = position / cols;
+        id = ids[token as usize];
+    }
+    if id >= first_row && id < first_row + rows {
         let j = position % cols;
-        let row = ids[token as usize];
+        let row = id - first_row;
         let block = row * row_bytes + (j / block_values) * block_bytes;
         out[position as usize] = block_value(words, block, j % block_values, kind) * scale;
     }
@@ -147,12 +155,15 @@ fn block_rows_kernel(
 /// The kernel as a Burn backend operation (cubecl backends only).
 #[backend_extension(Cube)]
 pub trait BlockKernels: Backend {
-    /// Rows `ids` of a slice of `kind` blocks (`words`: its bytes as u32), times `scale`:
-    /// `[n]` → `[n, cols]`.
+    /// Rows `ids` of a slice of `kind` blocks (`words`: its bytes as u32; rows `first_row..` of
+    /// the table), times `scale`, written into `out` `[n, cols]` in its own buffer (contiguous);
+    /// rows of ids outside the slice are left as they are. Returns `out`.
     #[allow(clippy::too_many_arguments)]
     fn block_rows(
         words: IntTensor<Self>,
         ids: IntTensor<Self>,
+        out: FloatTensor<Self>,
+        first_row: usize,
         cols: usize,
         row_bytes: usize,
         scale: f32,
@@ -166,6 +177,8 @@ impl BlockKernels for CubeBackend {
     fn block_rows(
         words: CubeTensor,
         ids: CubeTensor,
+        out: CubeTensor,
+        first_row: usize,
         cols: usize,
         row_bytes: usize,
         scale: f32,
@@ -174,8 +187,9 @@ impl BlockKernels for CubeBackend {
         block_bytes: u32,
     ) -> CubeTensor {
         let n = ids.meta.shape()[0];
+        let rows = words.meta.shape()[0] * 4 / row_bytes;
         let client = ids.client.clone();
-        let out = empty_output(&ids, burn::tensor::Shape::new([n, cols]));
+        debug_assert!(out.is_contiguous() && out.meta.shape().num_elements() == n * cols);
         let (grid_x, grid_y) = grid(((n * cols) as u32).div_ceil(THREADS));
         block_rows_kernel::launch(
             &client,
@@ -186,6 +200,8 @@ impl BlockKernels for CubeBackend {
             out.clone().into_buffer_arg(),
             cols as u32,
             row_bytes as u32,
+            first_row as u32,
+            rows as u32,
             scale,
             kind,
             block_values,
@@ -256,23 +272,56 @@ impl BlockTable {
         gather_by_block(tokens, self.rows_per_slice, device, |b, local| self.slice_rows(b, local, scale, device))
     }
 
+    /// Whether every slice is on the device (then [`Self::rows_into`] applies).
+    pub fn on_device(&self) -> bool {
+        self.slices.iter().all(|slice| matches!(slice, Slice::Device(_)))
+    }
+
+    /// Rows `ids` (u32 on the device, `[n]`) times `scale`, written into `out` `[n, cols]` in its
+    /// own buffer: one launch per slice, each writing the rows it holds. The ids never reach the
+    /// host, so the launches can be recorded and replayed on new ids. Every slice on the device
+    /// ([`Self::on_device`]).
+    pub fn rows_into(&self, out: &mut Tensor<2>, ids: &Tensor<1, Int>, scale: f32) {
+        assert!(self.on_device(), "rows_into needs the slices on the device");
+        assert_eq!(out.dims(), [ids.dims()[0], self.cols], "rows_into: output shape");
+        for (b, slice) in self.slices.iter().enumerate() {
+            if let Slice::Device(words) = slice {
+                *out = self.launch_rows(words, ids.clone(), out.clone(), b * self.rows_per_slice, scale);
+            }
+        }
+    }
+
+    /// The kernel on one device slice (rows `first_row..` of the table).
+    fn launch_rows(
+        &self,
+        words: &Tensor<1, Int>,
+        ids: Tensor<1, Int>,
+        out: Tensor<2>,
+        first_row: usize,
+        scale: f32,
+    ) -> Tensor<2> {
+        let (block_values, block_bytes) = self.ggml_type.block_layout();
+        Tensor::from_dispatch(<Dispatch as BlockKernels>::block_rows(
+            words.clone().into_dispatch(),
+            ids.into_dispatch(),
+            out.into_dispatch(),
+            first_row,
+            self.cols,
+            self.row_bytes,
+            scale,
+            kind_of(self.ggml_type).unwrap_or(0),
+            block_values as u32,
+            block_bytes as u32,
+        ))
+    }
+
     /// Rows `local` of slice `b`.
     fn slice_rows(&self, b: usize, local: &[u32], scale: f32, device: &Device) -> Tensor<2> {
         let n = local.len();
         match &self.slices[b] {
             Slice::Device(words) => {
-                let (block_values, block_bytes) = self.ggml_type.block_layout();
                 let ids = Tensor::<1, Int>::from_data(TensorData::new(local.to_vec(), [n]), (device, DType::U32));
-                Tensor::from_dispatch(<Dispatch as BlockKernels>::block_rows(
-                    words.clone().into_dispatch(),
-                    ids.into_dispatch(),
-                    self.cols,
-                    self.row_bytes,
-                    scale,
-                    kind_of(self.ggml_type).unwrap_or(0),
-                    block_values as u32,
-                    block_bytes as u32,
-                ))
+                self.launch_rows(words, ids, Tensor::empty([n, self.cols], device), 0, scale)
             }
             Slice::Host(bytes) => {
                 let mut out = Vec::with_capacity(n * self.cols);
@@ -412,6 +461,18 @@ mod tests {
                         g.to_bits() == w.to_bits() || (*g == 0.0 && *w == 0.0) || close,
                         "{name} {ty}: value {i}: {g} ≠ {w}"
                     );
+                }
+                if table.on_device() {
+                    // The ids on the device, every slice writing the rows it holds (a recorded step).
+                    let ids = Tensor::<1, Int>::from_data(
+                        TensorData::new(tokens.to_vec(), [tokens.len()]),
+                        (&device, DType::U32),
+                    );
+                    let mut out = Tensor::zeros([tokens.len(), cols], &device);
+                    table.rows_into(&mut out, &ids, 1.5);
+                    let again: Vec<f32> =
+                        pollster::block_on(out.into_data_async()).expect("readback").try_to_vec().expect("f32");
+                    assert_eq!(again, got, "{name} {ty}: rows_into");
                 }
                 let stored = if name == "cpu" { table.bytes().1 } else { table.bytes().0 };
                 assert!(stored <= (all.bytes.len() + 4 * table.slices.len()) as u64, "{name} {ty}: kept as stored");

@@ -42,4 +42,4 @@ pub use fused::{
 };
 pub use launch::has_fused_kernels;
 pub use mask::mask_logits;
-pub use overwrite::overwrite;
+pub use overwrite::{overwrite, overwrite_ids};

@@ -181,7 +181,8 @@ impl ChunkGeometry {
     /// A one-token step that reads its position from the cache's decode inputs (the recordable
     /// kind).
     pub(crate) fn is_recordable(&self) -> bool {
-        self.whole_cache && self.len == 1
+        // Only one-token chunks read the whole cache.
+        self.whole_cache
     }
 
     pub(crate) fn table(&self, kind: LayerType, head_dim: usize) -> &ChunkTable {
@@ -259,6 +260,12 @@ impl KvCache {
     /// Whether a recorded one-token step is ready to replay on this cache.
     pub fn holds_recorded_step(&self) -> bool {
         self.recorded.is_some()
+    }
+
+    /// Whether the recorded step (if any) includes the token's lookups, reading only its id;
+    /// `false` when the rows are looked up before each replay (a table on the host).
+    pub fn recorded_step_reads_the_id(&self) -> bool {
+        self.recorded.as_ref().is_some_and(crate::recorded::RecordedStep::reads_the_id)
     }
 
     /// Positions held.

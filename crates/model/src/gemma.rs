@@ -8,7 +8,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use hearth_kernels::fused::reference::bounded_tanh;
 use hearth_kernels::{
     AffineMatrix, BlockTable, CacheInput, DecodeQuery, HeadColumns, Slots, add_rms_norm, attention_softmax,
-    decode_attention, fused_decode_applies, gather_by_block, gelu_tanh_mul, rms_norm, write_cache,
+    decode_attention, fused_decode_applies, gather_by_block, gelu_tanh_mul, has_fused_kernels, rms_norm, write_cache,
 };
 use hearth_weights::{AffineTensor, HostTensor};
 
@@ -257,6 +257,27 @@ impl SplitEmbedding {
         gather_by_block(tokens, self.rows_per_block, device, |b, local| self.blocks[b].rows(local, device))
     }
 
+    /// Whether [`Self::rows_of`] applies: packed blocks (each writes the rows it holds), or a
+    /// single f32 block.
+    fn looks_up_on_device(&self) -> bool {
+        self.blocks.len() == 1 || self.blocks.iter().all(|b| matches!(b, EmbeddingBlock::Affine(_)))
+    }
+
+    /// Rows of `ids` `[n]` (u32, on the device: a recorded step's input).  [n, h]
+    fn rows_of(&self, ids: &Tensor<1, Int>) -> Tensor<2> {
+        if let [EmbeddingBlock::Dense(rows)] = self.blocks.as_slice() {
+            return rows.clone().select(0, ids.clone());
+        }
+        let width = self.blocks.first().map_or(0, EmbeddingBlock::width);
+        let mut out = Tensor::empty([ids.dims()[0], width], &ids.device());
+        for (b, block) in self.blocks.iter().enumerate() {
+            if let EmbeddingBlock::Affine(rows) = block {
+                rows.rows_into(&mut out, ids, b * self.rows_per_block);
+            }
+        }
+        out
+    }
+
     /// `x · Eᵀ`, softcapped when `softcap` (in the packed kernel itself).  [rows, vocab]
     fn logits(&self, x: Tensor<2>, softcap: Option<f32>) -> Tensor<2> {
         let parts: Vec<Tensor<2>> = self.blocks.iter().map(|b| b.logits(x.clone(), softcap)).collect();
@@ -302,6 +323,28 @@ impl TokenTable {
             }
             TokenTable::Device(table) => table.lookup(tokens, device).mul_scalar(scale),
             TokenTable::Blocks(table) => table.lookup(tokens, scale, device),
+        }
+    }
+
+    /// Rows of `ids` `[n]` (u32, on the device) times `scale`, where the table is on the device
+    /// and [`SplitEmbedding::looks_up_on_device`] holds; `None` otherwise.  [n, width]
+    fn rows_of(&self, ids: &Tensor<1, Int>, scale: f32) -> Option<Tensor<2>> {
+        match self {
+            TokenTable::Host(_) => None,
+            TokenTable::Device(table) => table.looks_up_on_device().then(|| table.rows_of(ids).mul_scalar(scale)),
+            TokenTable::Blocks(table) => table.on_device().then(|| {
+                let mut out = Tensor::empty([ids.dims()[0], table.cols()], &ids.device());
+                table.rows_into(&mut out, ids, scale);
+                out
+            }),
+        }
+    }
+
+    fn looks_up_on_device(&self) -> bool {
+        match self {
+            TokenTable::Host(_) => false,
+            TokenTable::Device(table) => table.looks_up_on_device(),
+            TokenTable::Blocks(table) => table.on_device(),
         }
     }
 
@@ -420,11 +463,14 @@ impl Gemma {
 
     fn forward_chunk(&self, tokens: &[u32], cache: &mut KvCache, all_positions: bool) -> Result<Tensor<2>, ModelError> {
         let geometry = cache.plan(tokens.len(), &self.device)?;
-        let (x0, token_rows) = self.embed(tokens);
-        let logits = if crate::recorded::applies(self, &geometry) {
-            crate::recorded::step(self, x0, token_rows, cache, &geometry)?
-        } else {
-            self.layers_and_head(x0, token_rows, cache, &geometry, all_positions)
+        let logits = match tokens {
+            [token] if crate::recorded::applies(self, &geometry) => {
+                crate::recorded::step(self, *token, cache, &geometry)?
+            }
+            _ => {
+                let (x0, token_rows) = self.embed(tokens);
+                self.layers_and_head(x0, token_rows, cache, &geometry, all_positions)
+            }
         };
         cache.commit(&geometry);
         Ok(logits)
@@ -432,12 +478,34 @@ impl Gemma {
 
     /// The tokens' embeddings `[S, h]` (scaled) and, for Gemma 4, their rows of the per-layer
     /// table `[S, L·P]` (scaled by √P): the lookups, which depend on the ids.
-    fn embed(&self, tokens: &[u32]) -> (Tensor<2>, Option<Tensor<2>>) {
+    pub(crate) fn embed(&self, tokens: &[u32]) -> (Tensor<2>, Option<Tensor<2>>) {
         let c = &self.config;
         let x0 = self.embed_tokens.lookup(tokens, &self.device).mul_scalar(c.embed_scale);
         let token_rows = self.per_layer.as_ref().map(|ple| {
             let p = ple.table.width() / c.num_layers;
             ple.table.lookup(tokens, (p as f32).sqrt(), &self.device)
+        });
+        (x0, token_rows)
+    }
+
+    /// Whether the lookups can take their ids from a device buffer ([`Self::embed_ids`]), so that
+    /// a recorded step includes them: the embedding and the per-layer table on the device, on
+    /// the cubecl backends.
+    pub(crate) fn looks_up_on_device(&self) -> bool {
+        has_fused_kernels(&self.device)
+            && self.embed_tokens.looks_up_on_device()
+            && self.per_layer.as_ref().is_none_or(|ple| ple.table.looks_up_on_device())
+    }
+
+    /// [`Self::embed`] for ids `[S]` already on the device (u32), where
+    /// [`Self::looks_up_on_device`]: one launch per embedding block and table slice, each
+    /// writing the rows it holds, so the launches do not depend on the ids.
+    pub(crate) fn embed_ids(&self, ids: &Tensor<1, Int>) -> (Tensor<2>, Option<Tensor<2>>) {
+        let c = &self.config;
+        let x0 = self.embed_tokens.rows_of(ids).mul_scalar(c.embed_scale);
+        let token_rows = self.per_layer.as_ref().and_then(|ple| {
+            let p = ple.table.width() / c.num_layers;
+            ple.table.rows_of(ids, (p as f32).sqrt())
         });
         (x0, token_rows)
     }

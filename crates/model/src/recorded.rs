@@ -5,8 +5,10 @@
 //! replay only re-encodes the prebuilt dispatches (WebGPU has no re-submittable command buffers,
 //! so re-encoding remains). A replay runs the recorded kernels on the buffers they were recorded
 //! with, so everything that changes per token lives in buffers rewritten before it:
-//! - the token's embedding and per-layer rows (looked up outside the recording, then copied into
-//!   the recording's input buffers);
+//! - the token id, in a one-id buffer the recorded lookups read (one launch per embedding block
+//!   and per-layer-table slice, each writing the rows it holds, so the launches do not depend on
+//!   the id). Where a table is on the host (small Gemma 4 models; the CPU backend never records)
+//!   the rows are looked up outside the recording and copied into its input buffers instead;
 //! - the position: each layer type's chunk table (RoPE rotation, cache slot, key count) and the
 //!   sliding layers' mask, rewritten in place by [`KvCache::plan`].
 //!
@@ -17,8 +19,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::backend::{Backend, BackendGraph, Dispatch};
-use burn::tensor::Tensor;
-use hearth_kernels::copy_into;
+use burn::tensor::{DType, Int, Tensor, TensorData};
+use hearth_kernels::{copy_into, overwrite_ids};
 
 use crate::cache::{ChunkGeometry, KvCache};
 use crate::error::ModelError;
@@ -44,12 +46,64 @@ impl Gemma {
 /// the cache's.
 pub(crate) struct RecordedStep {
     graph: BackendGraph<Dispatch>,
-    /// The token's scaled embedding `[1, h]`.
-    x0: Tensor<2>,
-    /// Its per-layer-table rows `[1, L·P]` (Gemma 4).
-    token_rows: Option<Tensor<2>>,
+    input: StepInput,
     /// What every replay writes: `[1, vocab]`. Held here, so a consumer never writes into it.
     logits: Tensor<2>,
+}
+
+impl RecordedStep {
+    pub(crate) fn reads_the_id(&self) -> bool {
+        matches!(self.input, StepInput::Id(_))
+    }
+}
+
+/// What a replay reads that the token decides.
+#[allow(clippy::large_enum_variant)] // one per cache
+enum StepInput {
+    /// The token id `[1]` (u32): the lookups are part of the recording.
+    Id(Tensor<1, Int>),
+    /// The token's scaled embedding `[1, h]` and per-layer-table rows `[1, L·P]` (Gemma 4),
+    /// looked up before each replay.
+    Rows { x0: Tensor<2>, token_rows: Option<Tensor<2>> },
+}
+
+impl StepInput {
+    /// This step's input for `token`, in buffers a recording can keep reading.
+    fn new(model: &Gemma, token: u32) -> Self {
+        if model.looks_up_on_device() {
+            let ids = TensorData::new(vec![token], [1]);
+            return StepInput::Id(Tensor::from_data(ids, (model.device(), DType::U32)));
+        }
+        let (x0, token_rows) = model.embed(&[token]);
+        let stable = |t: Tensor<2>| {
+            let mut input = Tensor::zeros(t.shape(), &t.device());
+            copy_into(&mut input, t);
+            input
+        };
+        StepInput::Rows { x0: stable(x0), token_rows: token_rows.map(stable) }
+    }
+
+    /// Rewrites the input, in its own buffers, for `token`.
+    fn rewrite(&mut self, model: &Gemma, token: u32) {
+        match self {
+            StepInput::Id(id) => overwrite_ids(id, vec![token]),
+            StepInput::Rows { x0, token_rows } => {
+                let (new_x0, new_rows) = model.embed(&[token]);
+                copy_into(x0, new_x0);
+                if let (Some(input), Some(rows)) = (token_rows.as_mut(), new_rows) {
+                    copy_into(input, rows);
+                }
+            }
+        }
+    }
+
+    /// The embedding and per-layer rows the layers take (launching the lookups, for an id).
+    fn embedded(&self, model: &Gemma) -> (Tensor<2>, Option<Tensor<2>>) {
+        match self {
+            StepInput::Id(id) => model.embed_ids(id),
+            StepInput::Rows { x0, token_rows } => (x0.clone(), token_rows.clone()),
+        }
+    }
 }
 
 /// Whether this step is recorded or replayed.
@@ -59,38 +113,31 @@ pub(crate) fn applies(model: &Gemma, geometry: &ChunkGeometry) -> bool {
         && !model.recording.failed.load(Ordering::Relaxed)
 }
 
-/// The logits `[1, vocab]` of a one-token step: the cache's recording replayed on this token's
-/// inputs, or the step recorded now (and run) when the cache has none.
+/// The logits `[1, vocab]` of a one-token step: the cache's recording replayed on this token,
+/// or the step recorded now (and run) when the cache has none.
 pub(crate) fn step(
     model: &Gemma,
-    x0: Tensor<2>,
-    token_rows: Option<Tensor<2>>,
+    token: u32,
     cache: &mut KvCache,
     geometry: &ChunkGeometry,
 ) -> Result<Tensor<2>, ModelError> {
     let device = model.device().as_dispatch();
     if let Some(recorded) = cache.recorded.as_mut() {
-        copy_into(&mut recorded.x0, x0);
-        if let (Some(input), Some(rows)) = (recorded.token_rows.as_mut(), token_rows) {
-            copy_into(input, rows);
-        }
+        recorded.input.rewrite(model, token);
         // Safety: every buffer the recording touched is alive and unchanged: the weights (the
         // model outlives its caches' steps), the cache's layers (a change of buffer drops the
-        // recording), the geometry's inputs (the cache's own), and the inputs and logits held in
+        // recording), the geometry's inputs (the cache's own), and the input and logits held in
         // `recorded`. Everything runs on this one device stream, in order.
         unsafe { Dispatch::graph_replay(device, &recorded.graph) }
             .map_err(|err| ModelError::Recording(err.to_string()))?;
         return Ok(recorded.logits.clone());
     }
 
-    // The recording's own input buffers, which later tokens are copied into.
-    let stable = |t: Tensor<2>| {
-        let mut input = Tensor::zeros(t.shape(), &t.device());
-        copy_into(&mut input, t);
-        input
+    let input = StepInput::new(model, token);
+    let run = |cache: &mut KvCache| {
+        let (x0, token_rows) = input.embedded(model);
+        model.layers_and_head(x0, token_rows, cache, geometry, false)
     };
-    let (x0, token_rows) = (stable(x0), token_rows.map(stable));
-    let run = |cache: &mut KvCache| model.layers_and_head(x0.clone(), token_rows.clone(), cache, geometry, false);
 
     if Dispatch::graph_prepare(device).is_err() {
         return Ok(run(cache));
@@ -111,7 +158,7 @@ pub(crate) fn step(
     let recorded_logits = run(cache);
     match Dispatch::graph_stop_capture(device) {
         Ok(graph) => {
-            cache.recorded = Some(RecordedStep { graph, x0, token_rows, logits: recorded_logits });
+            cache.recorded = Some(RecordedStep { graph, input, logits: recorded_logits });
             Ok(logits)
         }
         Err(err) => {

@@ -261,13 +261,26 @@ export const POLICIES = {
     // Not listed: it is in a submenu, which opens when the pointer rests on its parent; try the
     // items in turn (a disabled one refuses the pointer).
     const tried = new Set();
-    for (;;) {
+    let parent = null;
+    for (let retries = 2; ; ) {
       const els = await look(env);
       const item = els.find((e) => e.role === "menuitem" && e.name === label);
-      if (item) return void (await click(env, item));
+      if (item) {
+        const text = await env.tool("click", { index: item.index });
+        // The submenu may close between the snapshot and the click (jQuery UI closes it after a
+        // delay when the pointer leaves): rest on its parent again and look once more.
+        if (text.startsWith("Error: ") && /not visible/.test(text) && parent && retries-- > 0) {
+          const again = (await look(env)).find((e) => e.role === "menuitem" && e.name === parent.name);
+          if (again) await env.tool("hover", { index: again.index });
+          continue;
+        }
+        if (text.startsWith("Error: ")) throw new GiveUp(`click {"index":${item.index}}: ${text.slice(7)}`);
+        return;
+      }
       const next = els.find((e) => e.role === "menuitem" && !tried.has(e.index));
       if (!next) throw new GiveUp(`no menu item "${label}", and no submenu shows it`);
       tried.add(next.index);
+      parent = next;
       await env.tool("hover", { index: next.index });
     }
   },
