@@ -234,6 +234,77 @@ fn write_cache_kernel(
     }
 }
 
+/// A chunk's keys and values into their caches in one dispatch: rows `0..rows` are the keys'
+/// (token, head) pairs (RMSNorm with `weight`, then RoPE), rows `rows..2·rows` the values' (RMSNorm
+/// without a weight when `v_norm`, else as they are), each to slot `(start + t) % capacity` with
+/// `start` read from the chunk table, as [`write_cache_kernel`] does for one of them.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn write_keys_values_kernel(
+    xk: &[f32],
+    xv: &[f32],
+    weight: &[f32],
+    table: &[f32],
+    keys: &mut [f32],
+    values: &mut [f32],
+    rows: u32,
+    heads: u32,
+    size: u32,
+    k_stride: u32,
+    k_offset: u32,
+    v_stride: u32,
+    v_offset: u32,
+    capacity: u32,
+    eps: f32,
+    #[comptime] v_norm: bool,
+    #[comptime] threads: u32,
+    #[comptime] levels: u32,
+) {
+    let row = CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X;
+    let is_value = row >= rows;
+    let mut local = row;
+    if is_value {
+        local = row - rows;
+    }
+    let (token, head) = (local / heads, local % heads);
+    let in_range = row < 2 * rows;
+    let base_k = token * k_stride + k_offset + head * size;
+    let base_v = token * v_stride + v_offset + head * size;
+    // Every thread takes part in both reductions (they synchronise the block).
+    let inv_k = inverse_rms(xk, base_k, size, in_range && !is_value, eps, threads, levels);
+    let mut inv_v = f32::new(1.0);
+    if v_norm {
+        inv_v = inverse_rms(xv, base_v, size, in_range && is_value, eps, threads, levels);
+    }
+    let start = u32::cast_from(table[((rows / heads) * 2 * size) as usize]);
+    if in_range {
+        let destination = head * capacity * size + ((start + token) % capacity) * size;
+        let (half, row_base) = (size / 2, token * 2 * size);
+        let mut i = UNIT_POS_X;
+        while i < size {
+            if is_value {
+                values[(destination + i) as usize] = xv[(base_v + i) as usize] * inv_v;
+            } else {
+                let value = x_normed(xk, weight, base_k, i, inv_k);
+                let partner = (i + half) % size;
+                let mut rotated = x_normed(xk, weight, base_k, partner, inv_k);
+                if i < half {
+                    rotated = -rotated;
+                }
+                keys[(destination + i) as usize] =
+                    value * table[(row_base + i) as usize] + rotated * table[(row_base + size + i) as usize];
+            }
+            i += threads;
+        }
+    }
+}
+
+/// Value `i` of the row at `base`, times its inverse RMS and the norm's weight.
+#[cube]
+fn x_normed(x: &[f32], weight: &[f32], base: u32, i: u32, inv_rms: f32) -> f32 {
+    x[(base + i) as usize] * inv_rms * weight[i as usize]
+}
+
 #[cube(launch)]
 fn gelu_tanh_mul_kernel(gate: &[f32], up: &[f32], out: &mut [f32], n: u32, #[comptime] threads: u32) {
     let i = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * threads + UNIT_POS_X;
@@ -280,6 +351,23 @@ pub trait FusedOps: Backend {
         scaled: bool,
         rope: bool,
     ) -> FloatTensor<Self>;
+    /// Keys (columns `k_column..` of `xk` `[S, ·]`, RMSNorm with `weight`, RoPE) and values
+    /// (columns `v_column..` of `xv`, RMSNorm without a weight when `v_norm`) into `keys` and
+    /// `values` `[heads, capacity, d]` at the table's slots. Returns both caches (written in place
+    /// when nothing else holds them).
+    #[allow(clippy::too_many_arguments)]
+    fn fused_write_keys_values(
+        keys: FloatTensor<Self>,
+        values: FloatTensor<Self>,
+        xk: FloatTensor<Self>,
+        k_column: usize,
+        xv: FloatTensor<Self>,
+        v_column: usize,
+        weight: FloatTensor<Self>,
+        table: FloatTensor<Self>,
+        eps: f32,
+        v_norm: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
     /// `(residual + RMSNorm(x)·w) · scale` over the last dimension.
     fn fused_add_rms_norm(
         residual: FloatTensor<Self>,
@@ -391,6 +479,55 @@ impl FusedOps for CubeBackend {
             THREADS.trailing_zeros(),
         );
         cache
+    }
+
+    fn fused_write_keys_values(
+        keys: CubeTensor,
+        values: CubeTensor,
+        xk: CubeTensor,
+        k_column: usize,
+        xv: CubeTensor,
+        v_column: usize,
+        weight: CubeTensor,
+        table: CubeTensor,
+        eps: f32,
+        v_norm: bool,
+    ) -> (CubeTensor, CubeTensor) {
+        let writable = |cache: CubeTensor| {
+            if cache.can_mut() && cache.is_contiguous() { cache } else { into_contiguous(cache.copy()) }
+        };
+        let (keys, values) = (writable(keys), writable(values));
+        let (xk, xv) = (into_contiguous(xk), into_contiguous(xv));
+        let tokens = xk.meta.shape()[0];
+        let (k_stride, v_stride) = (xk.meta.shape()[1], xv.meta.shape()[1]);
+        let (heads, size, capacity) = (keys.meta.shape()[0], keys.meta.shape()[2], keys.meta.shape()[1]);
+        debug_assert_eq!(keys.meta.shape(), values.meta.shape(), "keys and values caches alike");
+        let rows = tokens * heads;
+        let (grid_x, grid_y) = grid(2 * rows as u32);
+        write_keys_values_kernel::launch(
+            &xk.client.clone(),
+            CubeCount::Static(grid_x, grid_y, 1),
+            CubeDim::new_1d(THREADS),
+            xk.into_buffer_arg(),
+            xv.into_buffer_arg(),
+            into_contiguous(weight).into_buffer_arg(),
+            into_contiguous(table).into_buffer_arg(),
+            keys.clone().into_buffer_arg(),
+            values.clone().into_buffer_arg(),
+            rows as u32,
+            heads as u32,
+            size as u32,
+            k_stride as u32,
+            k_column as u32,
+            v_stride as u32,
+            v_column as u32,
+            capacity as u32,
+            eps,
+            v_norm,
+            THREADS,
+            THREADS.trailing_zeros(),
+        );
+        (keys, values)
     }
 
     fn fused_add_rms_norm(residual: CubeTensor, x: CubeTensor, weight: CubeTensor, eps: f32, scale: f32) -> CubeTensor {
@@ -594,6 +731,43 @@ pub fn write_cache(
         scaled,
         rope,
     ))
+}
+
+/// A chunk's keys and values into their caches `[heads, capacity, d]` at the table's slots
+/// (`(start + t) % capacity`): the keys RMS-normed with `k_norm` and rotated, the values normed
+/// without a weight when `v_normed` (Gemma 4) or as they are (Gemma 3). One dispatch on the cubecl
+/// backends, two [`write_cache`]s elsewhere. Returns (keys, values), written into the caches' own
+/// buffers when the caller passes their only references.
+#[allow(clippy::too_many_arguments)]
+pub fn write_keys_values(
+    keys: Tensor<3>,
+    values: Tensor<3>,
+    k: HeadColumns,
+    k_norm: &Tensor<1>,
+    v: HeadColumns,
+    v_normed: bool,
+    table: &ChunkTable,
+    eps: f32,
+) -> (Tensor<3>, Tensor<3>) {
+    let v_input = if v_normed { CacheInput::Normed } else { CacheInput::Plain };
+    if !has_fused_kernels(&k.x.device()) {
+        let keys = write_cache(keys, k, CacheInput::NormedRotated { weight: k_norm }, table, Slots::AtPositions, eps);
+        let values = write_cache(values, v, v_input, table, Slots::AtPositions, eps);
+        return (keys, values);
+    }
+    let (keys, values) = <Dispatch as FusedOps>::fused_write_keys_values(
+        keys.into_dispatch(),
+        values.into_dispatch(),
+        k.x.into_dispatch(),
+        k.column,
+        v.x.into_dispatch(),
+        v.column,
+        k_norm.clone().into_dispatch(),
+        table.table.clone().into_dispatch(),
+        eps,
+        v_normed,
+    );
+    (Tensor::from_dispatch(keys), Tensor::from_dispatch(values))
 }
 
 /// Copies `src` into `dst` (same shape). On the cubecl backends the values go into `dst`'s own
@@ -806,6 +980,32 @@ mod tests {
             // Slots 2 and 3 were not written.
             let before = read(ring());
             assert_eq!(fused[2 * d..4 * d], before[2 * d..4 * d], "cache write {i}: untouched slots");
+        }
+
+        // Keys and values in one dispatch, from one projection output (k at column d, v after
+        // it) and from two: the same caches as two writes on the CPU.
+        for v_normed in [false, true] {
+            let v_column = (heads + 1) * d;
+            let from_one = |x: &Tensor<2>, column| HeadColumns { x: x.clone(), column, heads: 1, head_dim: d };
+            let narrow = |x: &Tensor<2>, column| x.clone().slice([0..s, column..column + d]);
+            let on_cpu = |keys, values, xk: &Tensor<2>, kc, xv: &Tensor<2>, vc| {
+                let (k, v) = (from_one(xk, kc), from_one(xv, vc));
+                write_keys_values(keys, values, k, &w_cpu, v, v_normed, &table_cpu, 1e-6)
+            };
+            let ring1 =
+                |seed| Tensor::<3>::from_data(TensorData::new(values(capacity * d, seed), [1, capacity, d]), &gpu);
+            let (want_k, want_v) = on_cpu(to_cpu(ring1(10)), to_cpu(ring1(11)), &x_cpu, d, &x_cpu, v_column);
+            let (want_k, want_v) = (read(want_k), read(want_v));
+            let (k, v) = (from_one(&x, d), from_one(&x, v_column));
+            let (got_k, got_v) = write_keys_values(ring1(10), ring1(11), k, &w, v, v_normed, &table, 1e-6);
+            assert!(max_diff(&read(got_k), &want_k) < 1e-5, "keys+values {v_normed}: keys");
+            assert!(max_diff(&read(got_v), &want_v) < 1e-5, "keys+values {v_normed}: values");
+            // Separate projection outputs (k and v `[S, d]` each).
+            let (xk, xv) = (narrow(&x, d), narrow(&x, v_column));
+            let (k, v) = (from_one(&xk, 0), from_one(&xv, 0));
+            let (got_k, got_v) = write_keys_values(ring1(10), ring1(11), k, &w, v, v_normed, &table, 1e-6);
+            assert!(max_diff(&read(got_k), &want_k) < 1e-5, "separate keys+values {v_normed}: keys");
+            assert!(max_diff(&read(got_v), &want_v) < 1e-5, "separate keys+values {v_normed}: values");
         }
 
         // The same table rewritten for positions 6..9 moves the writes without a new tensor: the

@@ -10,7 +10,7 @@
 //! compaction rewrote what follows.
 
 use burn::tensor::{Device, Tensor, TensorData};
-use hearth_kernels::{CacheInput, ChunkTable, HeadColumns, Slots, fused_decode_applies, overwrite, write_cache};
+use hearth_kernels::{ChunkTable, HeadColumns, fused_decode_applies, overwrite, write_keys_values};
 
 use crate::config::{LayerType, TextConfig};
 use crate::error::ModelError;
@@ -476,25 +476,27 @@ impl KvCache {
         Ok(ChunkGeometry { start, len: s, masks, tables, ring_positions_after, whole_cache: false })
     }
 
-    /// Stores layer `layer`'s new keys and values ([Hkv, S, d]) and returns everything the chunk's
-    /// queries may attend to: [Hkv, n, d] (positions for full layers, ring slots for sliding ones).
     /// Writes a chunk's keys and values (`Hkv` heads each, before their norms and RoPE) into layer
-    /// `layer`'s cache, each transformed as its [`CacheInput`] says, and returns the keys and
-    /// values attention reads: `[Hkv, n, d]` (the cache so far, or the whole ring).
+    /// `layer`'s cache (keys normed with `k_norm` and rotated, values normed when `v_normed`) and
+    /// returns the keys and values attention reads: `[Hkv, n, d]` (the cache so far, or the whole
+    /// ring).
     pub(crate) fn write(
         &mut self,
         layer: usize,
         geometry: &ChunkGeometry,
-        (k, k_input): (HeadColumns, CacheInput),
-        (v, v_input): (HeadColumns, CacheInput),
+        (k, k_norm): (HeadColumns, &Tensor<1>),
+        (v, v_normed): (HeadColumns, bool),
         eps: f32,
     ) -> (Tensor<3>, Tensor<3>) {
         let kv = self.layers[layer].as_mut().expect("only layers with their own K/V write to the cache");
         let (heads, d) = (k.heads, k.head_dim);
         let table = geometry.table(kv.kind, d);
-        // Slots are (start + t) % capacity: a full-attention cache never wraps, a ring may.
-        assign_in_place(&mut kv.keys, |keys| write_cache(keys, k, k_input, table, Slots::AtPositions, eps));
-        assign_in_place(&mut kv.values, |values| write_cache(values, v, v_input, table, Slots::AtPositions, eps));
+        // Slots are (start + t) % capacity: a full-attention cache never wraps, a ring may. Burn
+        // writes in place only into a tensor nothing else references: the caches are handed over.
+        let device = kv.keys.device();
+        let keys = std::mem::replace(&mut kv.keys, Tensor::empty([0, 0, 0], &device));
+        let values = std::mem::replace(&mut kv.values, Tensor::empty([0, 0, 0], &device));
+        (kv.keys, kv.values) = write_keys_values(keys, values, k, k_norm, v, v_normed, table, eps);
         match kv.kind {
             LayerType::Full if geometry.whole_cache => (kv.keys.clone(), kv.values.clone()),
             LayerType::Full => {
@@ -510,13 +512,4 @@ impl KvCache {
         self.ring_positions.clone_from(&geometry.ring_positions_after);
         self.len = geometry.start + geometry.len;
     }
-}
-
-/// Replaces `cache` by `write(cache)`, handing `write` the only reference: Burn writes in place
-/// only into a tensor nothing else references, and `cache.clone()` would make it copy the whole
-/// cache first (every layer, every token).
-fn assign_in_place(cache: &mut Tensor<3>, write: impl FnOnce(Tensor<3>) -> Tensor<3>) {
-    let device = cache.device();
-    let owned = std::mem::replace(cache, Tensor::empty([0, 0, 0], &device));
-    *cache = write(owned);
 }

@@ -611,9 +611,7 @@ impl Gemma {
 
         let (keys, values) = match (kv, &attn.k_norm, spec.kv_producer) {
             (Some((k, v)), Some(k_norm), _) => {
-                let k_input = CacheInput::NormedRotated { weight: k_norm };
-                let v_input = if c.v_norm { CacheInput::Normed } else { CacheInput::Plain };
-                let (keys, values) = cache.write(i, geometry, (k, k_input), (v, v_input), c.rms_norm_eps);
+                let (keys, values) = cache.write(i, geometry, (k, k_norm), (v, c.v_norm), c.rms_norm_eps);
                 produced[i] = Some((keys.clone(), values.clone()));
                 (keys, values)
             }
