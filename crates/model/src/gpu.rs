@@ -69,9 +69,17 @@ impl From<WgpuInitError> for GpuError {
     }
 }
 
+/// Kernel launches encoded before cubecl submits them (its default is 32). A submit is the
+/// costliest WebGPU call a token makes in Chrome (about 0.17 ms on SwiftShader on a 2-core VM, as
+/// much as 50 dispatches' encoding: benches/RESULTS.md, fifteenth session), and E2B decodes about
+/// 380 dispatches a token: 12 submits at 32, 2 at 256 (one more at the readback). Not unbounded:
+/// the GPU starts a token's work only at the first submit, and a prompt's chunk must not wait
+/// for all its launches.
+pub const TASKS_PER_SUBMIT: usize = 256;
+
 /// Initialises Burn on the default wgpu adapter. The only way in the browser; also works natively.
 pub async fn init_gpu() -> Result<Gpu, GpuError> {
-    let (device, setup) = Device::wgpu_options().init_with_setup_async().await?;
+    let (device, setup) = Device::wgpu_options().tasks_max(TASKS_PER_SUBMIT).init_with_setup_async().await?;
     Ok(Gpu { device, adapter: describe(&setup) })
 }
 
@@ -85,7 +93,7 @@ pub fn init_gpu_blocking() -> Result<Gpu, GpuError> {
     if let Some(gpu) = cached.as_ref() {
         return Ok(gpu.clone());
     }
-    let (device, setup) = Device::wgpu_options().init_with_setup()?;
+    let (device, setup) = Device::wgpu_options().tasks_max(TASKS_PER_SUBMIT).init_with_setup()?;
     let gpu = Gpu { device, adapter: describe(&setup) };
     *cached = Some(gpu.clone());
     Ok(gpu)

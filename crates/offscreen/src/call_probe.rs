@@ -164,7 +164,7 @@ async fn free(model: &ModelHandles, prompt: &str, sampling: SamplingOptions, max
     let options = GenerateOptions { max_tokens, stop_tokens: &model.stop_tokens, tool_calls: None };
     let on_token = |id, _: &str| if Some(id) == close { ControlFlow::Break(()) } else { ControlFlow::Continue(()) };
     let generation =
-        generate::generate(&mut session, &mut sampler, &model.tokenizer, &ids, options, engine::now_ms, on_token)
+        generate::generate(&mut session, &mut sampler, &model.tokenizer, &ids, options, engine::clock_ms, on_token)
             .await
             .map_err(|e| e.to_string())?;
     let text = format!("{CALL_OPEN}{}", generation.text);

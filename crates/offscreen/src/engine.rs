@@ -327,6 +327,23 @@ thread_local! {
     static ENGINE: RefCell<Engine> = RefCell::new(Engine::default());
 }
 
+/// A monotonic clock for the generation's timings: `performance.now()`, which the browser gives
+/// in 0.1 ms steps or finer (`Date.now()` has whole milliseconds, too coarse for a token's host
+/// time of about one).
+pub fn clock_ms() -> f64 {
+    #[cfg(target_arch = "wasm32")]
+    return performance_now();
+    #[cfg(not(target_arch = "wasm32"))]
+    now_ms()
+}
+
+#[cfg(target_arch = "wasm32")]
+#[wasm_bindgen::prelude::wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(js_namespace = performance, js_name = now)]
+    fn performance_now() -> f64;
+}
+
 pub fn now_ms() -> f64 {
     #[cfg(target_arch = "wasm32")]
     return js_sys::Date::now();
@@ -494,7 +511,7 @@ pub async fn generate(request: &GenerateRequest, emit: &impl Fn(&GenerationEvent
             emit(&GenerationEvent::Token { request_id, token_id, text: text.into() });
             ControlFlow::Continue(())
         };
-        generate::generate(&mut session, &mut sampler, tokenizer, &ids, options, now_ms, on_token)
+        generate::generate(&mut session, &mut sampler, tokenizer, &ids, options, clock_ms, on_token)
             .await
             .map_err(|e| e.to_string())
     }

@@ -329,7 +329,7 @@ pub(crate) fn burn_generate(
                 &model.tokenizer,
                 &ids,
                 options,
-                engine::now_ms,
+                engine::clock_ms,
                 on_token,
             )
             .await
