@@ -140,7 +140,16 @@ async function serve(wllama) {
       res.writeHead(200, { ...headers, "content-type": TYPES[".html"] }).end("<!doctype html><title>bench</title>");
     } else if (file && existsSync(file)) {
       const size = statSync(file).size;
-      res.writeHead(200, { ...headers, "content-type": TYPES[extname(file)] ?? "application/octet-stream", "content-length": size });
+      const type = TYPES[extname(file)] ?? "application/octet-stream";
+      // Byte ranges: a model over an ArrayBuffer's limit is read piece by piece, as the store does.
+      const range = /^bytes=(\d+)-(\d+)$/.exec(req.headers.range ?? "");
+      if (range) {
+        const [start, end] = [Number(range[1]), Math.min(Number(range[2]), size - 1)];
+        res.writeHead(206, { ...headers, "content-type": type, "content-length": end - start + 1, "content-range": `bytes ${start}-${end}/${size}` });
+        createReadStream(file, { start, end }).pipe(res);
+        return;
+      }
+      res.writeHead(200, { ...headers, "content-type": type, "content-length": size });
       if (req.method === "HEAD") res.end();
       else createReadStream(file).pipe(res);
     } else {
@@ -164,10 +173,23 @@ async function hearth(chrome, server) {
     "/offscreen.html",
     `(async () => {
       const engine = await import(chrome.runtime.getURL("wasm/hearth_offscreen.js"));
+      const url = ${JSON.stringify(`${server.url}/model.gguf`)};
+      const template = ${JSON.stringify(RAW_TEMPLATE)};
+      const size = ${statSync(model).size};
       const fetched = performance.now();
-      const bytes = new Uint8Array(await (await fetch(${JSON.stringify(`${server.url}/model.gguf`)})).arrayBuffer());
+      if (size > 1 << 30) {
+        // Larger than one ArrayBuffer may be: streamed in the pieces the loader asks for.
+        const read = async (_path, offset, length) => {
+          const range = { range: \`bytes=\${offset}-\${offset + length - 1}\` };
+          return new Uint8Array(await (await fetch(url, { headers: range })).arrayBuffer());
+        };
+        const files = engine.ModelFiles.streamed_gguf("model", "model.gguf", size, read, template);
+        const status = JSON.parse(await engine.startEngine("", "", files));
+        return { status, fetchMs: 0 };
+      }
+      const bytes = new Uint8Array(await (await fetch(url)).arrayBuffer());
       const fetchMs = performance.now() - fetched;
-      const status = JSON.parse(await engine.startEngine("", "", engine.ModelFiles.gguf("model", bytes, ${JSON.stringify(RAW_TEMPLATE)})));
+      const status = JSON.parse(await engine.startEngine("", "", engine.ModelFiles.gguf("model", bytes, template)));
       return { status, fetchMs };
     })()`,
     3_600_000,
