@@ -3,7 +3,7 @@
 // the same headless Chromium, on the same machine. Prints Markdown rows for benches/RESULTS.md.
 //
 //   cargo xtask build    # a test build in dist/extension
-//   node scripts/bench-browser.mjs --model gemma-3-270m-q4_k_m.gguf [--tokens 16] [--hearth-only] [--profile out.cpuprofile]
+//   node scripts/bench-browser.mjs --model gemma-3-270m-q4_k_m.gguf [--tokens 16] [--hearth-only] [--profile out.cpuprofile] [--prompt text]
 //
 // `--hearth-only` leaves wllama out (a synthetic file whose figures are only Hearth's host cost).
 // `--profile out.cpuprofile` records the offscreen document's thread during Hearth's generation
@@ -23,7 +23,7 @@ import { clickLauncher, overlayData, overlayHost, waitForEngine } from "../tests
 
 const WLLAMA_VERSION = "3.13.0";
 // Raw completion on both sides (Gemma 3 270M is a base model and its GGUF has no chat template).
-const PROMPT = "Once upon a time, in a small village,";
+const PROMPT = option("--prompt", "Once upon a time, in a small village,");
 const RAW_TEMPLATE = "{{ bos_token }}{{ messages[0]['content'] }}";
 
 function option(name, fallback) {
