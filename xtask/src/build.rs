@@ -28,9 +28,15 @@ pub fn build(options: &Options) -> Result<PathBuf, String> {
 
 /// wasm-bindgen, the TypeScript bundles and the static files around an already compiled module.
 pub fn assemble(root: &Path, wasm: &Path, options: &Options) -> Result<PathBuf, String> {
+    let wasm_bindgen = toolchain::WasmBindgen::find_or_install(root, None)?.wait()?;
+    assemble_with(root, wasm, &wasm_bindgen, options)
+}
+
+/// [`assemble`] with a wasm-bindgen CLI already found.
+pub fn assemble_with(root: &Path, wasm: &Path, wasm_bindgen: &Path, options: &Options) -> Result<PathBuf, String> {
     let dist = root.join("dist/extension");
     std::fs::create_dir_all(&dist).map_err(|e| format!("creating {}: {e}", dist.display()))?;
-    bindgen(root, wasm, &dist.join("wasm"), options)?;
+    bindgen(root, wasm, wasm_bindgen, &dist.join("wasm"), options)?;
     let mut bundle = process::command("node", &["build.mjs"]);
     bundle.arg(&dist).current_dir(root.join("extension"));
     if !options.release {
@@ -108,55 +114,22 @@ pub fn target_dir(root: &Path) -> PathBuf {
 /// A running compilation of crates/offscreen for wasm32 (release mode). `cargo xtask test` starts
 /// it first so that it shares the two cores with the native build instead of following it.
 pub struct WasmBuild {
-    /// None once waited for.
-    child: Option<std::process::Child>,
-    log: Option<PathBuf>,
+    job: process::Background,
     wasm: PathBuf,
 }
 
 impl WasmBuild {
     /// Starts the build; its output goes to `log` when given, else to the terminal.
     pub fn start(root: &Path, log: Option<&Path>, release: bool) -> Result<Self, String> {
-        let (mut cmd, wasm) = wasm_command(root, release)?;
-        if let Some(log) = log {
-            let file = std::fs::File::create(log).map_err(|e| format!("creating {}: {e}", log.display()))?;
-            let err = file.try_clone().map_err(|e| e.to_string())?;
-            cmd.stdout(file).stderr(err);
-        }
-        eprintln!(
-            "xtask: compiling the offscreen engine for wasm32{}",
-            log.map(|l| format!(" (log: {})", l.display())).unwrap_or_default()
-        );
-        let child = cmd.spawn().map_err(|e| format!("could not start the wasm build: {e}"))?;
-        Ok(WasmBuild { child: Some(child), log: log.map(Path::to_path_buf), wasm })
+        let (cmd, wasm) = wasm_command(root, release)?;
+        eprintln!("xtask: compiling the offscreen engine for wasm32");
+        Ok(WasmBuild { job: process::Background::start(cmd, log)?, wasm })
     }
 
     /// Waits for the build and returns the .wasm path.
-    pub fn wait(mut self) -> Result<PathBuf, String> {
-        let mut child = self.child.take().ok_or("the wasm build was already waited for")?;
-        let status = child.wait().map_err(|e| e.to_string())?;
-        if status.success() {
-            return Ok(self.wasm.clone());
-        }
-        let tail = self
-            .log
-            .as_ref()
-            .and_then(|log| std::fs::read_to_string(log).ok())
-            .map(|text| {
-                text.lines().rev().take(60).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
-            })
-            .unwrap_or_default();
-        Err(format!("the wasm build failed ({status})\n{tail}"))
-    }
-}
-
-impl Drop for WasmBuild {
-    /// A test run that fails early must not leave the compiler running.
-    fn drop(&mut self) {
-        if let Some(child) = self.child.as_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+    pub fn wait(self) -> Result<PathBuf, String> {
+        self.job.wait().map_err(|e| format!("the wasm build failed: {e}"))?;
+        Ok(self.wasm)
     }
 }
 
@@ -260,7 +233,7 @@ fn normalize_declaration(dts: &str) -> String {
 }
 
 /// wasm-bindgen --target web, then wasm-opt when available.
-fn bindgen(root: &Path, wasm: &Path, out_dir: &Path, options: &Options) -> Result<(), String> {
+fn bindgen(root: &Path, wasm: &Path, wasm_bindgen: &Path, out_dir: &Path, options: &Options) -> Result<(), String> {
     let release = options.release;
     let compiled = std::fs::read(wasm).map_err(|e| format!("reading {}: {e}", wasm.display()))?;
     if command_style_linkage(&compiled) {
@@ -270,8 +243,7 @@ fn bindgen(root: &Path, wasm: &Path, out_dir: &Path, options: &Options) -> Resul
             wasm.display()
         ));
     }
-    let wasm_bindgen = toolchain::wasm_bindgen(root)?;
-    let mut cmd = Command::new(&wasm_bindgen);
+    let mut cmd = Command::new(wasm_bindgen);
     cmd.args(["--target", "web", "--remove-producers-section"]);
     // The name section is half the module and only helps debuggers and profiles (panics still carry
     // messages): HEARTH_WASM_NAMES=1 keeps it, for `bench-browser.mjs --profile`.

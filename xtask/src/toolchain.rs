@@ -84,37 +84,62 @@ pub fn locked_version(root: &Path, krate: &str) -> Result<String, String> {
     Ok(lock[start..end].to_string())
 }
 
-/// A wasm-bindgen CLI of exactly the crate's version: found, or installed into the cache.
-pub fn wasm_bindgen(root: &Path) -> Result<PathBuf, String> {
-    let wanted = locked_version(root, "wasm-bindgen")?;
-    let cached = cache_dir().join(format!("wasm-bindgen-{wanted}/bin/wasm-bindgen"));
-    let mut seen = Vec::new();
-    for candidate in
-        [std::env::var_os("HEARTH_WASM_BINDGEN").map(PathBuf::from), Some(cached.clone()), Some("wasm-bindgen".into())]
-            .into_iter()
-            .flatten()
-    {
-        if let Some(version) = process::output(&candidate.to_string_lossy(), &["--version"]) {
-            if version.split_whitespace().nth(1) == Some(wanted.as_str()) {
-                return Ok(candidate);
+/// A wasm-bindgen CLI of exactly the crate's version: found, or being installed into the cache.
+pub enum WasmBindgen {
+    Found(PathBuf),
+    Installing { job: process::Background, wanted: String, path: PathBuf },
+}
+
+impl WasmBindgen {
+    /// Finds the CLI, or starts `cargo install` (about 3 minutes) with its output in `log` when given.
+    pub fn find_or_install(root: &Path, log: Option<&Path>) -> Result<Self, String> {
+        let wanted = locked_version(root, "wasm-bindgen")?;
+        let cached = cache_dir().join(format!("wasm-bindgen-{wanted}/bin/wasm-bindgen"));
+        let mut seen = Vec::new();
+        for candidate in [
+            std::env::var_os("HEARTH_WASM_BINDGEN").map(PathBuf::from),
+            Some(cached.clone()),
+            Some("wasm-bindgen".into()),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if let Some(version) = process::output(&candidate.to_string_lossy(), &["--version"]) {
+                if version.split_whitespace().nth(1) == Some(wanted.as_str()) {
+                    return Ok(WasmBindgen::Found(candidate));
+                }
+                seen.push(format!("{} is {version}", candidate.display()));
             }
-            seen.push(format!("{} is {version}", candidate.display()));
+        }
+        if !seen.is_empty() {
+            eprintln!(
+                "xtask: wasm-bindgen-cli must equal the wasm-bindgen crate ({wanted}); ignoring {}",
+                seen.join(", ")
+            );
+        }
+        eprintln!("xtask: installing wasm-bindgen-cli {wanted} into {} (once, about 3 minutes)", cache_dir().display());
+        let root_dir = cache_dir().join(format!("wasm-bindgen-{wanted}"));
+        // No --locked: 0.2.130's lock file pins a yanked crate.
+        let mut cmd = Command::new("cargo");
+        cmd.args(["install", "wasm-bindgen-cli", "--version", &wanted, "--root"]).arg(&root_dir);
+        // Builds with the host toolchain into its own target dir, not the project's.
+        cmd.env_remove("CARGO_TARGET_DIR");
+        Ok(WasmBindgen::Installing { job: process::Background::start(cmd, log)?, wanted, path: cached })
+    }
+
+    pub fn wait(self) -> Result<PathBuf, String> {
+        match self {
+            WasmBindgen::Found(path) => Ok(path),
+            WasmBindgen::Installing { job, wanted, path } => {
+                job.wait().map_err(|e| {
+                    format!(
+                        "{e}\ninstall it yourself with `cargo install wasm-bindgen-cli --version {wanted}` and put it on PATH"
+                    )
+                })?;
+                Ok(path)
+            }
         }
     }
-    if !seen.is_empty() {
-        eprintln!("xtask: wasm-bindgen-cli must equal the wasm-bindgen crate ({wanted}); ignoring {}", seen.join(", "));
-    }
-    eprintln!("xtask: installing wasm-bindgen-cli {wanted} into {} (once, about 3 minutes)", cache_dir().display());
-    let root_dir = cache_dir().join(format!("wasm-bindgen-{wanted}"));
-    // No --locked: 0.2.130's lock file pins a yanked crate.
-    let mut cmd = Command::new("cargo");
-    cmd.args(["install", "wasm-bindgen-cli", "--version", &wanted, "--root"]).arg(&root_dir);
-    // Builds with the host toolchain into its own target dir, not the project's.
-    cmd.env_remove("CARGO_TARGET_DIR");
-    process::run(cmd).map_err(|e| {
-        format!("{e}\ninstall it yourself with `cargo install wasm-bindgen-cli --version {wanted}` and put it on PATH")
-    })?;
-    Ok(cached)
 }
 
 /// wasm-opt (binaryen) if it is installed; optional.

@@ -5,7 +5,7 @@
 //! prompt and seed decoded without the constraint show what the model writes on its own.
 //!
 //! The end-to-end suite runs it on the tiny random-weight model
-//! (extension/tests/e2e/constrained-calls.test.mjs), as crates/cli/tests/constrained_calls.rs
+//! (extension/tests/e2e/constrained-calls.test.mjs), as crates/cli/tests/integration/constrained_calls.rs
 //! does natively.
 
 use std::ops::ControlFlow;
@@ -180,7 +180,7 @@ async fn free(model: &ModelHandles, prompt: &str, sampling: SamplingOptions, max
     })
 }
 
-/// The agent's reading of `text` (as crates/cli/tests/constrained_calls.rs judges it natively).
+/// The agent's reading of `text` (as crates/cli/tests/integration/constrained_calls.rs judges it natively).
 fn verdict(text: &str) -> Verdict {
     let invalid = |name: Option<String>, arguments, problem: String| Verdict {
         valid: false,

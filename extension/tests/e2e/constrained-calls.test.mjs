@@ -3,7 +3,7 @@
 // the engine's task path (the call constraint of the agent's tools, sampling hot) and writes calls
 // that the agent's own parser and validator accept, and that this file's own reading of Gemma 4's
 // call syntax checks against the tools' schemas. Without the constraint the same model writes
-// garbage. crates/cli/tests/constrained_calls.rs proves the same natively.
+// garbage. crates/cli/tests/integration/constrained_calls.rs proves the same natively.
 //
 // The probe (`constrainedCallProbe`, test builds only) renders the prompt without the tools'
 // declarations: with them the tiny model's prompt is 3,462 tokens, which SwiftShader prefills in

@@ -1,0 +1,4 @@
+//! The CLI's integration tests, one binary (each test binary links the whole Burn + wgpu stack).
+
+mod cli;
+mod constrained_calls;
