@@ -142,6 +142,13 @@ pub struct ToolInvocation {
     pub call_id: String,
     pub name: String,
     pub arguments: Map<String, Value>,
+    /// The page the policy judged the call on (its URL, as the last tool result reported it).
+    /// The executor runs the call only while the tab is still on that page's origin: an approval
+    /// given for one site never runs on another the page moved the tab to.
+    pub judged_url: Option<String>,
+    /// What the user allowed the call to do (its card's reasons, or a grant's): the browser-level
+    /// fence lets exactly these effects through.
+    pub approved: Vec<crate::policy::RiskReason>,
     /// Set when the user stops; the executor should abort its work.
     pub cancel: CancelToken,
 }

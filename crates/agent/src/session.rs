@@ -29,7 +29,9 @@ use crate::events::{AgentEvent, PauseReason};
 use crate::page::{GEMMA_MARKUP, Neutralizer, PageInfo, Snapshot};
 use crate::parser::{ParseEvent, ParsedOutput, ParserOptions, StreamParser};
 use crate::policy::grants::GrantScope;
-use crate::policy::{Assessment, Decision, Grants, RepetitionGuard, assess, describe_target, host_of, site_of};
+use crate::policy::{
+    Assessment, Decision, Grants, RepetitionGuard, RiskReason, assess, describe_target, site_of_url, web_url,
+};
 use crate::prompt::default_system_prompt;
 use crate::tools::{ASK_USER, DONE, READ_PAGE, RiskLevel, ToolDefinition, validate_arguments};
 
@@ -166,6 +168,9 @@ struct PendingCall {
     invalid: Option<String>,
     repetition_checked: bool,
     assessment: Option<Assessment>,
+    /// What the user allowed this call to do (the reasons of its card, or of the grant that
+    /// covered it): the worker's fence lets exactly these through (a site to open, a form to post).
+    approved: Vec<RiskReason>,
     /// The call's target in the user's words (for the cards).
     target: Option<Box<crate::policy::ActionTarget>>,
     /// Where the call was judged (the grant it may receive covers only this).
@@ -619,6 +624,7 @@ impl Agent {
             invalid,
             repetition_checked: false,
             assessment: None,
+            approved: Vec::new(),
             target: None,
             scope: GrantScope::default(),
             decision: None,
@@ -698,7 +704,7 @@ impl Agent {
                     continue;
                 }
                 let scope = GrantScope {
-                    site: self.page.as_ref().and_then(|p| host_of(&p.url)).map(|h| site_of(&h)).unwrap_or_default(),
+                    site: site_of_page(self.page.as_ref()).unwrap_or_default(),
                     script: (call.name == crate::tools::RUN_JAVASCRIPT)
                         .then(|| call.arguments.get("code").and_then(Value::as_str).unwrap_or_default().to_owned()),
                 };
@@ -727,6 +733,10 @@ impl Agent {
                     }
                     return Some(Outcome::NeedsConfirmation { call_id: id });
                 }
+                // Run without a card: nothing to ask, or a grant of this task covers every reason.
+                call.approved = assessment.reasons;
+            } else if call.decision != Some(Decision::Deny) {
+                call.approved = call.assessment.as_ref().map(|a| a.reasons.clone()).unwrap_or_default();
             }
             if call.decision == Some(Decision::Deny) {
                 self.finish_call(
@@ -740,6 +750,8 @@ impl Agent {
                 call_id: call.id.clone(),
                 name: call.name.clone(),
                 arguments: call.arguments.clone(),
+                judged_url: self.page.as_ref().map(|p| p.url.clone()),
+                approved: call.approved.clone(),
                 cancel: cancel.clone(),
             };
             on_event(AgentEvent::ToolStart {
@@ -778,7 +790,12 @@ impl Agent {
     /// content fenced, everything within the per-result budget.
     fn format_output(&mut self, tool: &str, output: ToolOutput) -> (String, bool) {
         if let Some(p) = &output.page {
+            let before = site_of_page(self.page.as_ref());
             self.page = Some(p.clone());
+            // "Allow for this task" was given on a site: it never outlives leaving it.
+            if before != site_of_page(self.page.as_ref()) {
+                self.grants.clear();
+            }
         }
         let max = self.config.budget.max_tool_result_tokens;
         if let Some(snapshot) = output.snapshot {
@@ -837,6 +854,11 @@ impl Agent {
     pub fn latest_snapshot_indices(&self) -> BTreeSet<u32> {
         self.latest_snapshot.as_ref().map(Snapshot::indices).unwrap_or_default()
     }
+}
+
+/// The site of the page a task is on (scheme, registrable domain, the port for local hosts).
+fn site_of_page(page: Option<&PageInfo>) -> Option<String> {
+    page.and_then(|p| web_url(&p.url, None)).and_then(|u| site_of_url(&u))
 }
 
 fn forward(event: &ParseEvent, on_event: &mut dyn FnMut(AgentEvent)) {

@@ -697,3 +697,26 @@ fn the_selection_and_the_title_are_fenced_in_the_user_turn() {
     assert_eq!(turn.matches("<|turn>").count(), 1, "no forged turn: {turn}");
     assert_eq!(turn.matches("<<<END UNTRUSTED PAGE CONTENT>>>").count(), 2, "selection and title fenced: {turn}");
 }
+
+/// A grant is bound to the site it was given on: after the page moved the tab to another site,
+/// the same script asks again. Each run carries the page it was judged on and what was approved,
+/// for the worker's checks (its origin, the fence).
+#[test]
+fn a_grant_never_outlives_a_cross_site_navigation() {
+    let mut agent = agent();
+    agent.start_task("Tidy the page.", Some(page()));
+    let script = call("run_javascript", &format!("code:{}", s("document.title")));
+    let mut model = ScriptedModel::texts([script.clone(), script, call("done", &format!("result:{}", s("Done.")))]);
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let record = seen.clone();
+    let mut tools = ScriptedTools::new(move |call| {
+        record.borrow_mut().push((call.judged_url.clone(), call.approved.clone()));
+        // The page sends the tab to another site while the script runs.
+        Ok(ToolOutput::page_text(PageInfo { url: "https://evil.test/".into(), title: String::new() }, "ok"))
+    });
+    assert!(matches!(run(&mut agent, &mut model, &mut tools).0, Outcome::NeedsConfirmation { .. }));
+    confirm(&mut agent, Decision::AllowForTask).unwrap();
+    let (outcome, _) = run(&mut agent, &mut model, &mut tools);
+    assert!(matches!(outcome, Outcome::NeedsConfirmation { .. }), "the grant did not travel: {outcome:?}");
+    assert_eq!(*seen.borrow(), vec![(Some(page().url), vec![RiskReason::RunsJavascript])]);
+}

@@ -461,8 +461,14 @@ impl ToolExecutor for TabTools {
             tasks.next_tool_request = tasks.next_tool_request.wrapping_add(1);
             tasks.next_tool_request
         });
-        let request =
-            ToolRequest { request_id, tab_id: self.tab_id, name: call.name.clone(), arguments: call.arguments.clone() };
+        let request = ToolRequest {
+            request_id,
+            tab_id: self.tab_id,
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+            judged_url: call.judged_url.clone(),
+            approved: call.approved.clone(),
+        };
         let json = serde_json::to_string(&request).unwrap_or_default();
         let promise = self
             .host

@@ -50,6 +50,9 @@ pub enum TabToWorker {
     },
     /// Remove this tab's stored overlay transcript.
     ClearTranscript,
+    /// The user's answer to a `fence_blocked` card: the worker accepts it only for the request it
+    /// blocked in this tab; allowed, the site joins the task's approved set.
+    FenceDecision { url: String, allow: bool },
 }
 
 /// What the offscreen document (the engine) sends to the service worker.
@@ -118,6 +121,9 @@ pub enum WorkerToTab {
     /// The tab's own id, which the overlay stores its transcript under (the worker also gives it
     /// in its answer to `watch_engine`).
     TabInfo { tab_id: u32 },
+    /// The fence (worker/fence.ts) blocked a request of this tab during the agent's run: the page
+    /// tried to open `url` (method GET) or to send a form to it (POST). The overlay asks the user.
+    FenceBlocked { url: String, host: String, method: String },
 }
 
 /// JSON in and out, for every message enum.

@@ -56,6 +56,16 @@ pub struct ToolRequest {
     pub name: String,
     #[ts(type = "Record<string, unknown>")]
     pub arguments: Map<String, Value>,
+    /// The URL of the page the consent policy judged the call on. The worker runs the call only
+    /// while the tab's committed URL has that origin (a script in the top frame of that origin
+    /// only): an approval never travels to a site the page moved the tab to.
+    #[serde(default)]
+    pub judged_url: Option<String>,
+    /// What the user allowed this call to do (the reasons on the card they approved, or of the
+    /// grant that covered it): the worker's fence lets exactly these effects through (a site
+    /// joins the task's set, a form may post to its host while the call runs).
+    #[serde(default)]
+    pub approved: Vec<RiskReason>,
 }
 
 /// The answer to a [`ToolRequest`] (the response of the message that carried it).

@@ -36,7 +36,9 @@ import {
   applyUpdate,
   continued,
   decide,
+  decideFence,
   emptyTranscript,
+  fenceBlocked,
   localError,
   markSent,
   pendingAsk,
@@ -332,6 +334,12 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
       case "tab_info":
         void restore(msg.tab_id);
         break;
+      case "fence_blocked": {
+        const touched = fenceBlocked(transcript, msg.url, msg.host, msg.method);
+        commit(touched);
+        if (touched.length) needsUser(touched[0]);
+        break;
+      }
       case "task_update": {
         // After a navigation the task goes on: this page's overlay picks the conversation up.
         if (!connected) connect();
@@ -390,6 +398,13 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
       commit(touched);
       // The decision names the call it answers: the engine refuses it for any other.
       control({ action: "confirm", call_id: callId, decision });
+      composer.focus();
+    },
+    fence(entryId: number, allow: boolean) {
+      const entry = decideFence(transcript, entryId, allow);
+      if (!entry) return;
+      commit([entryId]);
+      send({ kind: "fence_decision", url: entry.url, allow });
       composer.focus();
     },
     choose(entryId: number, option: string) {

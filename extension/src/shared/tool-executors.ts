@@ -13,6 +13,12 @@ export const PAGE_TOOLS = ["read_page", "snapshot", "click", "type", "select", "
 /** Tools that need browser APIs, run by the service worker (worker/browser-tools.ts). */
 export const WORKER_TOOLS = ["navigate", "go_back", "run_javascript"] as const satisfies readonly ToolName[];
 
+/**
+ * Tools that act on the page the policy judged them on: the worker runs them only while the tab's
+ * committed URL has that page's origin (read-only tools and navigations go anywhere).
+ */
+export const BOUND_TO_JUDGED_ORIGIN = ["click", "type", "select", "scroll", "hover", "press_key", "run_javascript"] as const satisfies readonly ToolName[];
+
 export type PageTool = (typeof PAGE_TOOLS)[number];
 export type WorkerTool = (typeof WORKER_TOOLS)[number];
 

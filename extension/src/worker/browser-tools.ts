@@ -6,7 +6,23 @@
 import type { PageInfo, ToolReply, ToolRequest } from "../generated/protocol";
 import { sendToTab } from "../shared/messages";
 import { isSiteDisabled, loadSettings } from "../shared/settings";
-import { isWorkerTool, type WorkerTool } from "../shared/tool-executors";
+import { BOUND_TO_JUDGED_ORIGIN, isWorkerTool, type WorkerTool } from "../shared/tool-executors";
+import { withApproved } from "./fence";
+
+/**
+ * Tabs where the agent itself is navigating (navigate, go_back): the fence reads a blocked request
+ * without an initiator there as the agent's, not as the user's own navigation.
+ */
+export const agentNavigating = new Set<number>();
+
+/** The origin of a URL, or null. */
+function originOf(url: string | null | undefined): string | null {
+  try {
+    return url ? new URL(url).origin : null;
+  } catch {
+    return null;
+  }
+}
 
 /** How long a page may take to load after navigate / go_back. */
 const LOAD_TIMEOUT_MS = 30_000;
@@ -29,18 +45,27 @@ export async function runTool(request: ToolRequest): Promise<ToolReply> {
   const args = request.arguments;
   const tabId = tab.id;
   const name = request.name;
-  if (!isWorkerTool(name)) return inTab(tabId, request);
-  // One entry per worker tool: the compiler refuses a missing or a stale one.
-  const workerTools: Record<WorkerTool, () => Promise<ToolReply>> = {
-    navigate: () => navigate(tabId, String(args.url ?? "")),
-    go_back: () => afterLoad(tabId, () => chrome.tabs.goBack(tabId), "Went back."),
-    run_javascript: () => runJavascript(tabId, String(args.code ?? "")),
-  };
-  try {
-    return await workerTools[name]();
-  } catch (error) {
-    return failed(`${request.name} failed: ${error instanceof Error ? error.message : String(error)}`);
+  // An action judged (and perhaps approved) on one page runs on that page's origin only: a page
+  // that moved the tab elsewhere meanwhile gets nothing done there.
+  const judged = originOf(request.judged_url);
+  if ((BOUND_TO_JUDGED_ORIGIN as readonly string[]).includes(name) && judged !== null && originOf(tab.url) !== judged) {
+    return failed(`The tab is now on ${originOf(tab.url) ?? "another page"}, not on ${judged} where this ${name} was judged; nothing was done. Take a new snapshot.`);
   }
+  // What the user approved for this call passes the fence while it runs.
+  return withApproved(tabId, request.approved, request.judged_url ?? tab.url, async () => {
+    if (!isWorkerTool(name)) return inTab(tabId, request);
+    // One entry per worker tool: the compiler refuses a missing or a stale one.
+    const workerTools: Record<WorkerTool, () => Promise<ToolReply>> = {
+      navigate: () => navigate(tabId, String(args.url ?? "")),
+      go_back: () => afterLoad(tabId, () => chrome.tabs.goBack(tabId), "Went back."),
+      run_javascript: () => runJavascript(tabId, String(args.code ?? ""), judged ?? originOf(tab.url) ?? ""),
+    };
+    try {
+      return await workerTools[name]();
+    } catch (error) {
+      return failed(`${request.name} failed: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  });
 }
 
 /** Runs a page tool in the tab's content script. */
@@ -81,8 +106,13 @@ async function afterLoad(tabId: number, start: () => Promise<unknown>, text: str
     };
     chrome.tabs.onUpdated.addListener(listener);
   });
-  await start();
-  await loaded;
+  agentNavigating.add(tabId);
+  try {
+    await start();
+    await loaded;
+  } finally {
+    agentNavigating.delete(tabId);
+  }
   const tab = await chrome.tabs.get(tabId);
   return ok(`${text} The page is "${tab.title ?? ""}". Take a snapshot before acting on it.`, {
     url: tab.url ?? "",
@@ -90,8 +120,12 @@ async function afterLoad(tabId: number, start: () => Promise<unknown>, text: str
   });
 }
 
-/** Runs in the page's MAIN world (the agent's policy has asked the user first). */
-function evaluateInPage(code: string): Promise<{ ok: boolean; value: string }> {
+/**
+ * Runs in the page's MAIN world (the agent's policy has asked the user first), in the top frame,
+ * and only when that document is still of the origin the script was judged (and approved) on.
+ */
+function evaluateInPage(code: string, origin: string): Promise<{ ok: boolean; value: string }> {
+  if (location.origin !== origin) return Promise.resolve({ ok: false, value: `wrong-origin:${location.origin}` });
   const describe = (value: unknown): string => {
     if (value === undefined) return "undefined";
     if (typeof value === "string") return value;
@@ -113,15 +147,18 @@ function evaluateInPage(code: string): Promise<{ ok: boolean; value: string }> {
   }
 }
 
-async function runJavascript(tabId: number, code: string): Promise<ToolReply> {
+async function runJavascript(tabId: number, code: string, origin: string): Promise<ToolReply> {
   const [injection] = await chrome.scripting.executeScript({
-    target: { tabId },
+    target: { tabId, frameIds: [0] },
     world: "MAIN",
     func: evaluateInPage,
-    args: [code],
+    args: [code, origin],
   });
   const result = injection?.result as { ok: boolean; value: string } | undefined;
   if (!result) return failed("The script produced no result (the page may block scripts with its Content-Security-Policy).");
+  if (!result.ok && result.value.startsWith("wrong-origin:")) {
+    return failed(`The tab is now on ${result.value.slice("wrong-origin:".length)}, not on ${origin} where the script was approved; it did not run. Take a new snapshot.`);
+  }
   if (!result.ok) return failed(`The script threw: ${result.value.slice(0, 500)}`);
   const tab = await chrome.tabs.get(tabId);
   const value = result.value.length > SCRIPT_RESULT_LIMIT ? `${result.value.slice(0, SCRIPT_RESULT_LIMIT)}… (cut)` : result.value;

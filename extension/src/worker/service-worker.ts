@@ -14,7 +14,8 @@ import { failure, localizeFailure } from "../shared/failures";
 import { dropped, isMessage, senderRole, sendToEngine, sendToTab } from "../shared/messages";
 import { loadSettings, onSettingsChanged, isSiteDisabled, taskSettings } from "../shared/settings";
 import { registerContentScript } from "./register-content-script";
-import { runTool } from "./browser-tools";
+import { agentNavigating, runTool } from "./browser-tools";
+import * as fence from "./fence";
 
 const OFFSCREEN_URL = "offscreen.html";
 
@@ -80,7 +81,8 @@ chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) =>
 function dispatch(message: unknown, sender: chrome.runtime.MessageSender): Promise<unknown> | undefined {
   const role = isMessage(message) ? senderRole(sender) : null;
   const tabId = sender.tab?.id;
-  if (role === "tab" && tabId !== undefined) return fromTab(message as TabToWorker, tabId, sender.tab?.url);
+  // The tab's identity (id, committed URL, title) is the browser's, never the message's.
+  if (role === "tab" && tabId !== undefined) return fromTab(message as TabToWorker, tabId, sender.tab);
   if (role === "engine") return fromEngine(message as EngineToWorker);
   if (role === "options") return fromOptions(message as OptionsToWorker);
   dropped("worker", message, sender);
@@ -101,7 +103,46 @@ chrome.tabs.onRemoved.addListener((tabId) => {
   watchers.delete(tabId);
   void toOffscreen({ kind: "task_control", tab_id: tabId, action: { action: "forget" } }).catch(() => {});
   void chrome.storage.session.remove([transcriptKey(tabId), historyKey(tabId)]);
+  void fence.forget(tabId).catch(() => {});
 });
+
+// A request the fence stopped. One the browser started itself (the address bar, back, a bookmark)
+// while the agent was not navigating is the user's: the task stops, the fence lifts and the
+// navigation goes ahead. One the page started becomes a card: allowed, its site joins the task's set.
+fence.watch((blocked) => void onFenceBlocked(blocked));
+
+/** The requests the fence blocked in each tab, which a `fence_decision` may answer (once each). */
+const blockedRequests = new Map<number, fence.Blocked[]>();
+
+async function onFenceBlocked(blocked: fence.Blocked): Promise<void> {
+  const { tabId, url } = blocked;
+  if (!blocked.initiator && !agentNavigating.has(tabId)) {
+    await controlTask(tabId, { action: "stop" });
+    await fence.lift(tabId, true);
+    if (blocked.method === "GET") await chrome.tabs.update(tabId, { url });
+    return;
+  }
+  const list = blockedRequests.get(tabId) ?? [];
+  list.push(blocked);
+  blockedRequests.set(tabId, list.slice(-8));
+  // A blocked top-level navigation leaves the browser's error page in the tab: back to the page.
+  if (blocked.topLevel) {
+    const tab = await chrome.tabs.get(tabId).catch(() => null);
+    if (tab && (tab.url === url || tab.url?.startsWith("chrome-error:"))) await chrome.tabs.goBack(tabId).catch(() => {});
+  }
+  let host = url;
+  try {
+    host = new URL(url).host;
+  } catch {
+    // Shown whole.
+  }
+  // The overlay of the restored page shows the card (a page still loading misses it: retried).
+  for (let attempt = 0; attempt < 10; attempt++) {
+    const shown = await sendToTab(tabId, { kind: "fence_blocked", url, host, method: blocked.method }).then(() => true, () => false);
+    if (shown) return;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
 
 /** Where the agent's record of a tab's conversation is kept (memory only, like the transcript). */
 const historyKey = (tabId: number) => `agent:${tabId}`;
@@ -112,7 +153,8 @@ const historyKey = (tabId: number) => `agent:${tabId}`;
 const transcriptKey = (tabId: number) => `transcript:${tabId}`;
 
 /** A message from the content script in `tabId`'s top frame: it acts on that tab only. */
-function fromTab(msg: TabToWorker, tabId: number, url: string | undefined): Promise<unknown> | undefined {
+function fromTab(msg: TabToWorker, tabId: number, tab: chrome.tabs.Tab | undefined): Promise<unknown> | undefined {
+  const url = tab?.url;
   switch (msg.kind) {
     case "watch_engine":
       watchers.add(tabId);
@@ -131,8 +173,11 @@ function fromTab(msg: TabToWorker, tabId: number, url: string | undefined): Prom
       void chrome.tabs.create({ url: chrome.runtime.getURL("options.html#models") });
       break;
     case "start_task":
-      void startTask(tabId, url, msg.text, msg.page);
+      // The page the task starts on is the tab's committed URL, whatever the message claims.
+      void startTask(tabId, url, msg.text, url ? { url, title: tab?.title ?? "" } : null);
       break;
+    case "fence_decision":
+      return fenceDecision(tabId, msg.url, msg.allow);
     case "task_control":
       void controlTask(tabId, msg.action);
       break;
@@ -162,6 +207,8 @@ function fromEngine(msg: EngineToWorker): Promise<unknown> | undefined {
       // The agent's own record of the conversation stays here (for a recreated engine), not in the tab.
       if (msg.update.update === "history") void chrome.storage.session.set({ [historyKey(msg.tab_id)]: msg.update.history }).catch(() => {});
       else toTab(msg.tab_id, { kind: "task_update", update: msg.update });
+      // The run returned (done, a card, a question, paused, failed): the fence lifts once the page settles.
+      if (msg.update.update === "ended") void fence.lift(msg.tab_id).catch(() => {});
       break;
     case "run_tool":
       return runTool(msg.request);
@@ -195,18 +242,42 @@ async function startTask(tabId: number, url: string | undefined, text: string, p
   if (isSiteDisabled(settings, url)) return;
   try {
     await ensureEngine();
+    await fence.raise(tabId, url);
     // An engine that lost the tab's conversation (its document was recreated) takes it up again.
     const history = ((await chrome.storage.session.get(historyKey(tabId)))[historyKey(tabId)] as string | undefined) ?? null;
     await toOffscreen({ kind: "start_task", tab_id: tabId, text, page, settings: taskSettings(settings), history });
   } catch (error) {
+    void fence.lift(tabId, true).catch(() => {});
     toTab(tabId, { kind: "task_update", update: { update: "ended", outcome: { kind: "failed", message: `The engine is not running: ${String(error)}` } } });
   }
+}
+
+/**
+ * The user's answer to a fence card. Only a request this tab really had blocked can be allowed
+ * (a page cannot approve a site by sending the message itself); allowed, its site joins the
+ * task's set, and a blocked page is opened.
+ */
+async function fenceDecision(tabId: number, url: string, allow: boolean): Promise<boolean> {
+  const list = blockedRequests.get(tabId) ?? [];
+  const at = list.findIndex((b) => b.url === url);
+  if (at < 0) return false;
+  const [blocked] = list.splice(at, 1);
+  if (!allow || !blocked) return true;
+  await fence.approve(tabId, url);
+  if (blocked.topLevel && blocked.method === "GET") await chrome.tabs.update(tabId, { url });
+  return true;
 }
 
 async function controlTask(tabId: number, action: TaskAction) {
   // Stop reaches the running tool at once, whatever the engine is doing.
   if (action.action === "stop" || action.action === "forget") {
     toTab(tabId, { kind: "cancel_tools" });
+    if (action.action === "forget") await fence.forget(tabId).catch(() => {});
+    else await fence.lift(tabId, true).catch(() => {});
+  } else {
+    // The run goes on (a decision, an answer, continue, steer): the fence is up while it runs.
+    const tab = await chrome.tabs.get(tabId).catch(() => null);
+    if (tab) await fence.raise(tabId, tab.url).catch(() => {});
   }
   if (action.action === "forget") await chrome.storage.session.remove(historyKey(tabId)).catch(() => {});
   await toOffscreen({ kind: "task_control", tab_id: tabId, action }).catch(() => {});

@@ -24,7 +24,7 @@ pub mod target;
 pub mod words;
 
 pub use grants::{Decision, Grants};
-pub use site::{host_of, site_of, web_url};
+pub use site::{host_of, site_of, site_of_url, web_url};
 pub use target::{ActionTarget, describe_target};
 pub use words::danger_word;
 
@@ -141,12 +141,12 @@ pub fn assess(
             "press_key Enter or Space needs the index of the element it acts on (from the latest snapshot).",
         );
     }
-    let from_site = page.and_then(|p| host_of(&p.url)).map(|h| site_of(&h));
     let page_url = page.map(|p| p.url.as_str());
+    let from_site = page_url.and_then(|u| web_url(u, None)).and_then(|u| site_of_url(&u));
     // Leaving the site, by whatever means: judged on the destination URL as the browser reads it.
     let judge_destination = |reasons: &mut BTreeSet<RiskReason>, url: &url::Url| {
         let host = url.host_str().unwrap_or_default().to_owned();
-        if from_site.as_deref() != Some(site_of(&host).as_str()) {
+        if from_site.is_none() || from_site != site_of_url(url) {
             reasons.insert(RiskReason::OffSite { host: host.clone() });
         }
         if is_sensitive_url(url.as_str()) {
@@ -177,9 +177,11 @@ pub fn assess(
         {
             reasons.insert(RiskReason::DangerousWord { word });
         }
-        // A link leads where its href says (resolved by the page), in this tab or another.
+        // A link leads where its href says (resolved by the page), in this tab or another, and
+        // tells the addresses of its `ping` where it was followed from.
         if activates && is_link(el) {
-            if let Some(url) = el.attr("href").and_then(|h| web_url(h, page_url)) {
+            let pings = el.attr("ping").unwrap_or_default().split_whitespace();
+            for url in el.attr("href").into_iter().chain(pings).filter_map(|h| web_url(h, page_url)) {
                 judge_destination(&mut reasons, &url);
             }
             if opens_elsewhere(el.attr("target")) {
@@ -198,7 +200,7 @@ pub fn assess(
         // in one of its fields, `type … submit:true`.
         let submits = (activates && is_submit_control(el))
             || (tool.name == "type" && arguments.get("submit") == Some(&Value::Bool(true)))
-            || (key == Some("Enter") && is_text_field(el));
+            || (key == Some("Enter") && (is_text_field(el) || el.tag == "select"));
         if submits && let Some(submission) = submission_of(el) {
             match web_url(submission.action, page_url) {
                 Some(url) => {
@@ -234,17 +236,20 @@ fn target_text(el: &ElementInfo) -> String {
 }
 
 /// An element's label and identifiers (for typing, the field's own value is left out: it is
-/// what is about to be replaced).
+/// what is about to be replaced): the accessible name, the visible text when it differs from it
+/// (`text`: an aria-label "Save draft" on a button that reads "Send money"), and identifiers.
 fn label_text(el: &ElementInfo) -> String {
     let mut parts = vec![el.text.as_str()];
-    for key in ["aria-label", "title", "name", "id", "alt"] {
+    for key in ["text", "aria-label", "title", "name", "id", "alt"] {
         parts.extend(el.attr(key));
     }
     parts.join(" ")
 }
 
+/// Whether activating the element follows a link: the snapshot gives `href` to links and to
+/// whatever a click on it activates a link (a span inside one).
 fn is_link(el: &ElementInfo) -> bool {
-    el.attr("href").is_some() && (matches!(el.tag.as_str(), "a" | "area") || el.role.as_deref() == Some("link"))
+    el.attr("href").is_some()
 }
 
 /// Whether a browsing-context name opens another tab or window (`_blank`, or a named one).
@@ -254,7 +259,12 @@ fn opens_elsewhere(target: Option<&str>) -> bool {
         .is_some_and(|t| !t.is_empty() && !["_self", "_top", "_parent"].contains(&t.to_ascii_lowercase().as_str()))
 }
 
+/// Whether activating the element submits its form: a submit control (the browser's parsed
+/// type), or what the snapshot marks `submits` (a label whose control is one).
 fn is_submit_control(el: &ElementInfo) -> bool {
+    if el.attr("submits") == Some("true") {
+        return el.form.is_some();
+    }
     let ty = el.attr("type").map(str::to_ascii_lowercase);
     match el.tag.as_str() {
         "button" => ty.as_deref().is_none_or(|t| t == "submit") && el.form.is_some(),
@@ -397,6 +407,54 @@ mod tests {
             in_form(ElementInfo { index: 1, tag: "input".into(), ..Default::default() }, "/checkout/pay", "get");
         assert!(press("Enter", &field).needs_confirmation());
         assert!(!press("Escape", &field).needs_confirmation());
+    }
+
+    /// The snapshot describes an element by what acting on it does (effects.ts): the policy
+    /// judges that, not the element's own attributes.
+    #[test]
+    fn the_effect_described_by_the_snapshot_is_judged() {
+        let page = "https://shop.test/account";
+        // A label styled "Save draft" whose control is a submit button posting elsewhere.
+        let label = in_form(
+            with(
+                ElementInfo { index: 1, tag: "label".into(), text: "Save draft".into(), ..Default::default() },
+                &[("submits", "true")],
+            ),
+            "https://collector.test/take",
+            "post",
+        );
+        let a = click(&label, page);
+        assert!(a.reasons.contains(&RiskReason::PostsForm { host: "collector.test".into() }), "{a:?}");
+        assert!(a.reasons.contains(&RiskReason::OffSite { host: "collector.test".into() }));
+        // A span inside an off-site link carries the link's href.
+        let span = with(
+            ElementInfo { index: 1, tag: "span".into(), text: "Details".into(), ..Default::default() },
+            &[("href", "https://collector.test/x")],
+        );
+        assert!(click(&span, page).reasons.contains(&RiskReason::OffSite { host: "collector.test".into() }));
+        // A same-site link whose ping tells another site.
+        let pinged = with(link("/help"), &[("ping", "https://shop.test/log https://collector.test/ping")]);
+        assert_eq!(click(&pinged, page).reasons, vec![RiskReason::OffSite { host: "collector.test".into() }]);
+        // The visible text counts beside the accessible name.
+        let disguised = with(button("Save draft"), &[("text", "Send money")]);
+        assert!(matches!(click(&disguised, page).reasons.as_slice(), [RiskReason::DangerousWord { .. }]));
+        // Enter on a select submits its form, as the executor does.
+        let select = in_form(ElementInfo { index: 1, tag: "select".into(), ..Default::default() }, "/save", "post");
+        let a = run("press_key", json!({"key": "Enter", "index": 1}), Some(&select), page);
+        assert!(a.reasons.contains(&RiskReason::PostsForm { host: "shop.test".into() }), "{a:?}");
+    }
+
+    #[test]
+    fn local_servers_on_other_ports_are_other_sites() {
+        let here = "http://127.0.0.1:8080/page";
+        assert!(
+            click(&link("http://127.0.0.1:9000/x"), here)
+                .reasons
+                .contains(&RiskReason::OffSite { host: "127.0.0.1".into() })
+        );
+        assert!(click(&link("http://127.0.0.1:8080/x"), here).reasons.is_empty());
+        let local = "http://localhost:8080/";
+        assert!(!click(&link("http://localhost:9000/"), local).reasons.is_empty());
     }
 
     #[test]

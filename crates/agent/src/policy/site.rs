@@ -30,9 +30,16 @@ pub fn site_of(host: &str) -> String {
     psl::domain_str(host).map_or_else(|| host.to_owned(), str::to_owned)
 }
 
-/// The site of a URL (see [`site_of`]); `None` when it is not an http(s) URL with a host.
+/// The site of a URL: its scheme and the site of its host (see [`site_of`]), and for IP
+/// addresses and `localhost` the port too (nothing else tells two servers on one machine apart:
+/// `http://localhost:8080` and `http://localhost:9000` are two sites). `None` when it is not an
+/// http(s) URL with a host.
 pub fn site_of_url(url: &Url) -> Option<String> {
-    url.host_str().filter(|h| !h.is_empty()).map(site_of)
+    let host = url.host_str().filter(|h| !h.is_empty())?;
+    let site = site_of(host);
+    let by_port = site.parse::<std::net::IpAddr>().is_ok() || site == "localhost" || site.ends_with(".localhost");
+    let port = url.port_or_known_default().filter(|_| by_port).map(|p| format!(":{p}")).unwrap_or_default();
+    Some(format!("{}://{site}{port}", url.scheme()))
 }
 
 #[cfg(test)]
@@ -59,6 +66,19 @@ mod tests {
         assert_eq!(web_url("../pay", page).unwrap().as_str(), "https://shop.test/pay");
         assert_eq!(web_url("//evil.test/x", page).unwrap().host_str(), Some("evil.test"));
         assert!(web_url("javascript:void 0", page).is_none());
+    }
+
+    #[test]
+    fn sites_of_urls_tell_schemes_and_local_ports_apart() {
+        let site = |u: &str| site_of_url(&web_url(u, None).unwrap());
+        assert_eq!(site("https://a.example.com/x"), site("https://b.example.com:8443/y"));
+        assert_ne!(site("https://example.com/"), site("http://example.com/"));
+        // Two servers on one machine are two sites; the default port is the same as none.
+        assert_ne!(site("http://localhost:8080/"), site("http://localhost:9000/"));
+        assert_ne!(site("http://127.0.0.1:8080/"), site("http://127.0.0.1:9000/"));
+        assert_eq!(site("http://127.0.0.1/"), site("http://127.0.0.1:80/"));
+        assert_ne!(site("http://[::1]:1/"), site("http://[::1]:2/"));
+        assert_eq!(site("http://localhost:8080/a").as_deref(), Some("http://localhost:8080"));
     }
 
     #[test]

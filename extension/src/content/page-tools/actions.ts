@@ -9,6 +9,7 @@ import {
   describe, elementAt, formOf, frameOrigin, hasIndex, idRefs, indexFor, isCrossOriginFrame, isDisabled, isEditingHost, isTextInput,
   isShown, isVisible, labelOf, nameOf, roleOf, textOf,
 } from "./elements";
+import { CHANGED, defaultButton, isSubmitter, sameEffect } from "./effects";
 import { settle, waitUntil } from "./settle";
 
 export type Args = Record<string, unknown>;
@@ -26,6 +27,9 @@ function usable(index: unknown): { el: Element; label: string } {
     );
   }
   const label = describe(el, indexFor(el));
+  // The consent policy judged the element as the snapshot described it: one that now leads,
+  // submits or types elsewhere (a page swapping a link after the snapshot) is not acted on.
+  if (!sameEffect(el)) throw new ToolFailure(`${label} ${CHANGED}`);
   if (!isShown(el)) {
     throw new ToolFailure(`${label} is not visible (hidden, collapsed or in a closed menu); open what contains it, or take a new snapshot.`);
   }
@@ -37,7 +41,7 @@ function usable(index: unknown): { el: Element; label: string } {
 
 export async function click(args: Args, signal: AbortSignal): Promise<ToolOutput> {
   const { el, label } = usable(args.index);
-  const form = isSubmitButton(el) && !el.hasAttribute("formnovalidate") ? formOf(el) : null;
+  const form = isSubmitter(el) && !el.hasAttribute("formnovalidate") ? formOf(el) : null;
   const problems = form ? formProblems(form) : "";
   clickElement(el);
   await settle(signal);
@@ -50,13 +54,18 @@ export async function click(args: Args, signal: AbortSignal): Promise<ToolOutput
  * descendants, say the link inside a tab). Fails when something else covers it (a dialog, a
  * banner); `who` names the element in that message.
  */
-export function clickElement(el: Element, who = `Element [${indexFor(el)}]`): void {
+export function clickElement(el: Element, who = `Element [${indexFor(el)}]`, judged: Element = el): void {
   el.scrollIntoView({ block: "center", inline: "center", behavior: "instant" });
   const aim = aimAt(el);
   if ("cover" in aim) {
     throw new ToolFailure(`${who} is covered by ${describeCover(aim.cover)}; close it first or scroll.`);
   }
   const { target, x, y } = aim;
+  // What the click will activate (a link inside a wrapper, a label's control, an option that is a
+  // link) must be what the policy judged `judged` to do; checked again before the click itself,
+  // after the page's pointer and mouse handlers ran (an href swapped on mousedown).
+  const activates = (): boolean => sameEffect(judged, target, ["link", "submit"]);
+  if (!activates()) throw new ToolFailure(`${who} ${CHANGED}`);
   const view = target.ownerDocument.defaultView;
   const mouse: MouseEventInit = {
     bubbles: true, cancelable: true, composed: true, view, clientX: x, clientY: y, screenX: x, screenY: y, button: 0, detail: 1,
@@ -75,6 +84,7 @@ export function clickElement(el: Element, who = `Element [${indexFor(el)}]`): vo
   if (down && fire(target, new MouseEvent("mousedown", { ...mouse, buttons: 1 }))) focusFor(target);
   fire(target, new PointerEvent("pointerup", pointer));
   if (down) fire(target, new MouseEvent("mouseup", mouse));
+  if (!activates()) throw new ToolFailure(`${who} ${CHANGED}`);
   // A dispatched click runs the default action too: links follow, checkboxes toggle, forms submit.
   fire(target, new MouseEvent("click", mouse));
 }
@@ -260,11 +270,6 @@ const hostOf = (el: Element): Element | null => {
   return root.nodeType === Node.DOCUMENT_FRAGMENT_NODE ? (root as ShadowRoot).host : null;
 };
 
-function isSubmitButton(el: Element): boolean {
-  if (is(el, "button")) return (el.getAttribute("type") ?? "submit").toLowerCase() === "submit";
-  return is(el, "input") && (el.type === "submit" || el.type === "image");
-}
-
 /** Why the browser will refuse to send `form` (its built-in validation), or "". */
 function formProblems(form: HTMLFormElement): string {
   if (form.noValidate) return "";
@@ -298,6 +303,8 @@ export async function typeText(args: Args, signal: AbortSignal): Promise<ToolOut
   if (typeof args.text !== "string") throw new ToolFailure("`text` must be a string.");
   const text = args.text;
   const field = textField(el, label);
+  // The field typed into (a wrapper's, a label's) must be the one judged: same form, same kind.
+  if (field !== el && !sameEffect(el, field, ["field", "fieldSubmit"])) throw new ToolFailure(`${label} ${CHANGED}`);
   field.scrollIntoView({ block: "center", behavior: "instant" });
   let note = "";
   if (isValueField(field)) {
@@ -308,6 +315,10 @@ export async function typeText(args: Args, signal: AbortSignal): Promise<ToolOut
   }
   const secret = is(field, "input") && field.type === "password";
   const entered = secret ? `${text.length} characters` : quote(text);
+  // The page's input and change handlers ran: a form whose destination changed is not sent.
+  if (args.submit === true && !sameEffect(el, field, ["fieldSubmit"])) {
+    throw new ToolFailure(`Typed into ${label}, but its form ${CHANGED}`);
+  }
   const enter = args.submit === true ? pressEnter(field) : "";
   // Suggestions usually wait for a pause in typing (jQuery UI's autocomplete: 300 ms).
   await settle(signal, AFTER_TYPING_MS);
@@ -396,7 +407,7 @@ function pressEnter(field: HTMLElement): string {
   if (!down || !press || !form) return " Pressed Enter.";
   const problems = formProblems(form);
   // As browsers do: click the default button (its handlers run), or submit when there is none.
-  const button = Array.from(form.elements).find(isSubmitButton);
+  const button = defaultButton(form);
   if (button && isDisabled(button)) return " Pressed Enter; the form's submit button is disabled, so nothing was sent.";
   if (button) HTMLElement.prototype.click.call(button as HTMLElement);
   else HTMLFormElement.prototype.requestSubmit.call(form);
@@ -519,7 +530,7 @@ async function selectAria(el: Element, label: string, wanted: string, signal: Ab
   }
   const name = nameOf(match);
   if (isDisabled(match)) throw new ToolFailure(`Option ${quote(name)} of ${label} is disabled.`);
-  clickElement(match, `Option ${quote(name)} of ${label}`);
+  clickElement(match, `Option ${quote(name)} of ${label}`, el);
   await settle(signal);
   const shown = input ? input.value : textOf(el);
   const chosen = norm(shown).includes(norm(name)) || (match.isConnected && match.getAttribute("aria-selected") === "true");
@@ -679,6 +690,11 @@ export async function pressKeyTool(args: Args, signal: AbortSignal): Promise<Too
   };
   const proceed = fire(el, new KeyboardEvent("keydown", init));
   if (proceed && (spec.key === "Enter" || spec.key === " ")) fire(el, new KeyboardEvent("keypress", init));
+  // Enter submits and Space clicks: after the page's key handlers, the effect must still be the judged one.
+  if (proceed && (spec.key === "Enter" || spec.key === " ") && !sameEffect(el)) {
+    fire(el, new KeyboardEvent("keyup", init));
+    throw new ToolFailure(`${label} ${CHANGED}`);
+  }
   if (proceed) defaultAction(el, spec.key);
   fire(el, new KeyboardEvent("keyup", init));
   await settle(signal);

@@ -41,29 +41,7 @@ export function elementAt(index: unknown): Element {
   if (!el || !el.isConnected || !el.ownerDocument.defaultView) {
     throw new ToolFailure(`Element [${index}] is no longer on the page; take a new snapshot.`);
   }
-  // The consent policy judged the element as the snapshot described it: one that now leads or
-  // submits elsewhere (a page swapping a link after the snapshot) is not acted on.
-  const judged = judgedDestinations.get(el);
-  if (judged !== undefined && judged !== destinationsOf(el)) {
-    throw new ToolFailure(`Element [${index}] changed since the snapshot (where it leads or what it submits); take a new snapshot.`);
-  }
   return el;
-}
-
-/** What the policy judged of each element in the latest snapshot: where it leads, how it submits. */
-const judgedDestinations = new WeakMap<Element, string>();
-
-/** An element's link and form destinations, as one comparable string. */
-function destinationsOf(el: Element): string {
-  const keys = ["href", "target", "formaction", "formmethod", "formtarget"];
-  const attributes = attributesOf(el).filter(([k]) => keys.includes(k));
-  const form = formOf(el);
-  return JSON.stringify([attributes, form ? formInfo(form) : null]);
-}
-
-/** Records what a snapshot told the policy about `el` (see `elementAt`). */
-export function recordJudged(el: Element): void {
-  judgedDestinations.set(el, destinationsOf(el));
 }
 
 /** The element numbered `index` while it is on the page, else null (no failure: for the overlay). */
@@ -389,24 +367,15 @@ export function attributesOf(el: Element): Array<[string, string]> {
   const add = (key: string, value: string | null | undefined) => {
     if (value !== null && value !== undefined && value !== "") out.push([key, value]);
   };
+  // The browser's parsed type: `<button type="sumbit">` is a submit button.
   if (is(el, "input")) add("type", el.type);
-  else if (is(el, "button")) add("type", el.getAttribute("type") ?? (el.form ? "submit" : null));
+  else if (is(el, "button")) add("type", el.hasAttribute("type") || el.form ? el.type : null);
   for (const name of ["name", "id", "placeholder", "autocomplete"]) add(name, el.getAttribute(name));
   // The name usually is the aria-label; repeating it only costs tokens.
   const aria = el.getAttribute("aria-label");
   if (aria && clean(aria) !== nameOf(el)) add("aria-label", aria);
-  if ((is(el, "a") || is(el, "area")) && el.hasAttribute("href")) {
-    add("href", clean(el.href, 300));
-    // A link that opens another tab or window (the policy asks before following it).
-    add("target", el.getAttribute("target"));
-  }
-  // A submitter's own destination, method and target override its form's (the policy judges them).
-  if (is(el, "button") || is(el, "input")) {
-    const formAction = el.getAttribute("formaction");
-    if (formAction !== null) add("formaction", absoluteUrl(formAction, el.baseURI));
-    add("formmethod", el.getAttribute("formmethod"));
-    add("formtarget", el.getAttribute("formtarget"));
-  }
+  // Where a link leads and what a control submits come from its effect (effects.ts), added by
+  // the snapshot: the policy judges what the browser will do, not the raw attributes.
   add("value", valueOf(el));
   const role = roleOf(el);
   if (is(el, "input") && (el.type === "checkbox" || el.type === "radio")) add("checked", String(el.checked));
@@ -425,25 +394,4 @@ export function formOf(el: Element): HTMLFormElement | null {
   if (isElement(owner) && is(owner, "form")) return owner;
   const closest = el.closest("form");
   return closest && is(closest, "form") ? closest : null;
-}
-
-/** Read through attributes: a form's properties can be shadowed by controls named "action" etc. */
-export function formInfo(form: HTMLFormElement): { action: string; method: string; name: string; target?: string } {
-  const method = (form.getAttribute("method") ?? "get").toLowerCase();
-  const target = form.getAttribute("target");
-  return {
-    action: absoluteUrl(form.getAttribute("action") ?? "", form.baseURI),
-    method: ["get", "post", "dialog"].includes(method) ? method : "get",
-    name: form.getAttribute("id") || form.getAttribute("name") || form.getAttribute("aria-label") || "",
-    ...(target ? { target } : {}),
-  };
-}
-
-/** `url` resolved against the page, as the browser will resolve it (unchanged if it cannot be). */
-function absoluteUrl(url: string, base: string): string {
-  try {
-    return new URL(url, base).href;
-  } catch {
-    return url;
-  }
 }

@@ -31,9 +31,10 @@
  */
 
 import type { ElementInfo, Snapshot } from "../../generated/protocol";
-import { flatChildren, frameDocument, is, isCollapsedBox, isElement, isFrame, isScrollable, pageInfo, styleOf } from "./dom";
+import { clean, flatChildren, frameDocument, is, isCollapsedBox, isElement, isFrame, isScrollable, pageInfo, styleOf } from "./dom";
+import { type Effect, recordJudged, submission } from "./effects";
 import {
-  attributesOf, formInfo, formOf, recordJudged, frameOrigin, indexFor, isCrossOriginFrame, isDisabled, isInteractive, isVisible, labelOf, nameOf, roleOf,
+  attributesOf, formOf, frameOrigin, indexFor, isCrossOriginFrame, isDisabled, isInteractive, isVisible, labelOf, nameOf, roleOf,
   textOf,
 } from "./elements";
 
@@ -187,10 +188,37 @@ function toInfo({ el, depth: found }: Found): ElementInfo {
   const info: ElementInfo = { index, tag: el.localName, text: labelOf(el), depth };
   const role = roleOf(el);
   if (role) info.role = role;
-  const attributes = attributesOf(el);
+  // Described by its effect (effects.ts), which the policy judges and the action checks again.
+  const effect = recordJudged(el);
+  const attributes = [...attributesOf(el), ...effectAttributes(el, effect)];
   if (attributes.length > 0) info.attributes = attributes;
   const form = formOf(el);
-  if (form) info.form = formInfo(form);
-  recordJudged(el);
+  const sent = effect.submit ?? effect.fieldSubmit ?? (form ? submission(form, null) : null);
+  if (sent) info.form = { action: sent.action, method: sent.method, name: sent.name, ...(sent.target ? { target: sent.target } : {}) };
   return info;
+}
+
+/**
+ * The policy's view of what acting on `el` does: where its link leads (href, the effective target,
+ * ping addresses), whether activating it submits a form (`submits`, the form being `info.form`),
+ * the type of the field typing reaches, and its visible text when the accessible name differs
+ * (an aria-label "Save draft" on a button that reads "Send money"). Only `href` and `type` are
+ * shown to the model (page.rs SHOWN_ATTRIBUTES).
+ */
+function effectAttributes(el: Element, effect: Effect): Array<[string, string]> {
+  const out: Array<[string, string]> = [];
+  if (effect.link) {
+    out.push(["href", clean(effect.link.href, 300)]);
+    if (effect.link.target) out.push(["target", effect.link.target]);
+    if (effect.link.ping.length > 0) out.push(["ping", effect.link.ping.join(" ")]);
+  }
+  if (effect.submit) out.push(["submits", "true"]);
+  const typed = effect.field;
+  if (typed && !el.hasAttribute("type") && !(is(el, "input") || is(el, "button"))) {
+    if (typed.type === "password") out.push(["type", "password"]);
+    if (typed.autocomplete && !el.hasAttribute("autocomplete")) out.push(["autocomplete", typed.autocomplete]);
+  }
+  const visible = clean(textOf(el), 200);
+  if (visible && visible !== nameOf(el)) out.push(["text", visible]);
+  return out;
 }

@@ -11,6 +11,7 @@ import type { Entry, Notice } from "./transcript";
 export interface CardActions {
   decide(entryId: number, decision: Decision): void;
   choose(entryId: number, option: string): void;
+  fence(entryId: number, allow: boolean): void;
 }
 
 export function renderEntry(entry: Entry, actions: CardActions): HTMLElement {
@@ -51,6 +52,8 @@ function build(entry: Entry, actions: CardActions): HTMLElement {
       return confirmCard(entry, actions);
     case "ask":
       return askCard(entry, actions);
+    case "fence":
+      return fenceCard(entry, actions);
     case "error":
       return el("div", { class: "card error-card", role: "alert" }, el("p", { class: "error" }, entry.message));
     case "notice":
@@ -152,6 +155,32 @@ function confirmCard(entry: Extract<Entry, { kind: "confirm" }>, actions: CardAc
       entry.reasons.length ? el("p", { class: "label" }, t("confirmBecause")) : null,
       entry.reasons.length ? el("ul", { class: "reasons" }, ...entry.reasons.map((r) => el("li", {}, reasonText(r)))) : null,
     ),
+    el("div", { class: "actions" }, ...buttons),
+    chosen ? el("p", { class: "meta", role: "status" }, t("youChose", chosen[1])) : null,
+  );
+}
+
+/** A request the browser's fence stopped: the page tried to open a site or send a form. */
+function fenceCard(entry: Extract<Entry, { kind: "fence" }>, actions: CardActions): HTMLElement {
+  const titleId = uid("fence-title");
+  const choices: [boolean, string][] = [
+    [false, t("decisionDeny")],
+    [true, t("fenceAllow")],
+  ];
+  const buttons = choices.map(([allow, label]) => {
+    const b = button(`decision ${allow ? "allow" : "deny"}`, label, undefined, { "data-fence": allow ? "allow" : "deny" });
+    b.disabled = entry.allowed !== undefined;
+    if (entry.allowed === allow) b.setAttribute("aria-pressed", "true");
+    b.addEventListener("click", () => actions.fence(entry.id, allow));
+    return b;
+  });
+  const chosen = entry.allowed === undefined ? null : choices.find(([allow]) => allow === entry.allowed);
+  return el(
+    "section",
+    { class: "card confirm fence risk-high", role: "group", "aria-labelledby": titleId, "data-fence-url": entry.url },
+    el("h3", { id: titleId }, t(entry.method === "POST" ? "fenceBlockedPost" : "fenceBlockedOpen", entry.host)),
+    el("p", { class: "target-destination" }, el("span", { class: "sign", "aria-hidden": "true" }, "→ "), clip(entry.url, 200)),
+    el("p", { class: "message" }, t("fenceExplained")),
     el("div", { class: "actions" }, ...buttons),
     chosen ? el("p", { class: "meta", role: "status" }, t("youChose", chosen[1])) : null,
   );

@@ -34,6 +34,8 @@ export type Entry = { id: number } & (
       decision?: Decision;
     }
   | { kind: "ask"; callId: string; question: string; options: string[]; answer?: string }
+  /** The browser's fence blocked a request of the page during the run (worker/fence.ts). */
+  | { kind: "fence"; url: string; host: string; method: string; allowed?: boolean }
   /** The task's deliverable (`done`). */
   | { kind: "result"; text: string; success: boolean }
   | { kind: "error"; message: string; recoverable: boolean }
@@ -159,6 +161,21 @@ export function decide(t: Transcript, id: number, decision: Decision): Touched {
   e.decision = decision;
   t.task = "running";
   return [id];
+}
+
+/** The fence blocked `url`: a card asks whether its site may join the task's set. */
+export function fenceBlocked(t: Transcript, url: string, host: string, method: string): Touched {
+  const open = t.entries.find((e) => e.kind === "fence" && e.url === url && e.allowed === undefined);
+  if (open) return [];
+  return [add(t, { kind: "fence", url: url.slice(0, MAX_TEXT), host: host.slice(0, 200), method }).id];
+}
+
+/** The user's answer to a fence card; the entry, when it changed. */
+export function decideFence(t: Transcript, id: number, allowed: boolean): Extract<Entry, { kind: "fence" }> | undefined {
+  const e = t.entries.find((x) => x.id === id);
+  if (e?.kind !== "fence" || e.allowed !== undefined) return undefined;
+  e.allowed = allowed;
+  return e;
 }
 
 export function answer(t: Transcript, id: number | null, text: string): Touched {
