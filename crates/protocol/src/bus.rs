@@ -35,8 +35,9 @@ pub enum TabToWorker {
     /// "Use a model file you already have": open the options page at its models section (a
     /// content script cannot open a file picker into the extension's storage).
     OpenModelOptions,
-    /// Start a task with this message (the worker adds the tab and the settings).
-    StartTask { text: String, page: Option<PageInfo> },
+    /// Start a task with this message. The worker adds the tab, its committed URL and title (as
+    /// the browser reports them, never as a message claims) and the settings.
+    StartTask { text: String },
     /// The user acted on this tab's task.
     TaskControl { action: TaskAction },
     /// The response is this tab's stored overlay transcript, or `null`.
@@ -157,10 +158,7 @@ mod tests {
     #[test]
     fn tab_messages_are_tagged_by_kind_and_carry_no_tab() {
         assert_eq!(TabToWorker::WatchEngine.to_json(), r#"{"kind":"watch_engine"}"#);
-        assert_eq!(
-            wire(&TabToWorker::StartTask { text: "hi".into(), page: None }),
-            json!({"kind": "start_task", "text": "hi", "page": null})
-        );
+        assert_eq!(wire(&TabToWorker::StartTask { text: "hi".into() }), json!({"kind": "start_task", "text": "hi"}));
         assert_eq!(
             TabToWorker::from_json(r#"{"kind":"install_model","model_id":"m"}"#),
             Some(TabToWorker::InstallModel { model_id: "m".into() })

@@ -373,7 +373,7 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
       control({ action: "answer", text });
       return true;
     }
-    const message: TabToWorker = { kind: "start_task", text, page: { url: location.href, title: document.title } };
+    const message: TabToWorker = { kind: "start_task", text };
     const ready = engineReady();
     commit(userMessage(transcript, text, !ready));
     if (ready) send(message);
