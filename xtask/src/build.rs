@@ -150,6 +150,9 @@ fn wasm_command(root: &Path, release: bool) -> Result<(Command, PathBuf), String
     cmd.current_dir(root)
         .args(["build", "--release", "--target", "wasm32-unknown-unknown", "-p", "hearth-offscreen", "--target-dir"])
         .arg(&target_dir);
+    // Panics abort in the browser (a smaller module, and build-std's panic_abort runtime); native
+    // builds keep Cargo's default so that tests and binaries share one dependency graph.
+    cmd.env("CARGO_PROFILE_RELEASE_PANIC", "abort");
     let features = wasm_features(release);
     if !features.is_empty() {
         cmd.arg("--features").arg(features.join(","));
