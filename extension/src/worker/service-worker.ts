@@ -125,10 +125,18 @@ async function onFenceBlocked(blocked: fence.Blocked): Promise<void> {
   const list = blockedRequests.get(tabId) ?? [];
   list.push(blocked);
   blockedRequests.set(tabId, list.slice(-8));
-  // A blocked top-level navigation leaves the browser's error page in the tab: back to the page.
+  // A blocked top-level navigation commits the browser's error page in the tab (just after the
+  // error is reported): back to the page.
   if (blocked.topLevel) {
-    const tab = await chrome.tabs.get(tabId).catch(() => null);
-    if (tab && (tab.url === url || tab.url?.startsWith("chrome-error:"))) await chrome.tabs.goBack(tabId).catch(() => {});
+    for (let waited = 0; waited < 3_000; waited += 100) {
+      const tab = await chrome.tabs.get(tabId).catch(() => null);
+      if (!tab) return;
+      if (tab.url === url || tab.url?.startsWith("chrome-error:")) {
+        await chrome.tabs.goBack(tabId).catch(() => {});
+        break;
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
   }
   let host = url;
   try {
