@@ -9,7 +9,7 @@ import {
   describe, elementAt, formOf, frameOrigin, hasIndex, idRefs, indexFor, isCrossOriginFrame, isDisabled, isEditingHost, isTextInput,
   isShown, isVisible, labelOf, nameOf, roleOf, textOf,
 } from "./elements";
-import { CHANGED, defaultButton, isSubmitter, sameEffect } from "./effects";
+import { CHANGED, defaultButton, harmlessLinkWithin, isSubmitter, sameEffect } from "./effects";
 import { settle, waitUntil } from "./settle";
 
 export type Args = Record<string, unknown>;
@@ -62,9 +62,10 @@ export function clickElement(el: Element, who = `Element [${indexFor(el)}]`, jud
   }
   const { target, x, y } = aim;
   // What the click will activate (a link inside a wrapper, a label's control, an option that is a
-  // link) must be what the policy judged `judged` to do; checked again before the click itself,
-  // after the page's pointer and mouse handlers ran (an href swapped on mousedown).
-  const activates = (): boolean => sameEffect(judged, target, ["link", "submit"]);
+  // link) must be what the policy judged `judged` to do, or a link the policy would not ask about
+  // (same origin, this tab); checked again before the click itself, after the page's pointer and
+  // mouse handlers ran (an href swapped on mousedown).
+  const activates = (): boolean => sameEffect(judged, target, ["link", "submit"]) || harmlessLinkWithin(judged, target);
   if (!activates()) throw new ToolFailure(`${who} ${CHANGED}`);
   const view = target.ownerDocument.defaultView;
   const mouse: MouseEventInit = {

@@ -159,5 +159,25 @@ export function sameEffect(el: Element, actual: Element = el, parts: Array<keyof
   return parts.every((part) => JSON.stringify(before[part]) === JSON.stringify(now[part]));
 }
 
+/**
+ * Whether a click judged on `el` (which itself neither leads nor submits anywhere) may land on a
+ * link inside it that the policy would have let through without asking anyway: same origin as
+ * the page, this tab, no ping (a tab whose label is a `#panel` link). Anything else is refused.
+ */
+export function harmlessLinkWithin(el: Element, actual: Element): boolean {
+  const before = JSON.parse(judged.get(el) ?? signature(effectOf(el))) as Effect;
+  if (before.link || before.submit) return false;
+  const { link, submit } = effectOf(actual);
+  if (!link || submit) return false;
+  const target = link.target.trim().toLowerCase();
+  let origin: string | null = null;
+  try {
+    origin = new URL(link.href).origin;
+  } catch {
+    return false;
+  }
+  return origin === actual.ownerDocument.location.origin && link.ping.length === 0 && ["", "_self", "_top", "_parent"].includes(target);
+}
+
 /** The failure when the effect differs from the one judged: nothing was done. */
 export const CHANGED = "changed since the snapshot (what it would now do is not what was judged: where it leads, what it submits or which field it types into); nothing was done. Take a new snapshot.";
