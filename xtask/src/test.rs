@@ -86,7 +86,7 @@ fn run_all(root: &Path, steps: &mut Steps, full: bool) -> Result<(), String> {
         native.env("HEARTH_REQUIRE_GPU", "1");
     }
     if full {
-        // crates/model/tests/integration/real_weights.rs: greedy ids of Gemma 3 270M Q4_K_M vs transformers.
+        // crates/model/tests/real_weights.rs: greedy ids of Gemma 3 270M Q4_K_M vs transformers.
         native.env("HEARTH_FULL", "1");
     }
     steps.time("native", || process::run(native))?;
