@@ -14,8 +14,8 @@ import { createServer } from "node:http";
 import { resolve } from "node:path";
 import { after, before, test } from "node:test";
 import { launch } from "../lib/browser.mjs";
-import { overlayData, overlayText, queryOverlay, clickInOverlay, screenshot } from "../lib/overlay.mjs";
-import { ask, call, decide, done, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
+import { overlayText, queryOverlay, clickInOverlay, screenshot } from "../lib/overlay.mjs";
+import { ask, call, denyCard, done, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 
 const PAGES = resolve(import.meta.dirname, "../pages");
 
@@ -57,14 +57,6 @@ after(async () => {
 const pageUrl = (name) => `${site.url}/attacks/${name}.html?attacker=${encodeURIComponent(attacker.url)}`;
 const posts = () => site.log.filter((l) => l.startsWith("POST"));
 
-async function denyCard(page, expected) {
-  await waitForTask(page, ["confirm"]);
-  const callId = await overlayData(page, "pending-call");
-  const card = await overlayText(page, `.card.confirm[data-call-id="${callId}"]`);
-  for (const words of expected) assert.ok(card.includes(words), `the card for ${callId} says ${JSON.stringify(words)}: ${card}`);
-  await decide(page, "deny");
-  return card;
-}
 
 async function until(check, what, timeout = 20_000) {
   const deadline = Date.now() + timeout;

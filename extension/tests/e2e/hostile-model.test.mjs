@@ -11,8 +11,8 @@ import { createServer } from "node:http";
 import { after, before, test } from "node:test";
 import { launch } from "../lib/browser.mjs";
 import { servePages } from "../lib/pages.mjs";
-import { overlayData, overlayText, screenshot } from "../lib/overlay.mjs";
-import { ask, call, decide, done, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
+import { screenshot } from "../lib/overlay.mjs";
+import { ask, call, decide, denyCard, done, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 
 let pages;
 let chrome;
@@ -37,15 +37,6 @@ after(async () => {
   await attacker?.close();
 });
 
-/** Waits for the confirmation card, checks what it says, and denies it. */
-async function denyCard(page, expected) {
-  await waitForTask(page, ["confirm"]);
-  const callId = await overlayData(page, "pending-call");
-  const card = await overlayText(page, `.card.confirm[data-call-id="${callId}"]`);
-  for (const words of expected) assert.ok(card.includes(words), `the card for ${callId} says ${JSON.stringify(words)}: ${card}`);
-  await decide(page, "deny");
-  return card;
-}
 
 test("a fooled model cannot carry data off-site, post, or open tabs without the user's consent", { timeout: 240_000 }, async () => {
   const url = `${pages.url}/attacks/forum.html?attacker=${encodeURIComponent(attacker.url)}`;

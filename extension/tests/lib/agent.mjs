@@ -2,7 +2,7 @@
 // confirmation and answer buttons), and the model is the scripted one of test builds, loaded
 // into the offscreen document's engine.
 
-import { clickInOverlay, clickLauncher, overlayData, overlayHost, waitForData, waitForEngine } from "./overlay.mjs";
+import { clickInOverlay, clickLauncher, overlayData, overlayHost, overlayText, waitForData, waitForEngine } from "./overlay.mjs";
 
 /** A tool call as Gemma 4 writes it. */
 export const call = (name, args = "") => `<|tool_call>call:${name}{${args}}<tool_call|>`;
@@ -75,4 +75,16 @@ export async function chooseOption(page, text) {
   const callId = await overlayData(page, "pending-call");
   await clickInOverlay(page, `.card.ask[data-call-id="${callId}"] button.option[data-option="${text}"]`);
   await waitForData(page, "pending-call", callId, 10_000, { not: true, polling: 50 });
+}
+
+/** Waits for the confirmation card, checks that it says each of `expected`, and denies it; returns its text. */
+export async function denyCard(page, expected) {
+  await waitForTask(page, ["confirm"]);
+  const callId = await overlayData(page, "pending-call");
+  const card = await overlayText(page, `.card.confirm[data-call-id="${callId}"]`);
+  for (const words of expected) {
+    if (!card.includes(words)) throw new Error(`the card for ${callId} does not say ${JSON.stringify(words)}: ${card}`);
+  }
+  await decide(page, "deny");
+  return card;
 }
