@@ -148,6 +148,13 @@ function toTab(tabId, msg) {
 const event = (e) => ({ kind: "task_update", update: { update: "event", event: e } });
 const needsConfirmation = (callId) => ({ kind: "task_update", update: { update: "ended", outcome: { kind: "needs_confirmation", call_id: callId } } });
 
+/**
+ * The cards here are sent by the test, so the engine has no task to go on with after a decision
+ * and answers it with a failure. Wait for that answer: arriving after the next card, it would end
+ * that card's task.
+ */
+const engineAnswered = (page) => waitForData(page, "task", "failed");
+
 /** The box of `selector` inside the overlay, or null while it is hidden. */
 const boxInOverlay = (page, selector) =>
   overlayEval(page, selector, "function () { const r = this.getBoundingClientRect(); return this.hidden ? null : { x: r.x, y: r.y, width: r.width, height: r.height }; }");
@@ -200,8 +207,8 @@ test("a confirmation card says what will happen and outlines the element on the 
   }, "the outline to follow the scroll");
   await screenshot(page, "hostile-confirm-outline");
   await clickInOverlay(page, `${card} button[data-decision="deny"]`);
-  // (The worker's engine has no task to go on with: what it answers does not matter here.)
   await waitForData(page, "pending-call", "t1", 10_000, { not: true });
+  await engineAnswered(page);
   assert.equal(await boxInOverlay(page, ".target-outline"), null, "the outline goes once the card is decided");
 
   // A link to another site: the destination is shown; no element, no outline.
@@ -221,6 +228,7 @@ test("a confirmation card says what will happen and outlines the element on the 
   assert.equal(await boxInOverlay(page, ".target-outline"), null);
   await clickInOverlay(page, '.confirm[data-call-id="t2"] button[data-decision="deny"]');
   await waitForData(page, "pending-call", "t2", 10_000, { not: true });
+  await engineAnswered(page);
 
   // run_javascript: the whole code, scrollable; and an older engine's card without a target.
   const code = Array.from({ length: 120 }, (_, i) => `document.title += "line ${i}";`).join("\n");
