@@ -7,13 +7,14 @@ import type { PageInfo, ToolReply, ToolRequest } from "../generated/protocol";
 import { sendToTab } from "../shared/messages";
 import { isSiteDisabled, loadSettings } from "../shared/settings";
 import { BOUND_TO_JUDGED_ORIGIN, isWorkerTool, type WorkerTool } from "../shared/tool-executors";
-import { withApproved } from "./fence";
+import { blockedSince, withApproved } from "./fence";
 
 /**
- * Tabs where the agent itself is navigating (navigate, go_back): the fence reads a blocked request
- * without an initiator there as the agent's, not as the user's own navigation.
+ * Tabs where the agent itself is navigating, and how (navigate opens, go_back goes back): the
+ * fence reads a blocked request without an initiator there as the agent's, not as the user's own
+ * navigation, and knows which way undoes it.
  */
-export const agentNavigating = new Set<number>();
+export const agentNavigating = new Map<number, "open" | "back">();
 
 /** The origin of a URL, or null. */
 function originOf(url: string | null | undefined): string | null {
@@ -57,7 +58,7 @@ export async function runTool(request: ToolRequest): Promise<ToolReply> {
     // One entry per worker tool: the compiler refuses a missing or a stale one.
     const workerTools: Record<WorkerTool, () => Promise<ToolReply>> = {
       navigate: () => navigate(tabId, String(args.url ?? "")),
-      go_back: () => afterLoad(tabId, () => chrome.tabs.goBack(tabId), "Went back."),
+      go_back: () => goBack(tabId),
       run_javascript: () => runJavascript(tabId, String(args.code ?? ""), judged ?? originOf(tab.url) ?? ""),
     };
     try {
@@ -88,11 +89,22 @@ async function navigate(tabId: number, url: string): Promise<ToolReply> {
   if (parsed.protocol !== "https:" && parsed.protocol !== "http:") {
     return failed("Only http:// and https:// addresses can be opened.");
   }
-  return afterLoad(tabId, () => chrome.tabs.update(tabId, { url: parsed.href }), `Opened ${parsed.href}.`);
+  return afterLoad(tabId, "open", () => chrome.tabs.update(tabId, { url: parsed.href }), `Opened ${parsed.href}.`);
 }
 
+/**
+ * Goes back one page. The page before may be on a site outside the task's set: the fence blocks
+ * it like any navigation (Chrome never restores a tab with session rules from its back-forward
+ * cache, so going back is always a request; the e2e test "going back…" holds it to that).
+ */
+const goBack = (tabId: number) => afterLoad(tabId, "back", () => chrome.tabs.goBack(tabId), "Went back.");
+
+const fenceStopped = (url: string): ToolReply =>
+  failed(`The browser's fence stopped ${url}: it is on a site outside this task's. The user is asked on a card; nothing else was done. Go on with the current page.`);
+
 /** Starts a navigation and waits until the tab has loaded and its content script answers. */
-async function afterLoad(tabId: number, start: () => Promise<unknown>, text: string): Promise<ToolReply> {
+async function afterLoad(tabId: number, how: "open" | "back", start: () => Promise<unknown>, text: string): Promise<ToolReply> {
+  const started = Date.now();
   const loaded = new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => {
       chrome.tabs.onUpdated.removeListener(listener);
@@ -106,13 +118,16 @@ async function afterLoad(tabId: number, start: () => Promise<unknown>, text: str
     };
     chrome.tabs.onUpdated.addListener(listener);
   });
-  agentNavigating.add(tabId);
+  agentNavigating.set(tabId, how);
   try {
     await start();
     await loaded;
   } finally {
     agentNavigating.delete(tabId);
   }
+  // The fence stopped it (at the first address or a redirect's hop): the worker restores the page.
+  const blocked = blockedSince(tabId, started);
+  if (blocked) return fenceStopped(blocked);
   const tab = await chrome.tabs.get(tabId);
   return ok(`${text} The page is "${tab.title ?? ""}". Take a snapshot before acting on it.`, {
     url: tab.url ?? "",

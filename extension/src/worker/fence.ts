@@ -205,11 +205,21 @@ export interface Blocked {
   initiator?: string;
 }
 
+/** When each tab last had a request blocked (read by a navigation to tell how it ended). */
+const lastBlocked = new Map<number, { url: string; at: number }>();
+
+/** The request blocked in `tabId` since `since` (a `Date.now()`), if any. */
+export const blockedSince = (tabId: number, since: number): string | null => {
+  const last = lastBlocked.get(tabId);
+  return last && last.at >= since ? last.url : null;
+};
+
 /** Calls `onBlocked` for each request the fence stops (`net::ERR_BLOCKED_BY_CLIENT` in a fenced tab). */
 export function watch(onBlocked: (blocked: Blocked) => void): void {
   chrome.webRequest.onErrorOccurred.addListener(
     (details) => {
       if (details.error !== "net::ERR_BLOCKED_BY_CLIENT" || details.tabId < 0) return;
+      if (details.type === "main_frame") lastBlocked.set(details.tabId, { url: details.url, at: Date.now() });
       void isRaised(details.tabId).then((raised) => {
         if (!raised) return;
         onBlocked({

@@ -116,6 +116,8 @@ const blockedRequests = new Map<number, fence.Blocked[]>();
 
 async function onFenceBlocked(blocked: fence.Blocked): Promise<void> {
   const { tabId, url } = blocked;
+  // A blocked go_back is undone by going forward again, anything else by going back.
+  const undo = agentNavigating.get(tabId) === "back" ? (id: number) => chrome.tabs.goForward(id) : (id: number) => chrome.tabs.goBack(id);
   if (!blocked.initiator && !agentNavigating.has(tabId)) {
     await controlTask(tabId, { action: "stop" });
     await fence.lift(tabId, true);
@@ -132,7 +134,7 @@ async function onFenceBlocked(blocked: fence.Blocked): Promise<void> {
       const tab = await chrome.tabs.get(tabId).catch(() => null);
       if (!tab) return;
       if (tab.url === url || tab.url?.startsWith("chrome-error:")) {
-        await chrome.tabs.goBack(tabId).catch(() => {});
+        await undo(tabId).catch(() => {});
         break;
       }
       await new Promise((r) => setTimeout(r, 100));

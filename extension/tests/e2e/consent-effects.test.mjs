@@ -165,6 +165,43 @@ test("a same-site address that redirects to another site is judged again at the 
   assert.deepEqual(attacker.log, [], "the hop to the other site never left the browser");
 });
 
+test("going back to another site's page is judged like opening it", { timeout: 120_000 }, async () => {
+  const before = `${attacker.url}/before-the-task`;
+  const url = pageUrl("fence");
+  const page = await openAgentPage(chrome, url, { after: before });
+  await useScript(chrome, [call("go_back"), done("Went back.")]);
+  await ask(page, "Go back.");
+  // The fence blocks the request going back makes; the worker takes the tab forward again and the
+  // user is asked.
+  await answerFenceCard(page, [new URL(attacker.url).host, "/before-the-task"], "deny");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  await until(async () => page.url() === url, "the tab to be on the task's page");
+  assert.deepEqual(attacker.log, ["GET /before-the-task"], "the other site was not asked for its page again");
+  const prompts = await scriptedPrompts(chrome);
+  assert.match(prompts.at(-1), /fence stopped/, "the model learns that going back was stopped");
+
+  // A page without Hearth's content script (a site the user disabled) is one the browser keeps in
+  // its back-forward cache, where going back would send no request for the fence to see. Chrome
+  // does not restore a tab that has session rules from that cache: the fence still judges it.
+  const setDisabled = (sites) => chrome.console.evaluate("/service-worker.js", `chrome.storage.sync.set({ settings: { disabledSites: ${JSON.stringify(sites)} } })`);
+  await setDisabled([new URL(attacker.url).origin]);
+  try {
+    const excluded = () => chrome.console.evaluate("/service-worker.js", `chrome.scripting.getRegisteredContentScripts().then((s) => s[0]?.excludeMatches ?? [])`);
+    await until(async () => (await excluded()).includes(`http://${new URL(attacker.url).hostname}/*`), "the content script to leave the disabled site");
+    const cached = `${attacker.url}/cached-page`;
+    const second = await openAgentPage(chrome, url, { after: cached });
+    await useScript(chrome, [call("go_back"), done("Went back.")]);
+    await ask(second, "Go back.");
+    await answerFenceCard(second, [new URL(attacker.url).host, "/cached-page"], "deny");
+    assert.equal(await waitForTask(second, ["done", "failed", "paused"]), "done");
+    await until(async () => second.url() === url, "the tab to be on the task's page again");
+    assert.match((await scriptedPrompts(chrome)).at(-1), /fence stopped/);
+    await second.close();
+  } finally {
+    await setDisabled([]);
+  }
+});
+
 test("the user's own navigation is never trapped by the fence", { timeout: 180_000 }, async () => {
   const page = await openAgentPage(chrome, pageUrl("fence"));
   await useScript(chrome, [call("wait_for", `text:${str("never shown")},timeout_seconds:20`), done("Waited.")]);

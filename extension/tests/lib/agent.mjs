@@ -16,8 +16,10 @@ export const pageText = (page, selector) => page.locator(selector).textContent()
 export const indexOf = (text) => `{{index:${text}}}`;
 
 /** Opens `url` in a new tab, opens the overlay and waits for the engine. */
-export async function openAgentPage(chrome, url) {
+export async function openAgentPage(chrome, url, { after } = {}) {
   const page = await chrome.context.newPage();
+  // The page the tab showed before (its history's previous entry).
+  if (after) await page.goto(after);
   await page.goto(url);
   await overlayHost(page);
   await clickLauncher(page);
