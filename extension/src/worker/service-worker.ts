@@ -118,7 +118,8 @@ async function onFenceBlocked(blocked: fence.Blocked): Promise<void> {
   const { tabId, url } = blocked;
   // A blocked go_back is undone by going forward again, anything else by going back.
   const undo = agentNavigating.get(tabId) === "back" ? (id: number) => chrome.tabs.goForward(id) : (id: number) => chrome.tabs.goBack(id);
-  if (!blocked.initiator && !agentNavigating.has(tabId)) {
+  // (A frame's request is never the user's: they navigate the tab, not a frame in it.)
+  if (blocked.topLevel && !blocked.initiator && !agentNavigating.has(tabId)) {
     await controlTask(tabId, { action: "stop" });
     await fence.lift(tabId, true);
     if (blocked.method === "GET") await chrome.tabs.update(tabId, { url });

@@ -14,8 +14,8 @@ import { createServer } from "node:http";
 import { resolve } from "node:path";
 import { after, before, test } from "node:test";
 import { launch } from "../lib/browser.mjs";
-import { overlayText, queryOverlay, clickInOverlay, screenshot } from "../lib/overlay.mjs";
-import { ask, call, denyCard, done, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
+import { clickInOverlay, clickLauncher, overlayHost, overlayText, queryOverlay, screenshot } from "../lib/overlay.mjs";
+import { ask, call, decide, denyCard, done, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 
 const PAGES = resolve(import.meta.dirname, "../pages");
 
@@ -149,6 +149,13 @@ test("the browser's fence stops what the page does after a harmless click, and a
     await answerFenceCard(second, [new URL(site.url).host, "/like"], "deny");
     await second.close();
   });
+  // So is one posted inside a frame of the page.
+  await openAgentPage(chrome, url).then(async (third) => {
+    await useScript(chrome, [call("snapshot"), call("click", `index:${indexOf('"Preview"')}`), done("Previewed.")]);
+    await ask(third, "Preview the newsletter.");
+    await answerFenceCard(third, [new URL(site.url).host, "/preview"], "deny");
+    await third.close();
+  });
   assert.deepEqual(posts(), [], "the page's own server got no POST");
   await screenshot(page, "fence-card");
 });
@@ -200,6 +207,27 @@ test("going back to another site's page is judged like opening it", { timeout: 1
   } finally {
     await setDisabled([]);
   }
+});
+
+test("an approval does not travel: a script approved on one site does not run after the page moved the tab to another", { timeout: 120_000 }, async () => {
+  const page = await openAgentPage(chrome, pageUrl("fence"));
+  await useScript(chrome, [call("run_javascript", `code:${str('document.title = "RAN-HERE"')}`), done("Renamed it.")]);
+  await ask(page, "Rename the page.");
+  await waitForTask(page, ["confirm"]);
+  // The run waits for the user, so the fence is down; meanwhile the page sends the tab elsewhere.
+  const fenced = () => chrome.console.evaluate("/service-worker.js", "chrome.declarativeNetRequest.getSessionRules().then((r) => r.length)");
+  await until(async () => (await fenced()) === 0, "the fence to lift while the card waits");
+  const elsewhere = `${attacker.url}/moved-here`;
+  await page.evaluate((to) => void (location.href = to), elsewhere);
+  await until(async () => page.url() === elsewhere, "the tab to be on the other site");
+  // The card comes back with the conversation on the new page; the user allows it there.
+  await overlayHost(page);
+  await clickLauncher(page);
+  await decide(page, "allow_once");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  assert.equal(await page.title(), "Thanks", "the script did not run on the other site");
+  const prompts = await scriptedPrompts(chrome);
+  assert.match(prompts.at(-1), /not on http:\/\/127\.0\.0\.1/, `the model learns where it was judged: ${prompts.at(-1)}`);
 });
 
 test("the user's own navigation is never trapped by the fence", { timeout: 180_000 }, async () => {
