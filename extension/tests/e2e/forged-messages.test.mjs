@@ -12,7 +12,7 @@ import { after, before, test } from "node:test";
 import { launch } from "../lib/browser.mjs";
 import { servePages } from "../lib/pages.mjs";
 import { clickLauncher, overlayHost, overlayState, waitForData, waitForEngine } from "../lib/overlay.mjs";
-import { ask, call, decide, done, pageText as text, indexOf, openAgentPage, str, useScript, waitForTask } from "../lib/agent.mjs";
+import { ask, call, decide, done, pageText as text, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 
 const WORKER = "/service-worker.js";
 /** Markers in the users' messages select each tab's script (the scripted model is shared). */
@@ -56,7 +56,8 @@ const stored = (key) => inWorker(`chrome.storage.session.get(${JSON.stringify(ke
 async function until(check, what, timeout = 15_000) {
   const deadline = Date.now() + timeout;
   for (;;) {
-    if (await check()) return;
+    const value = await check();
+    if (value) return value;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await sleep(100);
   }
@@ -298,4 +299,18 @@ test("the transcript goes through the worker: it survives a reload and goes when
 
   await pageB.close();
   await until(async () => (await stored(key)) === null && (await stored(`agent:${tabB}`)) === null, "tab B's conversation removed with its tab");
+});
+
+test("(e) a task starts on the tab's committed page, whatever start_task claims", { timeout: 90_000 }, async () => {
+  const C = "TAB-A-start-e51";
+  await useScript(chrome, { [C]: [done("Started.")] });
+  // A compromised content script names another site as the page the task starts on: were it
+  // believed, the model would read that address and the fence would let the tab go there.
+  const forged = { url: "https://bank.example/transfer", title: "Your bank" };
+  await sendAll([{ kind: "start_task", text: `${C}: look at this page`, page: forged }]);
+  const prompt = await until(async () => (await scriptedPrompts(chrome)).find((p) => p.includes(C)), "the task's first prompt");
+  assert.ok(prompt.includes(pageA.url()), `the prompt names tab A's own page: ${prompt.slice(-600)}`);
+  assert.ok(!prompt.includes("bank.example"), "the claimed page is not in the prompt");
+  const fenced = JSON.stringify(await stored(`fence:${tabA}`));
+  assert.ok(fenced.includes(new URL(pageA.url()).hostname) && !fenced.includes("bank.example"), `the fence's sites are the tab's own: ${fenced}`);
 });
