@@ -811,6 +811,13 @@ pub fn attention_softmax(scores: Tensor<4>, mask: Tensor<2>, scale: f32, softcap
     ))
 }
 
+/// `cap · tanh(x / cap)`, Gemma's logit softcap, in tensor ops: for the dense (f32) LM head, where
+/// no fused product applies. The input is clamped to ±15 first, where tanh is ±1 in f32 anyway:
+/// some GPU implementations compute tanh from exponentials and return NaN for large inputs.
+pub fn softcap<const D: usize>(x: Tensor<D>, cap: f32) -> Tensor<D> {
+    x.div_scalar(cap).clamp(-15.0, 15.0).tanh().mul_scalar(cap)
+}
+
 /// The same maths as tensor operations: the CPU backend's path and the kernels' test oracle.
 pub mod reference {
     use burn::tensor::Tensor;

@@ -38,8 +38,8 @@ pub use attention::{DecodeQuery, decode_attention, fused_decode_applies};
 pub use block_table::{BlockTable, gather_by_block};
 pub use chunk_table::ChunkTable;
 pub use fused::{
-    CacheInput, HeadColumns, Slots, add_rms_norm, attention_softmax, copy_into, gelu_tanh_mul, rms_norm, write_cache,
-    write_keys_values,
+    CacheInput, HeadColumns, Slots, add_rms_norm, attention_softmax, copy_into, gelu_tanh_mul, rms_norm, softcap,
+    write_cache, write_keys_values,
 };
 pub use launch::has_fused_kernels;
 pub use mask::mask_logits;

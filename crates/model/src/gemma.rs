@@ -5,7 +5,6 @@
 //! Hkv = key/value heads, d = head dim of the layer, L = layers, P = per-layer-input width.
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use hearth_kernels::fused::reference::bounded_tanh;
 use hearth_kernels::{
     AffineMatrix, BlockTable, CacheInput, DecodeQuery, HeadColumns, Slots, add_rms_norm, attention_softmax,
     decode_attention, fused_decode_applies, gather_by_block, gelu_tanh_mul, has_fused_kernels, rms_norm, write_cache,
@@ -215,7 +214,7 @@ impl EmbeddingBlock {
         match (self, softcap) {
             (EmbeddingBlock::Dense(rows), None) => x.matmul(rows.clone().transpose()),
             (EmbeddingBlock::Dense(rows), Some(cap)) => {
-                bounded_tanh(x.matmul(rows.clone().transpose()).div_scalar(cap)).mul_scalar(cap)
+                hearth_kernels::softcap(x.matmul(rows.clone().transpose()), cap)
             }
             (EmbeddingBlock::Affine(rows), None) => rows.matmul_transposed(x),
             (EmbeddingBlock::Affine(rows), Some(cap)) => rows.softcapped_matmul_transposed(x, cap),
