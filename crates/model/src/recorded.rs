@@ -47,7 +47,9 @@ impl Gemma {
 pub(crate) struct RecordedStep {
     graph: BackendGraph<Dispatch>,
     input: StepInput,
-    /// What every replay writes: `[1, vocab]`. Held here, so a consumer never writes into it.
+    /// What every replay writes: `[1, vocab]`, returned to the caller as the step's logits. Held
+    /// here, so a consumer never writes into it; a step finds it shared while the caller still
+    /// holds the last step's logits, and then does not replay.
     logits: Tensor<2>,
 }
 
@@ -123,6 +125,14 @@ pub(crate) fn step(
 ) -> Result<Tensor<2>, ModelError> {
     let device = model.device().as_dispatch();
     if let Some(recorded) = cache.recorded.as_mut() {
+        // A replay writes its logits into the buffer the last step returned: if the caller still
+        // holds those, this step runs launch by launch into buffers of its own, so that what a
+        // caller keeps stays true (the normal decode loop has let go of them by now; the
+        // recording serves again once the caller does).
+        if !recorded.logits.can_mut() {
+            let (x0, token_rows) = model.embed(&[token]);
+            return Ok(model.layers_and_head(x0, token_rows, cache, geometry, false));
+        }
         recorded.input.rewrite(model, token);
         // Safety: every buffer the recording touched is alive and unchanged: the weights (the
         // model outlives its caches' steps), the cache's layers (a change of buffer drops the
