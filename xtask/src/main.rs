@@ -10,6 +10,7 @@
 //!   with the real Gemma 4 E2B/E4B shapes), for benches/RESULTS.md; `-- --browser --model <gguf>`:
 //!   browser decode, Hearth beside wllama; `--bundle <dir>`: a folder (hearth, the Vulkan loader,
 //!   run.sh) that runs those benches on another machine's adapter without cargo
+//! - `screenshots`  the README's pictures, taken by the e2e tests, into docs/
 //! - `gen-types`  regenerate the TypeScript protocol from the Rust types (`build` refreshes the
 //!   wasm exports' declaration, extension/src/generated/hearth_offscreen.d.ts)
 
@@ -18,6 +19,7 @@ mod build;
 mod bundle;
 mod chrome;
 mod process;
+mod screenshots;
 mod test;
 mod toolchain;
 
@@ -36,6 +38,7 @@ fn main() -> ExitCode {
         "run" | "demo" => run(has("--headless"), has("--no-build"), has("--release")),
         "test" => test::test(has("--full")),
         "bench" => bench::bench(flags),
+        "screenshots" => screenshots::screenshots(),
         "gen-types" => gen_types(),
         "help" | "--help" | "-h" => {
             println!("{}", HELP);
@@ -64,6 +67,7 @@ const HELP: &str = "usage: cargo xtask <command>
                                     -- --browser --model <file.gguf>: browser decode vs wllama
   bench --bundle <dir>              build hearth into <dir> with the Vulkan loader and run.sh, which
                                     runs the kernel and E2B/E4B benches anywhere into one Markdown file
+  screenshots                       the README's pictures, taken by the e2e tests, into docs/
   gen-types                         regenerate extension/src/generated/protocol.ts";
 
 /// The repository root (the parent of xtask/). `cargo run` sets CARGO_MANIFEST_DIR at run time;

@@ -10,7 +10,7 @@
 use serde_json::{Map, Number, Value};
 
 /// Gemma's string delimiter token.
-pub const STR_DELIM: &str = "<|\"|>";
+pub use hearth_chat::syntax::STRING_DELIMITER as STR_DELIM;
 
 /// Nesting deeper than this is refused rather than risking the stack on hostile output.
 const MAX_DEPTH: usize = 64;
@@ -79,7 +79,7 @@ pub fn parse_call_prefix(body: &str, closed_by_model: bool) -> Result<(CallBody,
     if trimmed.starts_with('{') {
         return json_style_call(trimmed).map(|c| (c, "")).ok_or(ValueError::MissingName);
     }
-    let rest = match trimmed.strip_prefix("call:") {
+    let rest = match trimmed.strip_prefix(hearth_chat::syntax::CALL_PREFIX) {
         Some(r) => r,
         None => {
             repairs.push("added the missing `call:` prefix".to_owned());

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use hearth_chat::syntax;
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
@@ -123,20 +124,20 @@ fn one_line(s: &str, max_chars: usize) -> String {
 /// known (tests, the approximate counter).
 pub const GEMMA_MARKUP: &[&str] = &[
     "<bos>",
-    "<eos>",
+    syntax::EOS,
     "<pad>",
     "<mask>",
-    "<|turn>",
-    "<turn|>",
-    "<|tool_call>",
-    "<tool_call|>",
-    "<|tool_response>",
-    "<tool_response|>",
+    syntax::TURN_OPEN,
+    syntax::TURN_CLOSE,
+    syntax::CALL_OPEN,
+    syntax::CALL_CLOSE,
+    syntax::RESPONSE_OPEN,
+    syntax::RESPONSE_CLOSE,
     "<|tool>",
     "<tool|>",
-    "<|channel>",
-    "<channel|>",
-    "<|\"|>",
+    syntax::THOUGHT_OPEN,
+    syntax::THOUGHT_CLOSE,
+    syntax::STRING_DELIMITER,
     "<|think|>",
     "<|image|>",
     "<|audio|>",

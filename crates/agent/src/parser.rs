@@ -10,20 +10,20 @@ use serde_json::{Map, Value};
 
 use crate::gemma_value::{CallBody, STR_DELIM, ValueError, parse_call_body, parse_call_prefix};
 
-const THOUGHT_OPEN: &str = "<|channel>";
-const THOUGHT_CLOSE: &str = "<channel|>";
-const CALL_OPEN: &str = "<|tool_call>";
-const CALL_CLOSE: &str = "<tool_call|>";
+use hearth_chat::syntax::{
+    CALL_CLOSE, CALL_OPEN, EOS, LEGACY_TURN_CLOSE, RESPONSE_OPEN, THOUGHT_CLOSE, THOUGHT_OPEN, TURN_CLOSE, TURN_OPEN,
+};
+
 /// A bare `call:NAME{` at the start of a line is read as a call whose `<|tool_call>` is missing.
-const BARE_CALL: &str = "call:";
+const BARE_CALL: &str = hearth_chat::syntax::CALL_PREFIX;
 
 /// Tokens after which the model's output is over for this step.
 const STOPS: &[(&str, StopToken)] = &[
-    ("<|tool_response>", StopToken::ToolResponse),
-    ("<turn|>", StopToken::EndOfTurn),
-    ("<eos>", StopToken::Eos),
-    ("<|turn>", StopToken::NewTurn),
-    ("<end_of_turn>", StopToken::EndOfTurn),
+    (RESPONSE_OPEN, StopToken::ToolResponse),
+    (TURN_CLOSE, StopToken::EndOfTurn),
+    (EOS, StopToken::Eos),
+    (TURN_OPEN, StopToken::NewTurn),
+    (LEGACY_TURN_CLOSE, StopToken::EndOfTurn),
 ];
 
 /// How the model ended its output.

@@ -182,7 +182,7 @@ struct PendingCall {
 
 /// A step ends as soon as a tool call closes: one call per step, and nothing the model writes
 /// after it (a made-up tool response, more calls) is decoded.
-pub const STEP_ENDS_AFTER: &[&str] = &["<tool_call|>"];
+pub const STEP_ENDS_AFTER: &[&str] = &[hearth_chat::syntax::CALL_CLOSE];
 
 enum GenError {
     Stopped,

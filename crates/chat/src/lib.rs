@@ -7,6 +7,7 @@
 //! (see `fixtures/conversations.json` and `tests/fixtures.rs`).
 
 mod message;
+pub mod syntax;
 mod template;
 
 pub use message::{ContentPart, FunctionCall, FunctionDeclaration, Message, MessageContent, Role, Tool, ToolCall};

@@ -47,8 +47,12 @@ const LONG_THOUGHT_TOKENS: usize = 650;
 const LONG_ANSWER_TOKENS: usize = 680;
 const LONG_PREAMBLE_TOKENS: usize = 620;
 
-const THOUGHT_OPEN: &str = "<|channel>thought\n";
-const THOUGHT_CLOSE: &str = "\n<channel|>";
+use hearth_chat::syntax::{CALL_CLOSE, CALL_OPEN, CALL_PREFIX, STRING_DELIMITER, THOUGHT_CLOSE, THOUGHT_OPEN};
+
+/// How a thought starts and ends as the model writes it.
+fn thought_start() -> String {
+    format!("{THOUGHT_OPEN}thought\n")
+}
 
 /// The tokenizer the test and the bench use by default: npm's copy of Gemma 3's tokenizer.json
 /// (262,145 ids, the same base pieces as Gemma 4), installed by `npm ci` in extension/.
@@ -430,8 +434,9 @@ impl EngineBackend {
         let mut text = reply.text.as_str();
         // After a tool result with thinking on, the prompt has opened the thought channel: the
         // model writes on inside it.
-        if request.prompt.ends_with(THOUGHT_OPEN) {
-            text = text.strip_prefix(THOUGHT_OPEN).unwrap_or(text);
+        let start = thought_start();
+        if request.prompt.ends_with(&start) {
+            text = text.strip_prefix(start.as_str()).unwrap_or(text);
         }
         let closed = request.stop_end(text, 0);
         let text = closed.map_or(text, |end| &text[..end]);
@@ -1020,12 +1025,12 @@ struct Script<'a> {
 }
 
 fn string(text: &str) -> String {
-    format!("<|\"|>{text}<|\"|>")
+    format!("{STRING_DELIMITER}{text}{STRING_DELIMITER}")
 }
 
 /// A tool call as Gemma writes it (arguments in the template's order: sorted by name).
 fn call(name: &str, args: &str) -> String {
-    format!("<|tool_call>call:{name}{{{args}}}<tool_call|>")
+    format!("{CALL_OPEN}{CALL_PREFIX}{name}{{{args}}}{CALL_CLOSE}")
 }
 
 impl Script<'_> {
@@ -1072,7 +1077,7 @@ impl Script<'_> {
         let text = if self.thinking {
             let thought = thought();
             let _ = write!(action, " (thought {})", self.tokens(&thought));
-            format!("{THOUGHT_OPEN}{thought}{THOUGHT_CLOSE}{body}")
+            format!("{}{thought}\n{THOUGHT_CLOSE}{body}", thought_start())
         } else {
             body
         };

@@ -291,7 +291,7 @@ fn run_generate(
         };
         let mut text = template.render(&request).map_err(|e| e.to_string())?;
         if chat.force_call {
-            text.push_str("<|tool_call>");
+            text.push_str(hearth_chat::syntax::CALL_OPEN);
         }
         text
     } else {
@@ -316,7 +316,7 @@ fn run_generate(
     let mut stdout = std::io::stdout().lock();
     if chat.as_ref().is_some_and(|c| c.force_call) {
         // The opening the prompt forced is part of the reply: print it, so the output parses.
-        let _ = stdout.write_all(b"<|tool_call>");
+        let _ = stdout.write_all(hearth_chat::syntax::CALL_OPEN.as_bytes());
     }
     let clock = Instant::now();
     let mut calls = match grammar {

@@ -71,7 +71,7 @@ impl From<WgpuInitError> for GpuError {
 
 /// Kernel launches encoded before cubecl submits them (its default is 32). A submit is the
 /// costliest WebGPU call a token makes in Chrome (about 0.17 ms on SwiftShader on a 2-core VM, as
-/// much as 50 dispatches' encoding: benches/RESULTS.md, fifteenth session), and E2B decodes about
+/// much as 50 dispatches' encoding: benches/log/2026-12-03.md, fifteenth session), and E2B decodes about
 /// 380 dispatches a token: 12 submits at 32, 2 at 256 (one more at the readback). Not unbounded:
 /// the GPU starts a token's work only at the first submit, and a prompt's chunk must not wait
 /// for all its launches.

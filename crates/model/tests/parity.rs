@@ -98,7 +98,9 @@ fn step_by_step_logits_match_transformers() {
             check(&label, &rows, &expected.logits);
             assert_eq!(cache.holds_recorded_step(), on_gpu && recorded, "{label}: a recording on the GPU only");
             // Every step's logits held until the end: a later step (a replay writes into the
-            // buffer it returned last) leaves what the caller keeps alone.
+            // buffer it returned last) leaves what the caller keeps alone. (One cache and its
+            // recording at a time: a recording may allocate nothing.)
+            drop(cache);
             let mut held_cache = KvCache::new(&model.config, options, model.device());
             let held: Vec<_> =
                 expected.tokens.iter().map(|&t| model.forward(&[t], &mut held_cache, true).unwrap()).collect();

@@ -28,8 +28,7 @@ use crate::tasks;
 const PROBE_CONVERSATION: u64 = u64::MAX;
 
 /// The marker the prompt ends with (the model is made to act) and the one that closes a call.
-const CALL_OPEN: &str = "<|tool_call>";
-const CALL_CLOSE: &str = "<tool_call|>";
+use hearth_chat::syntax::{CALL_CLOSE, CALL_OPEN};
 
 /// What the probe tells the test.
 #[derive(Serialize)]

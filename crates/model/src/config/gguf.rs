@@ -285,7 +285,7 @@ impl Metadata<'_> {
 
     /// Gemma 4's stop ids (see [`gemma4`]): Gemma 4's own when the metadata names none.
     fn gemma4_stop_ids(&self) -> Vec<u64> {
-        const MARKERS: [&str; 2] = ["<turn|>", "<|tool_response>"];
+        const MARKERS: [&str; 2] = hearth_chat::syntax::STOP_MARKERS;
         let named = self.token_id("eos_token_id").is_some()
             || self.token_id("eot_token_id").is_some()
             || !self.marker_ids(&MARKERS).is_empty();

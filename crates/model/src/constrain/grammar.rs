@@ -23,8 +23,7 @@ const MAX_ITEMS: u8 = 255;
 
 /// Texts that must not appear inside a string value: the agent's parser would read them as the
 /// end of the string, of the call, or of the turn.
-const FORBIDDEN_IN_STRINGS: &[&str] =
-    &["<|\"|>", "<tool_call|>", "<|tool_call>", "<|tool_response>", "<turn|>", "<|turn>", "<eos>", "<end_of_turn>"];
+const FORBIDDEN_IN_STRINGS: &[&str] = hearth_chat::syntax::NOT_IN_STRINGS;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GrammarError {

@@ -5,6 +5,8 @@
 //! subtree ends, so a rejected byte skips the whole subtree in one jump and the search needs no
 //! pointers.
 
+use hearth_chat::syntax;
+
 use crate::tokenizer::Tokenizer;
 
 use super::ConstrainError;
@@ -70,10 +72,10 @@ impl VocabTrie {
     pub fn from_tokenizer(tokenizer: &Tokenizer) -> Result<Self, ConstrainError> {
         let id = |text: &str| tokenizer.token_id(text).ok_or(ConstrainError::MissingToken(text.to_owned()));
         let markers = Markers {
-            call_open: id("<|tool_call>")?,
-            call_close: id("<tool_call|>")?,
-            delim: id("<|\"|>")?,
-            thought: tokenizer.token_id("<|channel>").zip(tokenizer.token_id("<channel|>")),
+            call_open: id(syntax::CALL_OPEN)?,
+            call_close: id(syntax::CALL_CLOSE)?,
+            delim: id(syntax::STRING_DELIMITER)?,
+            thought: tokenizer.token_id(syntax::THOUGHT_OPEN).zip(tokenizer.token_id(syntax::THOUGHT_CLOSE)),
         };
         Self::with_markers(tokenizer, markers)
     }
