@@ -303,36 +303,34 @@ impl Agent {
     /// Starts a task in this conversation: the user's message (with the current page), fresh
     /// step count, and no grants from earlier tasks.
     pub fn start_task(&mut self, text: &str, page: Option<PageInfo>) {
+        self.start_task_with_selection(text, None, page);
+    }
+
+    /// [`Self::start_task`] with the text the user had selected on the page, which is the page's
+    /// words and is fenced as such (what the user typed is theirs, whatever it starts with).
+    pub fn start_task_with_selection(&mut self, text: &str, selection: Option<&str>, page: Option<PageInfo>) {
         self.abandon_pending("Not run: the user started a new task.");
         self.grants.clear();
         self.repetition.reset();
         self.iterations = 0;
         self.bad_turns = 0;
         self.finished = false;
-        let message = self.user_turn(text, page.as_ref());
+        let message = self.user_turn(text, selection, page.as_ref());
         self.page = page;
         self.entries.push(Entry { message: Message::user(message), kind: EntryKind::User });
     }
 
-    /// The user's turn: what they typed, with page-derived parts fenced. The overlay puts the
-    /// page's selection first as Markdown quote lines (`> …`); it and the page's title and URL
-    /// are the page's words, not the user's.
-    fn user_turn(&self, text: &str, page: Option<&PageInfo>) -> String {
-        let text = text.trim();
-        let lines: Vec<&str> = text.lines().collect();
-        let quoted = lines.iter().take_while(|l| l.starts_with('>')).count();
+    /// The user's turn: what they typed, with page-derived parts fenced: the text they selected
+    /// on the page, and the page's title and URL, are the page's words, not the user's.
+    fn user_turn(&self, text: &str, selection: Option<&str>, page: Option<&PageInfo>) -> String {
         let source = page.map_or("the page", |p| p.url.as_str());
         let mut message = String::new();
-        if quoted > 0 {
-            let quote: Vec<&str> = lines[..quoted]
-                .iter()
-                .map(|l| l.strip_prefix("> ").or_else(|| l.strip_prefix('>')).unwrap_or(l))
-                .collect();
+        if let Some(selection) = selection.map(str::trim).filter(|s| !s.is_empty()) {
             message.push_str("Text the user selected on the page:\n");
-            message.push_str(&self.neutralizer.fence(source, &quote.join("\n")));
+            message.push_str(&self.neutralizer.fence(source, selection));
             message.push_str("\n\n");
         }
-        message.push_str(lines[quoted..].join("\n").trim());
+        message.push_str(text.trim());
         if let Some(p) = page {
             message.push_str("\n\nThe current page:\n");
             message.push_str(&self.neutralizer.fence(&p.url, &format!("{} — {}", p.title, p.url)));

@@ -100,8 +100,8 @@ pub fn set_task_host(on_update: js_sys::Function, run_tool: js_sys::Function) {
 #[wasm_bindgen(js_name = taskMessage)]
 pub async fn task_message(message: String) -> Result<(), JsError> {
     match serde_json::from_str::<WorkerToEngine>(&message) {
-        Ok(WorkerToEngine::StartTask { tab_id, text, page, settings, history }) => {
-            tasks::start_task(tab_id, text, page, settings, history).await
+        Ok(WorkerToEngine::StartTask { tab_id, text, selection, page, settings, history }) => {
+            tasks::start_task(tab_id, text, selection, page, settings, history).await
         }
         Ok(WorkerToEngine::TaskControl { tab_id, action }) => tasks::control(tab_id, action).await,
         Ok(other) => return Err(JsError::new(&format!("not a task message: {other:?}"))),

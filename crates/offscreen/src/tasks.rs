@@ -76,11 +76,13 @@ fn ended(tab_id: u32, outcome: Outcome) {
     emit(tab_id, &TaskUpdate::Ended { outcome });
 }
 
-/// Starts a task in the tab's conversation; while one runs there, the text steers it instead.
+/// Starts a task in the tab's conversation; while one runs there, the text steers it instead (a
+/// selection is not sent to a running task: the overlay offers it only to a new one).
 /// `history` (from `TaskUpdate::History`) restores a conversation this engine does not hold.
 pub async fn start_task(
     tab_id: u32,
     text: String,
+    selection: Option<String>,
     page: Option<PageInfo>,
     settings: TaskSettings,
     history: Option<String>,
@@ -107,7 +109,7 @@ pub async fn start_task(
             return false;
         };
         apply_settings(agent.config_mut(), &settings);
-        agent.start_task(&text, page.clone());
+        agent.start_task_with_selection(&text, selection.as_deref(), page.clone());
         conversation.settings = settings.clone();
         true
     });

@@ -35,9 +35,15 @@ pub enum TabToWorker {
     /// "Use a model file you already have": open the options page at its models section (a
     /// content script cannot open a file picker into the extension's storage).
     OpenModelOptions,
-    /// Start a task with this message. The worker adds the tab, its committed URL and title (as
-    /// the browser reports them, never as a message claims) and the settings.
-    StartTask { text: String },
+    /// Start a task with this message, and the text the user had selected on the page when they
+    /// opened the overlay (it travels apart from what they typed: it is the page's words). The
+    /// worker adds the tab, its committed URL and title (as the browser reports them, never as a
+    /// message claims) and the settings.
+    StartTask {
+        text: String,
+        #[serde(default)]
+        selection: Option<String>,
+    },
     /// The user acted on this tab's task.
     TaskControl { action: TaskAction },
     /// The response is this tab's stored overlay transcript, or `null`.
@@ -94,6 +100,9 @@ pub enum WorkerToEngine {
     StartTask {
         tab_id: u32,
         text: String,
+        /// Text the user selected on the page (the page's words, fenced as such).
+        #[serde(default)]
+        selection: Option<String>,
         page: Option<PageInfo>,
         settings: TaskSettings,
         /// The tab's conversation as last reported (`TaskUpdate::History`), for an engine that no
@@ -158,7 +167,14 @@ mod tests {
     #[test]
     fn tab_messages_are_tagged_by_kind_and_carry_no_tab() {
         assert_eq!(TabToWorker::WatchEngine.to_json(), r#"{"kind":"watch_engine"}"#);
-        assert_eq!(wire(&TabToWorker::StartTask { text: "hi".into() }), json!({"kind": "start_task", "text": "hi"}));
+        assert_eq!(
+            wire(&TabToWorker::StartTask { text: "hi".into(), selection: Some("quoted".into()) }),
+            json!({"kind": "start_task", "text": "hi", "selection": "quoted"})
+        );
+        assert_eq!(
+            TabToWorker::from_json(r#"{"kind":"start_task","text":"hi"}"#),
+            Some(TabToWorker::StartTask { text: "hi".into(), selection: None })
+        );
         assert_eq!(
             TabToWorker::from_json(r#"{"kind":"install_model","model_id":"m"}"#),
             Some(TabToWorker::InstallModel { model_id: "m".into() })

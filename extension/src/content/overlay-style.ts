@@ -144,7 +144,12 @@ dd { margin: 0; overflow-wrap: anywhere; }
 .usage { margin: 0; font-size: 11.5px; color: var(--muted); font-variant-numeric: tabular-nums; }
 .taskbar:has(.usage:empty):has(.continue[hidden]) { display: none; }
 .continue { margin: 4px 0; border-color: var(--accent); }
-.composer-row { display: flex; gap: 6px; padding: 8px 10px 10px; border-top: 1px solid var(--line); }
+.composer-row { display: flex; flex-wrap: wrap; gap: 6px; padding: 8px 10px 10px; border-top: 1px solid var(--line); }
+.selection { flex-basis: 100%; display: flex; align-items: flex-start; gap: 6px; }
+.selection[hidden] { display: none; }
+.selection-text { flex: 1; margin: 0; padding-left: 8px; border-left: 3px solid var(--line); color: var(--muted); max-height: 5.2em; overflow: auto; white-space: pre-wrap; }
+.msg .selection-text { margin: 0 0 .55em; max-height: none; }
+.selection-remove { border: none; background: none; color: var(--muted); cursor: pointer; font-size: 1.1em; line-height: 1; padding: 0 4px; }
 .composer { flex: 1; min-height: 40px; max-height: 160px; font: inherit; resize: none; padding: 7px 9px;
   border-radius: 8px; border: 1px solid var(--line); background: var(--bg); color: var(--fg); }
 .composer-buttons { display: flex; flex-direction: column; gap: 4px; }

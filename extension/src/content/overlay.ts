@@ -24,12 +24,12 @@ import { OVERLAY_CSS } from "./overlay-style";
 import { elementByIndex } from "./page-tools/elements";
 import { renderEntry } from "./ui/cards";
 import { createComposer, type Listen } from "./ui/composer";
-import { button, clip, el } from "./ui/dom";
+import { button, clip, el } from "../shared/ui/builders";
 import { engineView } from "./ui/engine-view";
-import { formatNumber, t } from "./ui/i18n";
+import { formatNumber, t } from "../shared/ui/i18n";
 import { targetOutline } from "./ui/outline";
 import { TranscriptStore } from "./ui/persist";
-import { settingsForm } from "./ui/settings-view";
+import { settingsForm } from "../shared/ui/settings-view";
 import { installShield, type Shield } from "./ui/shield";
 import {
   answer,
@@ -49,7 +49,7 @@ import {
   type Transcript,
 } from "./ui/transcript";
 
-/** The most page text `openWithSelection` quotes into the composer. */
+/** The most page text `openWithSelection` takes into the composer. */
 const MAX_QUOTE = 4000;
 
 interface Overlay {
@@ -139,7 +139,7 @@ export function mountOverlay(): void {
   );
 }
 
-/** Opens the panel with the page's selection (if any) quoted in the composer: the keyboard shortcut. */
+/** Opens the panel with the page's selection (if any) shown above the composer: the keyboard shortcut. */
 export function openWithSelection(): void {
   overlay?.openWithSelection();
 }
@@ -366,16 +366,19 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
   }
 
   // --- user actions ----------------------------------------------------------------------------
-  function submit(text: string): boolean {
+  function submit(text: string, selection: string | null): boolean {
     const ask = pendingAsk(transcript);
     if (ask) {
       commit(answer(transcript, ask.id, text));
       control({ action: "answer", text });
       return true;
     }
-    const message: TabToWorker = { kind: "start_task", text };
+    // A running task is steered with the text alone: the selection waits for the next task.
+    const quoted = transcript.task === "running" ? null : selection;
+    if (quoted) composer.clearSelection();
+    const message: TabToWorker = { kind: "start_task", text, selection: quoted };
     const ready = engineReady();
-    commit(userMessage(transcript, text, !ready));
+    commit(userMessage(transcript, text, !ready, quoted));
     if (ready) send(message);
     else {
       queued.push(message);
@@ -562,7 +565,7 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
       const quote = inside ? "" : (selection?.toString().trim() ?? "");
       if (!settingsView.hidden) showSettings(false);
       setOpen(true);
-      if (quote) composer.insertQuote(clip(quote, MAX_QUOTE));
+      if (quote) composer.setSelection(clip(quote, MAX_QUOTE));
       else composer.focus();
     },
     settingsChanged(settings) {

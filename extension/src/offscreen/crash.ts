@@ -12,7 +12,7 @@
 
 import type { EngineStatus } from "../generated/protocol";
 import { failure } from "../shared/failures";
-import type { Wasm } from "./wasm";
+import type { Wasm } from "../shared/wasm";
 
 /** A call refused or abandoned because the engine crashed. */
 export class EngineCrashed extends Error {

@@ -12,8 +12,8 @@ import { dropped, isMessage, sendFromEngine, senderRole } from "../shared/messag
 import { buildInfo, DEFAULT_MODEL_ID, isOwnModelId, loadManifest, totalBytes, unpinnedReason } from "../shared/models";
 import { ownChatTemplate } from "../shared/own-models";
 import { crashedStatus, EngineCrashed, guardWasm, hasCrashed, isTrap, noteCrash, onCrash } from "./crash";
-import * as store from "./model-store";
-import { loadWasm, type ModelFiles, type Wasm } from "./wasm";
+import * as store from "../shared/model-store";
+import { loadWasm, type ModelFiles, type Wasm } from "../shared/wasm";
 
 /** The slice of the WebGPU API used here (the DOM typings do not include WebGPU yet). */
 interface Gpu {

@@ -4,15 +4,15 @@
 // keyboard shortcut.
 
 import type { GgufInspection, ModelManifest } from "../generated/protocol";
-import { settingsForm } from "../content/ui/settings-view";
-import { formatBytes, formatNumber, t } from "../content/ui/i18n";
+import { settingsForm } from "../shared/ui/settings-view";
+import { formatBytes, formatNumber, t } from "../shared/ui/i18n";
 import { localizeFailure } from "../shared/failures";
 import { sendFromOptions } from "../shared/messages";
 import { allManifests, manifestVariants, totalBytes, unpinnedReason } from "../shared/models";
 import { ownModelRecord, ownModels, removeOwnModel, saveOwnModel, type OwnModel } from "../shared/own-models";
 import { loadSettings, onSettingsChanged, saveSettings, type Settings } from "../shared/settings";
-import * as store from "../offscreen/model-store";
-import { loadWasm, type Wasm } from "../offscreen/wasm";
+import * as store from "../shared/model-store";
+import { loadWasm, type Wasm } from "../shared/wasm";
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 

@@ -102,30 +102,62 @@ const goBack = (tabId: number) => afterLoad(tabId, "back", () => chrome.tabs.goB
 const fenceStopped = (url: string): ToolReply =>
   failed(`The browser's fence stopped ${url}: it is on a site outside this task's. The user is asked on a card; nothing else was done. Go on with the current page.`);
 
-/** Starts a navigation and waits until the tab has loaded and its content script answers. */
+/** How long a navigation still counts as the agent's after it ended (a late block report). */
+const AGENT_NAVIGATION_GRACE_MS = 2_000;
+
+/**
+ * Starts a navigation and waits until the tab has loaded. When the fence blocks it, the worker
+ * takes the tab back off the error page (service-worker.ts): the wait lasts until then, and the
+ * tab counts as navigated by the agent a little longer, so that a block reported late is never
+ * read as the user's own navigation.
+ */
 async function afterLoad(tabId: number, how: "open" | "back", start: () => Promise<unknown>, text: string): Promise<ToolReply> {
   const started = Date.now();
-  const loaded = new Promise<void>((resolve, reject) => {
+  const navigation = Symbol(how);
+  let cleanup = () => {};
+  const settled = new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => {
-      chrome.tabs.onUpdated.removeListener(listener);
+      cleanup();
       reject(new Error(`the page did not finish loading in ${LOAD_TIMEOUT_MS / 1000} s`));
     }, LOAD_TIMEOUT_MS);
-    const listener = (id: number, change: chrome.tabs.OnUpdatedInfo) => {
-      if (id !== tabId || change.status !== "complete") return;
-      clearTimeout(timer);
-      chrome.tabs.onUpdated.removeListener(listener);
+    const check = async () => {
+      const tab = await chrome.tabs.get(tabId).catch(() => null);
+      if (!tab) return reject(new Error("the tab was closed"));
+      if (tab.status !== "complete") return;
+      const blocked = blockedSince(tabId, started);
+      // Blocked: done once the tab has left the error page (the blocked address).
+      if (blocked && (tab.url === blocked || tab.url?.startsWith("chrome-error:"))) return;
+      cleanup();
       resolve();
+    };
+    const listener = (id: number, change: chrome.tabs.OnUpdatedInfo) => {
+      if (id === tabId && change.status === "complete") void check();
+    };
+    // A block's undo may complete before its report arrives: look again now and then.
+    const poll = setInterval(() => void (blockedSince(tabId, started) ? check() : undefined), 200);
+    cleanup = () => {
+      clearTimeout(timer);
+      clearInterval(poll);
+      chrome.tabs.onUpdated.removeListener(listener);
     };
     chrome.tabs.onUpdated.addListener(listener);
   });
   agentNavigating.set(tabId, how);
+  latestNavigation.set(tabId, navigation);
   try {
-    await start();
-    await loaded;
+    // What decides is the tab's state: `start`'s promise only reports a refusal (no page to go
+    // back to), and may stay pending when the navigation it started was blocked and undone.
+    const refused = start().then(() => new Promise<never>(() => {}));
+    await Promise.race([settled, refused]);
   } finally {
-    agentNavigating.delete(tabId);
+    cleanup();
+    setTimeout(() => {
+      if (latestNavigation.get(tabId) !== navigation) return;
+      agentNavigating.delete(tabId);
+      latestNavigation.delete(tabId);
+    }, AGENT_NAVIGATION_GRACE_MS);
   }
-  // The fence stopped it (at the first address or a redirect's hop): the worker restores the page.
+  // The fence stopped it (at the first address or a redirect's hop): the worker restored the page.
   const blocked = blockedSince(tabId, started);
   if (blocked) return fenceStopped(blocked);
   const tab = await chrome.tabs.get(tabId);
@@ -134,6 +166,9 @@ async function afterLoad(tabId: number, how: "open" | "back", start: () => Promi
     title: tab.title ?? "",
   });
 }
+
+/** The newest navigation the agent started in each tab (the grace period belongs to it). */
+const latestNavigation = new Map<number, symbol>();
 
 /**
  * Runs in the page's MAIN world (the agent's policy has asked the user first), in the top frame,

@@ -185,7 +185,7 @@ function fromTab(msg: TabToWorker, tabId: number, tab: chrome.tabs.Tab | undefin
       break;
     case "start_task":
       // The page the task starts on is the tab's committed URL, whatever the message claims.
-      void startTask(tabId, url, msg.text, url ? { url, title: tab?.title ?? "" } : null);
+      void startTask(tabId, url, msg.text, typeof msg.selection === "string" ? msg.selection : null, url ? { url, title: tab?.title ?? "" } : null);
       break;
     case "fence_decision":
       return fenceDecision(tabId, msg.url, msg.allow);
@@ -248,7 +248,7 @@ async function saveTranscript(tabId: number, transcript: unknown): Promise<boole
   return true;
 }
 
-async function startTask(tabId: number, url: string | undefined, text: string, page: { url: string; title: string } | null) {
+async function startTask(tabId: number, url: string | undefined, text: string, selection: string | null, page: { url: string; title: string } | null) {
   const settings = await loadSettings();
   if (isSiteDisabled(settings, url)) return;
   try {
@@ -256,7 +256,7 @@ async function startTask(tabId: number, url: string | undefined, text: string, p
     await fence.raise(tabId, url);
     // An engine that lost the tab's conversation (its document was recreated) takes it up again.
     const history = ((await chrome.storage.session.get(historyKey(tabId)))[historyKey(tabId)] as string | undefined) ?? null;
-    await toOffscreen({ kind: "start_task", tab_id: tabId, text, page, settings: taskSettings(settings), history });
+    await toOffscreen({ kind: "start_task", tab_id: tabId, text, selection, page, settings: taskSettings(settings), history });
   } catch (error) {
     void fence.lift(tabId, true).catch(() => {});
     toTab(tabId, { kind: "task_update", update: { update: "ended", outcome: { kind: "failed", message: `The engine is not running: ${String(error)}` } } });

@@ -206,6 +206,26 @@ test("a disabled site: no tool runs there, and no overlay is injected", { timeou
   await chrome.console.evaluate("/service-worker.js", `chrome.storage.sync.set({ settings: { disabledSites: [] } })`);
 });
 
+test("the page's selection goes with the task as the page's words; what the user types stays theirs", { timeout: 120_000 }, async () => {
+  const page = await openAgentPage(chrome, `${pages.url}/agent/editor.html?selection`);
+  await useScript(chrome, [done("Noted.")]);
+  await page.evaluate(() => {
+    const range = document.createRange();
+    range.selectNodeContents(document.querySelector("h1"));
+    getSelection().removeAllRanges();
+    getSelection().addRange(range);
+  });
+  // The keyboard shortcut's message: open the overlay with the selection.
+  const url = page.url();
+  await chrome.console.evaluate("/service-worker.js", `chrome.tabs.query({}).then((tabs) => chrome.tabs.sendMessage(tabs.find((t) => t.url === ${JSON.stringify(url)}).id, { kind: "open_overlay" }, { frameId: 0 }))`);
+  await waitForData(page, "state", "open");
+  await ask(page, "> my own words, not the page's");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  const prompt = (await scriptedPrompts(chrome))[0];
+  const turn = prompt.slice(prompt.lastIndexOf("<|turn>user\n"));
+  assert.match(turn, /^<\|turn>user\nText the user selected on the page:\n<<<UNTRUSTED PAGE CONTENT from [^>]+>>>\nWrite a note\n<<<END UNTRUSTED PAGE CONTENT>>>\n\n> my own words, not the page's\n/, turn);
+});
+
 test("the console stayed clean", () => {
   assert.deepEqual(chrome.console.errors, []);
 });

@@ -121,11 +121,12 @@ test("<base target> makes a same-site link open a new tab: it asks", { timeout: 
   assert.equal(chrome.context.pages().length, tabs, "no new tab was opened");
 });
 
-/** Waits for the fence's card in the overlay and answers it. */
-async function answerFenceCard(page, expected, decision) {
+/** Waits for the fence's card in the overlay (saving a screenshot as `picture`) and answers it. */
+async function answerFenceCard(page, expected, decision, picture) {
   await until(async () => (await queryOverlay(page, ".card.fence")).length > 0, "the fence's card");
   const card = await overlayText(page, ".card.fence");
   for (const words of expected) assert.ok(card.includes(words), `the fence card says ${JSON.stringify(words)}: ${card}`);
+  if (picture) await screenshot(page, picture);
   await clickInOverlay(page, `.card.fence button[data-fence="${decision}"]`);
   return card;
 }
@@ -138,7 +139,7 @@ test("the browser's fence stops what the page does after a harmless click, and a
   // The policy saw a plain button: no card. The page's script then sends the tab to the other
   // site; the browser blocks it and the overlay asks.
   const attackerHost = new URL(attacker.url).host;
-  await answerFenceCard(page, [attackerHost, "/fence?d=SECRET-TOKEN-42"], "deny");
+  await answerFenceCard(page, [attackerHost, "/fence?d=SECRET-TOKEN-42"], "deny", "fence-card");
   await until(async () => page.url() === url, "the page to be back");
   assert.deepEqual(attacker.log, [], "no request reached the other site");
 
@@ -157,7 +158,6 @@ test("the browser's fence stops what the page does after a harmless click, and a
     await third.close();
   });
   assert.deepEqual(posts(), [], "the page's own server got no POST");
-  await screenshot(page, "fence-card");
 });
 
 test("a same-site address that redirects to another site is judged again at the hop", { timeout: 120_000 }, async () => {

@@ -382,7 +382,7 @@ describe("the overlay", () => {
     await page.close();
   });
 
-  test("the shortcut's open_overlay quotes the selection into the composer", { timeout: 60_000, skip: !contentCallsOpenWithSelection() && "content.ts does not call openWithSelection yet" }, async () => {
+  test("the shortcut's open_overlay shows the selection above the composer, apart from what is typed", { timeout: 60_000, skip: !contentCallsOpenWithSelection() && "content.ts does not call openWithSelection yet" }, async () => {
     const page = await newPage(chrome);
     await page.goto(`${server.url}/overlay.html?shortcut`);
     await overlayHost(page);
@@ -395,10 +395,13 @@ describe("the overlay", () => {
     });
     await toTab(chrome, tabId, { kind: "open_overlay" });
     await waitForData(page, "state", "open");
-    const value = await overlayEval(page, "textarea.composer", "function () { return this.value; }");
-    assert.match(value, /^> Lanterns were lit at dusk\.\s+(> )?The shop stayed open late\.\n\n$/);
+    assert.match(await overlayText(page, ".selection-text"), /^Lanterns were lit at dusk\.\s+The shop stayed open late\.$/);
+    assert.equal(await overlayEval(page, "textarea.composer", "function () { return this.value; }"), "", "what the user types stays theirs");
     assert.equal(await overlayEval(page, "textarea.composer", "function () { return this.getRootNode().activeElement === this; }"), true);
     await screenshot(page, "overlay-selection");
+    // The user can drop it before sending.
+    await clickInOverlay(page, ".selection-remove");
+    assert.equal(await overlayEval(page, ".selection", "function () { return this.hidden; }"), true);
     await page.close();
   });
 

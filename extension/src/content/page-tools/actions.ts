@@ -4,7 +4,7 @@
 
 import type { PressKey, ToolOutput } from "../../generated/protocol";
 import { ToolFailure } from "./errors";
-import { allRoots, clean, fire, flatChildren, flatParent, frameDocument, is, isElement, isFrame, isHtml, isScrollable, pageInfo, quote, styleOf } from "./dom";
+import { allRoots, clean, fire, flatChildren, flatParent, frameDocument, is, isElement, isFrame, isHtml, isScrollable, pageInfo, quote, styleOf } from "./flat-tree";
 import {
   describe, elementAt, formOf, frameOrigin, hasIndex, idRefs, indexFor, isCrossOriginFrame, isDisabled, isEditingHost, isTextInput,
   isShown, isVisible, labelOf, nameOf, roleOf, textOf,

@@ -7,7 +7,7 @@
 // judged, so a page that swaps a link, a label's control or a form's action in between gets
 // nothing done.
 
-import { flatParent, is } from "./dom";
+import { flatParent, is } from "./flat-tree";
 import { formOf, isEditingHost, isTextInput, isVisible } from "./elements";
 
 /** A link's destination. */

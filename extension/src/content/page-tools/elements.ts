@@ -2,7 +2,7 @@
 // used. Shared by the snapshot and the actions, so both describe an element the same way.
 
 import { ToolFailure } from "./errors";
-import { clean, flatChildren, flatParent, frameDocument, is, isCollapsedBox, isElement, isFrame, isHtml, quote, styleOf } from "./dom";
+import { clean, flatChildren, flatParent, frameDocument, is, isCollapsedBox, isElement, isFrame, isHtml, quote, styleOf } from "./flat-tree";
 
 // ---- Stable indices --------------------------------------------------------------------------
 

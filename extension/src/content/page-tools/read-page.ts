@@ -2,7 +2,7 @@
 // The text is the page's own (untrusted); the agent fences it.
 
 import type { ToolOutput } from "../../generated/protocol";
-import { allRoots, flatChildren, flatParent, frameDocument, is, isElement, isFrame, isHtml, pageInfo, styleOf } from "./dom";
+import { allRoots, flatChildren, flatParent, frameDocument, is, isElement, isFrame, isHtml, pageInfo, styleOf } from "./flat-tree";
 import { isVisible } from "./elements";
 
 /** Characters of page text per call (about 2,000 tokens). */

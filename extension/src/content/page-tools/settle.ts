@@ -2,7 +2,7 @@
 // roots and same-origin frames (an observer on the document sees neither).
 
 import { ToolFailure } from "./errors";
-import { allRoots } from "./dom";
+import { allRoots } from "./flat-tree";
 
 const OBSERVED: MutationObserverInit = { subtree: true, childList: true, attributes: true, characterData: true };
 

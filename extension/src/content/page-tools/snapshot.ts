@@ -31,7 +31,7 @@
  */
 
 import type { ElementInfo, Snapshot } from "../../generated/protocol";
-import { clean, flatChildren, frameDocument, is, isCollapsedBox, isElement, isFrame, isScrollable, pageInfo, styleOf } from "./dom";
+import { clean, flatChildren, frameDocument, is, isCollapsedBox, isElement, isFrame, isScrollable, pageInfo, styleOf } from "./flat-tree";
 import { type Effect, recordJudged, submission } from "./effects";
 import {
   attributesOf, formOf, frameOrigin, indexFor, isCrossOriginFrame, isDisabled, isInteractive, isVisible, labelOf, nameOf, roleOf,

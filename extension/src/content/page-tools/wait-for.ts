@@ -3,7 +3,7 @@
 import type { ToolOutput } from "../../generated/protocol";
 import { result, type Args } from "./actions";
 import { ToolFailure } from "./errors";
-import { allRoots, clean, quote } from "./dom";
+import { allRoots, clean, quote } from "./flat-tree";
 import { renderedText } from "./read-page";
 import { isVisible } from "./elements";
 import { waitUntil } from "./settle";

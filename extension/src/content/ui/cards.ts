@@ -3,8 +3,8 @@
 // calls only) or textContent.
 
 import type { Decision, RiskLevel, RiskReason } from "../../generated/protocol";
-import { button, clip, el, uid } from "./dom";
-import { formatNumber, t } from "./i18n";
+import { button, clip, el, uid } from "../../shared/ui/builders";
+import { formatNumber, t } from "../../shared/ui/i18n";
 import { renderMarkdown } from "./markdown";
 import type { Entry, Notice } from "./transcript";
 
@@ -27,7 +27,7 @@ function build(entry: Entry, actions: CardActions): HTMLElement {
         "div",
         { class: entry.queued ? "msg user queued" : "msg user" },
         el("span", { class: "sr-only" }, t("youSaid")),
-        el("div", { class: "bubble" }, renderMarkdown(entry.text)),
+        el("div", { class: "bubble" }, entry.selection ? el("blockquote", { class: "selection-text" }, entry.selection) : null, renderMarkdown(entry.text)),
         entry.queued ? el("p", { class: "meta" }, t("waitingForEngine")) : null,
       );
     case "answer":

@@ -1,11 +1,13 @@
-// The message box: starts a task, steers a running one, or answers the model's question. Enter
+// The message box: starts a task, steers a running one, or answers the model's question. The text
+// the user selected on the page shows above it, apart from what they type (it is sent apart, as
+// the page's words, and can be removed). Enter
 // sends, Shift+Enter starts a new line; Enter that confirms an IME composition (Chinese, Japanese…)
 // does not send. The Stop button shows while a task runs. Its keyboard and input handlers are
 // driven by the overlay's shield (ui/shield.ts): those events never reach listeners in the page,
 // nor, therefore, listeners on the textarea itself.
 
-import { button, el } from "./dom";
-import { t } from "./i18n";
+import { button, el } from "../../shared/ui/builders";
+import { t } from "../../shared/ui/i18n";
 import type { ShieldHandler, ShieldedEvent } from "./shield";
 
 /** Registers a handler for an event type the shield keeps from the page. */
@@ -20,17 +22,33 @@ export interface Composer {
   readonly running: boolean;
   /** Shows Stop while a task runs; `stopping` greys it out once pressed. */
   setRunning(running: boolean, stopping?: boolean): void;
-  /** Puts `quote` (page text) before what is typed, as a Markdown quote, and the caret after it. */
-  insertQuote(quote: string): void;
+  /** Shows `selection` (page text) above the box, to go with the next task; focuses the box. */
+  setSelection(selection: string): void;
+  /** The selection went with a task (an answer or steering leaves it for the next one). */
+  clearSelection(): void;
   focus(): void;
 }
 
-export function createComposer(handlers: { submit(text: string): boolean; stop(): void }, listen: Listen): Composer {
+export function createComposer(handlers: { submit(text: string, selection: string | null): boolean; stop(): void }, listen: Listen): Composer {
+  let selection: string | null = null;
+  const quote = el("blockquote", { class: "selection-text" });
+  const removeSelection = button("selection-remove", "×", t("selectionRemove"));
+  const selectionBox = el("div", { class: "selection", "aria-label": t("selectionLabel") }, quote, removeSelection);
+  selectionBox.hidden = true;
+  const showSelection = (text: string | null) => {
+    selection = text;
+    quote.textContent = text ?? "";
+    selectionBox.hidden = text === null;
+  };
+  removeSelection.addEventListener("click", () => {
+    showSelection(null);
+    textarea.focus();
+  });
   const textarea = el("textarea", { class: "composer", rows: "2", "aria-label": t("promptLabel"), placeholder: t("promptPlaceholder") });
   const send = el("button", { type: "submit", class: "send" }, t("sendLabel"));
   const stop = button("stop", t("stopLabel"), t("stopHint"));
   stop.hidden = true;
-  const form = el("form", { class: "composer-row" }, textarea, el("div", { class: "composer-buttons" }, send, stop));
+  const form = el("form", { class: "composer-row" }, selectionBox, textarea, el("div", { class: "composer-buttons" }, send, stop));
 
   const fit = () => {
     textarea.style.height = "auto";
@@ -50,7 +68,7 @@ export function createComposer(handlers: { submit(text: string): boolean; stop()
     e.preventDefault();
     const text = textarea.value.trim();
     if (!text) return;
-    if (handlers.submit(text)) {
+    if (handlers.submit(text, selection)) {
       textarea.value = "";
       fit();
     }
@@ -77,17 +95,12 @@ export function createComposer(handlers: { submit(text: string): boolean; stop()
       stop.hidden = !running;
       stop.disabled = stopping;
     },
-    insertQuote(quote) {
-      const quoted = quote
-        .trim()
-        .split("\n")
-        .map((line) => `> ${line}`.trimEnd())
-        .join("\n");
-      const rest = textarea.value.trim();
-      textarea.value = `${quoted}\n\n${rest}`;
-      fit();
+    setSelection(text) {
+      showSelection(text.trim() || null);
       textarea.focus();
-      textarea.setSelectionRange(textarea.value.length, textarea.value.length);
+    },
+    clearSelection() {
+      showSelection(null);
     },
     focus() {
       textarea.focus();

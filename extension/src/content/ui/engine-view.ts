@@ -9,8 +9,8 @@
 
 import { INSTALL_FAILURES, type EngineStatus } from "../../generated/protocol";
 import type { OwnModel } from "../../shared/own-models";
-import { button, el } from "./dom";
-import { formatBytes, formatDuration, formatNumber, t } from "./i18n";
+import { button, el } from "../../shared/ui/builders";
+import { formatBytes, formatDuration, formatNumber, t } from "../../shared/ui/i18n";
 
 export interface EngineView {
   element: HTMLElement;

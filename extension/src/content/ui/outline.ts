@@ -2,7 +2,7 @@
 // allow. A fixed-position box inside the overlay's shadow root (the page's DOM is left alone),
 // placed over the element's bounding box and moved with scrolling and resizing.
 
-import { el } from "./dom";
+import { el } from "../../shared/ui/builders";
 
 export interface TargetOutline {
   element: HTMLElement;

@@ -6,7 +6,7 @@ import type { AgentEvent, Decision, Outcome, PauseReason, RiskLevel, RiskReason,
 export type TaskState = "idle" | "running" | "confirm" | "ask" | "done" | "failed" | "stopped" | "paused";
 
 export type Entry = { id: number } & (
-  | { kind: "user"; text: string; queued?: boolean }
+  | { kind: "user"; text: string; queued?: boolean; selection?: string }
   /** Answer text streamed by the model (may precede tool calls). */
   | { kind: "answer"; text: string }
   | { kind: "thinking"; text: string }
@@ -133,14 +133,15 @@ export function toolCardCount(t: Transcript): number {
 }
 
 /** The user sent a message: a new task, or steering of the running one. */
-export function userMessage(t: Transcript, text: string, queued = false): Touched {
+export function userMessage(t: Transcript, text: string, queued = false, selection: string | null = null): Touched {
   const steering = t.task === "running";
   if (!steering) {
     t.answer = null;
     t.canContinue = false;
   }
   t.task = "running";
-  return [add(t, { kind: "user", text: text.slice(0, MAX_TEXT), ...(queued ? { queued } : {}) }).id];
+  const quoted = selection ? { selection: selection.slice(0, MAX_TEXT) } : {};
+  return [add(t, { kind: "user", text: text.slice(0, MAX_TEXT), ...(queued ? { queued } : {}), ...quoted }).id];
 }
 
 /** Messages that waited for the engine have been sent. */

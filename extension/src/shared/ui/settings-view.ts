@@ -1,10 +1,10 @@
 // The settings form shared by the overlay's settings view and the options page. Values are saved
 // to chrome.storage.sync through shared/settings.ts (which clamps them) as soon as they change.
 
-import { CHOOSABLE_MODELS, DEFAULT_MODEL_ID, isOwnModelId } from "../../shared/models";
-import { watchOwnModels, type OwnModel } from "../../shared/own-models";
-import type { Settings } from "../../shared/settings";
-import { el, uid } from "./dom";
+import { CHOOSABLE_MODELS, DEFAULT_MODEL_ID, isOwnModelId } from "../models";
+import { watchOwnModels, type OwnModel } from "../own-models";
+import type { Settings } from "../settings";
+import { el, uid } from "./builders";
 import { t } from "./i18n";
 
 export interface SettingsForm {

@@ -13,8 +13,8 @@
 // hence the query strings; `.invalid` never resolves, and nothing here fetches these URLs.)
 
 import type { EngineFailure, FailureKey, FailureKind, ManifestFile, ModelManifest, ModelProgress } from "../generated/protocol";
-import { failure } from "../shared/failures";
-import { manifestVariants, totalBytes, unpinnedReason } from "../shared/models";
+import { failure } from "./failures";
+import { manifestVariants, totalBytes, unpinnedReason } from "./models";
 
 export const CACHE_NAME = "hearth-models-v1";
 export const PART_BYTES = 32 * 2 ** 20;
