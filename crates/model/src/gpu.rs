@@ -51,7 +51,7 @@ impl GpuError {
     pub fn fix(&self) -> &'static str {
         match self {
             GpuError::NoAdapter(_) => {
-                "Hearth needs WebGPU. Use Chrome or Chromium 121 or newer with hardware acceleration on \
+                "Hearth needs WebGPU. Use Chrome or Chromium 124 or newer with hardware acceleration on \
                  (chrome://settings/system); check chrome://gpu shows \"WebGPU: Hardware accelerated\". \
                  On Linux, start the browser with --enable-unsafe-webgpu."
             }

@@ -75,7 +75,7 @@ mod tests {
         let failure = gpu_failure(&GpuError::NoAdapter("none".into()));
         assert_eq!(failure.kind, FailureKind::WebgpuUnavailable);
         assert_eq!(failure.message, "no WebGPU adapter is available: none");
-        assert!(failure.fix.starts_with("Hearth needs WebGPU. Use Chrome or Chromium 121 or newer"), "{failure:?}");
+        assert!(failure.fix.starts_with("Hearth needs WebGPU. Use Chrome or Chromium 124 or newer"), "{failure:?}");
         let text = failure.text.expect("localized");
         assert_eq!((text.key.as_str(), text.args), ("failureNoAdapter", vec!["none".to_string()]));
 
@@ -84,5 +84,19 @@ mod tests {
         assert_eq!(failure.message, "the GPU refused to create a device: lost");
         let text = failure.text.expect("localized");
         assert_eq!((text.key.as_str(), text.args), ("failureGpuRefused", vec!["lost".to_string()]));
+    }
+
+    /// The command line prints the model crate's English fix, the extension its locale's: they
+    /// must say the same (they drifted once: Chromium 121 against the manifest's 124).
+    #[test]
+    fn the_english_fix_is_the_locales() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../extension/static/_locales/en/messages.json");
+        let messages: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).expect("the English locale")).expect("JSON");
+        for err in [GpuError::NoAdapter("none".into()), GpuError::Device("lost".into())] {
+            let failure = gpu_failure(&err);
+            let key = format!("{}Fix", failure.text.expect("localized").key);
+            assert_eq!(messages[&key]["message"].as_str(), Some(err.fix()), "{key}");
+        }
     }
 }

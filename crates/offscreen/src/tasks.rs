@@ -85,7 +85,7 @@ pub async fn start_task(
     selection: Option<String>,
     page: Option<PageInfo>,
     settings: TaskSettings,
-    history: Option<String>,
+    history: Option<serde_json::Value>,
 ) {
     let Some(model) = engine::model() else {
         return ended(
@@ -99,7 +99,7 @@ pub async fn start_task(
         let mut tasks = t.borrow_mut();
         let conversation = tasks.conversations.entry(tab_id).or_insert_with(|| {
             let mut conversation = new_conversation(&model, &settings);
-            if let (Some(agent), Some(entries)) = (conversation.agent.as_mut(), restored(history.as_deref())) {
+            if let (Some(agent), Some(entries)) = (conversation.agent.as_mut(), restored(history)) {
                 agent.restore_history(entries);
             }
             conversation
@@ -210,7 +210,7 @@ async fn run(tab_id: u32, model: ModelHandles) {
     let mut backend = TaskModel::new(model, tab_conversation(tab_id), &settings);
     let mut tools = TabTools { tab_id, host };
     let outcome = agent.run(&mut backend, &mut tools, &mut |event| emit(tab_id, &TaskUpdate::Event { event })).await;
-    let history = serde_json::to_string(agent.history()).unwrap_or_default();
+    let history = serde_json::to_value(agent.history()).unwrap_or_default();
     let kept = TASKS.with(|t| {
         // Forgotten meanwhile (tab closed, new chat): drop the agent.
         let mut tasks = t.borrow_mut();
@@ -226,8 +226,8 @@ async fn run(tab_id: u32, model: ModelHandles) {
 
 /// A conversation kept by the worker; one that does not parse (another version of Hearth wrote
 /// it) is dropped rather than trusted in part.
-fn restored(history: Option<&str>) -> Option<Vec<Entry>> {
-    serde_json::from_str(history?).ok()
+fn restored(history: Option<serde_json::Value>) -> Option<Vec<Entry>> {
+    serde_json::from_value(history?).ok()
 }
 
 /// Exact token counts from the model's own tokenizer (the budget is in model tokens).

@@ -108,7 +108,8 @@ pub enum WorkerToEngine {
         /// The tab's conversation as last reported (`TaskUpdate::History`), for an engine that no
         /// longer holds it (the offscreen document was recreated); ignored otherwise.
         #[serde(default)]
-        history: Option<String>,
+        #[ts(type = "unknown")]
+        history: Option<serde_json::Value>,
     },
     /// The user acted on the tab's task.
     TaskControl { tab_id: u32, action: TaskAction },
@@ -218,9 +219,12 @@ mod tests {
         );
         assert_eq!(
             EngineToWorker::from_json(
-                r#"{"kind":"task_update","tab_id":3,"update":{"update":"history","history":"h"}}"#
+                r#"{"kind":"task_update","tab_id":3,"update":{"update":"history","history":[{"role":"user"}]}}"#
             ),
-            Some(EngineToWorker::TaskUpdate { tab_id: 3, update: TaskUpdate::History { history: "h".into() } })
+            Some(EngineToWorker::TaskUpdate {
+                tab_id: 3,
+                update: TaskUpdate::History { history: json!([{"role": "user"}]) }
+            })
         );
         assert_eq!(EngineToWorker::from_json(r#"{"kind":"watch_engine"}"#), None);
     }

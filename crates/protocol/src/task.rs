@@ -89,8 +89,12 @@ pub enum TaskUpdate {
     Event { event: AgentEvent },
     /// The run returned: the task waits for the user, or is over.
     Ended { outcome: Outcome },
-    /// The conversation as it stands, after each run: JSON that only the Rust agent reads. The
-    /// worker keeps it (storage.session) and hands it back with the tab's next `start_task`, so
-    /// the conversation survives the offscreen document being torn down. Not sent to tabs.
-    History { history: String },
+    /// The conversation as it stands, after each run: the agent's entries, which only the Rust
+    /// agent reads (a JSON value, not a string of JSON). The worker keeps it (storage.session)
+    /// and hands it back with the tab's next `start_task`, so the conversation survives the
+    /// offscreen document being torn down. Not sent to tabs.
+    History {
+        #[ts(type = "unknown")]
+        history: serde_json::Value,
+    },
 }

@@ -15,7 +15,7 @@ selection: string | null, page: PageInfo | null, settings: TaskSettings,
  * The tab's conversation as last reported (`TaskUpdate::History`), for an engine that no
  * longer holds it (the offscreen document was recreated); ignored otherwise.
  */
-history: string | null, } | { "kind": "task_control", tab_id: number, action: TaskAction, };
+history: unknown, } | { "kind": "task_control", tab_id: number, action: TaskAction, };
 
 export type WorkerToTab = { "kind": "engine_status", status: EngineStatus, } | { "kind": "task_update", update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, } | { "kind": "cancel_tools" } | { "kind": "open_overlay" } | { "kind": "tab_info", tab_id: number, } | { "kind": "fence_blocked", url: string, host: string, method: string, };
 
@@ -312,7 +312,7 @@ max_new_tokens: number, };
 
 export type TaskAction = { "action": "confirm", call_id: string, decision: Decision, } | { "action": "answer", text: string, } | { "action": "stop" } | { "action": "steer", text: string, } | { "action": "continue" } | { "action": "forget" };
 
-export type TaskUpdate = { "update": "event", event: AgentEvent, } | { "update": "ended", outcome: Outcome, } | { "update": "history", history: string, };
+export type TaskUpdate = { "update": "event", event: AgentEvent, } | { "update": "ended", outcome: Outcome, } | { "update": "history", history: unknown, };
 
 export type ToolRequest = { 
 /**

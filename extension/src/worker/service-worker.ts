@@ -255,7 +255,7 @@ async function startTask(tabId: number, url: string | undefined, text: string, s
     await ensureEngine();
     await fence.raise(tabId, url);
     // An engine that lost the tab's conversation (its document was recreated) takes it up again.
-    const history = ((await chrome.storage.session.get(historyKey(tabId)))[historyKey(tabId)] as string | undefined) ?? null;
+    const history: unknown = (await chrome.storage.session.get(historyKey(tabId)))[historyKey(tabId)] ?? null;
     await toOffscreen({ kind: "start_task", tab_id: tabId, text, selection, page, settings: taskSettings(settings), history });
   } catch (error) {
     void fence.lift(tabId, true).catch(() => {});

@@ -124,7 +124,7 @@ async function snapshotB() {
     name: await pageB.inputValue("#ship-name"),
     overlay: await overlayData(pageB),
     transcript: JSON.stringify(await stored(`transcript:${tabB}`)),
-    history: await stored(`agent:${tabB}`),
+    history: JSON.stringify(await stored(`agent:${tabB}`)),
   };
 }
 
