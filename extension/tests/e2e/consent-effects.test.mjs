@@ -172,20 +172,26 @@ test("a same-site address that redirects to another site is judged again at the 
   assert.deepEqual(attacker.log, [], "the hop to the other site never left the browser");
 });
 
-test("going back to another site's page is judged like opening it", { timeout: 120_000 }, async () => {
-  const before = `${attacker.url}/before-the-task`;
+/**
+ * A task on the fence page, opened after `previous` (another site's page), whose model goes back:
+ * the fence blocks the request going back makes, the worker takes the tab forward again, the
+ * user is asked (and denies), and the model learns it was stopped.
+ */
+async function goBackIsAsked(previous) {
   const url = pageUrl("fence");
-  const page = await openAgentPage(chrome, url, { after: before });
+  const page = await openAgentPage(chrome, url, { after: previous });
   await useScript(chrome, [call("go_back"), done("Went back.")]);
   await ask(page, "Go back.");
-  // The fence blocks the request going back makes; the worker takes the tab forward again and the
-  // user is asked.
-  await answerFenceCard(page, [new URL(attacker.url).host, "/before-the-task"], "deny");
+  await answerFenceCard(page, [new URL(previous).host, new URL(previous).pathname], "deny");
   assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
   await until(async () => page.url() === url, "the tab to be on the task's page");
+  assert.match((await scriptedPrompts(chrome)).at(-1), /fence stopped/, "the model learns that going back was stopped");
+  await page.close();
+}
+
+test("going back to another site's page is judged like opening it", { timeout: 120_000 }, async () => {
+  await goBackIsAsked(`${attacker.url}/before-the-task`);
   assert.deepEqual(attacker.log, ["GET /before-the-task"], "the other site was not asked for its page again");
-  const prompts = await scriptedPrompts(chrome);
-  assert.match(prompts.at(-1), /fence stopped/, "the model learns that going back was stopped");
 
   // A page without Hearth's content script (a site the user disabled) is one the browser keeps in
   // its back-forward cache, where going back would send no request for the fence to see. Chrome
@@ -195,15 +201,7 @@ test("going back to another site's page is judged like opening it", { timeout: 1
   try {
     const excluded = () => chrome.console.evaluate("/service-worker.js", `chrome.scripting.getRegisteredContentScripts().then((s) => s[0]?.excludeMatches ?? [])`);
     await until(async () => (await excluded()).includes(`http://${new URL(attacker.url).hostname}/*`), "the content script to leave the disabled site");
-    const cached = `${attacker.url}/cached-page`;
-    const second = await openAgentPage(chrome, url, { after: cached });
-    await useScript(chrome, [call("go_back"), done("Went back.")]);
-    await ask(second, "Go back.");
-    await answerFenceCard(second, [new URL(attacker.url).host, "/cached-page"], "deny");
-    assert.equal(await waitForTask(second, ["done", "failed", "paused"]), "done");
-    await until(async () => second.url() === url, "the tab to be on the task's page again");
-    assert.match((await scriptedPrompts(chrome)).at(-1), /fence stopped/);
-    await second.close();
+    await goBackIsAsked(`${attacker.url}/cached-page`);
   } finally {
     await setDisabled([]);
   }
