@@ -1,8 +1,9 @@
 //! A deterministic model and tool executor for tests: the model replays scripted outputs (in
 //! small chunks, so special tokens get split), the tools answer through a closure. A test tool,
-//! compiled only for tests or with the `scripted` feature.
+//! compiled only for tests or with the `scripted` feature. The one scripted model: the agent's
+//! tests, the extension's end-to-end suite (through the engine) and `hearth agent` use it.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::task::Poll;
 
 use futures::{Stream, StreamExt, stream};
@@ -27,8 +28,14 @@ pub enum Reply {
 }
 
 /// Replays [`Reply`]s in order and records every prompt it was given.
+///
+/// `{{index:TEXT}}` in a reply becomes the number of the latest snapshot line of the prompt
+/// containing TEXT, as a model reading the snapshot would choose it (indices depend on the page,
+/// so scripts name elements instead).
 pub struct ScriptedModel {
-    replies: VecDeque<Reply>,
+    /// Queues keyed by a marker the prompt must contain ("" for any prompt): tasks running in
+    /// several tabs at once each get their own replies (the marker is in the user's message).
+    queues: Vec<(String, VecDeque<Reply>)>,
     /// The prompts received, in order.
     pub prompts: Vec<String>,
     /// The `stop_after` pieces of every request, in order.
@@ -44,7 +51,7 @@ pub struct ScriptedModel {
 impl ScriptedModel {
     pub fn new(replies: impl IntoIterator<Item = Reply>) -> Self {
         Self {
-            replies: replies.into_iter().collect(),
+            queues: vec![(String::new(), replies.into_iter().collect())],
             prompts: Vec::new(),
             stops_asked: Vec::new(),
             honor_stop_after: true,
@@ -64,30 +71,60 @@ impl ScriptedModel {
         self
     }
 
+    /// A script as JSON: an array of raw outputs for every task, or an object of such arrays
+    /// keyed by a marker that the task's prompt contains.
+    pub fn from_json(json: &str) -> Result<Self, serde_json::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Script {
+            Shared(Vec<String>),
+            ByMarker(BTreeMap<String, Vec<String>>),
+        }
+        let texts = |replies: Vec<String>| replies.into_iter().map(Reply::Text).collect::<VecDeque<_>>();
+        let queues = match serde_json::from_str(json)? {
+            Script::Shared(replies) => vec![(String::new(), texts(replies))],
+            Script::ByMarker(map) => map.into_iter().map(|(marker, replies)| (marker, texts(replies))).collect(),
+        };
+        Ok(Self { queues, ..Self::new([]) })
+    }
+
     pub fn push(&mut self, reply: Reply) {
-        self.replies.push_back(reply);
+        match self.queues.iter_mut().find(|(marker, _)| marker.is_empty()) {
+            Some((_, queue)) => queue.push_back(reply),
+            None => self.queues.push((String::new(), VecDeque::from([reply]))),
+        }
     }
 
     pub fn remaining(&self) -> usize {
-        self.replies.len()
+        self.queues.iter().map(|(_, queue)| queue.len()).sum()
     }
-}
 
-fn chunks(text: &str, n: usize) -> Vec<String> {
-    let chars: Vec<char> = text.chars().collect();
-    chars.chunks(n.max(1)).map(|c| c.iter().collect()).collect()
-}
+    /// The next reply for `prompt`: from the first queue whose marker it contains, else from the
+    /// queue for any prompt.
+    fn next_reply(&mut self, prompt: &str) -> Option<Reply> {
+        let chosen = self
+            .queues
+            .iter()
+            .position(|(marker, _)| !marker.is_empty() && prompt.contains(marker.as_str()))
+            .or_else(|| self.queues.iter().position(|(marker, _)| marker.is_empty()))?;
+        self.queues[chosen].1.pop_front()
+    }
 
-impl ModelBackend for ScriptedModel {
-    fn generate(&mut self, request: GenerationRequest) -> impl Stream<Item = Result<ModelChunk, ModelError>> {
+    /// The stream of one generation; owns everything it needs, so a caller may keep the model
+    /// elsewhere (shared by several tasks) while the stream runs.
+    pub fn reply(&mut self, request: GenerationRequest) -> impl Stream<Item = Result<ModelChunk, ModelError>> + use<> {
         self.prompts.push(request.prompt.clone());
         self.stops_asked.push(request.stop_after.clone());
+        let honor_stop_after = self.honor_stop_after;
         let cut = |t: String| match request.stop_end(&t, 0) {
-            Some(end) if self.honor_stop_after => t[..end].to_owned(),
+            Some(end) if honor_stop_after => t[..end].to_owned(),
             _ => t,
         };
-        let reply = match self.replies.pop_front() {
-            Some(Reply::Text(t)) => Some(Reply::Text(cut(t))),
+        let reply = match self.next_reply(&request.prompt) {
+            Some(Reply::Text(t)) => match resolve_indices(&t, &request.prompt) {
+                Ok(t) => Some(Reply::Text(cut(t))),
+                Err(message) => Some(Reply::Fail(message)),
+            },
             other => other,
         };
         let counter = ApproxTokenCounter;
@@ -121,6 +158,45 @@ impl ModelBackend for ScriptedModel {
             None => Poll::Ready(None),
         });
         stream::iter(items).chain(tail)
+    }
+}
+
+/// `reply` with each `{{index:TEXT}}` replaced by the index of the latest snapshot line of
+/// `prompt` that contains TEXT.
+pub fn resolve_indices(reply: &str, prompt: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = reply;
+    while let Some(start) = rest.find("{{index:") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + "{{index:".len()..];
+        let end = after.find("}}").ok_or("unclosed {{index: in the test script")?;
+        let needle = &after[..end];
+        let index =
+            prompt.lines().rev().filter(|line| line.contains(needle)).find_map(line_index).ok_or_else(|| {
+                format!("the test script wants an element with {needle:?}, but no snapshot line has it")
+            })?;
+        out.push_str(&index.to_string());
+        rest = &after[end + 2..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// `12` from a snapshot line such as `  *[12] button "Place order"`.
+fn line_index(line: &str) -> Option<u32> {
+    let line = line.trim_start().trim_start_matches('*');
+    let digits = line.strip_prefix('[')?.split(']').next()?;
+    digits.parse().ok()
+}
+
+fn chunks(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars.chunks(n.max(1)).map(|c| c.iter().collect()).collect()
+}
+
+impl ModelBackend for ScriptedModel {
+    fn generate(&mut self, request: GenerationRequest) -> impl Stream<Item = Result<ModelChunk, ModelError>> {
+        self.reply(request)
     }
 }
 
@@ -171,5 +247,44 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now_ms(&self) -> u64 {
         self.0.get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_become_the_latest_matching_index() {
+        let prompt = "[1] button \"Old\"\n[3] button \"Place order\"\nlater:\n  *[7] button \"Place order\"\n";
+        assert_eq!(resolve_indices("click{index:{{index:Place order}}}", prompt).unwrap(), "click{index:7}");
+        assert!(resolve_indices("{{index:Missing}}", prompt).is_err());
+        assert!(resolve_indices("{{index:Place", prompt).is_err());
+    }
+
+    #[test]
+    fn a_marker_in_the_prompt_picks_its_queue() {
+        let mut model = ScriptedModel::from_json(r#"{"": ["any"], "tab-b": ["b1", "b2"]}"#).unwrap();
+        let texts = |model: &mut ScriptedModel, prompt: &str| {
+            let request = GenerationRequest {
+                prompt: prompt.into(),
+                max_new_tokens: 16,
+                stop_after: Vec::new(),
+                cancel: crate::CancelToken::new(),
+            };
+            let chunks = futures::executor::block_on(model.reply(request).collect::<Vec<_>>());
+            chunks
+                .into_iter()
+                .filter_map(|c| match c {
+                    Ok(ModelChunk::Text(t)) => Some(t),
+                    _ => None,
+                })
+                .collect::<String>()
+        };
+        assert_eq!(texts(&mut model, "task for tab-b"), "b1");
+        assert_eq!(texts(&mut model, "another task"), "any");
+        assert_eq!(texts(&mut model, "tab-b again"), "b2");
+        assert_eq!(model.remaining(), 0);
+        assert!(ScriptedModel::from_json("3").is_err());
     }
 }

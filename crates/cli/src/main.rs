@@ -1,8 +1,10 @@
 //! `hearth`: Hearth's engine from a terminal — the same crates as the extension.
 
+mod agent;
 mod bench;
 mod host_cost;
 mod long_task;
+mod saved_page;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -13,6 +15,7 @@ use std::time::Instant;
 use burn::tensor::{Device, Tensor};
 use clap::{Parser, Subcommand};
 use hearth_chat::{ChatTemplate, Message, RenderRequest, Tool};
+use hearth_engine::ModelParts;
 use hearth_model::constrain::{CallConstraint, CallGrammar, VocabTrie, grammar_from_function_list};
 use hearth_model::generate::{self, GenerateOptions};
 use hearth_model::model_dir::{ModelFiles, load_model, load_tokenizer};
@@ -139,6 +142,8 @@ enum Command {
         #[command(flatten)]
         device: DeviceArgs,
     },
+    /// Run the agent on a saved page: its steps, the page's state after them and the actions.
+    Agent(agent::AgentArgs),
     /// Initialise the GPU, print the adapter, and check it with a computation whose answer is known.
     SelfTest {
         #[command(flatten)]
@@ -173,6 +178,7 @@ fn main() -> ExitCode {
         Command::Logits { model, tokens, step_by_step, device } => logits(model, &tokens, step_by_step, &device),
         Command::Render { model, template } => render(model, template),
         Command::Parse { thinking } => parse(thinking),
+        Command::Agent(args) => agent::run(args),
         Command::SelfTest { device } => run_self_test(&device),
         Command::Bench { call_mask: Some(tokenizer), .. } => bench::call_mask(&tokenizer),
         Command::Bench { long_task: true, tokenizer, thinking, steps, context, device: args, .. } => {
@@ -256,11 +262,17 @@ fn run_generate(
     eprintln!("hearth: adapter {adapter}");
     let load_clock = Instant::now();
     let files = ModelFiles::open(&input.model).map_err(|e| e.to_string())?;
-    let tokenizer = match &input.tokenizer {
-        Some(path) => load_tokenizer(path),
-        None => files.tokenizer(),
-    }
-    .map_err(|e| e.to_string())?;
+    // A chat needs the template, assembled as the extension does; a raw prompt only the tokenizer.
+    let (tokenizer, template) = if chat.is_some() {
+        let parts = ModelParts::read(&files, input.tokenizer.as_deref()).map_err(|e| e.to_string())?;
+        (parts.tokenizer, Some(parts.template))
+    } else {
+        let tokenizer = match &input.tokenizer {
+            Some(path) => load_tokenizer(path),
+            None => files.tokenizer(),
+        };
+        (tokenizer.map_err(|e| e.to_string())?, None)
+    };
     let (tools, grammar) = match chat.as_ref().and_then(|c| c.tools.as_deref()) {
         Some(path) => {
             let (tools, grammar) = read_tools(path)?;
@@ -268,19 +280,7 @@ fn run_generate(
         }
         None => (Vec::new(), None),
     };
-    let text = if let Some(chat) = &chat {
-        let template = match files.gguf_chat_template() {
-            Some(source) => {
-                let bos = files.config().map_err(|e| e.to_string())?.bos_token_id;
-                let bos = tokenizer.decode(&[bos]).map_err(|e| e.to_string())?;
-                ChatTemplate::from_str(source, &bos)
-            }
-            None if files.is_gguf() => {
-                return Err("this GGUF file has no chat template (tokenizer.chat_template)".into());
-            }
-            None => ChatTemplate::from_model_dir(files.folder()),
-        }
-        .map_err(|e| e.to_string())?;
+    let text = if let (Some(chat), Some(template)) = (&chat, &template) {
         let messages = [Message::user(prompt)];
         let request = RenderRequest {
             messages: &messages,

@@ -321,6 +321,11 @@ impl KvCache {
         self.recorded = None;
     }
 
+    /// The lengths the checkpoints were taken at, oldest first.
+    pub fn checkpoint_lens(&self) -> Vec<usize> {
+        self.checkpoints.iter().map(|c| c.len).collect()
+    }
+
     /// Keeps as many of positions `0..n` as can be kept exactly and returns how many: `n` when the
     /// rings (or a checkpoint's) still hold the window before `n`; else the length of the latest
     /// checkpoint before `n` (positions after it must be computed again); else 0 (cleared).

@@ -129,11 +129,22 @@ impl Session {
             }
             Err(ModelError::Recording(_)) => {
                 // The failed recording took the cache's buffers with it, and the model no longer
-                // records: recompute the conversation so far in a new cache, then this step.
+                // records: recompute the conversation so far in a new cache, then this step. The
+                // checkpoints are taken again where they were, so a later prompt still rewinds to
+                // them instead of starting over.
+                let marks = self.cache.checkpoint_lens();
                 self.cache = KvCache::new(&self.model.config, self.options, self.model.device());
                 let mut all = std::mem::take(&mut self.tokens);
                 all.extend_from_slice(tokens);
-                let logits = self.model.forward(&all, &mut self.cache, false)?;
+                let mut done = 0;
+                for mark in marks.into_iter().filter(|&m| m < all.len()) {
+                    if mark > done {
+                        drop(self.model.forward(&all[done..mark], &mut self.cache, false)?);
+                        done = mark;
+                    }
+                    self.cache.checkpoint();
+                }
+                let logits = self.model.forward(&all[done..], &mut self.cache, false)?;
                 self.tokens = all;
                 Ok(logits)
             }

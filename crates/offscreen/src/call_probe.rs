@@ -1,6 +1,6 @@
 //! Test builds only: constrained tool calls on the browser's WebGPU (issue 17). The loaded model
 //! is given a prompt rendered by its own chat template (optionally declaring the agent's tools)
-//! that ends with `<|tool_call>`; the engine's task path (`tasks::burn_generate`, with the call constraint of the
+//! that ends with `<|tool_call>`; the engine's task path (`hearth_engine::generation::generate_step`, with the call constraint of the
 //! agent's tools) decodes the call, and the agent's own parser and validator judge it. The same
 //! prompt and seed decoded without the constraint show what the model writes on its own.
 //!
@@ -20,8 +20,9 @@ use hearth_model::{Sampler, SamplingOptions};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::engine::{self, ModelHandles};
-use crate::tasks;
+use crate::engine;
+use hearth_engine::SharedModel;
+use hearth_engine::generation::{call_constraint, generate_step, keep_call_constraint};
 
 /// The KV-cache conversation of the probe (the prompt is the same for every run: it is prefilled
 /// once and reused).
@@ -108,10 +109,10 @@ pub async fn run(seed: u32, max_tokens: u32, free_tokens: u32, render_tools: boo
     Ok(Probe { seed, tools, prompt_tokens, constrained, free })
 }
 
-/// Decodes as an agent step does: `tasks::burn_generate`, which holds calls to the agent's tools
+/// Decodes as an agent step does: `hearth_engine::generation::generate_step`, which holds calls to the agent's tools
 /// and stops right after `<tool_call|>`.
 async fn constrained(
-    model: &ModelHandles,
+    model: &SharedModel,
     prompt: &str,
     sampling: SamplingOptions,
     max_tokens: usize,
@@ -122,7 +123,7 @@ async fn constrained(
         stop_after: STEP_ENDS_AFTER.iter().map(|p| (*p).to_owned()).collect(),
         cancel: CancelToken::new(),
     };
-    let mut chunks = tasks::burn_generate(model.clone(), PROBE_CONVERSATION, sampling, request);
+    let mut chunks = generate_step(model.clone(), PROBE_CONVERSATION, sampling, request);
     let mut text = CALL_OPEN.to_owned();
     let mut stats = None;
     while let Some(chunk) = chunks.next().await {
@@ -133,9 +134,9 @@ async fn constrained(
     }
     let stats = stats.ok_or("the generation ended without its numbers")?;
     // The constraint burn_generate used, kept for the next generation: where it ended.
-    let in_call = tasks::call_constraint(&model.tokenizer).map(|calls| {
+    let in_call = call_constraint(&model.tokenizer).map(|calls| {
         let open = calls.in_call();
-        tasks::keep_call_constraint(&model.tokenizer, calls);
+        keep_call_constraint(&model.tokenizer, calls);
         open
     });
     if in_call.is_none() {
@@ -154,7 +155,7 @@ async fn constrained(
 }
 
 /// Decodes the same prompt with nothing constraining it, stopping after `<tool_call|>` too.
-async fn free(model: &ModelHandles, prompt: &str, sampling: SamplingOptions, max_tokens: usize) -> Result<Run, String> {
+async fn free(model: &SharedModel, prompt: &str, sampling: SamplingOptions, max_tokens: usize) -> Result<Run, String> {
     let close = model.tokenizer.token_id(CALL_CLOSE);
     let ids = model.tokenizer.encode(prompt).map_err(|e| e.to_string())?;
     let mut session = model.session.lock().await;

@@ -3,21 +3,17 @@
 
 use std::cell::RefCell;
 use std::ops::ControlFlow;
-use std::rc::Rc;
-
-use futures::lock::Mutex;
 
 use burn::tensor::Device;
-use hearth_chat::{ChatTemplate, Message, RenderRequest};
-use hearth_model::config::Family;
+use hearth_chat::{Message, RenderRequest};
+use hearth_engine::{ModelParts, PartsError, SharedModel, TemplateSource};
 use hearth_model::generate::{self, GenerateOptions};
 use hearth_model::gpu::AdapterInfo;
-use hearth_model::tokenizer::Tokenizer;
-use hearth_model::{CacheOptions, DeviceMemory, Gemma, Sampler, SamplingOptions, Session, TextConfig, gpu, self_test};
+use hearth_model::{CacheOptions, DeviceMemory, Gemma, Sampler, SamplingOptions, gpu, self_test};
 use hearth_protocol::{
     EngineFailure, EngineStatus, FailureKind, GenerateRequest, GenerationEvent, GenerationStats, ModelInfo, ModelMemory,
 };
-use hearth_weights::{Checkpoint, MemorySource, MetadataValue, Quantization};
+use hearth_weights::{Checkpoint, MemorySource, Quantization};
 
 use crate::reports;
 use crate::streamed::{StreamedWeights, WeightFile};
@@ -181,52 +177,19 @@ impl From<hearth_model::ModelError> for LoadFailure {
     }
 }
 
-/// What a model needs besides its weights, read from its files.
-struct Parts {
-    config: TextConfig,
-    tokenizer: Tokenizer,
-    template: ChatTemplate,
-}
-
-/// A Hugging Face folder's files: config.json (+ generation_config.json), tokenizer.json, the chat
-/// template. (MLX models declare their quantization in config.json.)
-fn folder_parts(files: &ModelFiles) -> Result<Parts, String> {
-    let mut config = TextConfig::from_json(&files.config_json).map_err(|e| e.to_string())?;
-    if let Some(generation) = &files.generation_config_json {
-        config.apply_generation_config(generation).map_err(|e| e.to_string())?;
-    }
-    let tokenizer = Tokenizer::from_bytes(&files.tokenizer_json).map_err(|e| e.to_string())?;
-    let bos = tokenizer.decode(&[config.bos_token_id]).map_err(|e| e.to_string())?;
-    let template =
-        ChatTemplate::from_parts(files.chat_template.as_deref(), files.tokenizer_config_json.as_deref(), &bos)
-            .map_err(|e| e.to_string())?;
-    let template = tools_renderable(template, &config)?;
-    Ok(Parts { config, tokenizer, template })
-}
-
-/// A Gemma 4 model whose own template cannot render tools (renders without their declarations)
-/// renders conversations with tools through the official Gemma 4 template, so the agent's tools
-/// reach the model. Other families keep their own markup.
-fn tools_renderable(template: ChatTemplate, config: &TextConfig) -> Result<ChatTemplate, String> {
-    match config.family {
-        Family::Gemma4 => template.or_gemma4_for_tools().map_err(|e| e.to_string()),
-        Family::Gemma3 => Ok(template),
-    }
-}
-
-/// A GGUF file: config, tokenizer and chat template from its metadata.
-fn gguf_parts(checkpoint: &Checkpoint, chat_template: Option<&str>) -> Result<Parts, String> {
-    let gguf = checkpoint.gguf().ok_or("not a GGUF file")?;
-    let config = TextConfig::from_gguf(gguf).map_err(|e| e.to_string())?;
-    let tokenizer = Tokenizer::from_gguf(gguf).map_err(|e| e.to_string())?;
-    let source = chat_template
-        .filter(|given| !given.is_empty())
-        .or_else(|| gguf.get("tokenizer.chat_template").and_then(MetadataValue::as_str))
-        .ok_or("this GGUF file has no chat template (tokenizer.chat_template)")?;
-    let bos = tokenizer.decode(&[config.bos_token_id]).map_err(|e| e.to_string())?;
-    let template = ChatTemplate::from_str(source, &bos).map_err(|e| e.to_string())?;
-    let template = tools_renderable(template, &config)?;
-    Ok(Parts { config, tokenizer, template })
+/// A Hugging Face folder's parts: config.json (+ generation_config.json), tokenizer.json, the
+/// chat template. (MLX models declare their quantization in config.json.)
+fn folder_parts(files: &ModelFiles) -> Result<ModelParts, PartsError> {
+    let template = TemplateSource::Folder {
+        chat_template_jinja: files.chat_template.as_deref(),
+        tokenizer_config_json: files.tokenizer_config_json.as_deref(),
+    };
+    ModelParts::from_folder_files(
+        &files.config_json,
+        files.generation_config_json.as_deref(),
+        &files.tokenizer_json,
+        template,
+    )
 }
 
 /// Reads the weights (headers first, then tensor by tensor) and puts the model on `device`;
@@ -235,14 +198,16 @@ async fn load_weights(
     mut files: ModelFiles,
     device: &Device,
     on_progress: &dyn Fn(usize, usize),
-) -> Result<(Gemma, Parts, (u64, u64)), LoadFailure> {
+) -> Result<(Gemma, ModelParts, (u64, u64)), LoadFailure> {
     let weights = std::mem::replace(&mut files.weights, Weights::Whole(Vec::new()));
-    let load = |parts: &Parts, checkpoint: &mut Checkpoint| -> Result<Gemma, LoadFailure> {
+    let load = |parts: &ModelParts, checkpoint: &mut Checkpoint| -> Result<Gemma, LoadFailure> {
         Ok(Gemma::load(parts.config.clone(), checkpoint, device)?)
     };
     // A config, tokenizer or template Hearth cannot use is the model's, not damage.
-    let gguf_parts = |c: &Checkpoint, t: Option<&str>| gguf_parts(c, t).map_err(LoadFailure::unsupported);
-    let folder_parts = |f: &ModelFiles| folder_parts(f).map_err(LoadFailure::unsupported);
+    let gguf_parts = |c: &Checkpoint, t: Option<&str>| {
+        ModelParts::from_gguf(c, t).map_err(|e| LoadFailure::unsupported(e.to_string()))
+    };
+    let folder_parts = |f: &ModelFiles| folder_parts(f).map_err(|e| LoadFailure::unsupported(e.to_string()));
     let quantization_of = |f: &ModelFiles| quantization_of(f).map_err(LoadFailure::unsupported);
     match weights {
         Weights::Whole(bytes) if bytes.starts_with(b"GGUF") => {
@@ -295,26 +260,14 @@ const MAX_CONVERSATION_CACHES: usize = 4;
 /// The conversation of chat replies (`generate`); agent tasks use their tab's.
 pub const CHAT_CONVERSATION: u64 = 0;
 
-/// The loaded model, shared by chat replies and agent tasks.
-#[derive(Clone)]
-pub struct ModelHandles {
-    /// Locked for a whole generation: requests from several tabs queue here.
-    pub session: Rc<Mutex<Session>>,
-    pub tokenizer: Rc<Tokenizer>,
-    pub template: Rc<ChatTemplate>,
-    pub stop_tokens: Rc<[u32]>,
-    /// Positions the KV cache holds: the agent's context budget derives from it.
-    pub context_tokens: usize,
-}
-
 struct LoadedModel {
-    handles: ModelHandles,
+    shared: SharedModel,
     info: ModelInfo,
 }
 
 /// The loaded model, if any.
-pub fn model() -> Option<ModelHandles> {
-    ENGINE.with(|e| e.borrow().model.as_ref().map(|m| m.handles.clone()))
+pub fn model() -> Option<SharedModel> {
+    ENGINE.with(|e| e.borrow().model.as_ref().map(|m| m.shared.clone()))
 }
 
 #[derive(Default)]
@@ -454,33 +407,26 @@ async fn load_model(
     let on_progress = |done: usize, total: usize| {
         on_status(&EngineStatus::Loading { model: name.clone(), done: done as u32, total: total as u32 })
     };
-    let (model, Parts { config, tokenizer, template }, (file_bytes, peak_read_bytes)) =
-        load_weights(files, device, &on_progress).await?;
+    let (model, parts, (file_bytes, peak_read_bytes)) = load_weights(files, device, &on_progress).await?;
+    let config = &parts.config;
     let architecture = format!("{:?}", config.family).to_lowercase();
     let (layers, vocab_size) = (config.num_layers as u32, config.vocab_size as u32);
-    let stop_tokens = config.eos_token_ids.clone();
     let weights = model.weight_bytes();
     let memory_limits = memory;
-    let cache = CacheOptions::for_device(&config, memory_limits);
+    let cache = CacheOptions::for_device(config, memory_limits);
     let memory = ModelMemory {
         file_bytes,
         peak_read_bytes,
         device_bytes: weights.device,
         host_bytes: weights.host,
-        kv_cache_bytes: cache.bytes(&config),
+        kv_cache_bytes: cache.bytes(config),
         wasm_memory_bytes: wasm_memory_bytes(),
     };
     let context_tokens = cache.max_context as u32;
-    let conversation_caches = cache.caches_within_budget(&config, memory_limits).min(MAX_CONVERSATION_CACHES);
+    let conversation_caches = cache.caches_within_budget(config, memory_limits).min(MAX_CONVERSATION_CACHES);
     let info = ModelInfo { name, architecture, layers, vocab_size, load_ms: now_ms() - start, context_tokens, memory };
-    let handles = ModelHandles {
-        session: Rc::new(Mutex::new(Session::with_caches(model, cache, conversation_caches))),
-        context_tokens: cache.max_context,
-        tokenizer: Rc::new(tokenizer),
-        template: Rc::new(template),
-        stop_tokens: stop_tokens.into(),
-    };
-    Ok(LoadedModel { handles, info })
+    let shared = SharedModel::new(model, parts, cache, conversation_caches, clock_ms);
+    Ok(LoadedModel { shared, info })
 }
 
 /// Runs one generation and returns its final event (`done` or `failed`); `emit` gets the tokens.

@@ -116,10 +116,13 @@ pub async fn task_message(message: String) -> Result<(), JsError> {
 #[cfg(feature = "scripted")]
 #[wasm_bindgen(js_name = useScriptedModel)]
 pub fn use_scripted_model(replies: String) -> Result<(), JsError> {
-    let replies: Option<tasks::scripted::Script> = serde_json::from_str(&replies).map_err(|e| {
-        JsError::new(&format!("the script must be null, an array of strings, or an object of such arrays: {e}"))
-    })?;
-    tasks::scripted::load(replies);
+    let script = match replies.trim() {
+        "null" => None,
+        json => Some(hearth_agent::scripted::ScriptedModel::from_json(json).map_err(|e| {
+            JsError::new(&format!("the script must be null, an array of strings, or an object of such arrays: {e}"))
+        })?),
+    };
+    tasks::scripted::load(script);
     Ok(())
 }
 

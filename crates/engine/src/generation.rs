@@ -1,0 +1,174 @@
+//! An agent step's tokens as a stream: decoded by the shared model in the conversation's KV
+//! cache, ended by the step's stops, and held to the grammar of calls to the agent's tools.
+
+use std::cell::RefCell;
+use std::ops::ControlFlow;
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
+
+use futures::stream::{self, LocalBoxStream, StreamExt};
+use hearth_agent::{GenerationRequest, GenerationStats, ModelChunk, ModelError, builtin_tools};
+use hearth_model::constrain::{CallConstraint, CallGrammar, ConstrainError, ToolSpec, VocabTrie};
+use hearth_model::generate::{self, GenerateOptions};
+use hearth_model::tokenizer::Tokenizer;
+use hearth_model::{Sampler, SamplingOptions};
+
+use crate::shared::SharedModel;
+
+/// Streams the Burn model's tokens for `request`. The generation runs inside the stream (polled
+/// with it), so dropping the stream stops it; stop is checked between tokens.
+pub fn generate_step(
+    model: SharedModel,
+    conversation: u64,
+    sampling: SamplingOptions,
+    request: GenerationRequest,
+) -> LocalBoxStream<'static, Result<ModelChunk, ModelError>> {
+    let (sender, receiver) = futures::channel::mpsc::unbounded();
+    let run = async move {
+        let mut session = model.session.lock().await;
+        session.use_conversation(conversation);
+        let result = async {
+            let ids = model.tokenizer.encode(&request.prompt).map_err(|e| e.to_string())?;
+            let mut sampler = Sampler::new(sampling);
+            let mut calls = call_constraint(&model.tokenizer);
+            let options = GenerateOptions {
+                max_tokens: request.max_new_tokens,
+                stop_tokens: &model.stop_tokens,
+                tool_calls: calls.as_mut(),
+            };
+            let mut stop = StopAfter::new(&model.tokenizer, &request.stop_after);
+            let on_token = |id, text: &str| {
+                if !text.is_empty() {
+                    let _ = sender.unbounded_send(Ok(ModelChunk::Text(text.to_owned())));
+                }
+                // The token that ends the step is kept (the parser needs it), then decoding ends.
+                if request.cancel.is_cancelled() || stop.after(id, text) {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            };
+            let generation = generate::generate(
+                &mut session,
+                &mut sampler,
+                &model.tokenizer,
+                &ids,
+                options,
+                model.clock_ms,
+                on_token,
+            )
+            .await
+            .map_err(|e| e.to_string());
+            if let Some(calls) = calls {
+                keep_call_constraint(&model.tokenizer, calls);
+            }
+            generation
+        }
+        .await;
+        let last = match result {
+            Ok(g) => Ok(ModelChunk::Finished(GenerationStats {
+                prompt_tokens: g.prompt_tokens,
+                cached_prompt_tokens: g.prompt_tokens.saturating_sub(g.prefilled_tokens),
+                completion_tokens: g.token_ids.len(),
+                prefill_ms: g.prefill_ms,
+                decode_ms: g.decode_ms,
+            })),
+            Err(message) => Err(ModelError(message)),
+        };
+        let _ = sender.unbounded_send(last);
+    };
+    // The driver yields nothing; it ends when the generation does, and so does the channel.
+    let driver = stream::once(run).filter_map(|()| async { None });
+    stream::select(receiver, driver).boxed_local()
+}
+
+/// Where a step ends: after any token that is one of the request's `stop_after` pieces, or, for
+/// a piece the tokenizer has no single token for, after the text that completes it.
+struct StopAfter {
+    ids: Vec<u32>,
+    texts: Vec<String>,
+    /// The output so far, for the text pieces only.
+    seen: String,
+}
+
+impl StopAfter {
+    fn new(tokenizer: &Tokenizer, pieces: &[String]) -> Self {
+        let (mut ids, mut texts) = (Vec::new(), Vec::new());
+        for piece in pieces {
+            match tokenizer.token_id(piece) {
+                Some(id) => ids.push(id),
+                None => texts.push(piece.clone()),
+            }
+        }
+        StopAfter { ids, texts, seen: String::new() }
+    }
+
+    /// Whether decoding ends after token `id`, whose final text is `text`.
+    fn after(&mut self, id: u32, text: &str) -> bool {
+        if self.ids.contains(&id) {
+            return true;
+        }
+        if self.texts.is_empty() {
+            return false;
+        }
+        let from = self.seen.len();
+        self.seen.push_str(text);
+        hearth_agent::backend::stop_end(&self.texts, &self.seen, from).is_some()
+    }
+}
+
+/// The grammar of calls to the agent's tools and a tokenizer's vocabulary trie.
+type CallTables = (Arc<CallGrammar>, Arc<VocabTrie>);
+
+/// The call constraint of the loaded tokenizer, kept between generations so that its masks
+/// (cached by grammar state: a string's first walk covers the whole vocabulary) are computed once
+/// per conversation, not once per agent step.
+struct CallCache {
+    /// The Weak keeps the old tokenizer's allocation, so a new one never shares its address.
+    owner: Weak<Tokenizer>,
+    /// `None`: a tokenizer without Gemma 4's call tokens.
+    tables: Option<CallTables>,
+    /// The constraint between generations (taken while one runs).
+    idle: Option<CallConstraint>,
+}
+
+thread_local! {
+    static CALLS: RefCell<Option<CallCache>> = const { RefCell::new(None) };
+}
+
+fn owns(cache: &CallCache, tokenizer: &Rc<Tokenizer>) -> bool {
+    std::ptr::eq(cache.owner.as_ptr(), Rc::as_ptr(tokenizer))
+}
+
+/// What holds the calls of one generation to the tools the agent offers, if the model can write
+/// Gemma 4 calls. Built on the first generation with a tokenizer (the grammar and the vocabulary
+/// trie), then reused with its masks; give it back with [`keep_call_constraint`].
+pub fn call_constraint(tokenizer: &Rc<Tokenizer>) -> Option<CallConstraint> {
+    CALLS.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.as_ref().is_none_or(|cache| !owns(cache, tokenizer)) {
+            let tables = call_grammar(tokenizer).ok();
+            *cell = Some(CallCache { owner: Rc::downgrade(tokenizer), tables, idle: None });
+        }
+        let cache = cell.as_mut()?;
+        let (grammar, vocab) = cache.tables.as_ref()?;
+        Some(cache.idle.take().unwrap_or_else(|| CallConstraint::new(grammar.clone(), vocab.clone())))
+    })
+}
+
+/// Keeps `calls` (and the masks it computed) for the next generation with the same tokenizer.
+pub fn keep_call_constraint(tokenizer: &Rc<Tokenizer>, calls: CallConstraint) {
+    CALLS.with(|cell| {
+        if let Some(cache) = cell.borrow_mut().as_mut().filter(|cache| owns(cache, tokenizer)) {
+            cache.idle = Some(calls);
+        }
+    });
+}
+
+fn call_grammar(tokenizer: &Tokenizer) -> Result<CallTables, ConstrainError> {
+    // The list every conversation's agent is given (`new_conversation`).
+    let tools = builtin_tools();
+    let specs: Vec<ToolSpec> =
+        tools.iter().map(|t| ToolSpec { name: &t.name, parameters: Some(&t.parameters) }).collect();
+    Ok((Arc::new(CallGrammar::new(&specs)?), Arc::new(VocabTrie::from_tokenizer(tokenizer)?)))
+}

@@ -1,0 +1,23 @@
+//! The agent on a model: one implementation for the browser (the offscreen document's wasm) and
+//! the terminal (`hearth agent`).
+//!
+//! - [`parts`]: a model's config, tokenizer and chat template, assembled one way from a folder's
+//!   files or a GGUF file's metadata.
+//! - [`shared`]: the loaded model as chat replies and agent tasks share it (one session, one
+//!   generation at a time, a KV cache per conversation).
+//! - [`generation`]: an agent step's tokens as a stream, ended by the step's stops and held to
+//!   the tools' call grammar.
+//! - [`task`]: an agent for a conversation, and the model behind its steps (Burn, or the
+//!   scripted test model).
+
+pub mod generation;
+pub mod parts;
+pub mod shared;
+pub mod task;
+
+pub use parts::{ModelParts, PartsError, TemplateSource};
+pub use shared::SharedModel;
+pub use task::{TaskModel, new_agent, tab_conversation};
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod real_model_tests;

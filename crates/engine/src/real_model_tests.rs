@@ -1,0 +1,130 @@
+//! The agent loop driven by the real Burn model (the tiny test model: real tokenizer and chat
+//! template, random weights) on the CPU. Whatever the model writes, the loop must stay
+//! well-formed. (The browser runs the same code; on SwiftShader a 5,000-token agent prompt takes
+//! too long for CI, so the browser suite drives the loop with the scripted model.)
+
+use std::path::Path;
+
+use burn::tensor::Device;
+use futures::StreamExt;
+use hearth_agent::{
+    AgentEvent, ElementInfo, GenerationRequest, ModelChunk, PageInfo, Snapshot, SystemClock, ToolError, ToolExecutor,
+    ToolInvocation, ToolOutput,
+};
+use hearth_model::model_dir::ModelFiles;
+use hearth_model::{CacheOptions, SamplingOptions};
+use hearth_protocol::{Outcome, TaskSettings};
+
+use crate::generation::generate_step;
+use crate::{ModelParts, SharedModel, TaskModel, new_agent, tab_conversation};
+
+/// Every tool answers with the same small page.
+struct OnePage;
+
+impl ToolExecutor for OnePage {
+    async fn execute(&mut self, _call: &ToolInvocation) -> Result<ToolOutput, ToolError> {
+        let page = PageInfo { url: "http://127.0.0.1/".into(), title: "Test".into() };
+        let go = ElementInfo { index: 1, tag: "button".into(), text: "Go".into(), ..Default::default() };
+        Ok(ToolOutput::snapshot(Snapshot { page, elements: vec![go] }))
+    }
+}
+
+/// The tiny test model on the CPU, as the engine holds it.
+fn tiny_model() -> SharedModel {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/fixtures/tiny-chat");
+    let files = ModelFiles::open(&dir).expect("the tiny model's files");
+    let parts = ModelParts::read(&files, None).expect("its config, tokenizer and template");
+    let model = files.load(&Device::flex()).expect("the tiny model loads");
+    SharedModel::new(model, parts, CacheOptions::default(), 1, crate::shared::monotonic_ms)
+}
+
+/// The text `burn_generate` streams and the number of tokens it decoded.
+fn decode(model: &SharedModel, seed: u64, stop_after: &[&str]) -> (String, usize) {
+    let sampling = SamplingOptions { temperature: 50.0, top_k: 0, top_p: 1.0, seed };
+    let request = GenerationRequest {
+        prompt: "<bos><|turn>user\nHi<turn|>\n<|turn>model\n".into(),
+        max_new_tokens: 64,
+        stop_after: stop_after.iter().map(|p| (*p).to_owned()).collect(),
+        cancel: hearth_agent::CancelToken::new(),
+    };
+    let chunks =
+        pollster::block_on(generate_step(model.clone(), tab_conversation(1), sampling, request).collect::<Vec<_>>());
+    let mut text = String::new();
+    let mut tokens = None;
+    for chunk in chunks {
+        match chunk.expect("the tiny model generates") {
+            ModelChunk::Text(t) => text.push_str(&t),
+            ModelChunk::Finished(stats) => tokens = Some(stats.completion_tokens),
+        }
+    }
+    (text, tokens.expect("the stream ends with its numbers"))
+}
+
+/// The engine's decoding ends right after `<tool_call|>` (id 49) when the agent asks: the
+/// same seed that writes on past it without the request stops there with it.
+#[test]
+fn decoding_ends_after_the_token_that_closes_a_call() {
+    let model = tiny_model();
+    assert_eq!(model.tokenizer.token_id("<tool_call|>"), Some(49));
+    // Near-uniform sampling over the tiny vocabulary: find a run that writes token 49 and
+    // then goes on.
+    let (seed, free, free_tokens, close_end) = (0..300)
+        .find_map(|seed| {
+            let (text, tokens) = decode(&model, seed, &[]);
+            let end = text.find("<tool_call|>")? + "<tool_call|>".len();
+            (end < text.len()).then_some((seed, text, tokens, end))
+        })
+        .expect("some seed writes <tool_call|> before the end");
+    let (stopped, tokens) = decode(&model, seed, hearth_agent::STEP_ENDS_AFTER);
+    assert_eq!(stopped, free[..close_end], "cut right after the close, nothing decoded after it");
+    assert!(tokens < free_tokens, "{tokens} tokens decoded, {free_tokens} without the stop");
+}
+
+#[test]
+fn the_real_model_drives_the_loop_and_it_stays_well_formed() {
+    let handles = tiny_model();
+    let settings = TaskSettings { max_iterations: 3, enable_thinking: false, temperature: 0.0, max_new_tokens: 24 };
+    let (template, tokenizer) = (&handles.template, handles.tokenizer.clone());
+    let mut agent = new_agent(template, tokenizer, handles.context_tokens, &settings, Box::new(SystemClock));
+    agent.start_task("Click the Go button.", Some(PageInfo { url: "http://127.0.0.1/".into(), title: "Test".into() }));
+    let mut backend = TaskModel::burn(handles.clone(), tab_conversation(1), &settings, 0);
+    let mut events = Vec::new();
+    let outcome = pollster::block_on(agent.run(&mut backend, &mut OnePage, &mut |e| events.push(e)));
+
+    // One usage report per model call, each within the token limit, prompts counted by the
+    // model's own tokenizer.
+    let usages: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Usage { prompt_tokens, completion_tokens, .. } => Some((*prompt_tokens, *completion_tokens)),
+            _ => None,
+        })
+        .collect();
+    assert!(!usages.is_empty() && usages.len() <= 3, "{events:?}");
+    let prompt = agent.last_prompt().expect("a prompt was rendered");
+    assert!(prompt.starts_with("<bos>"), "rendered with the model's own template");
+    for (prompt_tokens, completion_tokens) in &usages {
+        assert!(*prompt_tokens > 1000, "the system prompt and tools are in the prompt");
+        assert!(*completion_tokens <= 24);
+    }
+    // Every tool that started has its result, in order.
+    let call_ids = |starts: bool| -> Vec<&String> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                AgentEvent::ToolStart { call_id, .. } if starts => Some(call_id),
+                AgentEvent::ToolResult { call_id, .. } if !starts => Some(call_id),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(call_ids(true), call_ids(false));
+    // Random weights write anything; the run ends in a state the overlay can show.
+    match &outcome {
+        Outcome::Done { result, .. } => assert!(!result.is_empty()),
+        Outcome::Failed { message } => assert!(!message.is_empty()),
+        Outcome::Paused { .. } | Outcome::NeedsConfirmation { .. } | Outcome::NeedsAnswer { .. } => {}
+        other => panic!("unexpected outcome {other:?}"),
+    }
+    println!("outcome: {outcome:?}; model calls: {}; usage: {usages:?}", usages.len());
+}

@@ -1,0 +1,48 @@
+//! The loaded model as chat replies and agent tasks share it.
+
+use std::rc::Rc;
+
+use futures::lock::Mutex;
+use hearth_chat::ChatTemplate;
+use hearth_model::tokenizer::Tokenizer;
+use hearth_model::{CacheOptions, Gemma, Session};
+
+use crate::parts::ModelParts;
+
+/// The loaded model: cheap to clone, single-threaded (the browser runs it on one thread).
+#[derive(Clone)]
+pub struct SharedModel {
+    /// Locked for a whole generation: requests from several conversations queue here.
+    pub session: Rc<Mutex<Session>>,
+    pub tokenizer: Rc<Tokenizer>,
+    pub template: Rc<ChatTemplate>,
+    pub stop_tokens: Rc<[u32]>,
+    /// Positions the KV cache holds: the agent's context budget derives from it.
+    pub context_tokens: usize,
+    /// A monotonic clock in milliseconds, for the generation's timings.
+    pub clock_ms: fn() -> f64,
+}
+
+impl SharedModel {
+    /// `model` with its parts, a KV cache of `cache` per conversation and at most `caches` of
+    /// them kept at once.
+    pub fn new(model: Gemma, parts: ModelParts, cache: CacheOptions, caches: usize, clock_ms: fn() -> f64) -> Self {
+        let ModelParts { config, tokenizer, template } = parts;
+        SharedModel {
+            session: Rc::new(Mutex::new(Session::with_caches(model, cache, caches))),
+            tokenizer: Rc::new(tokenizer),
+            template: Rc::new(template),
+            stop_tokens: config.eos_token_ids.into(),
+            context_tokens: cache.max_context,
+            clock_ms,
+        }
+    }
+}
+
+/// Milliseconds since the first call, from the system's monotonic clock (native builds; the
+/// browser passes `performance.now`).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn monotonic_ms() -> f64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64() * 1e3
+}
