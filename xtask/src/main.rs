@@ -13,11 +13,14 @@
 //! - `screenshots`  the README's pictures, taken by the e2e tests, into docs/
 //! - `gen-types`  regenerate the TypeScript protocol from the Rust types (`build` refreshes the
 //!   wasm exports' declaration, extension/src/generated/hearth_offscreen.d.ts)
+//! - `fixtures [NAME…]`  regenerate the test fixtures from their seeded scripts, in a pinned Python
+//!   environment of its own; a clean checkout stays clean
 
 mod bench;
 mod build;
 mod bundle;
 mod chrome;
+mod fixtures;
 mod process;
 mod screenshots;
 mod test;
@@ -40,6 +43,7 @@ fn main() -> ExitCode {
         "bench" => bench::bench(flags),
         "screenshots" => screenshots::screenshots(),
         "gen-types" => gen_types(),
+        "fixtures" => fixtures::fixtures(flags),
         "help" | "--help" | "-h" => {
             println!("{}", HELP);
             Ok(())
@@ -68,7 +72,10 @@ const HELP: &str = "usage: cargo xtask <command>
   bench --bundle <dir>              build hearth into <dir> with the Vulkan loader and run.sh, which
                                     runs the kernel and E2B/E4B benches anywhere into one Markdown file
   screenshots                       the README's pictures, taken by the e2e tests, into docs/
-  gen-types                         regenerate extension/src/generated/protocol.ts";
+  gen-types                         regenerate extension/src/generated/protocol.ts
+  fixtures [NAME…]                  regenerate the test fixtures from their seeded scripts (all, or
+                                    chat, weights-gguf, weights-mlx, parity, tiny-chat, gguf-tiny,
+                                    gguf-gemma4, mlx-4bit) in $HEARTH_CACHE/pyenv; lists what changed";
 
 /// The repository root (the parent of xtask/). `cargo run` sets CARGO_MANIFEST_DIR at run time;
 /// prefer it to the compile-time value, which names whichever checkout built a shared target dir.

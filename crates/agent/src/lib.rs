@@ -4,14 +4,16 @@
 //!
 //! One job per module:
 //! - [`parser`] / [`gemma_value`]: streaming parser of the model's output and call syntax.
-//! - [`tools`]: tool definitions and argument validation.
+//! - [`tools`]: tool definitions and argument validation; [`arguments`]: each tool's typed
+//!   arguments (the schemas the model sees are derived from them).
 //! - [`page`]: snapshots with stable indices; fencing of untrusted page text.
 //! - [`policy`]: which actions need confirmation; grants; the repetition guard.
 //! - [`context`]: token counting, budgets, truncation, compaction.
-//! - [`session`]: the loop ([`Agent`]).
+//! - [`task_loop`]: the loop ([`Agent`]).
 //! - [`events`]: what the loop tells the UI.
 //! - [`backend`]: the model and tool interfaces, cancellation.
 
+pub mod arguments;
 pub mod backend;
 pub mod context;
 pub mod events;
@@ -22,11 +24,11 @@ pub mod policy;
 pub mod prompt;
 #[cfg(any(test, feature = "scripted"))]
 pub mod scripted;
-pub mod session;
+pub mod task_loop;
 pub mod tools;
 
 #[cfg(test)]
-mod session_tests;
+mod task_loop_tests;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub use backend::SystemClock;
@@ -39,7 +41,7 @@ pub use events::{AgentEvent, PauseReason};
 pub use page::{ElementInfo, FormInfo, PageInfo, Snapshot};
 pub use parser::{ParsedCall, ParsedOutput, StreamParser, parse_output, parse_to_json};
 pub use policy::{ActionTarget, Assessment, Decision, RiskReason};
-pub use session::{
+pub use task_loop::{
     Agent, AgentConfig, AgentControl, ContextError, Outcome, PromptStats, STEP_ENDS_AFTER, SessionError,
 };
 pub use tools::{RiskLevel, ToolDefinition, builtin_tools, validate_arguments};

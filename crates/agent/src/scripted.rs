@@ -14,7 +14,7 @@ use crate::backend::{
     ToolInvocation, ToolOutput,
 };
 use crate::context::{ApproxTokenCounter, TokenCounter};
-use crate::session::AgentControl;
+use crate::task_loop::AgentControl;
 
 /// One scripted generation.
 #[derive(Debug, Clone)]

@@ -509,17 +509,9 @@ fn peak_host_bytes() -> Option<u64> {
 fn print_top_kernels(counts: &BTreeMap<&'static str, usize>) {
     let mut sorted: Vec<(&&str, &usize)> = counts.iter().collect();
     sorted.sort_by(|a, b| b.1.cmp(a.1));
-    let list: Vec<String> = sorted.iter().take(8).map(|(name, n)| format!("{n} × `{}`", short(name))).collect();
+    let list: Vec<String> =
+        sorted.iter().take(8).map(|(name, n)| format!("{n} × `{}`", crate::host_cost::short(name))).collect();
     println!("Most launched kernels in one decode step: {}.\n", list.join(", "));
-}
-
-/// `a::b::Kernel<c::d::MulOp>` → `Kernel<MulOp>`; deeply generic names keep their outer type.
-pub(crate) fn short(name: &str) -> String {
-    let short = name.split('<').map(|part| part.rsplit("::").next().unwrap_or(part)).collect::<Vec<_>>().join("<");
-    match short.split_once('<') {
-        Some((outer, _)) if short.len() > 40 => format!("{outer}<…>"),
-        _ => short,
-    }
 }
 
 /// The text config of Gemma 4 E2B or E4B (../shared/reference/gemma4-architecture.md), as JSON

@@ -183,7 +183,7 @@ fn upload_cost(device: &Device) {
 fn print_breakdown(costs: &LaunchCosts, tail: u64) {
     let mut families: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for (name, times) in costs {
-        let family = crate::bench::short(name);
+        let family = short(name);
         let family = family.split('<').next().unwrap_or(&family).to_string();
         families.entry(family).or_default().extend(times);
     }
@@ -218,4 +218,13 @@ fn print_breakdown(costs: &LaunchCosts, tail: u64) {
         typical as f64 / 1e6,
         total as f64 / 1e6
     );
+}
+
+/// `a::b::Kernel<c::d::MulOp>` → `Kernel<MulOp>`; deeply generic names keep their outer type.
+pub(crate) fn short(name: &str) -> String {
+    let short = name.split('<').map(|part| part.rsplit("::").next().unwrap_or(part)).collect::<Vec<_>>().join("<");
+    match short.split_once('<') {
+        Some((outer, _)) if short.len() > 40 => format!("{outer}<…>"),
+        _ => short,
+    }
 }

@@ -24,18 +24,7 @@ use hearth_weights::{AffineParams, AffineTensor};
 use crate::affine_gemm::{self, Epilogue};
 use crate::fused::{gelu_tanh_mul, reference};
 use crate::launch::{bounded_tanh, empty_output, grid, has_fused_kernels};
-
-/// Which kernel multiplies by a packed matrix on the cubecl backends. The model lets the shape
-/// decide ([`ProductKernel::Auto`]); the benchmark and the tests pick one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProductKernel {
-    /// The tiled GEMM from 16 tokens (prefill), the GEMV-style kernel below that (decode).
-    Auto,
-    /// Rows of the matrix per thread block, 8 tokens at a time ([`affine_matmul_kernel`]).
-    TokenTiles,
-    /// Tiles of 16 tokens × 256 or 512 rows ([`crate::affine_gemm`]).
-    Tiled,
-}
+use crate::tuning::ProductKernel;
 
 /// Threads that share one output row (a power of two: they sum in a tree).
 const THREADS: u32 = 64;

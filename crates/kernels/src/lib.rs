@@ -33,7 +33,7 @@ pub mod mask;
 pub mod overwrite;
 pub mod tuning;
 
-pub use affine::{AffineMatrix, ProductKernel};
+pub use affine::AffineMatrix;
 pub use attention::{DecodeQuery, decode_attention, fused_decode_applies};
 pub use block_table::{BlockTable, gather_by_block};
 pub use chunk_table::ChunkTable;
@@ -44,3 +44,4 @@ pub use fused::{
 pub use launch::has_fused_kernels;
 pub use mask::mask_logits;
 pub use overwrite::{overwrite, overwrite_ids};
+pub use tuning::ProductKernel;

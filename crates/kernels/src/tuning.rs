@@ -5,7 +5,17 @@
 
 use std::sync::OnceLock;
 
-use crate::affine::ProductKernel;
+/// Which kernel multiplies by a packed matrix on the cubecl backends. The model lets the shape
+/// decide ([`ProductKernel::Auto`]); the benchmark and the tests pick one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProductKernel {
+    /// The tiled GEMM from 16 tokens (prefill), the GEMV-style kernel below that (decode).
+    Auto,
+    /// Rows of the matrix per thread block, 8 tokens at a time (`affine::affine_matmul_kernel`).
+    TokenTiles,
+    /// Tiles of 16 tokens × 256 or 512 rows ([`crate::affine_gemm`]).
+    Tiled,
+}
 
 static PREFILL_KERNEL: OnceLock<ProductKernel> = OnceLock::new();
 static GEMM_TILE: OnceLock<GemmTile> = OnceLock::new();

@@ -138,10 +138,10 @@ pub struct KvCache {
     /// The one-token step's inputs, rewritten in place per token, when its attention is the fused
     /// kernel (a cubecl device): a recorded step reads them from these buffers.
     decode_inputs: Option<DecodeInputs>,
-    /// The one-token step recorded against this cache's buffers (see `crate::recorded`). Dropped
+    /// The one-token step recorded against this cache's buffers (see `crate::step_recording`). Dropped
     /// whenever a buffer it uses may change: a checkpoint (the next write copies the rings) or a
     /// restore (other rings).
-    pub(crate) recorded: Option<crate::recorded::RecordedStep>,
+    pub(crate) recorded: Option<crate::step_recording::RecordedStep>,
 }
 
 /// The buffers a one-token step reads its position from, per layer type (index:
@@ -265,7 +265,7 @@ impl KvCache {
     /// Whether the recorded step (if any) includes the token's lookups, reading only its id;
     /// `false` when the rows are looked up before each replay (a table on the host).
     pub fn recorded_step_reads_the_id(&self) -> bool {
-        self.recorded.as_ref().is_some_and(crate::recorded::RecordedStep::reads_the_id)
+        self.recorded.as_ref().is_some_and(crate::step_recording::RecordedStep::reads_the_id)
     }
 
     /// Positions held.

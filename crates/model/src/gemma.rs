@@ -14,11 +14,12 @@ use hearth_weights::{AffineTensor, HostTensor};
 use crate::cache::{ChunkGeometry, KvCache};
 use crate::config::TextConfig;
 pub use crate::error::ModelError;
+use crate::step_recording;
 
-mod fetched;
 mod load;
-pub use fetched::{FetchedFile, HeaderError, LoadStep, open_headers};
+mod load_driver;
 pub use load::{GemmaLoader, PlannedTensor};
+pub use load_driver::{FetchedFile, HeaderError, LoadStep, open_headers};
 
 /// Weights of a linear layer.
 // A few hundred per model, each holding device handles: their size does not matter.
@@ -161,7 +162,7 @@ pub struct Gemma {
     layers: Vec<DecoderLayer>,
     final_norm: Tensor<1>,
     /// Whether one-token steps are recorded and replayed (off after a recording failed).
-    pub(crate) recording: crate::recorded::Recording,
+    pub(crate) recording: step_recording::Recording,
 }
 
 /// The largest tensor the model puts on the device. WebGPU guarantees storage bindings of 128 MiB
@@ -463,8 +464,14 @@ impl Gemma {
     fn forward_chunk(&self, tokens: &[u32], cache: &mut KvCache, all_positions: bool) -> Result<Tensor<2>, ModelError> {
         let geometry = cache.plan(tokens.len(), &self.device)?;
         let logits = match tokens {
-            [token] if crate::recorded::applies(self, &geometry) => {
-                crate::recorded::step(self, *token, cache, &geometry)?
+            [token] if step_recording::applies(self, geometry.is_recordable()) => {
+                // The recording is the cache's; taken out while the step runs on the cache.
+                let mut slot = cache.recorded.take();
+                let logits = step_recording::step(self, *token, &mut slot, |x0, token_rows| {
+                    self.layers_and_head(x0, token_rows, cache, &geometry, false)
+                });
+                cache.recorded = slot;
+                logits?
             }
             _ => {
                 let (x0, token_rows) = self.embed(tokens);
@@ -473,6 +480,12 @@ impl Gemma {
         };
         cache.commit(&geometry);
         Ok(logits)
+    }
+
+    /// Whether this model records its one-token steps and replays them (on by default; off, every
+    /// kernel is launched one by one as for a prompt).
+    pub fn set_step_recording(&self, enabled: bool) {
+        self.recording.set_enabled(enabled);
     }
 
     /// The tokens' embeddings `[S, h]` (scaled) and, for Gemma 4, their rows of the per-layer
@@ -645,5 +658,27 @@ impl Gemma {
         let out = probs.matmul(values); // [Hkv, group·S, d]
         let out = out.reshape([heads, s, d]).swap_dims(0, 1).reshape([s, heads * d]);
         attn.o_proj.forward(out)
+    }
+}
+
+impl step_recording::StepModel for Gemma {
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn recording(&self) -> &step_recording::Recording {
+        &self.recording
+    }
+
+    fn looks_up_on_device(&self) -> bool {
+        Gemma::looks_up_on_device(self)
+    }
+
+    fn embed(&self, tokens: &[u32]) -> (Tensor<2>, Option<Tensor<2>>) {
+        Gemma::embed(self, tokens)
+    }
+
+    fn embed_ids(&self, ids: &Tensor<1, Int>) -> (Tensor<2>, Option<Tensor<2>>) {
+        Gemma::embed_ids(self, ids)
     }
 }

@@ -5,7 +5,7 @@
 //! - [`self_test`]: a computation whose answer is known, run on the device at start-up so that a
 //!   broken driver is caught before the user waits for a model.
 //! - [`config`] → [`gemma`] → [`cache`]: the model, as the spec reads: configuration, layers,
-//!   forward pass, KV cache; [`recorded`]: the one-token step recorded once and replayed per
+//!   forward pass, KV cache; [`step_recording`]: the one-token step recorded once and replayed per
 //!   token; [`error`]: the model's error.
 //! - [`constrain`]: tool calls held to the offered tools' syntax while they are sampled.
 //!
@@ -21,10 +21,10 @@ pub mod generate;
 pub mod gpu;
 #[cfg(not(target_family = "wasm"))]
 pub mod model_dir;
-pub mod recorded;
 pub mod sampling;
 pub mod self_test;
 pub mod session;
+pub mod step_recording;
 pub mod tokenizer;
 
 pub use cache::{CONTEXT_SIZES, CacheOptions, DeviceMemory, KvCache};

@@ -20,7 +20,7 @@ use hearth_model::{Sampler, SamplingOptions};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::engine;
+use crate::engine_state;
 use hearth_engine::SharedModel;
 use hearth_engine::generation::{call_constraint, generate_step, keep_call_constraint};
 
@@ -88,7 +88,7 @@ struct Verdict {
 /// agent's, not the prompt's); declaring them makes the tiny model's prompt 3,462 tokens instead
 /// of 36, which SwiftShader prefills in about 100 s (once: later runs reuse the cache).
 pub async fn run(seed: u32, max_tokens: u32, free_tokens: u32, render_tools: bool) -> Result<Probe, String> {
-    let model = engine::model().ok_or("no model is loaded")?;
+    let model = engine_state::model().ok_or("no model is loaded")?;
     let tools = builtin_tools();
     let chat_tools: Vec<_> = tools.iter().map(|t| t.to_chat_tool()).collect();
     let messages = [Message::user("Type Ada into the name field, then submit.")];
@@ -163,10 +163,17 @@ async fn free(model: &SharedModel, prompt: &str, sampling: SamplingOptions, max_
     let mut sampler = Sampler::new(sampling);
     let options = GenerateOptions { max_tokens, stop_tokens: &model.stop_tokens, tool_calls: None };
     let on_token = |id, _: &str| if Some(id) == close { ControlFlow::Break(()) } else { ControlFlow::Continue(()) };
-    let generation =
-        generate::generate(&mut session, &mut sampler, &model.tokenizer, &ids, options, engine::clock_ms, on_token)
-            .await
-            .map_err(|e| e.to_string())?;
+    let generation = generate::generate(
+        &mut session,
+        &mut sampler,
+        &model.tokenizer,
+        &ids,
+        options,
+        engine_state::clock_ms,
+        on_token,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     let text = format!("{CALL_OPEN}{}", generation.text);
     Ok(Run {
         closed: text.ends_with(CALL_CLOSE),

@@ -6,9 +6,10 @@
 
 #[cfg(feature = "scripted")]
 mod call_probe;
-mod engine;
+mod engine_state;
 /// "Use a model file you already have": a chosen GGUF file's header, judged by the engine's parsers.
 pub mod inspect;
+mod load_failure;
 /// The model crate's results and failures as protocol messages (the command line prints them too).
 pub mod reports;
 mod sha256;
@@ -20,7 +21,7 @@ use hearth_model::gpu;
 use hearth_protocol::{EngineStatus, GenerateRequest, GenerationEvent, WorkerToEngine};
 use wasm_bindgen::prelude::*;
 
-pub use engine::ModelFiles;
+pub use engine_state::ModelFiles;
 pub use sha256::Sha256;
 
 // Synthesised by wasm-ld: runs the module's static constructors (CubeCL's IR registers its
@@ -65,7 +66,7 @@ pub async fn start_engine(
         }
     };
     trap::maybe_trap("start");
-    to_json(&engine::start(vendor, architecture, model, &emit).await)
+    to_json(&engine_state::start(vendor, architecture, model, &emit).await)
 }
 
 /// The `failed` status for a browser without WebGPU (checked in JavaScript before Burn starts),
@@ -83,7 +84,7 @@ pub async fn generate(request: String, on_event: js_sys::Function) {
         let _ = on_event.call1(&JsValue::NULL, &JsValue::from_str(&to_json(event)));
     };
     match serde_json::from_str::<GenerateRequest>(&request) {
-        Ok(request) => emit(&engine::generate(&request, &emit).await),
+        Ok(request) => emit(&engine_state::generate(&request, &emit).await),
         Err(err) => emit(&GenerationEvent::Failed { request_id: 0, message: format!("malformed request: {err}") }),
     }
 }

@@ -10,7 +10,7 @@ use hearth_weights::{Checkpoint, Quantization, Windows};
 use serde::Deserialize;
 use wasm_bindgen::{JsCast, JsValue};
 
-use crate::engine::LoadFailure;
+use crate::load_failure::LoadFailure;
 
 use burn::tensor::Device;
 

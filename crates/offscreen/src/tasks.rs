@@ -22,7 +22,7 @@ use hearth_protocol::{Outcome, PageInfo, TaskAction, TaskSettings, TaskUpdate, T
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
-use crate::engine;
+use crate::engine_state;
 
 /// The JavaScript side of the offscreen document.
 pub struct TaskHost {
@@ -79,7 +79,7 @@ pub async fn start_task(
     settings: TaskSettings,
     history: Option<serde_json::Value>,
 ) {
-    let Some(model) = engine::model() else {
+    let Some(model) = engine_state::model() else {
         return ended(
             tab_id,
             Outcome::Failed {
@@ -157,7 +157,7 @@ pub async fn control(tab_id: u32, action: TaskAction) {
         }
     });
     match next {
-        Next::Run => match engine::model() {
+        Next::Run => match engine_state::model() {
             Some(model) => run(tab_id, model).await,
             None => {
                 ended(tab_id, Outcome::Failed { message: "The model is not loaded any more; reopen the panel.".into() })
@@ -210,7 +210,7 @@ struct BrowserClock;
 
 impl Clock for BrowserClock {
     fn now_ms(&self) -> u64 {
-        engine::now_ms() as u64
+        engine_state::now_ms() as u64
     }
 }
 
@@ -224,7 +224,7 @@ impl TabModel {
         if let Some(script) = TASKS.with(|t| t.borrow().script.clone()) {
             return TabModel(TaskModel::Scripted(script));
         }
-        TabModel(TaskModel::burn(model, conversation, settings, engine::now_ms() as u64))
+        TabModel(TaskModel::burn(model, conversation, settings, engine_state::now_ms() as u64))
     }
 }
 

@@ -449,17 +449,124 @@ target?: string | null, };
 
 export type PageInfo = { url: string, title: string, };
 
+export type ToolCall = { "name": "read_page", "arguments": NoArguments } | { "name": "snapshot", "arguments": NoArguments } | { "name": "click", "arguments": ElementArgs } | { "name": "type", "arguments": TypeArgs } | { "name": "select", "arguments": SelectArgs } | { "name": "scroll", "arguments": ScrollArgs } | { "name": "hover", "arguments": ElementArgs } | { "name": "press_key", "arguments": PressKeyArgs } | { "name": "navigate", "arguments": NavigateArgs } | { "name": "go_back", "arguments": NoArguments } | { "name": "wait_for", "arguments": WaitForArgs } | { "name": "run_javascript", "arguments": RunJavascriptArgs } | { "name": "ask_user", "arguments": AskUserArgs } | { "name": "done", "arguments": DoneArgs };
+
+export type NoArguments = Record<symbol, never>;
+
+export type ElementArgs = { 
+/**
+ * The element's number from the latest snapshot, e.g. 12 for [12].
+ */
+index: number, };
+
+export type TypeArgs = { 
+/**
+ * The element's number from the latest snapshot, e.g. 12 for [12].
+ */
+index: number, 
+/**
+ * The exact text to enter.
+ */
+text: string, 
+/**
+ * Press Enter after typing.
+ */
+submit?: boolean, };
+
+export type SelectArgs = { 
+/**
+ * The element's number from the latest snapshot, e.g. 12 for [12].
+ */
+index: number, 
+/**
+ * The visible text of the option to choose.
+ */
+option: string, };
+
+export type ScrollArgs = { 
+/**
+ * Which way to scroll.
+ */
+direction?: ScrollDirection, 
+/**
+ * Scroll until this element from the latest snapshot is visible.
+ */
+to_index?: number, };
+
+export type ScrollDirection = "up" | "down" | "top" | "bottom";
+
+export type PressKeyArgs = { 
+/**
+ * The key to press.
+ */
+key: Key, 
+/**
+ * The element's number from the latest snapshot, e.g. 12 for [12].
+ */
+index?: number, };
+
+export type Key = "Enter" | "Escape" | "Tab" | "Space" | "Backspace" | "Delete" | "ArrowUp" | "ArrowDown" | "ArrowLeft" | "ArrowRight" | "Home" | "End" | "PageUp" | "PageDown";
+
+export type NavigateArgs = { 
+/**
+ * The address to open.
+ */
+url: string, };
+
+export type WaitForArgs = { 
+/**
+ * Text to wait for.
+ */
+text?: string, 
+/**
+ * CSS selector to wait for.
+ */
+selector?: string, 
+/**
+ * How long to wait at most (default 10, at most 60).
+ */
+timeout_seconds?: number, };
+
+export type RunJavascriptArgs = { 
+/**
+ * An expression or statements; the value of the last expression is returned.
+ */
+code: string, };
+
+export type AskUserArgs = { 
+/**
+ * The question.
+ */
+question: string, 
+/**
+ * 2 to 6 short answers to choose from.
+ */
+options: Array<string>, };
+
+export type DoneArgs = { 
+/**
+ * The complete final answer for the user.
+ */
+result: string, 
+/**
+ * false if the task could not be completed.
+ */
+success?: boolean, };
+
+/** Each tool's arguments by its name (crates/agent/src/arguments.rs `ToolCall`): an executor takes `ToolArguments[name]`. */
+export type ToolArguments = { [C in ToolCall as C["name"]]: C["arguments"] };
+
 /** The tools offered to the model (crates/agent/src/tools.rs), in order. */
 export const TOOL_NAMES = ["read_page", "snapshot", "click", "type", "select", "scroll", "hover", "press_key", "navigate", "go_back", "wait_for", "run_javascript", "ask_user", "done"] as const;
 
 export type ToolName = (typeof TOOL_NAMES)[number];
 
-/** The tools the agent loop answers itself (crates/agent/src/session.rs): no executor in the extension. */
+/** The tools the agent loop answers itself (crates/agent/src/task_loop.rs): no executor in the extension. */
 export const LOOP_TOOLS = ["ask_user", "done"] as const;
 
 export type LoopTool = (typeof LOOP_TOOLS)[number];
 
-/** The keys `press_key` offers (crates/agent/src/tools.rs `KEYS`). */
+/** The keys `press_key` offers (crates/agent/src/arguments.rs `Key`). */
 export const PRESS_KEYS = ["Enter", "Escape", "Tab", "Space", "Backspace", "Delete", "ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight", "Home", "End", "PageUp", "PageDown"] as const;
 
 export type PressKey = (typeof PRESS_KEYS)[number];

@@ -3,7 +3,7 @@
 // (shared/tool-executors.ts says which is which). Every failure becomes a `failed` reply whose message
 // tells the model what to do.
 
-import type { PageInfo, ToolReply, ToolRequest } from "../generated/protocol";
+import type { PageInfo, ToolArguments, ToolReply, ToolRequest } from "../generated/protocol";
 import { sendToTab } from "../shared/messages";
 import { isSiteDisabled, loadSettings } from "../shared/settings";
 import { BOUND_TO_JUDGED_ORIGIN, isWorkerTool, type WorkerTool } from "../shared/tool-executors";
@@ -57,9 +57,9 @@ export async function runTool(request: ToolRequest): Promise<ToolReply> {
     if (!isWorkerTool(name)) return inTab(tabId, request);
     // One entry per worker tool: the compiler refuses a missing or a stale one.
     const workerTools: Record<WorkerTool, () => Promise<ToolReply>> = {
-      navigate: () => navigate(tabId, String(args.url ?? "")),
+      navigate: () => navigate(tabId, argumentsOf<"navigate">(args).url ?? ""),
       go_back: () => goBack(tabId),
-      run_javascript: () => runJavascript(tabId, String(args.code ?? ""), judged ?? originOf(tab.url) ?? ""),
+      run_javascript: () => runJavascript(tabId, argumentsOf<"run_javascript">(args).code ?? "", judged ?? originOf(tab.url) ?? ""),
     };
     try {
       return await workerTools[name]();
@@ -215,4 +215,8 @@ async function runJavascript(tabId: number, code: string, origin: string): Promi
   return ok(value, { url: tab.url ?? "", title: tab.title ?? "" }, true);
 }
 
-
+/** A call's arguments as its tool's type: the agent validated them against the schema derived from
+ * that type (crates/agent/src/arguments.rs). */
+function argumentsOf<K extends keyof ToolArguments>(args: ToolRequest["arguments"]): Partial<ToolArguments[K]> {
+  return args as Partial<ToolArguments[K]>;
+}

@@ -15,8 +15,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use ts_rs::TS;
 
+use crate::arguments::{Key, NavigateArgs, PressKeyArgs, ToolCall, TypeArgs};
 use crate::page::{ElementInfo, FormInfo, PageInfo};
-use crate::tools::{NAVIGATE, PRESS_KEY, RUN_JAVASCRIPT, RiskLevel, ToolDefinition};
+use crate::tools::{RiskLevel, ToolDefinition};
 
 pub mod grants;
 pub mod site;
@@ -99,9 +100,6 @@ impl Assessment {
     }
 }
 
-/// Arguments that name an element of the latest snapshot.
-const INDEX_ARGUMENTS: &[&str] = &["index", "to_index"];
-
 /// Where submitting a form leads, and how.
 struct Submission<'a> {
     form: &'a FormInfo,
@@ -124,10 +122,17 @@ pub fn assess(
 ) -> Assessment {
     let mut reasons = BTreeSet::new();
     let risk = tool.risk;
-    let key = arguments.get("key").and_then(Value::as_str);
+    // Read as the tool's argument type; what does not fit it is never judged, so never run.
+    let Ok(call) = ToolCall::parse(&tool.name, arguments) else {
+        return Assessment::refused(risk, "The arguments do not fit this tool; call it again as its declaration says.");
+    };
+    let key = match &call {
+        ToolCall::PressKey(PressKeyArgs { key, .. }) => Some(*key),
+        _ => None,
+    };
     // Enter and Space activate their target like a click (and Enter submits a field's form).
-    let commits_key = tool.name == PRESS_KEY && matches!(key, Some("Enter" | "Space"));
-    let names_element = INDEX_ARGUMENTS.iter().any(|k| arguments.contains_key(*k));
+    let commits_key = matches!(key, Some(Key::Enter | Key::Space));
+    let names_element = call.element_index().is_some();
     if names_element && target.is_none() {
         return Assessment::refused(
             risk,
@@ -153,18 +158,19 @@ pub fn assess(
             reasons.insert(RiskReason::SensitivePage { host });
         }
     };
-    if tool.name == RUN_JAVASCRIPT {
+    if matches!(call, ToolCall::RunJavascript(_)) {
         reasons.insert(RiskReason::RunsJavascript);
     }
-    if tool.name == NAVIGATE {
-        let text = arguments.get("url").and_then(Value::as_str).unwrap_or_default();
-        match web_url(text, page_url) {
+    if let ToolCall::Navigate(NavigateArgs { url }) = &call {
+        match web_url(url, page_url) {
             Some(url) => judge_destination(&mut reasons, &url),
             None => return Assessment::refused(risk, "Only http:// and https:// addresses can be opened."),
         }
     }
-    let activates = tool.name == "click" || commits_key;
-    let interacts = matches!(tool.name.as_str(), "click" | "type" | "select") || commits_key;
+    let (clicks, types, selects) =
+        (matches!(call, ToolCall::Click(_)), matches!(call, ToolCall::Type(_)), matches!(call, ToolCall::Select(_)));
+    let activates = clicks || commits_key;
+    let interacts = clicks || types || selects || commits_key;
     if interacts && let Some(page) = page.filter(|p| is_sensitive_url(&p.url)) {
         reasons.insert(RiskReason::SensitivePage { host: host_of(&page.url).unwrap_or_default() });
     }
@@ -172,9 +178,7 @@ pub fn assess(
         if activates && let Some(word) = danger_word(&target_text(el)) {
             reasons.insert(RiskReason::DangerousWord { word });
         }
-        if tool.name == "select"
-            && let Some(word) = danger_word(&label_text(el))
-        {
+        if selects && let Some(word) = danger_word(&label_text(el)) {
             reasons.insert(RiskReason::DangerousWord { word });
         }
         // A link leads where its href says (resolved by the page), in this tab or another, and
@@ -188,7 +192,7 @@ pub fn assess(
                 reasons.insert(RiskReason::NewWindow);
             }
         }
-        if tool.name == "type" {
+        if types {
             if is_password_field(el) {
                 reasons.insert(RiskReason::PasswordField);
             }
@@ -199,8 +203,8 @@ pub fn assess(
         // Submitting a form, by any means: a submit control clicked or activated by key, Enter
         // in one of its fields, `type … submit:true`.
         let submits = (activates && is_submit_control(el))
-            || (tool.name == "type" && arguments.get("submit") == Some(&Value::Bool(true)))
-            || (key == Some("Enter") && (is_text_field(el) || el.tag == "select"));
+            || matches!(call, ToolCall::Type(TypeArgs { submit: Some(true), .. }))
+            || (key == Some(Key::Enter) && (is_text_field(el) || el.tag == "select"));
         if submits && let Some(submission) = submission_of(el) {
             match web_url(submission.action, page_url) {
                 Some(url) => {

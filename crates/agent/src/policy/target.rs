@@ -2,12 +2,11 @@
 //! "the button “Place order”", where a link or form leads, the text to be typed.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 use ts_rs::TS;
 
 use super::{is_password_field, site, submission_of};
+use crate::arguments::{NavigateArgs, RunJavascriptArgs, ToolCall, TypeArgs};
 use crate::page::{ElementInfo, PageInfo};
-use crate::tools::{NAVIGATE, RUN_JAVASCRIPT};
 
 /// What an action acts on, as the card shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
@@ -30,14 +29,13 @@ const LABEL_CHARS: usize = 80;
 
 /// Describes the target of a call (`None` for tools without one: snapshot, done…).
 pub fn describe_target(
-    tool: &str,
-    arguments: &Map<String, Value>,
+    call: &ToolCall,
     element: Option<&ElementInfo>,
     page: Option<&PageInfo>,
 ) -> Option<ActionTarget> {
     let page_url = page.map(|p| p.url.as_str());
-    if tool == NAVIGATE {
-        let url = arguments.get("url").and_then(Value::as_str).unwrap_or_default();
+    if let ToolCall::Navigate(NavigateArgs { url }) = call {
+        let url = url.as_str();
         let parsed = site::web_url(url, page_url);
         return Some(ActionTarget {
             description: format!("the address {}", parsed.as_ref().map_or(url, |u| u.as_str())),
@@ -45,8 +43,7 @@ pub fn describe_target(
             ..Default::default()
         });
     }
-    if tool == RUN_JAVASCRIPT {
-        let code = arguments.get("code").and_then(Value::as_str).unwrap_or_default();
+    if let ToolCall::RunJavascript(RunJavascriptArgs { code }) = call {
         let lines = code.lines().count().max(1);
         let on = page.and_then(|p| site::host_of(&p.url)).map(|h| format!(" on {h}")).unwrap_or_default();
         let plural = if lines == 1 { "" } else { "s" };
@@ -66,9 +63,7 @@ pub fn describe_target(
     } else if let Some(submission) = submission_of(el) {
         target.destination = site::web_url(submission.action, page_url).and_then(|u| u.host_str().map(str::to_owned));
     }
-    if tool == "type"
-        && let Some(text) = arguments.get("text").and_then(Value::as_str)
-    {
+    if let ToolCall::Type(TypeArgs { text, .. }) = call {
         target.text =
             Some(if is_password_field(el) { "•".repeat(text.chars().count().clamp(1, 12)) } else { text.to_owned() });
     }
@@ -128,8 +123,8 @@ mod tests {
     use crate::page::FormInfo;
     use serde_json::json;
 
-    fn args(v: Value) -> Map<String, Value> {
-        v.as_object().cloned().unwrap_or_default()
+    fn call(name: &str, arguments: serde_json::Value) -> ToolCall {
+        ToolCall::parse(name, arguments.as_object().expect("an object")).expect("arguments of the tool")
     }
 
     #[test]
@@ -139,13 +134,13 @@ mod tests {
             ElementInfo { index: 7, tag: "button".into(), text: "Place  order".into(), ..Default::default() };
         button.form =
             Some(FormInfo { action: "https://pay.example/charge".into(), method: "post".into(), ..Default::default() });
-        let t = describe_target("click", &args(json!({"index": 7})), Some(&button), Some(&page)).unwrap();
+        let t = describe_target(&call("click", json!({"index": 7})), Some(&button), Some(&page)).unwrap();
         assert_eq!(t.description, "the button “Place order”");
         assert_eq!(t.index, Some(7));
         assert_eq!(t.destination.as_deref(), Some("pay.example"));
         let mut link = ElementInfo { index: 2, tag: "a".into(), text: "Help".into(), ..Default::default() };
         link.attributes.push(("href".into(), "/help".into()));
-        let t = describe_target("click", &args(json!({"index": 2})), Some(&link), Some(&page)).unwrap();
+        let t = describe_target(&call("click", json!({"index": 2})), Some(&link), Some(&page)).unwrap();
         assert_eq!((t.description.as_str(), t.destination.as_deref()), ("the link “Help”", Some("shop.test")));
     }
 
@@ -154,22 +149,22 @@ mod tests {
         let mut pw = ElementInfo { index: 3, tag: "input".into(), ..Default::default() };
         pw.attributes.push(("type".into(), "password".into()));
         pw.attributes.push(("name".into(), "pass".into()));
-        let t = describe_target("type", &args(json!({"index": 3, "text": "hunter2"})), Some(&pw), None).unwrap();
+        let t = describe_target(&call("type", json!({"index": 3, "text": "hunter2"})), Some(&pw), None).unwrap();
         assert_eq!(t.text.as_deref(), Some("•••••••"));
         assert_eq!(t.description, "the password field “pass”");
         let field = ElementInfo { index: 4, tag: "input".into(), text: "Email".into(), ..Default::default() };
-        let t = describe_target("type", &args(json!({"index": 4, "text": "a@b.c"})), Some(&field), None).unwrap();
+        let t = describe_target(&call("type", json!({"index": 4, "text": "a@b.c"})), Some(&field), None).unwrap();
         assert_eq!(t.text.as_deref(), Some("a@b.c"));
     }
 
     #[test]
     fn navigations_and_scripts() {
         let page = PageInfo { url: "https://shop.test/".into(), title: String::new() };
-        let t = describe_target("navigate", &args(json!({"url": "https://evil.test/?q=secret"})), None, Some(&page))
+        let t = describe_target(&call("navigate", json!({"url": "https://evil.test/?q=secret"})), None, Some(&page))
             .unwrap();
         assert_eq!(t.destination.as_deref(), Some("evil.test"));
         assert!(t.description.contains("https://evil.test/?q=secret"));
-        let t = describe_target("run_javascript", &args(json!({"code": "a;\nb"})), None, Some(&page)).unwrap();
+        let t = describe_target(&call("run_javascript", json!({"code": "a;\nb"})), None, Some(&page)).unwrap();
         assert_eq!(t.description, "a script of 2 lines on shop.test");
     }
 }

@@ -543,7 +543,7 @@ impl GemmaLoader {
             per_layer,
             layers: self.layers,
             final_norm: self.final_norm.ok_or_else(unfinished)?,
-            recording: crate::recorded::Recording::default(),
+            recording: crate::step_recording::Recording::default(),
         })
     }
 }

@@ -2,7 +2,7 @@
 // fails with a message the model can act on), acts the way a person's input would reach the
 // page's handlers, then waits for the page to settle.
 
-import type { PressKey, ToolOutput } from "../../generated/protocol";
+import type { PressKey, ToolArguments, ToolOutput } from "../../generated/protocol";
 import { ToolFailure } from "./errors";
 import { allRoots, clean, fire, flatChildren, flatParent, frameDocument, is, isElement, isFrame, isHtml, isScrollable, pageInfo, quote, styleOf } from "./flat-tree";
 import {
@@ -11,8 +11,6 @@ import {
 } from "./elements";
 import { CHANGED, defaultButton, harmlessLinkWithin, isSubmitter, sameEffect } from "./effects";
 import { settle, waitUntil } from "./settle";
-
-export type Args = Record<string, unknown>;
 
 export const result = (text: string): ToolOutput => ({ text, snapshot: null, page: pageInfo(), from_page: false });
 
@@ -39,7 +37,7 @@ function usable(index: unknown): { el: Element; label: string } {
 
 // ---- click -----------------------------------------------------------------------------------
 
-export async function click(args: Args, signal: AbortSignal): Promise<ToolOutput> {
+export async function click(args: ToolArguments["click"], signal: AbortSignal): Promise<ToolOutput> {
   const { el, label } = usable(args.index);
   const form = isSubmitter(el) && !el.hasAttribute("formnovalidate") ? formOf(el) : null;
   const problems = form ? formProblems(form) : "";
@@ -299,7 +297,7 @@ const AFTER_TYPING_MS = 400;
 const isValueField = (el: Element): el is TextField =>
   isTextInput(el) || is(el, "textarea") || (is(el, "input") && (el.type === "range" || el.type === "color"));
 
-export async function typeText(args: Args, signal: AbortSignal): Promise<ToolOutput> {
+export async function typeText(args: ToolArguments["type"], signal: AbortSignal): Promise<ToolOutput> {
   const { el, label } = usable(args.index);
   if (typeof args.text !== "string") throw new ToolFailure("`text` must be a string.");
   const text = args.text;
@@ -417,7 +415,7 @@ function pressEnter(field: HTMLElement): string {
 
 // ---- select ----------------------------------------------------------------------------------
 
-export async function select(args: Args, signal: AbortSignal): Promise<ToolOutput> {
+export async function select(args: ToolArguments["select"], signal: AbortSignal): Promise<ToolOutput> {
   const { el, label } = usable(args.index);
   if (typeof args.option !== "string" || args.option.trim() === "") throw new ToolFailure("`option` must be the visible text of an option.");
   if (is(el, "select")) return selectNative(el, label, args.option, signal);
@@ -548,7 +546,7 @@ function pressKey(target: Element, key: string, altKey = false): void {
 
 const DIRECTIONS = ["up", "down", "top", "bottom"];
 
-export async function scroll(args: Args, signal: AbortSignal): Promise<ToolOutput> {
+export async function scroll(args: ToolArguments["scroll"], signal: AbortSignal): Promise<ToolOutput> {
   if (args.to_index !== undefined && args.to_index !== null) {
     const el = elementAt(args.to_index);
     const label = describe(el, indexFor(el));
@@ -621,7 +619,7 @@ function pageScrolls(page: Element): boolean {
 const HOVER_INTENT_MS = 400;
 
 /** Moves the pointer onto an element (menus that open on hover, tooltips), where a real pointer would land. */
-export async function hover(args: Args, signal: AbortSignal): Promise<ToolOutput> {
+export async function hover(args: ToolArguments["hover"], signal: AbortSignal): Promise<ToolOutput> {
   const { el, label } = usable(args.index);
   el.scrollIntoView({ block: "center", inline: "center", behavior: "instant" });
   const aim = aimAt(el);
@@ -673,7 +671,7 @@ const KEYS: Record<PressKey, KeySpec> = {
  * here: Enter submits the field's form (as `type` with submit does), Space clicks a button-like
  * element, and the arrows and Home/End move a native range or number input.
  */
-export async function pressKeyTool(args: Args, signal: AbortSignal): Promise<ToolOutput> {
+export async function pressKeyTool(args: ToolArguments["press_key"], signal: AbortSignal): Promise<ToolOutput> {
   const spec = (KEYS as Record<string, KeySpec | undefined>)[String(args.key ?? "")];
   if (!spec) throw new ToolFailure(`Unknown key "${String(args.key)}"; use one of ${Object.keys(KEYS).join(", ")}.`);
   let el: Element;

@@ -2,8 +2,8 @@
 // hover, press_key, wait_for and read_page (PAGE_TOOLS in shared/tool-executors.ts). Tools that need
 // browser APIs (navigate, go_back, run_javascript) belong to the service worker.
 
-import type { ToolOutput } from "../../generated/protocol";
-import { click, hover, pressKeyTool, scroll, select, typeText, type Args } from "./actions";
+import type { ToolArguments, ToolOutput } from "../../generated/protocol";
+import { click, hover, pressKeyTool, scroll, select, typeText } from "./actions";
 import type { PageTool } from "../../shared/tool-executors";
 import { ToolFailure } from "./errors";
 import { readPage } from "./read-page";
@@ -12,8 +12,9 @@ import { waitFor } from "./wait-for";
 
 export { ToolFailure } from "./errors";
 
-// One entry per page tool: the compiler refuses a missing or a stale one.
-const TOOLS: Record<PageTool, (args: Args, signal: AbortSignal) => ToolOutput | Promise<ToolOutput>> = {
+// One entry per page tool, each taking its tool's arguments (generated from the Rust types the
+// model's schemas are derived from): the compiler refuses a missing, a stale or a misread one.
+const TOOLS: { [K in PageTool]: (args: ToolArguments[K], signal: AbortSignal) => ToolOutput | Promise<ToolOutput> } = {
   snapshot: () => {
     const snapshot = takeSnapshot();
     return { text: "", snapshot, page: snapshot.page, from_page: true };
@@ -35,7 +36,8 @@ export async function executeTool(name: string, args: Record<string, unknown>, s
   if (!tool) throw new ToolFailure(`unknown tool \`${name}\` for the page; it runs ${Object.keys(TOOLS).join(", ")}.`);
   if (signal.aborted) throw new ToolFailure("Cancelled before it started.");
   try {
-    return await tool(args ?? {}, signal);
+    // The agent validated the arguments against the schema of this tool's argument type.
+    return await (tool as (args: unknown, signal: AbortSignal) => ToolOutput | Promise<ToolOutput>)(args ?? {}, signal);
   } catch (error) {
     if (error instanceof ToolFailure) throw error;
     throw new ToolFailure(`${name} failed: ${error instanceof Error ? error.message : String(error)}`, { cause: error });

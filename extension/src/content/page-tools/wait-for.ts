@@ -1,7 +1,7 @@
 // wait_for: until some text or a CSS selector is visible on the page, or the timeout.
 
-import type { ToolOutput } from "../../generated/protocol";
-import { result, type Args } from "./actions";
+import type { ToolArguments, ToolOutput } from "../../generated/protocol";
+import { result } from "./actions";
 import { ToolFailure } from "./errors";
 import { allRoots, clean, quote } from "./flat-tree";
 import { renderedText } from "./read-page";
@@ -11,7 +11,7 @@ import { waitUntil } from "./settle";
 const DEFAULT_SECONDS = 10;
 const MAX_SECONDS = 60;
 
-export async function waitFor(args: Args, signal: AbortSignal): Promise<ToolOutput> {
+export async function waitFor(args: ToolArguments["wait_for"], signal: AbortSignal): Promise<ToolOutput> {
   const seconds = typeof args.timeout_seconds === "number" && Number.isFinite(args.timeout_seconds)
     ? Math.min(Math.max(args.timeout_seconds, 0), MAX_SECONDS)
     : DEFAULT_SECONDS;

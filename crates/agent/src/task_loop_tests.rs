@@ -9,7 +9,7 @@ use crate::events::{AgentEvent, PauseReason};
 use crate::page::{ElementInfo, PageInfo, Snapshot};
 use crate::policy::{Decision, RiskReason};
 use crate::scripted::{ManualClock, Reply, ScriptedModel, ScriptedTools};
-use crate::session::{Agent, AgentConfig, Outcome, SessionError};
+use crate::task_loop::{Agent, AgentConfig, Outcome, SessionError};
 use crate::tools::builtin_tools;
 
 fn agent_with(config: AgentConfig) -> Agent {

@@ -18,6 +18,7 @@ use ts_rs::TS;
 
 use hearth_chat::{ChatError, ChatTemplate, Message, MessageContent, RenderRequest, Tool, ToolCall};
 
+use crate::arguments::{self, AskUserArgs, DoneArgs, RunJavascriptArgs};
 use crate::backend::{
     CancelToken, Clock, GenerationRequest, ModelBackend, ModelChunk, ToolExecutor, ToolInvocation, ToolOutput,
 };
@@ -33,7 +34,7 @@ use crate::policy::{
     Assessment, Decision, Grants, RepetitionGuard, RiskReason, assess, describe_target, site_of_url, web_url,
 };
 use crate::prompt::default_system_prompt;
-use crate::tools::{ASK_USER, DONE, READ_PAGE, RiskLevel, ToolDefinition, validate_arguments};
+use crate::tools::{ASK_USER, READ_PAGE, RiskLevel, ToolDefinition, validate_arguments};
 
 /// Settings of an agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -644,16 +645,17 @@ impl Agent {
                 self.finish_call(Err(problem), false, on_event);
                 continue;
             }
-            if call.name == DONE {
-                let result = call.arguments.get("result").and_then(Value::as_str).unwrap_or_default().to_owned();
-                let success = call.arguments.get("success").and_then(Value::as_bool).unwrap_or(true);
+            // Validated against the schema of the tool's argument type, so this reads it.
+            let typed = arguments::ToolCall::parse(&call.name, &call.arguments).ok();
+            if let Some(arguments::ToolCall::Done(DoneArgs { result, success })) = typed.clone() {
+                let success = success.unwrap_or(true);
                 self.finish_call(Ok("Task finished.".into()), false, on_event);
                 self.abandon_pending("Not run: the task was already finished.");
                 self.finished = true;
                 on_event(AgentEvent::Done { result: result.clone(), success });
                 return Some(Outcome::Done { result, success });
             }
-            if call.name == ASK_USER {
+            if let Some(arguments::ToolCall::AskUser(AskUserArgs { question, options })) = typed.clone() {
                 if let Some(answer) = call.answer.take() {
                     self.finish_call(Ok(answer), false, on_event);
                     continue;
@@ -661,14 +663,6 @@ impl Agent {
                 let id = call.id.clone();
                 if !call.awaiting {
                     call.awaiting = true;
-                    let question =
-                        call.arguments.get("question").and_then(Value::as_str).unwrap_or_default().to_owned();
-                    let options = call
-                        .arguments
-                        .get("options")
-                        .and_then(Value::as_array)
-                        .map(|a| a.iter().filter_map(|o| o.as_str().map(str::to_owned)).collect())
-                        .unwrap_or_default();
                     on_event(AgentEvent::AskUser { call_id: id.clone(), question, options });
                 }
                 return Some(Outcome::NeedsAnswer { call_id: id });
@@ -692,10 +686,8 @@ impl Agent {
                     self.finish_call(Err(problem), false, on_event);
                     continue;
                 };
-                let index = ["index", "to_index"].iter().find_map(|k| call.arguments.get(*k));
-                let target = index
-                    .and_then(Value::as_u64)
-                    .and_then(|i| self.latest_snapshot.as_ref()?.element(u32::try_from(i).ok()?));
+                let index = typed.as_ref().and_then(arguments::ToolCall::element_index);
+                let target = index.and_then(|i| self.latest_snapshot.as_ref()?.element(i));
                 let assessment = assess(tool, &call.arguments, target, self.page.as_ref());
                 if let Some(refusal) = assessment.refusal.clone() {
                     self.finish_call(Err(refusal), false, on_event);
@@ -703,10 +695,12 @@ impl Agent {
                 }
                 let scope = GrantScope {
                     site: site_of_page(self.page.as_ref()).unwrap_or_default(),
-                    script: (call.name == crate::tools::RUN_JAVASCRIPT)
-                        .then(|| call.arguments.get("code").and_then(Value::as_str).unwrap_or_default().to_owned()),
+                    script: match &typed {
+                        Some(arguments::ToolCall::RunJavascript(RunJavascriptArgs { code })) => Some(code.clone()),
+                        _ => None,
+                    },
                 };
-                call.target = describe_target(&call.name, &call.arguments, target, self.page.as_ref()).map(Box::new);
+                call.target = typed.as_ref().and_then(|t| describe_target(t, target, self.page.as_ref())).map(Box::new);
                 if assessment.needs_confirmation() && !self.grants.covers(&call.name, &assessment, &scope) {
                     let id = call.id.clone();
                     if !call.awaiting {

@@ -10,7 +10,7 @@
 //!   the id). Where a table is on the host (small Gemma 4 models; the CPU backend never records)
 //!   the rows are looked up outside the recording and copied into its input buffers instead;
 //! - the position: each layer type's chunk table (RoPE rotation, cache slot, key count) and the
-//!   sliding layers' mask, rewritten in place by [`KvCache::plan`].
+//!   sliding layers' mask, rewritten in place by [`crate::cache::KvCache::plan`].
 //!
 //! A recording belongs to one cache (its rings and layers) and is dropped when a buffer it uses
 //! may change (a checkpoint shares the rings, a restore swaps them); the next one-token step
@@ -22,11 +22,11 @@ use burn::backend::{Backend, BackendGraph, Dispatch};
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use hearth_kernels::{copy_into, overwrite_ids};
 
-use crate::cache::{ChunkGeometry, KvCache};
-use crate::error::ModelError;
-use crate::gemma::Gemma;
+use burn::tensor::Device;
 
-/// A model's recording state: on until turned off ([`Gemma::set_step_recording`], the benchmark's
+use crate::error::ModelError;
+
+/// A model's recording state: on until turned off (`Gemma::set_step_recording`, the benchmark's
 /// launch-by-launch baseline) or until a recording fails on its device.
 #[derive(Debug, Default)]
 pub(crate) struct Recording {
@@ -34,12 +34,23 @@ pub(crate) struct Recording {
     failed: AtomicBool,
 }
 
-impl Gemma {
-    /// Whether this model records its one-token steps and replays them (on by default; off, every
-    /// kernel is launched one by one as for a prompt).
-    pub fn set_step_recording(&self, enabled: bool) {
-        self.recording.off.store(!enabled, Ordering::Relaxed);
+impl Recording {
+    pub(crate) fn set_enabled(&self, enabled: bool) {
+        self.off.store(!enabled, Ordering::Relaxed);
     }
+}
+
+/// What recording a step needs of the model besides the step itself: its device, its recording
+/// state and its token lookups.
+pub(crate) trait StepModel {
+    fn device(&self) -> &Device;
+    fn recording(&self) -> &Recording;
+    /// Whether the lookups can read the id from a device buffer, and so be recorded.
+    fn looks_up_on_device(&self) -> bool;
+    /// The token's scaled embedding `[1, h]` and per-layer-table rows, looked up on the host side.
+    fn embed(&self, tokens: &[u32]) -> (Tensor<2>, Option<Tensor<2>>);
+    /// The same, launched for ids already in a device buffer.
+    fn embed_ids(&self, ids: &Tensor<1, Int>) -> (Tensor<2>, Option<Tensor<2>>);
 }
 
 /// A recorded one-token step and the buffers it reads and writes besides the model's weights and
@@ -71,7 +82,7 @@ enum StepInput {
 
 impl StepInput {
     /// This step's input for `token`, in buffers a recording can keep reading.
-    fn new(model: &Gemma, token: u32) -> Self {
+    fn new(model: &impl StepModel, token: u32) -> Self {
         if model.looks_up_on_device() {
             let ids = TensorData::new(vec![token], [1]);
             return StepInput::Id(Tensor::from_data(ids, (model.device(), DType::U32)));
@@ -86,7 +97,7 @@ impl StepInput {
     }
 
     /// Rewrites the input, in its own buffers, for `token`.
-    fn rewrite(&mut self, model: &Gemma, token: u32) {
+    fn rewrite(&mut self, model: &impl StepModel, token: u32) {
         match self {
             StepInput::Id(id) => overwrite_ids(id, vec![token]),
             StepInput::Rows { x0, token_rows } => {
@@ -100,7 +111,7 @@ impl StepInput {
     }
 
     /// The embedding and per-layer rows the layers take (launching the lookups, for an id).
-    fn embedded(&self, model: &Gemma) -> (Tensor<2>, Option<Tensor<2>>) {
+    fn embedded(&self, model: &impl StepModel) -> (Tensor<2>, Option<Tensor<2>>) {
         match self {
             StepInput::Id(id) => model.embed_ids(id),
             StepInput::Rows { x0, token_rows } => (x0.clone(), token_rows.clone()),
@@ -108,30 +119,30 @@ impl StepInput {
     }
 }
 
-/// Whether this step is recorded or replayed.
-pub(crate) fn applies(model: &Gemma, geometry: &ChunkGeometry) -> bool {
-    geometry.is_recordable()
-        && !model.recording.off.load(Ordering::Relaxed)
-        && !model.recording.failed.load(Ordering::Relaxed)
+/// Whether a step that can be recorded (`recordable`: a one-token step reading its position
+/// from the cache's decode inputs) is recorded or replayed.
+pub(crate) fn applies(model: &impl StepModel, recordable: bool) -> bool {
+    recordable && !model.recording().off.load(Ordering::Relaxed) && !model.recording().failed.load(Ordering::Relaxed)
 }
 
-/// The logits `[1, vocab]` of a one-token step: the cache's recording replayed on this token,
-/// or the step recorded now (and run) when the cache has none.
+/// The logits `[1, vocab]` of a one-token step: the recording in `slot` (the cache's) replayed on
+/// this token, or the step recorded now (and run) into `slot` when it is empty. `layers` runs
+/// everything after the lookups on the cache (`Gemma::layers_and_head`).
 pub(crate) fn step(
-    model: &Gemma,
+    model: &impl StepModel,
     token: u32,
-    cache: &mut KvCache,
-    geometry: &ChunkGeometry,
+    slot: &mut Option<RecordedStep>,
+    mut layers: impl FnMut(Tensor<2>, Option<Tensor<2>>) -> Tensor<2>,
 ) -> Result<Tensor<2>, ModelError> {
     let device = model.device().as_dispatch();
-    if let Some(recorded) = cache.recorded.as_mut() {
+    if let Some(recorded) = slot.as_mut() {
         // A replay writes its logits into the buffer the last step returned: if the caller still
         // holds those, this step runs launch by launch into buffers of its own, so that what a
         // caller keeps stays true (the normal decode loop has let go of them by now; the
         // recording serves again once the caller does).
         if !recorded.logits.can_mut() {
             let (x0, token_rows) = model.embed(&[token]);
-            return Ok(model.layers_and_head(x0, token_rows, cache, geometry, false));
+            return Ok(layers(x0, token_rows));
         }
         recorded.input.rewrite(model, token);
         // Safety: every buffer the recording touched is alive and unchanged: the weights (the
@@ -144,37 +155,37 @@ pub(crate) fn step(
     }
 
     let input = StepInput::new(model, token);
-    let run = |cache: &mut KvCache| {
+    let mut run = || {
         let (x0, token_rows) = input.embedded(model);
-        model.layers_and_head(x0, token_rows, cache, geometry, false)
+        layers(x0, token_rows)
     };
 
     if Dispatch::graph_prepare(device).is_err() {
-        return Ok(run(cache));
+        return Ok(run());
     }
     // This token's logits come from the first run. A recording may allocate nothing, so a second
     // run, whose buffers go back to the pools, leaves there every buffer the recorded run takes
     // (the first run also copies rings a checkpoint shares into buffers of the cache's own). Both
     // write the same keys and values at the same slots.
-    let logits = run(cache);
-    drop(run(cache));
+    let logits = run();
+    drop(run());
     if Dispatch::graph_start_capture(device).is_err() {
         // Closing the prepared capture returns the stream to normal use.
         let _ = Dispatch::graph_stop_capture(device);
-        model.recording.failed.store(true, Ordering::Relaxed);
+        model.recording().failed.store(true, Ordering::Relaxed);
         return Ok(logits);
     }
     // Recorded, not run: the next token's replay is its first execution.
-    let recorded_logits = run(cache);
+    let recorded_logits = run();
     match Dispatch::graph_stop_capture(device) {
         Ok(graph) => {
-            cache.recorded = Some(RecordedStep { graph, input, logits: recorded_logits });
+            *slot = Some(RecordedStep { graph, input, logits: recorded_logits });
             Ok(logits)
         }
         Err(err) => {
             // The recorded launches never ran, and the buffers they write (the cache's among
             // them) now report the failure on any read: the caller starts the cache over.
-            model.recording.failed.store(true, Ordering::Relaxed);
+            model.recording().failed.store(true, Ordering::Relaxed);
             Err(ModelError::Recording(err.to_string()))
         }
     }
