@@ -13,23 +13,23 @@
 // data-fused-error, data-failure, data-model, data-offer, data-download, data-load, data-task,
 // data-answer, data-cards, data-pending-call. Release builds mirror nothing.
 //
-// The pieces live in ./ui: transcript.ts (the conversation as data), cards.ts (entries → DOM),
-// markdown.ts (safe rendering), composer.ts, engine-view.ts, settings-view.ts, persist.ts.
+// The pieces live in ./ui: panel.ts (the elements), transcript.ts (the conversation as data),
+// transcript-view.ts (its entries on screen), cards.ts (entries → DOM), markdown.ts (safe
+// rendering), composer.ts, engine-view.ts, persist.ts; the settings form is shared/ui's.
 
 import type { Decision, EngineStatus, TabToWorker, TaskAction, WorkerToTab } from "../generated/protocol";
 import { isFromWorker, isMessage, sendFromTab } from "../shared/messages";
 import { watchOwnModels, type OwnModel } from "../shared/own-models";
 import { isSiteDisabled, loadSettings, onSettingsChanged, saveSettings, siteOf, type Settings } from "../shared/settings";
 import { OVERLAY_CSS } from "./overlay-style";
-import { elementByIndex } from "./page-tools/elements";
-import { renderEntry } from "./ui/cards";
-import { createComposer, type Listen } from "./ui/composer";
-import { button, clip, el } from "../shared/ui/builders";
-import { engineView } from "./ui/engine-view";
-import { formatNumber, t } from "../shared/ui/i18n";
+import { type Listen } from "./ui/composer";
+import { clip, el } from "../shared/ui/builders";
+import { buildPanel } from "./ui/panel";
+import { TranscriptView } from "./ui/transcript-view";
+import { showTaskState } from "./ui/task-state";
+import { t } from "../shared/ui/i18n";
 import { targetOutline } from "./ui/outline";
 import { TranscriptStore } from "./ui/persist";
-import { settingsForm } from "../shared/ui/settings-view";
 import { installShield, type Shield } from "./ui/shield";
 import {
   answer,
@@ -42,9 +42,7 @@ import {
   localError,
   markSent,
   pendingAsk,
-  toolCardCount,
   userMessage,
-  type Entry,
   type Touched,
   type Transcript,
 } from "./ui/transcript";
@@ -160,53 +158,26 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
   const outline = targetOutline();
 
   // --- structure -------------------------------------------------------------------------------
-  const launcher = button("launcher", "H", t("launcherLabel"), { "aria-expanded": "false", "aria-controls": "hearth-panel" });
-  const titleId = "hearth-title";
-  const settingsToggle = button("settings", "⚙", t("settingsLabel"), { "aria-expanded": "false", "aria-controls": "hearth-settings" });
-  const close = button("close", "×", t("closeLabel"));
   /** The user's own model files (chrome.storage.local): the engine view marks them as not verified. */
   let ownModels: OwnModel[] = [];
-  const engine = engineView(
-    () => connect(),
-    (modelId) => send({ kind: "install_model", model_id: modelId }),
-    () => send({ kind: "open_model_options" }),
-    (name) => ownModels.find((m) => m.name === name),
-  );
-
-  const log = el("div", { class: "transcript", role: "log", "aria-live": "polite", "aria-label": t("transcriptLabel"), tabindex: "0" });
-  const empty = el("div", { class: "empty" }, el("p", {}, t("emptyTitle")), el("p", { class: "meta" }, t("emptyHint")));
-  const usage = el("p", { class: "usage", "aria-live": "off" });
-  const continueButton = button("continue", t("continueLabel"), t("continueHint"));
-  continueButton.hidden = true;
-  const taskbar = el("div", { class: "taskbar" }, usage, continueButton);
-  const composer = createComposer({ submit, stop }, listen);
-  const chat = el("div", { class: "chat" }, empty, log, taskbar, composer.element);
-
-  const form = settingsForm((patch) => void saveSettings(patch).then((s) => {
-    form.show(s);
-    saved.textContent = t("settingsSaved");
-  }));
-  const saved = el("p", { class: "meta saved", role: "status" });
   const site = siteOf(location.href) ?? location.origin;
-  const disableSite = button("disable-site danger", t("disableSite", location.host));
-  const clear = button("clear", t("clearConversation"));
-  const settingsView = el(
-    "div",
-    { class: "settings-view", id: "hearth-settings", hidden: true },
-    el("h3", {}, t("settingsTitle")),
-    form.element,
-    el("div", { class: "settings-actions" }, clear, disableSite),
-    el("p", { class: "help" }, t("disableSiteHelp")),
-    saved,
-  );
-
-  const panel = el(
-    "section",
-    { class: "panel", id: "hearth-panel", role: "dialog", "aria-modal": "false", "aria-labelledby": titleId, hidden: true },
-    el("header", {}, el("h2", { id: titleId }, t("panelTitle")), el("div", { class: "header-buttons" }, settingsToggle, close)),
-    engine.element,
-    chat,
-    settingsView,
+  const {
+    launcher, panel, settingsToggle, close, engine, chat, log, empty, usage, continueButton, composer, settingsView, form, saved, clear, disableSite,
+  } = buildPanel(
+    {
+      retry: () => connect(),
+      install: (modelId) => send({ kind: "install_model", model_id: modelId }),
+      openModelOptions: () => send({ kind: "open_model_options" }),
+      ownModel: (name) => ownModels.find((m) => m.name === name),
+      submit,
+      stop,
+      saveSettings: (patch) =>
+        void saveSettings(patch).then((s) => {
+          form.show(s);
+          saved.textContent = t("settingsSaved");
+        }),
+    },
+    listen,
   );
   // A constructed stylesheet, not a <style> element: a page's strict CSP (style-src) would block
   // the element's inline CSS, but does not apply to stylesheets built through the CSSOM.
@@ -242,9 +213,6 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
   let restored = false;
   let cutOff = false;
   let connected = false;
-  const nodes = new Map<number, HTMLElement>();
-  const dirty = new Set<number>();
-  let flushTimer: ReturnType<typeof setTimeout> | null = null;
 
   const engineReady = () => status.state === "ready" && status.model !== null;
 
@@ -359,7 +327,7 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
     if (settingsView.hidden === false) showSettings(false);
     setOpen(true, false);
     flush();
-    const node = entryId === undefined ? undefined : nodes.get(entryId);
+    const node = entryId === undefined ? undefined : view.node(entryId);
     const target = node?.querySelector<HTMLElement>('button[data-decision="deny"], button.option') ?? composer.textarea;
     node?.scrollIntoView({ block: "nearest" });
     target.focus();
@@ -446,88 +414,41 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
   });
 
   // --- rendering -------------------------------------------------------------------------------
+  const view = new TranscriptView({
+    log,
+    empty,
+    shadow,
+    focusComposer: () => composer.focus(),
+    isOpen: () => !panel.hidden,
+    transcript: () => transcript,
+    actions,
+  });
+
   /** Records what changed; the DOM follows shortly (tokens arrive faster than frames). */
   function commit(touched: Touched): void {
-    for (const id of touched) dirty.add(id);
+    view.mark(touched);
     updateChrome();
     store.schedule(transcript);
-    if (flushTimer === null && !panel.hidden) flushTimer = setTimeout(flush, 16);
+    view.schedule();
   }
 
   function flush(): void {
-    if (flushTimer !== null) clearTimeout(flushTimer);
-    flushTimer = null;
-    if (!dirty.size) return;
-    const stuck = log.scrollTop + log.clientHeight >= log.scrollHeight - 48;
-    const firstId = transcript.entries[0]?.id ?? Infinity;
-    for (const [id, node] of nodes) {
-      if (id < firstId) {
-        node.remove();
-        nodes.delete(id);
-      }
-    }
-    for (const entry of transcript.entries) {
-      if (!dirty.has(entry.id)) continue;
-      const fresh = renderEntry(entry, actions);
-      const old = nodes.get(entry.id);
-      if (old) {
-        keepDisclosures(old, fresh);
-        const hadFocus = old.contains(shadow.activeElement);
-        old.replaceWith(fresh);
-        if (hadFocus) composer.focus();
-      } else {
-        log.append(fresh);
-      }
-      nodes.set(entry.id, fresh);
-    }
-    dirty.clear();
-    empty.hidden = transcript.entries.length > 0;
-    if (stuck) scrollToEnd();
+    view.flush();
   }
 
   function redrawAll(): void {
-    for (const node of nodes.values()) node.remove();
-    nodes.clear();
-    for (const entry of transcript.entries) dirty.add(entry.id);
-    flush();
+    view.redraw();
     updateChrome();
     scrollToEnd();
   }
 
   function scrollToEnd(): void {
-    log.scrollTop = log.scrollHeight;
+    view.scrollToEnd();
   }
 
   /** The state around the transcript: composer mode, Stop/Continue, usage, test hooks, launcher. */
   function updateChrome(): void {
-    const task = transcript.task;
-    data.task = task;
-    data.cards = String(toolCardCount(transcript));
-    if (transcript.answer !== null) data.answer = transcript.answer;
-    else delete data.answer;
-    // The call a confirmation card or a question waits on (tests wait for it to change).
-    const waiting = [...transcript.entries].reverse().find((e) => (e.kind === "confirm" && e.decision === undefined) || (e.kind === "ask" && e.answer === undefined));
-    if ((task === "confirm" || task === "ask") && waiting && "callId" in waiting) data.pendingCall = waiting.callId;
-    else delete data.pendingCall;
-    // The page element the waiting confirmation is about, outlined until it is decided.
-    outline.show(task === "confirm" && waiting?.kind === "confirm" ? targetElement(waiting) : null);
-    const running = task === "running";
-    composer.setMode(pendingAsk(transcript) ? "answer" : running ? "steer" : "task");
-    if (running !== composer.running) composer.setRunning(running);
-    continueButton.hidden = !(transcript.canContinue && (task === "paused" || task === "stopped" || task === "failed"));
-    log.setAttribute("aria-busy", String(running));
-    empty.hidden = transcript.entries.length > 0;
-    const u = transcript.usage;
-    usage.textContent = !u
-      ? ""
-      : u.tokensPerSecond !== null
-        ? t("usageLine", formatNumber(u.promptTokens), formatNumber(u.prefillTokens), formatNumber(u.completionTokens), formatNumber(u.tokensPerSecond, 1))
-        : t("usageLineNoRate", formatNumber(u.promptTokens), formatNumber(u.prefillTokens), formatNumber(u.completionTokens));
-    const attention = task === "confirm" || task === "ask" ? "needs-you" : running ? "running" : "";
-    if (attention) launcher.dataset.attention = attention;
-    else delete launcher.dataset.attention;
-    launcher.setAttribute("aria-label", attention === "needs-you" ? t("launcherLabelNeedsYou") : t("launcherLabel"));
-    if (!engineReady() && status.state === "ready") composer.textarea.placeholder = t("noModelYet");
+    showTaskState({ data, outline, composer, continueButton, log, empty, usage, launcher }, transcript, engineReady(), status);
   }
 
   /** Restores this tab's stored conversation before what arrived since the page loaded. */
@@ -583,12 +504,6 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
   };
 }
 
-/** The page element a confirmation is about: its target's number, or the call's `index`. */
-function targetElement(entry: Extract<Entry, { kind: "confirm" }>): Element | null {
-  const index = entry.target?.index ?? entry.args.index;
-  return typeof index === "number" && Number.isInteger(index) && index > 0 ? elementByIndex(index) : null;
-}
-
 /**
  * Puts the host on the page with its inline style, and keeps both there: the style is set again
  * when the page changes the host's attributes (which it may not add to), and the host is put back
@@ -627,13 +542,4 @@ function keepOnPage(host: HTMLElement): () => void {
     guard.disconnect();
     keeper.disconnect();
   };
-}
-
-/** Keeps <details> the user opened open when their card is redrawn. */
-function keepDisclosures(old: HTMLElement, fresh: HTMLElement): void {
-  const before = [...old.querySelectorAll("details")].map((d) => d.open);
-  if (old instanceof HTMLDetailsElement) before.unshift(old.open);
-  const after = [...fresh.querySelectorAll("details")];
-  if (fresh instanceof HTMLDetailsElement) after.unshift(fresh);
-  after.forEach((d, i) => (d.open = before[i] ?? d.open));
 }

@@ -80,7 +80,8 @@ export async function launch({ headless = true, webgpu = true, extensionDir = EX
       await new Promise((r) => setTimeout(r, 100));
     }
   }
-  const browser = await chromium.connectOverCDP(wsEndpoint);
+  // Playwright's default of 30 s was once too short for a 2-core machine busy with a compile.
+  const browser = await chromium.connectOverCDP(wsEndpoint, { timeout: 90_000 });
   const context = browser.contexts()[0];
   const exited = new Promise((r) => (child.exitCode !== null ? r() : child.once("exit", r)));
   const close = async () => {

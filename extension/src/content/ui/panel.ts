@@ -1,0 +1,82 @@
+// The overlay's elements: the launcher and the panel (header, engine view, chat, settings), built
+// once. What they do is wired by overlay.ts; this file only lays them out.
+
+import { button, el } from "../../shared/ui/builders";
+import { t } from "../../shared/ui/i18n";
+import { settingsForm, type SettingsForm } from "../../shared/ui/settings-view";
+import type { Settings } from "../../shared/settings";
+import { createComposer, type Composer, type Listen } from "./composer";
+import { engineView, type EngineView } from "./engine-view";
+import type { OwnModel } from "../../shared/own-models";
+
+/** What the panel's controls call. */
+export interface PanelHandlers {
+  /** Retry the engine (its failure card). */
+  retry(): void;
+  install(modelId: string): void;
+  openModelOptions(): void;
+  ownModel(name: string): OwnModel | undefined;
+  submit(text: string, selection: string | null): boolean;
+  stop(): void;
+  saveSettings(patch: Partial<Settings>): void;
+}
+
+export interface Panel {
+  launcher: HTMLButtonElement;
+  panel: HTMLElement;
+  settingsToggle: HTMLButtonElement;
+  close: HTMLButtonElement;
+  engine: EngineView;
+  chat: HTMLElement;
+  log: HTMLElement;
+  empty: HTMLElement;
+  usage: HTMLElement;
+  continueButton: HTMLButtonElement;
+  composer: Composer;
+  settingsView: HTMLElement;
+  form: SettingsForm;
+  saved: HTMLElement;
+  clear: HTMLButtonElement;
+  disableSite: HTMLButtonElement;
+}
+
+export function buildPanel(handlers: PanelHandlers, listen: Listen): Panel {
+  const launcher = button("launcher", "H", t("launcherLabel"), { "aria-expanded": "false", "aria-controls": "hearth-panel" });
+  const titleId = "hearth-title";
+  const settingsToggle = button("settings", "⚙", t("settingsLabel"), { "aria-expanded": "false", "aria-controls": "hearth-settings" });
+  const close = button("close", "×", t("closeLabel"));
+  const engine = engineView(handlers.retry, handlers.install, handlers.openModelOptions, handlers.ownModel);
+
+  const log = el("div", { class: "transcript", role: "log", "aria-live": "polite", "aria-label": t("transcriptLabel"), tabindex: "0" });
+  const empty = el("div", { class: "empty" }, el("p", {}, t("emptyTitle")), el("p", { class: "meta" }, t("emptyHint")));
+  const usage = el("p", { class: "usage", "aria-live": "off" });
+  const continueButton = button("continue", t("continueLabel"), t("continueHint"));
+  continueButton.hidden = true;
+  const taskbar = el("div", { class: "taskbar" }, usage, continueButton);
+  const composer = createComposer({ submit: handlers.submit, stop: handlers.stop }, listen);
+  const chat = el("div", { class: "chat" }, empty, log, taskbar, composer.element);
+
+  const form = settingsForm(handlers.saveSettings);
+  const saved = el("p", { class: "meta saved", role: "status" });
+  const disableSite = button("disable-site danger", t("disableSite", location.host));
+  const clear = button("clear", t("clearConversation"));
+  const settingsView = el(
+    "div",
+    { class: "settings-view", id: "hearth-settings", hidden: true },
+    el("h3", {}, t("settingsTitle")),
+    form.element,
+    el("div", { class: "settings-actions" }, clear, disableSite),
+    el("p", { class: "help" }, t("disableSiteHelp")),
+    saved,
+  );
+
+  const panel = el(
+    "section",
+    { class: "panel", id: "hearth-panel", role: "dialog", "aria-modal": "false", "aria-labelledby": titleId, hidden: true },
+    el("header", {}, el("h2", { id: titleId }, t("panelTitle")), el("div", { class: "header-buttons" }, settingsToggle, close)),
+    engine.element,
+    chat,
+    settingsView,
+  );
+  return { launcher, panel, settingsToggle, close, engine, chat, log, empty, usage, continueButton, composer, settingsView, form, saved, clear, disableSite };
+}

@@ -1,0 +1,94 @@
+// The transcript on screen: one node per entry, redrawn when the entry changes. Changes are
+// marked as they come and drawn shortly after (tokens arrive faster than frames), only while the
+// panel is open.
+
+import { renderEntry, type CardActions } from "./cards";
+import type { Touched, Transcript } from "./transcript";
+
+export interface TranscriptViewParts {
+  log: HTMLElement;
+  empty: HTMLElement;
+  shadow: ShadowRoot;
+  /** Where focus goes when a focused node is replaced. */
+  focusComposer(): void;
+  isOpen(): boolean;
+  transcript(): Transcript;
+  actions: CardActions;
+}
+
+export class TranscriptView {
+  private readonly nodes = new Map<number, HTMLElement>();
+  private readonly dirty = new Set<number>();
+  private flushTimer: ReturnType<typeof setTimeout> | null = null;
+
+  constructor(private readonly parts: TranscriptViewParts) {}
+
+  /** Entries to draw again. */
+  mark(touched: Touched): void {
+    for (const id of touched) this.dirty.add(id);
+  }
+
+  /** Draws the marked entries soon, if the panel is open. */
+  schedule(): void {
+    if (this.flushTimer === null && this.parts.isOpen()) this.flushTimer = setTimeout(() => this.flush(), 16);
+  }
+
+  /** Draws the marked entries now. */
+  flush(): void {
+    if (this.flushTimer !== null) clearTimeout(this.flushTimer);
+    this.flushTimer = null;
+    if (!this.dirty.size) return;
+    const { log, empty, shadow } = this.parts;
+    const transcript = this.parts.transcript();
+    const stuck = log.scrollTop + log.clientHeight >= log.scrollHeight - 48;
+    const firstId = transcript.entries[0]?.id ?? Infinity;
+    for (const [id, node] of this.nodes) {
+      if (id < firstId) {
+        node.remove();
+        this.nodes.delete(id);
+      }
+    }
+    for (const entry of transcript.entries) {
+      if (!this.dirty.has(entry.id)) continue;
+      const fresh = renderEntry(entry, this.parts.actions);
+      const old = this.nodes.get(entry.id);
+      if (old) {
+        keepDisclosures(old, fresh);
+        const hadFocus = old.contains(shadow.activeElement);
+        old.replaceWith(fresh);
+        if (hadFocus) this.parts.focusComposer();
+      } else {
+        log.append(fresh);
+      }
+      this.nodes.set(entry.id, fresh);
+    }
+    this.dirty.clear();
+    empty.hidden = transcript.entries.length > 0;
+    if (stuck) this.scrollToEnd();
+  }
+
+  /** Every entry drawn anew (another transcript took this one's place). */
+  redraw(): void {
+    for (const node of this.nodes.values()) node.remove();
+    this.nodes.clear();
+    for (const entry of this.parts.transcript().entries) this.dirty.add(entry.id);
+    this.flush();
+  }
+
+  node(entryId: number): HTMLElement | undefined {
+    return this.nodes.get(entryId);
+  }
+
+  scrollToEnd(): void {
+    this.parts.log.scrollTop = this.parts.log.scrollHeight;
+  }
+}
+
+/** A redrawn card keeps the open/closed state of its disclosures. */
+function keepDisclosures(old: HTMLElement, fresh: HTMLElement): void {
+  const before = [...old.querySelectorAll("details")].map((d) => d.open);
+  if (old instanceof HTMLDetailsElement) before.unshift(old.open);
+  const after = [...fresh.querySelectorAll("details")];
+  if (fresh instanceof HTMLDetailsElement) after.unshift(fresh);
+  after.forEach((d, i) => (d.open = before[i] ?? d.open));
+}
