@@ -213,7 +213,10 @@ fn device_with_name(args: &DeviceArgs) -> Result<(Device, String, DeviceMemory),
         let memory = DeviceMemory { max_buffer_bytes: u64::MAX, max_binding_bytes: u64::MAX };
         return Ok((Device::flex(), "Burn Flex (CPU backend, no GPU)".into(), memory));
     }
-    let gpu = gpu::init_gpu_blocking().map_err(|e| format!("{e}\n{} (or pass --cpu)", e.fix()))?;
+    let gpu = gpu::init_gpu_blocking().map_err(|e| {
+        let failure = hearth_engine::reports::gpu_failure(&e);
+        format!("{}\n{} (or pass --cpu)", failure.message, failure.fix)
+    })?;
     let a = &gpu.adapter;
     let name = format!(
         "{} ({}, {}, shader-f16 {}, max buffer {} MiB)",

@@ -12,6 +12,8 @@
 
 pub mod generation;
 pub mod parts;
+/// The model crate's results and failures as protocol messages (the command line prints them too).
+pub mod reports;
 pub mod shared;
 pub mod task;
 

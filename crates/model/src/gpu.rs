@@ -37,27 +37,14 @@ pub struct AdapterInfo {
     pub max_compute_workgroup_storage_size: u32,
 }
 
-/// Why there is no GPU (the engine and the command line say what fixes it).
+/// Why there is no GPU (what fixes it is in the extension's locales: `failureNoAdapterFix`,
+/// `failureGpuRefusedFix`, which the engine and the command line show).
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
     #[error("no WebGPU adapter is available: {0}")]
     NoAdapter(String),
     #[error("the GPU refused to create a device: {0}")]
     Device(String),
-}
-
-impl GpuError {
-    /// What the user can do about it (the engine shows it beside its localized text).
-    pub fn fix(&self) -> &'static str {
-        match self {
-            GpuError::NoAdapter(_) => {
-                "Hearth needs WebGPU. Use Chrome or Chromium 124 or newer with hardware acceleration on \
-                 (chrome://settings/system); check chrome://gpu shows \"WebGPU: Hardware accelerated\". \
-                 On Linux, start the browser with --enable-unsafe-webgpu."
-            }
-            GpuError::Device(_) => "Close other GPU-heavy tabs, update the graphics driver, then reload the extension.",
-        }
-    }
 }
 
 impl From<WgpuInitError> for GpuError {

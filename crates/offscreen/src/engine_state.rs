@@ -16,8 +16,8 @@ use hearth_protocol::{
 use hearth_weights::{Checkpoint, MemorySource, Quantization};
 
 use crate::load_failure::LoadFailure;
-use crate::reports;
 use crate::streamed::{StreamedWeights, WeightFile};
+use hearth_engine::reports;
 use wasm_bindgen::prelude::*;
 
 /// A model's files, from JavaScript: the small ones whole, the weights whole (bundled test
@@ -285,18 +285,12 @@ pub async fn start(
             let (error, tolerance) = (report.max_abs_error.to_string(), report.tolerance.to_string());
             return failed(
                 FailureKind::SelfTestFailed,
-                format!("The GPU ({}) computed a wrong answer: error {error} > {tolerance}.", adapter.name),
-                "Update the graphics driver, or try another browser profile without GPU flags.",
-                ("failureSelfTest", vec![adapter.name.clone(), error, tolerance]),
+                "failureSelfTest",
+                vec![adapter.name.clone(), error, tolerance],
             );
         }
         Err(err) => {
-            return failed(
-                FailureKind::GpuDevice,
-                err.to_string(),
-                "Reload the extension; if it persists, restart the browser (the GPU device may be lost).",
-                ("failureSelfTestError", vec![err.to_string()]),
-            );
+            return failed(FailureKind::GpuDevice, "failureSelfTestError", vec![err.to_string()]);
         }
     };
     crate::trap::maybe_trap("self_test");
@@ -317,19 +311,10 @@ pub async fn start(
                     Some(info)
                 }
                 Err(LoadFailure { damaged: true, message }) => {
-                    let fix = "Reinstall the model (its files are invalid).";
-                    return failed(
-                        FailureKind::ModelCorrupt,
-                        message.clone(),
-                        fix,
-                        ("failureModelInvalid", vec![message]),
-                    );
+                    return failed(FailureKind::ModelCorrupt, "failureModelInvalid", vec![message]);
                 }
                 Err(LoadFailure { damaged: false, message }) => {
-                    let fix =
-                        "The file is intact, but this model is not one Hearth runs; report it with the model's name.";
-                    let text = format!("Hearth cannot run {name}: {message}");
-                    return failed(FailureKind::ModelLoad, text, fix, ("failureModelUnsupported", vec![name, message]));
+                    return failed(FailureKind::ModelLoad, "failureModelUnsupported", vec![name, message]);
                 }
             }
         }
@@ -337,9 +322,9 @@ pub async fn start(
     EngineStatus::Ready { adapter: reports::adapter_report(adapter), self_test: report, model: model.map(Box::new) }
 }
 
-/// A failure in English, and its `(key, args)` in the extension's locales.
-fn failed(kind: FailureKind, message: String, fix: &str, (key, args): (&str, Vec<String>)) -> EngineStatus {
-    EngineStatus::Failed { failure: EngineFailure::localized(kind, message, fix, key, args) }
+/// A failure by its locale key and arguments (English from the extension's English locale).
+fn failed(kind: FailureKind, key: &str, args: Vec<String>) -> EngineStatus {
+    EngineStatus::Failed { failure: EngineFailure::localized(kind, key, args) }
 }
 
 async fn ensure_gpu(vendor: String, architecture: String) -> Result<(Device, AdapterInfo), gpu::GpuError> {

@@ -10,8 +10,6 @@ mod engine_state;
 /// "Use a model file you already have": a chosen GGUF file's header, judged by the engine's parsers.
 pub mod inspect;
 mod load_failure;
-/// The model crate's results and failures as protocol messages (the command line prints them too).
-pub mod reports;
 mod sha256;
 mod streamed;
 mod tasks;
@@ -73,7 +71,7 @@ pub async fn start_engine(
 /// so that the message and its fix are written once, here.
 #[wasm_bindgen(js_name = webgpuUnavailable)]
 pub fn webgpu_unavailable(detail: String) -> String {
-    to_json(&EngineStatus::Failed { failure: reports::gpu_failure(&gpu::GpuError::NoAdapter(detail)) })
+    to_json(&EngineStatus::Failed { failure: hearth_engine::reports::gpu_failure(&gpu::GpuError::NoAdapter(detail)) })
 }
 
 /// Generates a reply to `request` (a `GenerateRequest` as JSON), calling `on_event` with each

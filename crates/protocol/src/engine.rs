@@ -143,11 +143,13 @@ pub struct FailureText {
 }
 
 impl EngineFailure {
-    /// A failure with English `message` and `fix` (the command line shows them) and the locale
-    /// key the extension shows instead.
-    pub fn localized(kind: FailureKind, message: String, fix: &str, key: &str, args: Vec<String>) -> Self {
-        let text = Some(FailureText { key: key.into(), args });
-        EngineFailure { kind, message, fix: fix.into(), text }
+    /// A failure by its locale key: `message` and `fix` in English from the extension's own
+    /// locale (the command line prints them), and the key the extension shows in the browser's
+    /// language instead.
+    pub fn localized(kind: FailureKind, key: &str, args: Vec<String>) -> Self {
+        let message = crate::english::text(key, &args);
+        let fix = crate::english::text(&format!("{key}Fix"), &[]);
+        EngineFailure { kind, message, fix, text: Some(FailureText { key: key.into(), args }) }
     }
 }
 

@@ -13,6 +13,7 @@
 
 pub mod bus;
 mod engine;
+pub mod english;
 mod generation;
 mod model;
 mod task;
