@@ -16,20 +16,14 @@ if (!headless && !process.env.DISPLAY && !process.env.WAYLAND_DISPLAY && process
   process.exit(1);
 }
 
-const chrome = await launch({ headless, url: demoUrl });
-if (!headless) {
-  // A person's window: the tab that opened with the browser predates the content script's
-  // registration (launch waits for it), so load it again to get the overlay.
-  const first = chrome.context.pages().find((p) => p.url() === demoUrl);
-  await first?.reload();
-}
+const chrome = await launch({ headless });
+// The browser opens on about:blank; the demo loads once `launch` has seen the content script
+// registered, so its tab gets the overlay.
+const page = chrome.context.pages()[0] ?? (await chrome.context.newPage());
+await page.goto(demoUrl);
 console.log(`Hearth demo on ${demoUrl}${headless ? "" : " — close the browser window to stop"}`);
 if (headless) {
   try {
-    const page = chrome.context.pages().find((p) => p.url() === demoUrl) ?? (await chrome.context.newPage());
-    // The demo tab opened with the browser, before the worker registered the content script:
-    // load it again now that `launch` has waited for the registration.
-    await page.goto(demoUrl);
     await clickLauncher(page);
     const state = await waitForEngine(page, ["ready", "failed"]);
     console.log(`engine: ${state}; adapter: ${await overlayData(page, "adapter")}; self-test: ${await overlayData(page, "self-test")}`);

@@ -19,12 +19,12 @@ function chromiumPath() {
 }
 
 /**
- * @param {{ headless?: boolean, webgpu?: boolean, extensionDir?: string, url?: string, args?: string[], env?: Record<string, string>, profile?: string }} options
+ * @param {{ headless?: boolean, webgpu?: boolean, extensionDir?: string, args?: string[], env?: Record<string, string>, profile?: string }} options
  *   `args` are extra Chromium flags; `env` extra environment variables (e.g. LANGUAGE for the UI
  *   language); `profile` a user-data folder to use and keep (a second launch on it is a browser
  *   restart), instead of a fresh temporary one removed on close.
  */
-export async function launch({ headless = true, webgpu = true, extensionDir = EXTENSION_DIR, url = "about:blank", args: extraArgs = [], env, profile: keptProfile } = {}) {
+export async function launch({ headless = true, webgpu = true, extensionDir = EXTENSION_DIR, args: extraArgs = [], env, profile: keptProfile } = {}) {
   if (!existsSync(join(extensionDir, "manifest.json"))) {
     throw new Error(`${extensionDir} has no manifest.json: run \`cargo xtask build\` first`);
   }
@@ -46,7 +46,10 @@ export async function launch({ headless = true, webgpu = true, extensionDir = EX
   if (headless) args.push("--headless=new");
   // The one flag WebGPU needs on Linux; leaving it out is how the tests get a browser without WebGPU.
   if (webgpu) args.push("--enable-unsafe-webgpu", "--enable-dawn-features=disable_robustness");
-  args.push(...extraArgs, url);
+  // The first tab stays on about:blank: a tab still loading its first page when Playwright
+  // attaches can leave connectOverCDP waiting forever for a navigation it missed (2 hangs in 55
+  // launches on a page URL, none in 40 on about:blank). Callers navigate once connected.
+  args.push(...extraArgs, "about:blank");
 
   const child = spawn(chromiumPath(), args, { stdio: ["ignore", "ignore", "pipe"], env: env ? { ...process.env, ...env } : process.env });
   const wsEndpoint = await new Promise((resolveEndpoint, reject) => {
