@@ -38,8 +38,6 @@ pub enum AgentEvent {
         /// what will be typed, and the overlay outlines the element on the page.
         #[serde(default)]
         target: Option<Box<ActionTarget>>,
-        /// One sentence for the dialog.
-        message: String,
     },
     /// The task waits for the user's answer.
     AskUser { call_id: String, question: String, options: Vec<String> },

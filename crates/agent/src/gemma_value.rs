@@ -7,6 +7,7 @@
 //! `True`/`False`/`None`, trailing commas, a missing `call:` prefix, missing closing brackets,
 //! and an unclosed last string when the model itself closed the call.
 
+use hearth_chat::syntax::{self, FALSE, NULL, TRUE, is_name_char};
 use serde_json::{Map, Number, Value};
 
 /// Gemma's string delimiter token.
@@ -79,7 +80,7 @@ pub fn parse_call_prefix(body: &str, closed_by_model: bool) -> Result<(CallBody,
     if trimmed.starts_with('{') {
         return json_style_call(trimmed).map(|c| (c, "")).ok_or(ValueError::MissingName);
     }
-    let rest = match trimmed.strip_prefix(hearth_chat::syntax::CALL_PREFIX) {
+    let rest = match trimmed.strip_prefix(syntax::CALL_PREFIX) {
         Some(r) => r,
         None => {
             repairs.push("added the missing `call:` prefix".to_owned());
@@ -88,7 +89,7 @@ pub fn parse_call_prefix(body: &str, closed_by_model: bool) -> Result<(CallBody,
     };
     let name_len = rest.char_indices().find(|&(_, c)| !is_name_char(c)).map_or(rest.len(), |(i, _)| i);
     let name = &rest[..name_len];
-    if name.is_empty() || !name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+    if !syntax::is_tool_name(name) {
         return Err(ValueError::MissingName);
     }
     let after = rest[name_len..].trim_start();
@@ -132,10 +133,6 @@ pub fn parse_value(text: &str) -> Result<Value, ValueError> {
         return Err(ValueError::TrailingText(snippet(&p.s[p.pos..])));
     }
     Ok(v)
-}
-
-fn is_name_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'
 }
 
 fn snippet(s: &str) -> String {
@@ -285,9 +282,9 @@ impl<'a> Parser<'a> {
         let len = rest.find([',', '}', ']']).unwrap_or(rest.len());
         let word = rest[..len].trim_end();
         let value = match word {
-            "true" => Value::Bool(true),
-            "false" => Value::Bool(false),
-            "null" => Value::Null,
+            TRUE => Value::Bool(true),
+            FALSE => Value::Bool(false),
+            NULL => Value::Null,
             "True" | "False" | "None" => {
                 self.repairs.push(format!("read Python's `{word}`"));
                 match word {
@@ -432,6 +429,27 @@ mod tests {
 
     fn ok(body: &str) -> CallBody {
         parse_call_body(body, true).unwrap_or_else(|e| panic!("{body}: {e}"))
+    }
+
+    /// What the chat crate's writer writes (the template's syntax) reads back unchanged, with
+    /// nothing repaired.
+    #[test]
+    fn reads_back_what_the_syntax_writes() {
+        let values = [
+            json!({}),
+            json!({"index": 7}),
+            json!({"text": "say \"hi\" \\ C:\\x {a:[b]}, c", "submit": false, "clear": true}),
+            json!({"n": -12, "f": 0.25, "e": 1.5e300, "z": null}),
+            json!({"rows": [[1, 2], [], ["x", {"deep": [true, null]}]], "o": {"b": "", "a": "中文 ✓"}}),
+            json!({"keys": ["Control", "Shift", "ArrowUp"], "_odd-key.x": "v"}),
+        ];
+        for value in values {
+            let arguments = value.as_object().cloned().unwrap_or_default();
+            let body = syntax::call_body("some_tool", &arguments);
+            let read = parse_call_body(&body, false).unwrap_or_else(|e| panic!("{body}: {e}"));
+            assert_eq!((read.name.as_str(), &read.arguments), ("some_tool", &arguments), "{body}");
+            assert!(read.repairs.is_empty(), "{body}: {:?}", read.repairs);
+        }
     }
 
     #[test]

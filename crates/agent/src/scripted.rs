@@ -110,9 +110,9 @@ impl ScriptedModel {
         self.queues[chosen].1.pop_front()
     }
 
-    /// The stream of one generation; owns everything it needs, so a caller may keep the model
-    /// elsewhere (shared by several tasks) while the stream runs.
-    pub fn reply(&mut self, request: GenerationRequest) -> impl Stream<Item = Result<ModelChunk, ModelError>> + use<> {
+    /// The next reply for `request`, recorded, with its `{{index:…}}` resolved against the prompt
+    /// and cut after the first `stop_after` piece (when honoured).
+    fn next_for(&mut self, request: &GenerationRequest) -> Option<Reply> {
         self.prompts.push(request.prompt.clone());
         self.stops_asked.push(request.stop_after.clone());
         let honor_stop_after = self.honor_stop_after;
@@ -120,13 +120,29 @@ impl ScriptedModel {
             Some(end) if honor_stop_after => t[..end].to_owned(),
             _ => t,
         };
-        let reply = match self.next_reply(&request.prompt) {
+        match self.next_reply(&request.prompt) {
             Some(Reply::Text(t)) => match resolve_indices(&t, &request.prompt) {
                 Ok(t) => Some(Reply::Text(cut(t))),
                 Err(message) => Some(Reply::Fail(message)),
             },
             other => other,
-        };
+        }
+    }
+
+    /// The text the next reply writes for `request` (as [`ScriptedModel::reply`] streams it), for
+    /// a caller that forces it through a real model's cache instead of streaming it.
+    pub fn next_text(&mut self, request: &GenerationRequest) -> Result<String, String> {
+        match self.next_for(request) {
+            Some(Reply::Text(text) | Reply::StopAfter(text)) => Ok(text),
+            Some(Reply::Fail(message)) => Err(message),
+            None => Err("the script has no more replies".into()),
+        }
+    }
+
+    /// The stream of one generation; owns everything it needs, so a caller may keep the model
+    /// elsewhere (shared by several tasks) while the stream runs.
+    pub fn reply(&mut self, request: GenerationRequest) -> impl Stream<Item = Result<ModelChunk, ModelError>> + use<> {
+        let reply = self.next_for(&request);
         let counter = ApproxTokenCounter;
         let (items, hang): (Vec<Result<ModelChunk, ModelError>>, Option<AgentControl>) = match reply {
             Some(Reply::Text(t)) => {

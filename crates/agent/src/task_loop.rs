@@ -705,8 +705,6 @@ impl Agent {
                     let id = call.id.clone();
                     if !call.awaiting {
                         call.awaiting = true;
-                        let reasons: Vec<String> = assessment.reasons.iter().map(|r| r.describe()).collect();
-                        let what = call.target.as_ref().map_or_else(|| call.name.clone(), |t| t.description.clone());
                         on_event(AgentEvent::ConfirmRequest {
                             call_id: id.clone(),
                             name: call.name.clone(),
@@ -714,11 +712,6 @@ impl Agent {
                             risk: assessment.risk,
                             reasons: assessment.reasons.clone(),
                             target: call.target.clone(),
-                            message: format!(
-                                "Allow {} on {what}? Hearth asks because {}.",
-                                call.name,
-                                reasons.join(" and ")
-                            ),
                         });
                         call.assessment = Some(assessment);
                         call.scope = scope;

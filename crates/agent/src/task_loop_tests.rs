@@ -1,6 +1,7 @@
 //! The loop, driven by the scripted model (deterministic replays of model outputs).
 
 use futures::executor::block_on;
+use hearth_chat::syntax::{CALL_CLOSE, CALL_OPEN, CALL_PREFIX, RESPONSE_OPEN, STRING_DELIMITER};
 use hearth_chat::{ChatTemplate, GEMMA4_E2B_TEMPLATE};
 
 use crate::backend::{ToolError, ToolOutput};
@@ -23,11 +24,11 @@ fn agent() -> Agent {
 
 /// A model turn that calls one tool, as Gemma writes it.
 fn call(name: &str, args: &str) -> String {
-    format!("<|tool_call>call:{name}{{{args}}}<tool_call|><|tool_response>")
+    format!("{CALL_OPEN}{CALL_PREFIX}{name}{{{args}}}{CALL_CLOSE}{RESPONSE_OPEN}")
 }
 
 fn s(text: &str) -> String {
-    format!("<|\"|>{text}<|\"|>")
+    format!("{STRING_DELIMITER}{text}{STRING_DELIMITER}")
 }
 
 fn page() -> PageInfo {

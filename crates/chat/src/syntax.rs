@@ -5,6 +5,12 @@
 //! A call, as the model writes it: `<|tool_call>call:NAME{key:value,…}<tool_call|>`, keys bare,
 //! strings between `<|"|>` delimiters (raw: no escapes); the answer goes back as
 //! `<|tool_response>response:NAME{…}<tool_response|>`. Thinking is `<|channel>thought\n…<channel|>`.
+//!
+//! The value syntax is written here ([`write_value`], as Google's template's `format_argument`
+//! writes it), read by the agent's value codec and constrained token by token by the model's call
+//! grammar; their tests check both against this writer.
+
+use serde_json::{Map, Value};
 
 /// Opens and closes a turn (`<|turn>user\n…<turn|>`).
 pub const TURN_OPEN: &str = "<|turn>";
@@ -32,6 +38,79 @@ pub const LEGACY_TURN_CLOSE: &str = "<end_of_turn>";
 pub const NOT_IN_STRINGS: &[&str] =
     &[STRING_DELIMITER, CALL_CLOSE, CALL_OPEN, RESPONSE_OPEN, TURN_CLOSE, TURN_OPEN, EOS, LEGACY_TURN_CLOSE];
 
+/// A value's literal words.
+pub const TRUE: &str = "true";
+pub const FALSE: &str = "false";
+pub const NULL: &str = "null";
+
+/// A character of a tool name or a bare key: ASCII letters, digits, `_`, `-`, `.`.
+pub fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
+}
+
+/// A bare key: one or more name characters.
+pub fn is_key(key: &str) -> bool {
+    !key.is_empty() && key.chars().all(is_name_char)
+}
+
+/// A tool name: a key that starts with a letter or `_`.
+pub fn is_tool_name(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') && is_key(name)
+}
+
+/// Writes `value` in Gemma's value syntax: keys bare and sorted, strings raw between
+/// [`STRING_DELIMITER`]s, no spaces.
+pub fn write_value(value: &Value, out: &mut String) {
+    match value {
+        Value::Null => out.push_str(NULL),
+        Value::Bool(b) => out.push_str(if *b { TRUE } else { FALSE }),
+        Value::Number(n) => out.push_str(&n.to_string()),
+        Value::String(text) => {
+            out.push_str(STRING_DELIMITER);
+            out.push_str(text);
+            out.push_str(STRING_DELIMITER);
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_value(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => write_object(map, out),
+    }
+}
+
+fn write_object(map: &Map<String, Value>, out: &mut String) {
+    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    out.push('{');
+    for (i, (key, value)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(key);
+        out.push(':');
+        write_value(value, out);
+    }
+    out.push('}');
+}
+
+/// A call's body as the model writes it: `call:NAME{…}`.
+pub fn call_body(name: &str, arguments: &Map<String, Value>) -> String {
+    let mut out = format!("{CALL_PREFIX}{name}");
+    write_object(arguments, &mut out);
+    out
+}
+
+/// A whole call, markers included: `<|tool_call>call:NAME{…}<tool_call|>`.
+pub fn call_text(name: &str, arguments: &Map<String, Value>) -> String {
+    format!("{CALL_OPEN}{}{CALL_CLOSE}", call_body(name, arguments))
+}
+
 /// The markers Gemma 4 -it stops on besides `<eos>`: the end of its turn, and the opening of a
 /// tool's answer right after a call.
 pub const STOP_MARKERS: [&str; 2] = [TURN_CLOSE, RESPONSE_OPEN];
@@ -57,5 +136,39 @@ mod tests {
             assert!(template.contains(marker), "Google's template has no {marker}");
         }
         assert!(template.contains(&format!("{CALL_OPEN}{CALL_PREFIX}")), "a call starts with {CALL_OPEN}{CALL_PREFIX}");
+    }
+
+    /// The writer and Google's template write a model turn's call the same way.
+    #[test]
+    fn calls_are_written_as_the_template_writes_them() {
+        let arguments = serde_json::json!({"text": "say \"hi\" {x}", "index": 3, "submit": true, "tags": ["a", 2.5, null], "at": {"y": 1, "x": 0}});
+        let arguments = arguments.as_object().cloned().unwrap_or_default();
+        let written = call_text("type", &arguments);
+        assert_eq!(
+            written,
+            "<|tool_call>call:type{at:{x:0,y:1},index:3,submit:true,tags:[<|\"|>a<|\"|>,2.5,null],text:<|\"|>say \"hi\" {x}<|\"|>}<tool_call|>"
+        );
+        let template =
+            crate::ChatTemplate::from_str(crate::GEMMA4_E2B_TEMPLATE, "<bos>").expect("the template compiles");
+        let messages: Vec<crate::Message> = serde_json::from_value(serde_json::json!([
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "type", "arguments": arguments}}]}
+        ]))
+        .expect("messages");
+        let request = crate::RenderRequest {
+            messages: &messages,
+            tools: &[],
+            enable_thinking: false,
+            preserve_thinking: false,
+            add_generation_prompt: true,
+        };
+        let rendered = template.render(&request).expect("renders");
+        assert!(rendered.contains(&written), "{rendered}");
+    }
+
+    #[test]
+    fn names_and_keys() {
+        assert!(is_tool_name("click") && is_tool_name("_x.y-2") && !is_tool_name("2x") && !is_tool_name("a b"));
+        assert!(is_key("2x") && !is_key("") && !is_key("a:b"));
     }
 }

@@ -161,7 +161,13 @@ impl Printer {
             AgentEvent::ToolResult { ok, output, .. } => {
                 println!("  {}: {}", if ok { "result" } else { "failed" }, one_line(&output));
             }
-            AgentEvent::ConfirmRequest { message, .. } => println!("  asks the user: {message}"),
+            AgentEvent::ConfirmRequest { name, risk, reasons, target, .. } => {
+                // The reasons as data (the extension's locales word them for people).
+                let reasons: Vec<String> =
+                    reasons.iter().map(|r| serde_json::to_string(r).unwrap_or_default()).collect();
+                let target = target.map(|t| format!(" on {}", t.description)).unwrap_or_default();
+                println!("  asks the user to allow {name}{target} ({risk:?} risk): {}", reasons.join(", "));
+            }
             AgentEvent::AskUser { question, options, .. } => {
                 println!("  asks the user: {question} ({})", options.join(" / "));
             }

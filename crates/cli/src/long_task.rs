@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use burn::tensor::{Device, Tensor};
+use hearth_agent::scripted::ScriptedModel;
 use hearth_agent::{
     Agent, AgentConfig, ContextBudget, ElementInfo, GenerationRequest, GenerationStats, ModelBackend, ModelChunk,
     ModelError, Outcome, PageInfo, Snapshot, SystemClock, TokenCounter, ToolError, ToolExecutor, ToolInvocation,
@@ -26,6 +27,7 @@ use hearth_chat::{ChatTemplate, GEMMA4_E2B_TEMPLATE};
 use hearth_model::model_dir::{load_model, load_tokenizer};
 use hearth_model::tokenizer::{StreamDecoder, Tokenizer};
 use hearth_model::{CacheOptions, Session};
+use serde_json::{Value, json};
 
 /// The context (KV cache positions) when none is given: the engine's smallest.
 pub const DEFAULT_CONTEXT: usize = 8_192;
@@ -47,7 +49,7 @@ const LONG_THOUGHT_TOKENS: usize = 650;
 const LONG_ANSWER_TOKENS: usize = 680;
 const LONG_PREAMBLE_TOKENS: usize = 620;
 
-use hearth_chat::syntax::{CALL_CLOSE, CALL_OPEN, CALL_PREFIX, STRING_DELIMITER, THOUGHT_CLOSE, THOUGHT_OPEN};
+use hearth_chat::syntax::{THOUGHT_CLOSE, THOUGHT_OPEN};
 
 /// How a thought starts and ends as the model writes it.
 fn thought_start() -> String {
@@ -273,7 +275,8 @@ pub fn run(tokenizer: Arc<Tokenizer>, device: &Device, options: &RunOptions) -> 
         session,
         tokenizer: tokenizer.clone(),
         vocab,
-        replies: tasks.iter().flat_map(|t| t.replies.iter().cloned()).collect(),
+        script: ScriptedModel::texts(tasks.iter().flat_map(|t| t.replies.iter().map(|r| r.text.clone()))),
+        actions: tasks.iter().flat_map(|t| t.replies.iter().map(|r| r.action.clone())).collect(),
         previous: Vec::new(),
         calls: Vec::new(),
     };
@@ -322,7 +325,7 @@ pub fn run(tokenizer: Arc<Tokenizer>, device: &Device, options: &RunOptions) -> 
         budget,
         steps,
         outcomes,
-        unused_replies: backend.replies.len(),
+        unused_replies: backend.script.remaining(),
         seconds: clock.elapsed().as_secs_f64(),
     })
 }
@@ -408,7 +411,9 @@ struct EngineBackend {
     tokenizer: Arc<Tokenizer>,
     /// The tiny model's vocabulary size.
     vocab: u32,
-    replies: VecDeque<Reply>,
+    /// The scripted replies (the agent crate's scripted model) and what each does, in order.
+    script: ScriptedModel,
+    actions: VecDeque<String>,
     /// The previous prompt's ids followed by its reply's.
     previous: Vec<u32>,
     calls: Vec<EngineCall>,
@@ -430,16 +435,17 @@ impl EngineBackend {
         read(logits)?;
         let prefill_ms = clock.elapsed().as_secs_f64() * 1e3;
 
-        let reply = self.replies.pop_front().ok_or("the script has no more replies")?;
-        let mut text = reply.text.as_str();
+        let reply = self.script.next_text(request)?;
+        let action = self.actions.pop_front().unwrap_or_default();
         // After a tool result with thinking on, the prompt has opened the thought channel: the
         // model writes on inside it.
         let start = thought_start();
-        if request.prompt.ends_with(&start) {
-            text = text.strip_prefix(start.as_str()).unwrap_or(text);
-        }
+        let text = if request.prompt.ends_with(&start) {
+            reply.strip_prefix(start.as_str()).unwrap_or(&reply)
+        } else {
+            &reply
+        };
         let closed = request.stop_end(text, 0);
-        let text = closed.map_or(text, |end| &text[..end]);
         let mut reply_ids = encode(text)?;
         let limited = reply_ids.len() > request.max_new_tokens;
         reply_ids.truncate(request.max_new_tokens);
@@ -477,7 +483,7 @@ impl EngineBackend {
             decode_ms,
         }));
         self.calls.push(EngineCall {
-            action: reply.action,
+            action,
             prompt_tokens: ids.len(),
             new_tokens: ids.len() - common,
             computed: stats.computed,
@@ -1024,13 +1030,9 @@ struct Script<'a> {
     thinking: bool,
 }
 
-fn string(text: &str) -> String {
-    format!("{STRING_DELIMITER}{text}{STRING_DELIMITER}")
-}
-
-/// A tool call as Gemma writes it (arguments in the template's order: sorted by name).
-fn call(name: &str, args: &str) -> String {
-    format!("{CALL_OPEN}{CALL_PREFIX}{name}{{{args}}}{CALL_CLOSE}")
+/// A tool call as Gemma writes it (the chat crate's writer: the template's syntax).
+fn call(name: &str, arguments: Value) -> String {
+    hearth_chat::syntax::call_text(name, arguments.as_object().unwrap_or(&serde_json::Map::new()))
 }
 
 impl Script<'_> {
@@ -1100,30 +1102,27 @@ impl Script<'_> {
             let (action, body) = match i % 10 {
                 0 | 2 | 5 => {
                     snapshots += 1;
-                    ("snapshot".to_owned(), call("snapshot", ""))
+                    ("snapshot".to_owned(), call("snapshot", json!({})))
                 }
                 1 => {
                     let q = QUERIES[round % QUERIES.len()];
-                    ("type".to_owned(), call("type", &format!("index:{},text:{}", b + LISTING_SEARCH, string(q))))
+                    ("type".to_owned(), call("type", json!({"index": b + LISTING_SEARCH, "text": q})))
                 }
                 3 => {
                     let index = b + LISTING_FIRST_PRODUCT + 2 * (round as u32 % 4);
-                    ("click".to_owned(), call("click", &format!("index:{index}")))
+                    ("click".to_owned(), call("click", json!({"index": index})))
                 }
-                4 => ("read_page".to_owned(), call("read_page", "")),
+                4 => ("read_page".to_owned(), call("read_page", json!({}))),
                 6 => {
                     let size = SIZES[round % SIZES.len()];
-                    (
-                        "select".to_owned(),
-                        call("select", &format!("index:{},option:{}", b + PRODUCT_SIZE, string(size))),
-                    )
+                    ("select".to_owned(), call("select", json!({"index": b + PRODUCT_SIZE, "option": size})))
                 }
-                7 => ("scroll".to_owned(), call("scroll", &format!("direction:{}", string("down")))),
+                7 => ("scroll".to_owned(), call("scroll", json!({"direction": "down"}))),
                 8 => (
                     "press_key".to_owned(),
-                    call("press_key", &format!("index:{},key:{}", b + PRODUCT_QUANTITY, string("ArrowUp"))),
+                    call("press_key", json!({"index": b + PRODUCT_QUANTITY, "key": "ArrowUp"})),
                 ),
-                _ => ("click".to_owned(), call("click", &format!("index:{}", b + PRODUCT_BACK))),
+                _ => ("click".to_owned(), call("click", json!({"index": b + PRODUCT_BACK}))),
             };
             let action = if long { format!("{action}, long thought") } else { action };
             // Once, visible text before the call, longer than a ring holds: the agent does not
@@ -1141,7 +1140,7 @@ impl Script<'_> {
         replies.push(self.reply(
             "done",
             || self.thought(999, 60),
-            call("done", &format!("result:{},success:true", string(result))),
+            call("done", json!({"result": result, "success": true})),
         ));
         Task {
             text: "Find a sage green linen cushion cover under €30 with at least 4.5 stars, compare a few, and tell me the best one. Do not add anything to the basket.".into(),
@@ -1191,7 +1190,7 @@ impl Script<'_> {
             text: "Read this article and write me a detailed summary with all the key figures.".into(),
             page: PageKind::Article,
             replies: vec![
-                self.reply("read_page", || "I should read the article first.".into(), call("read_page", "")),
+                self.reply("read_page", || "I should read the article first.".into(), call("read_page", json!({}))),
                 self.reply(
                     "long answer",
                     || "I have the whole article; I will list the figures year by year.".into(),
@@ -1204,28 +1203,28 @@ impl Script<'_> {
             text: "Thanks. Now find me a sage green linen cushion cover on the shop and open the best one.".into(),
             page: PageKind::Listing,
             replies: vec![
-                self.reply("snapshot", || self.thought(501, 40), call("snapshot", "")),
+                self.reply("snapshot", || self.thought(501, 40), call("snapshot", json!({}))),
                 self.reply(
                     "type",
                     || self.thought(502, 40),
-                    call("type", &format!("index:{},text:{}", b1 + LISTING_SEARCH, string(QUERIES[0]))),
+                    call("type", json!({"index": b1 + LISTING_SEARCH, "text": QUERIES[0]})),
                 ),
-                self.reply("snapshot", || self.thought(503, 40), call("snapshot", "")),
+                self.reply("snapshot", || self.thought(503, 40), call("snapshot", json!({}))),
                 self.reply(
                     "click",
                     || self.thought(504, 60),
-                    call("click", &format!("index:{}", base(2) + LISTING_FIRST_PRODUCT)),
+                    call("click", json!({"index": base(2) + LISTING_FIRST_PRODUCT})),
                 ),
-                self.reply("read_page", || self.thought(505, 40), call("read_page", "")),
+                self.reply("read_page", || self.thought(505, 40), call("read_page", json!({}))),
                 self.reply(
                     "done",
                     || self.thought(506, 40),
                     call(
                         "done",
-                        &format!(
-                            "result:{},success:true",
-                            string("I opened the best match: the first sage green linen cushion cover in the results.")
-                        ),
+                        json!({
+                            "result": "I opened the best match: the first sage green linen cushion cover in the results.",
+                            "success": true
+                        }),
                     ),
                 ),
             ],

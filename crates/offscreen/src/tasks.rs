@@ -18,7 +18,7 @@ use hearth_agent::{
 };
 use hearth_engine::task::apply_settings;
 use hearth_engine::{SharedModel, TaskModel, new_agent, tab_conversation};
-use hearth_protocol::{Outcome, PageInfo, TaskAction, TaskSettings, TaskUpdate, ToolReply, ToolRequest};
+use hearth_protocol::{Outcome, PageInfo, TaskAction, TaskRefusal, TaskSettings, TaskUpdate, ToolReply, ToolRequest};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
@@ -68,6 +68,10 @@ fn ended(tab_id: u32, outcome: Outcome) {
     emit(tab_id, &TaskUpdate::Ended { outcome });
 }
 
+fn refused(tab_id: u32, refusal: TaskRefusal) {
+    emit(tab_id, &TaskUpdate::Refused { refusal });
+}
+
 /// Starts a task in the tab's conversation; while one runs there, the text steers it instead (a
 /// selection is not sent to a running task: the overlay offers it only to a new one).
 /// `history` (from `TaskUpdate::History`) restores a conversation this engine does not hold.
@@ -80,12 +84,7 @@ pub async fn start_task(
     history: Option<serde_json::Value>,
 ) {
     let Some(model) = engine_state::model() else {
-        return ended(
-            tab_id,
-            Outcome::Failed {
-                message: "No model is loaded yet: wait until Hearth says it is ready, then try again.".into(),
-            },
-        );
+        return refused(tab_id, TaskRefusal::NoModel);
     };
     let started = TASKS.with(|t| {
         let mut tasks = t.borrow_mut();
@@ -115,7 +114,7 @@ pub async fn control(tab_id: u32, action: TaskAction) {
     enum Next {
         Run,
         Nothing,
-        Refused(String),
+        Refused(TaskRefusal),
     }
     let next = TASKS.with(|t| {
         let mut tasks = t.borrow_mut();
@@ -126,7 +125,7 @@ pub async fn control(tab_id: u32, action: TaskAction) {
             return Next::Nothing;
         }
         let Some(conversation) = tasks.conversations.get_mut(&tab_id) else {
-            return Next::Refused("There is no task in this tab.".into());
+            return Next::Refused(TaskRefusal::NoTask);
         };
         let control = conversation.control.clone();
         let Some(agent) = conversation.agent.as_mut() else {
@@ -140,10 +139,10 @@ pub async fn control(tab_id: u32, action: TaskAction) {
         };
         match action {
             TaskAction::Confirm { call_id, decision } => {
-                agent.confirm(&call_id, decision).map_or_else(|e| Next::Refused(e.to_string()), |()| Next::Run)
+                agent.confirm(&call_id, decision).map_or(Next::Refused(TaskRefusal::NotWaiting), |()| Next::Run)
             }
             TaskAction::Answer { text } => {
-                agent.answer(&text).map_or_else(|e| Next::Refused(e.to_string()), |()| Next::Run)
+                agent.answer(&text).map_or(Next::Refused(TaskRefusal::NotWaiting), |()| Next::Run)
             }
             TaskAction::Continue => {
                 agent.continue_task();
@@ -159,11 +158,9 @@ pub async fn control(tab_id: u32, action: TaskAction) {
     match next {
         Next::Run => match engine_state::model() {
             Some(model) => run(tab_id, model).await,
-            None => {
-                ended(tab_id, Outcome::Failed { message: "The model is not loaded any more; reopen the panel.".into() })
-            }
+            None => refused(tab_id, TaskRefusal::ModelGone),
         },
-        Next::Refused(message) => ended(tab_id, Outcome::Failed { message }),
+        Next::Refused(refusal) => refused(tab_id, refusal),
         Next::Nothing => {}
     }
 }

@@ -81,6 +81,26 @@ pub enum ToolReply {
     },
 }
 
+/// Why a task message was refused before the agent saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TaskRefusal {
+    /// No model is loaded yet.
+    NoModel,
+    /// The model was unloaded while the tab's conversation was open.
+    ModelGone,
+    /// An action for a task this tab does not have.
+    NoTask,
+    /// A decision or an answer for a card that no longer waits for one.
+    NotWaiting,
+    /// The worker could not start the engine.
+    EngineNotRunning { detail: String },
+    /// The engine crashed; Retry starts a fresh one and keeps the conversation.
+    EngineCrashed { detail: String },
+    /// The engine failed on the message.
+    EngineFailed { detail: String },
+}
+
 /// Progress of a tab's task, in order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(tag = "update", rename_all = "snake_case")]
@@ -89,6 +109,9 @@ pub enum TaskUpdate {
     Event { event: AgentEvent },
     /// The run returned: the task waits for the user, or is over.
     Ended { outcome: Outcome },
+    /// The message could not reach a task: the engine's side refused it, not the agent. Each
+    /// reason has its text in the extension's locales.
+    Refused { refusal: TaskRefusal },
     /// The conversation as it stands, after each run: the agent's entries, which only the Rust
     /// agent reads (a JSON value, not a string of JSON). The worker keeps it (storage.session)
     /// and hands it back with the tab's next `start_task`, so the conversation survives the

@@ -11,8 +11,8 @@ use crate::{
     EngineToWorker, FAILURE_KEYS, FailureKind, FailureText, FormInfo, GenerateRequest, GenerationEvent,
     GenerationStats, GgufInspection, GgufSummary, KnownUpload, ManifestFile, ModelFormat, ModelInfo, ModelManifest,
     ModelMemory, ModelOffer, ModelProgress, OptionsToWorker, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason,
-    SelfTestReport, Snapshot, TabToWorker, TaskAction, TaskSettings, TaskUpdate, ToolOutput, ToolReply, ToolRequest,
-    WorkerToEngine, WorkerToTab,
+    SelfTestReport, Snapshot, TabToWorker, TaskAction, TaskRefusal, TaskSettings, TaskUpdate, ToolOutput, ToolReply,
+    ToolRequest, WorkerToEngine, WorkerToTab,
 };
 
 /// Path of the generated file, relative to the repository root.
@@ -48,6 +48,7 @@ pub fn typescript_module() -> String {
         GenerationStats::decl(&cfg),
         TaskSettings::decl(&cfg),
         TaskAction::decl(&cfg),
+        TaskRefusal::decl(&cfg),
         TaskUpdate::decl(&cfg),
         ToolRequest::decl(&cfg),
         ToolReply::decl(&cfg),

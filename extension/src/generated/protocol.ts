@@ -312,7 +312,9 @@ max_new_tokens: number, };
 
 export type TaskAction = { "action": "confirm", call_id: string, decision: Decision, } | { "action": "answer", text: string, } | { "action": "stop" } | { "action": "steer", text: string, } | { "action": "continue" } | { "action": "forget" };
 
-export type TaskUpdate = { "update": "event", event: AgentEvent, } | { "update": "ended", outcome: Outcome, } | { "update": "history", history: unknown, };
+export type TaskRefusal = { "kind": "no_model" } | { "kind": "model_gone" } | { "kind": "no_task" } | { "kind": "not_waiting" } | { "kind": "engine_not_running", detail: string, } | { "kind": "engine_crashed", detail: string, } | { "kind": "engine_failed", detail: string, };
+
+export type TaskUpdate = { "update": "event", event: AgentEvent, } | { "update": "ended", outcome: Outcome, } | { "update": "refused", refusal: TaskRefusal, } | { "update": "history", history: unknown, };
 
 export type ToolRequest = { 
 /**
@@ -343,11 +345,7 @@ target: ActionTarget | null, } | { "type": "tool_result", call_id: string, name:
  * What it acts on, in the user's words: the card names it, shows where it leads and
  * what will be typed, and the overlay outlines the element on the page.
  */
-target: ActionTarget | null, 
-/**
- * One sentence for the dialog.
- */
-message: string, } | { "type": "ask_user", call_id: string, question: string, options: Array<string>, } | { "type": "done", result: string, success: boolean, } | { "type": "error", message: string, recoverable: boolean, } | { "type": "usage", prompt_tokens: number, 
+target: ActionTarget | null, } | { "type": "ask_user", call_id: string, question: string, options: Array<string>, } | { "type": "done", result: string, success: boolean, } | { "type": "error", message: string, recoverable: boolean, } | { "type": "usage", prompt_tokens: number, 
 /**
  * Prompt tokens the model computed (the engine's count; without one, those after the
  * common prefix with the previous prompt).

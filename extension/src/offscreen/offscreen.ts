@@ -348,11 +348,10 @@ async function taskMessage(msg: Extract<WorkerToEngine, { kind: "start_task" | "
     await wasm.taskMessage(JSON.stringify(msg));
   } catch (error) {
     // A task the crash cut short ends here, as do those sent to the crashed engine afterwards.
-    const message =
-      error instanceof EngineCrashed
-        ? `The engine crashed (${error.reason}). Press Retry above the conversation: Hearth starts a fresh engine and keeps the conversation.`
-        : `The engine failed: ${String(error)}`;
-    const update: TaskUpdate = { update: "ended", outcome: { kind: "failed", message } };
+    const update: TaskUpdate = {
+      update: "refused",
+      refusal: error instanceof EngineCrashed ? { kind: "engine_crashed", detail: error.reason } : { kind: "engine_failed", detail: String(error) },
+    };
     void sendFromEngine({ kind: "task_update", tab_id: msg.tab_id, update });
   }
 }

@@ -218,8 +218,9 @@ function fromEngine(msg: EngineToWorker): Promise<unknown> | undefined {
       // The agent's own record of the conversation stays here (for a recreated engine), not in the tab.
       if (msg.update.update === "history") void chrome.storage.session.set({ [historyKey(msg.tab_id)]: msg.update.history }).catch(() => {});
       else toTab(msg.tab_id, { kind: "task_update", update: msg.update });
-      // The run returned (done, a card, a question, paused, failed): the fence lifts once the page settles.
-      if (msg.update.update === "ended") void fence.lift(msg.tab_id).catch(() => {});
+      // The run returned (done, a card, a question, paused, failed) or never started: the fence
+      // lifts once the page settles.
+      if (msg.update.update === "ended" || msg.update.update === "refused") void fence.lift(msg.tab_id).catch(() => {});
       break;
     case "run_tool":
       return runTool(msg.request);
@@ -259,7 +260,7 @@ async function startTask(tabId: number, url: string | undefined, text: string, s
     await toOffscreen({ kind: "start_task", tab_id: tabId, text, selection, page, settings: taskSettings(settings), history });
   } catch (error) {
     void fence.lift(tabId, true).catch(() => {});
-    toTab(tabId, { kind: "task_update", update: { update: "ended", outcome: { kind: "failed", message: `The engine is not running: ${String(error)}` } } });
+    toTab(tabId, { kind: "task_update", update: { update: "refused", refusal: { kind: "engine_not_running", detail: String(error) } } });
   }
 }
 

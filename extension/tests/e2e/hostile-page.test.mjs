@@ -179,7 +179,6 @@ test("a confirmation card says what will happen and outlines the element on the 
     arguments: { index, text: "hunter2" },
     risk: "high",
     reasons: [{ kind: "password_field" }],
-    message: "Allow type? Hearth asks because it touches a password field.",
     target: { description: "the text field “The page's own field”", index, destination: null, text: "•••••••" },
   }));
   await toTab(tabId, needsConfirmation("t1"));
@@ -188,7 +187,7 @@ test("a confirmation card says what will happen and outlines the element on the 
   assert.equal(await overlayText(page, `${card} h3`), "type the text field “The page's own field”");
   assert.match(await overlayText(page, `${card} .target-text`), /“•••••••”/);
   assert.doesNotMatch(await overlayText(page, card), /hunter2/, "the masked text only");
-  assert.match(await overlayText(page, card), /Allow type\? Hearth asks because it touches a password field\./);
+  assert.match(await overlayText(page, `${card} .reasons`), /it touches a password field/);
   const field = await page.locator("#page-input").boundingBox();
   let outline = await boxInOverlay(page, ".target-outline");
   assert.ok(

@@ -234,7 +234,6 @@ describe("the overlay", () => {
           arguments: { index: 1 },
           risk: "high",
           reasons: [{ kind: "dangerous_word", word: "delete" }, { kind: "sensitive_page", host: "bank.example" }],
-          message: "Allow click? Hearth asks because the target mentions “delete”.",
         }),
       );
       await toTab(chrome, tabId, ended({ kind: "needs_confirmation", call_id: callId }));
@@ -494,11 +493,15 @@ describe("the overlay in Simplified Chinese", () => {
       assert.match(await overlayText(page, ".engine .error"), /^没有可用的 WebGPU 适配器：/);
       assert.match(await overlayText(page, ".engine .fix"), /Hearth 需要 WebGPU/);
       const tabId = await tabIdOf(chrome, page);
-      await toTab(chrome, tabId, event({ type: "confirm_request", call_id: "z1", name: "click", arguments: { index: 2 }, risk: "high", reasons: [{ kind: "password_field" }], message: "Allow click? Hearth asks because it touches a password field." }));
+      await toTab(chrome, tabId, event({ type: "confirm_request", call_id: "z1", name: "click", arguments: { index: 2 }, risk: "high", reasons: [{ kind: "password_field" }] }));
       await waitForData(page, "task", "confirm");
       assert.equal(await overlayText(page, 'button[data-decision="allow_for_task"]'), "本次任务中始终允许");
+      assert.equal(await overlayText(page, ".confirm h3"), "允许 click？", "a card without a described target is titled from the locale");
       assert.match(await overlayText(page, ".confirm .reasons"), /涉及密码输入框/);
       await screenshot(page, "overlay-zh");
+      // A refusal by the engine's side is worded by the locale too.
+      await toTab(chrome, tabId, { kind: "task_update", update: { update: "refused", refusal: { kind: "engine_crashed", detail: "RuntimeError: unreachable" } } });
+      assert.match(await overlayText(page, ".card.error-card .error"), /^引擎已崩溃（RuntimeError: unreachable）/);
       assert.deepEqual(chrome.console.errors, []);
     } finally {
       await chrome.close();

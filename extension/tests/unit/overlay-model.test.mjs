@@ -92,7 +92,7 @@ test("transcript: a task with a tool call, a confirmation and a streamed direct 
   assert.equal(tool.ok, true);
   assert.equal(tr.toolCardCount(t), 1);
 
-  const [confirmId] = tr.applyUpdate(t, ev({ type: "confirm_request", call_id: "c2", name: "click", arguments: { index: 1 }, risk: "high", reasons: [{ kind: "dangerous_word", word: "delete" }], message: "Allow click?" }));
+  const [confirmId] = tr.applyUpdate(t, ev({ type: "confirm_request", call_id: "c2", name: "click", arguments: { index: 1 }, risk: "high", reasons: [{ kind: "dangerous_word", word: "delete" }] }));
   tr.applyUpdate(t, ended({ kind: "needs_confirmation", call_id: "c2" }));
   assert.equal(t.task, "confirm");
   assert.deepEqual(tr.decide(t, confirmId, "allow_once"), [confirmId]);
@@ -137,8 +137,11 @@ test("transcript: ask_user, pause, continue, failures", () => {
   assert.equal(t.canContinue, true);
   assert.equal(t.entries.filter((e) => e.kind === "error").length, 1);
 
-  tr.applyUpdate(t, ended({ kind: "failed", message: "There is no task in this tab." }));
+  tr.applyUpdate(t, { update: "refused", refusal: { kind: "no_task" } });
   assert.equal(t.canContinue, false, "a refused action cannot be continued");
+  assert.deepEqual(t.entries.at(-1).refusal, { kind: "no_task" }, "the refusal is kept as data, shown in the browser's language");
+  tr.applyUpdate(t, { update: "refused", refusal: { kind: "no_task" } });
+  assert.equal(t.entries.filter((e) => e.kind === "refused").length, 1, "the same refusal again adds no card");
 });
 
 test("transcript: steering keeps the task, a new task clears the answer; storage round trip", () => {
@@ -160,7 +163,7 @@ test("transcript: steering keeps the task, a new task clears the answer; storage
 test("transcript: a confirmation's target (what it acts on) is kept when it has the right shape", () => {
   const t = tr.emptyTranscript();
   const confirm = (extra) => {
-    const [id] = tr.applyUpdate(t, ev({ type: "confirm_request", call_id: `c${t.nextId}`, name: "click", arguments: { index: 4 }, risk: "high", reasons: [], message: "Allow click?", ...extra }));
+    const [id] = tr.applyUpdate(t, ev({ type: "confirm_request", call_id: `c${t.nextId}`, name: "click", arguments: { index: 4 }, risk: "high", reasons: [], ...extra }));
     return t.entries.find((e) => e.id === id);
   };
   const full = confirm({ target: { description: "the button “Place order”", index: 4, destination: "shop.example", text: null } });
@@ -178,10 +181,10 @@ test("transcript: a confirmation's target (what it acts on) is kept when it has 
 test("transcript: the code of a run_javascript confirmation is kept whole; other long arguments are cut", () => {
   const t = tr.emptyTranscript();
   const code = `/* ${"x".repeat(5000)} */ document.title`;
-  tr.applyUpdate(t, ev({ type: "confirm_request", call_id: "j", name: "run_javascript", arguments: { code, note: "y".repeat(5000) }, risk: "critical", reasons: [{ kind: "runs_javascript" }], message: "Allow run_javascript?" }));
+  tr.applyUpdate(t, ev({ type: "confirm_request", call_id: "j", name: "run_javascript", arguments: { code, note: "y".repeat(5000) }, risk: "critical", reasons: [{ kind: "runs_javascript" }] }));
   const entry = t.entries.at(-1);
   assert.equal(entry.args.code, code);
   assert.equal(entry.args.note.length, 2001);
-  tr.applyUpdate(t, ev({ type: "confirm_request", call_id: "k", name: "type", arguments: { code }, risk: "high", reasons: [], message: "Allow type?" }));
+  tr.applyUpdate(t, ev({ type: "confirm_request", call_id: "k", name: "type", arguments: { code }, risk: "high", reasons: [] }));
   assert.equal(t.entries.at(-1).args.code.length, 2001, "only run_javascript's code is exempt");
 });

@@ -63,22 +63,6 @@ pub enum RiskReason {
     },
 }
 
-impl RiskReason {
-    /// A sentence for the confirmation dialog.
-    pub fn describe(&self) -> String {
-        match self {
-            Self::DangerousWord { word } => format!("the target looks like a “{word}” action"),
-            Self::SensitivePage { host } => format!("this is a checkout or payment page on {host}"),
-            Self::PasswordField => "it types into a password field".into(),
-            Self::PaymentField => "it types into a payment card field".into(),
-            Self::RunsJavascript => "it runs JavaScript in the page".into(),
-            Self::OffSite { host } => format!("it leaves this site for {host}"),
-            Self::NewWindow => "it opens a new tab or window".into(),
-            Self::PostsForm { host } => format!("it submits a form to {host}"),
-        }
-    }
-}
-
 /// The risk of one action.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Assessment {

@@ -6,6 +6,7 @@
 //! `<|"|>` and the call's end `<tool_call|>`. Every state it can reach can still be completed, so a
 //! token that keeps it alive never leads the model into a dead end.
 
+use hearth_chat::syntax;
 use serde_json::{Map, Value};
 
 /// Frames of nesting a state holds: the call, its object, then values inside values.
@@ -162,15 +163,13 @@ impl CallGrammar {
         }
         let mut heads = Vec::new();
         for (i, tool) in tools.iter().enumerate() {
-            let ok = tool.name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-                && tool.name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-            if !ok {
+            if !syntax::is_tool_name(tool.name) {
                 return Err(GrammarError::BadName(tool.name.to_owned()));
             }
             if tools[..i].iter().any(|t| t.name == tool.name) {
                 return Err(GrammarError::Duplicate(tool.name.to_owned()));
             }
-            heads.push(format!("call:{}", tool.name).into_bytes());
+            heads.push(format!("{}{}", syntax::CALL_PREFIX, tool.name).into_bytes());
         }
         let fixed = |items: &[&[u8]]| {
             Choice::new(items).map_err(|problem| GrammarError::Schema { tool: String::new(), problem })
@@ -178,7 +177,11 @@ impl CallGrammar {
         let head_refs: Vec<&[u8]> = heads.iter().map(Vec::as_slice).collect();
         let markers: Vec<&[u8]> = FORBIDDEN_IN_STRINGS.iter().map(|s| s.as_bytes()).collect();
         let mut grammar = CallGrammar {
-            choices: vec![fixed(&head_refs)?, fixed(&[b"true".as_slice(), b"false".as_slice()])?, fixed(&markers)?],
+            choices: vec![
+                fixed(&head_refs)?,
+                fixed(&[syntax::TRUE.as_bytes(), syntax::FALSE.as_bytes()])?,
+                fixed(&markers)?,
+            ],
             schemas: Vec::new(),
             objects: Vec::new(),
             tools: Vec::new(),
@@ -223,7 +226,7 @@ impl CallGrammar {
         };
         let names: Vec<&String> = properties.keys().collect();
         for name in &names {
-            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')) {
+            if !syntax::is_key(name) {
                 return Err(format!("argument name `{name}` cannot be written as a bare key"));
             }
         }
@@ -766,6 +769,37 @@ pub(crate) mod tests {
             "call:nested{}",
         ] {
             assert!(accepts(&g, call), "{call}");
+        }
+    }
+
+    /// The calls the chat crate's writer writes (the template's syntax, which the agent's codec
+    /// reads back) are the calls the grammar lets the model write.
+    #[test]
+    fn accepts_what_the_syntax_writes() {
+        let g = grammar();
+        let calls = [
+            ("snapshot", json!({})),
+            ("click", json!({"index": 12})),
+            ("type", json!({"index": 3, "text": "say \"hi\" {x:1}, [y] \\ 中文", "submit": true})),
+            ("type", json!({"index": 0, "text": ""})),
+            ("press_key", json!({"key": "Escape", "index": 4})),
+            ("wait_for", json!({"timeout_seconds": 2.5, "text": "Done"})),
+            ("wait_for", json!({"timeout_seconds": 30.0})),
+            ("ask_user", json!({"question": "Which?", "options": ["a", "b"]})),
+            ("nested", json!({"o": {"a": -3, "b": [1.5, 2, -0.125]}})),
+        ];
+        for (name, arguments) in calls {
+            let body = syntax::call_body(name, arguments.as_object().expect("an object"));
+            let mut state = CallState::start();
+            for (i, piece) in body.split(syntax::STRING_DELIMITER).enumerate() {
+                if i > 0 {
+                    assert!(state.feed(&g, Symbol::Delim), "{body}: the delimiter before piece {i}");
+                }
+                for b in piece.bytes() {
+                    assert!(state.feed(&g, Symbol::Byte(b)), "{body}: refused at {piece:?}");
+                }
+            }
+            assert!(state.feed(&g, Symbol::End) && state.finished(), "{body}: not complete");
         }
     }
 

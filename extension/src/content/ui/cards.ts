@@ -2,7 +2,7 @@
 // question cards, errors and notices. Model and page text go through the Markdown renderer (DOM
 // calls only) or textContent.
 
-import type { Decision, RiskLevel, RiskReason } from "../../generated/protocol";
+import type { Decision, RiskLevel, RiskReason, TaskRefusal } from "../../generated/protocol";
 import { button, clip, el, uid } from "../../shared/ui/builders";
 import { formatNumber, t } from "../../shared/ui/i18n";
 import { renderMarkdown } from "./markdown";
@@ -56,6 +56,8 @@ function build(entry: Entry, actions: CardActions): HTMLElement {
       return fenceCard(entry, actions);
     case "error":
       return el("div", { class: "card error-card", role: "alert" }, el("p", { class: "error" }, entry.message));
+    case "refused":
+      return el("div", { class: "card error-card", role: "alert" }, el("p", { class: "error" }, refusalText(entry.refusal)));
     case "notice":
       return el("p", { class: "notice" }, noticeText(entry.notice));
   }
@@ -140,8 +142,7 @@ function confirmCard(entry: Extract<Entry, { kind: "confirm" }>, actions: CardAc
     },
     description
       ? el("h3", { id: titleId, class: "target-description" }, el("code", { class: "tool-name" }, entry.name), " ", description)
-      : el("h3", { id: titleId }, entry.message),
-    description ? el("p", { class: "message" }, entry.message) : null,
+      : el("h3", { id: titleId }, t("confirmTitle", entry.name)),
     el("p", { class: "risk" }, el("span", { class: `badge risk-${entry.risk}` }, riskLabel(entry.risk))),
     destination ? el("p", { class: "target-destination" }, el("span", { class: "sign", "aria-hidden": "true" }, "→ "), destination) : null,
     typed !== null
@@ -216,6 +217,25 @@ export function riskLabel(risk: RiskLevel): string {
       return t("riskHigh");
     case "critical":
       return t("riskCritical");
+  }
+}
+
+function refusalText(refusal: TaskRefusal): string {
+  switch (refusal.kind) {
+    case "no_model":
+      return t("refusedNoModel");
+    case "model_gone":
+      return t("refusedModelGone");
+    case "no_task":
+      return t("refusedNoTask");
+    case "not_waiting":
+      return t("refusedNotWaiting");
+    case "engine_not_running":
+      return t("refusedEngineNotRunning", refusal.detail);
+    case "engine_crashed":
+      return t("refusedEngineCrashed", refusal.detail);
+    case "engine_failed":
+      return t("refusedEngineFailed", refusal.detail);
   }
 }
 

@@ -1,7 +1,7 @@
 // What the overlay shows, as data: the entries of the conversation and the task's state. Pure
 // (no DOM, no chrome.*) so it can be persisted per tab and rebuilt after a reload.
 
-import type { AgentEvent, Decision, Outcome, PauseReason, RiskLevel, RiskReason, TaskUpdate } from "../../generated/protocol";
+import type { AgentEvent, Decision, Outcome, PauseReason, RiskLevel, RiskReason, TaskRefusal, TaskUpdate } from "../../generated/protocol";
 
 export type TaskState = "idle" | "running" | "confirm" | "ask" | "done" | "failed" | "stopped" | "paused";
 
@@ -28,7 +28,6 @@ export type Entry = { id: number } & (
       args: Record<string, unknown>;
       risk: RiskLevel;
       reasons: RiskReason[];
-      message: string;
       /** What the call acts on (absent in entries stored before the engine sent it). */
       target?: ConfirmTarget;
       decision?: Decision;
@@ -39,6 +38,8 @@ export type Entry = { id: number } & (
   /** The task's deliverable (`done`). */
   | { kind: "result"; text: string; success: boolean }
   | { kind: "error"; message: string; recoverable: boolean }
+  /** The engine's side refused a message (shown in the browser's language). */
+  | { kind: "refused"; refusal: TaskRefusal }
   | { kind: "notice"; notice: Notice }
 );
 
@@ -212,6 +213,17 @@ export function applyUpdate(t: Transcript, update: TaskUpdate, now = Date.now())
       return applyEvent(t, update.event, now);
     case "ended":
       return applyOutcome(t, update.outcome);
+    case "refused": {
+      // A stale decision leaves the task as it is (it may wait at another card).
+      if (update.refusal.kind !== "not_waiting") {
+        t.canContinue = false;
+        t.task = "failed";
+      }
+      const previous = last(t);
+      // One card for the same refusal repeated (a second click on a card that no longer waits).
+      if (previous?.kind === "refused" && JSON.stringify(previous.refusal) === JSON.stringify(update.refusal)) return [];
+      return [add(t, { kind: "refused", refusal: update.refusal }).id];
+    }
     case "history":
       // The worker keeps it; tabs are never sent one.
       return [];
@@ -260,7 +272,6 @@ function applyEvent(t: Transcript, event: AgentEvent, now: number): Touched {
           args: clipArgs(event.arguments, event.name === "run_javascript" ? "code" : undefined),
           risk: event.risk,
           reasons: event.reasons,
-          message: event.message,
           ...confirmTarget((event as { target?: unknown }).target),
         }).id,
       ];
@@ -333,7 +344,7 @@ function applyOutcome(t: Transcript, outcome: Outcome): Touched {
       break;
     case "failed": {
       const previous = last(t);
-      // The loop reported its error as an event already; a refused action (no task in this tab) did not.
+      // The loop reported its error as an event already.
       if (previous?.kind !== "error" || previous.message !== outcome.message) {
         t.canContinue = false;
         touched.push(add(t, { kind: "error", message: outcome.message, recoverable: false }).id);
