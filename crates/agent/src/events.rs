@@ -44,7 +44,7 @@ pub enum AgentEvent {
     /// The task is finished; `result` is the full deliverable.
     Done { result: String, success: bool },
     /// Something went wrong; `recoverable` tasks can be continued.
-    Error { message: String, recoverable: bool },
+    Error { error: TaskError, recoverable: bool },
     /// After each generation.
     Usage {
         prompt_tokens: usize,
@@ -60,6 +60,24 @@ pub enum AgentEvent {
     Compacted { before_tokens: usize, after_tokens: usize },
     /// The user stopped the task.
     Stopped,
+}
+
+/// Why a task stopped on an error. Each kind has its text in the extension's locales (the
+/// overlay words it in the browser's language, the command line in English from the same file).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TaskError {
+    /// The conversation needs more tokens than the context budget allows; the user's own
+    /// messages are never shortened.
+    ContextFull { tokens: usize, max: usize, window: usize },
+    /// The chat template could not render the conversation.
+    Prompt { detail: String },
+    /// The model failed while generating.
+    Model { detail: String },
+    /// The model wrote nothing.
+    EmptyAnswer,
+    /// The model made an invalid tool call twice in a row.
+    InvalidCallTwice { problem: String },
 }
 
 /// Why a task paused.

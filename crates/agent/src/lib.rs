@@ -37,7 +37,7 @@ pub use backend::{
     ToolExecutor, ToolInvocation, ToolOutput,
 };
 pub use context::{ApproxTokenCounter, ContextBudget, Entry, EntryKind, TokenCounter};
-pub use events::{AgentEvent, PauseReason};
+pub use events::{AgentEvent, PauseReason, TaskError};
 pub use page::{ElementInfo, FormInfo, PageInfo, Snapshot};
 pub use parser::{ParsedCall, ParsedOutput, StreamParser, parse_output, parse_to_json};
 pub use policy::{ActionTarget, Assessment, Decision, RiskReason};

@@ -26,7 +26,7 @@ use crate::context::{
     ContextBudget, Entry, EntryKind, TokenCounter, drop_oldest_step, full_page_results, prefill_tokens,
     prune_old_results, prune_page_results, truncate_head_tail,
 };
-use crate::events::{AgentEvent, PauseReason};
+use crate::events::{AgentEvent, PauseReason, TaskError};
 use crate::page::{GEMMA_MARKUP, Neutralizer, PageInfo, Snapshot};
 use crate::parser::{ParseEvent, ParsedOutput, ParserOptions, StreamParser};
 use crate::policy::grants::GrantScope;
@@ -88,7 +88,7 @@ pub enum Outcome {
     Stopped,
     /// A visible error; [`Agent::continue_task`] retries from the same state.
     Failed {
-        message: String,
+        error: TaskError,
     },
     /// Nothing to do: no task, or the task is finished.
     Idle,
@@ -114,6 +114,15 @@ pub enum ContextError {
     Overflow { tokens: usize, max: usize, window: usize },
     #[error(transparent)]
     Template(#[from] ChatError),
+}
+
+impl From<ContextError> for TaskError {
+    fn from(error: ContextError) -> Self {
+        match error {
+            ContextError::Overflow { tokens, max, window } => TaskError::ContextFull { tokens, max, window },
+            ContextError::Template(e) => TaskError::Prompt { detail: e.to_string() },
+        }
+    }
 }
 
 /// Stop and steer a running agent from elsewhere (the UI). Cheap to clone.
@@ -412,7 +421,7 @@ impl Agent {
             }
             let (prompt, stats) = match self.build_prompt(on_event) {
                 Ok(p) => p,
-                Err(e) => return self.fail(e.to_string(), on_event),
+                Err(e) => return self.fail(e.into(), on_event),
             };
             self.iterations += 1;
             match self.generate(model, prompt, stats, &cancel, on_event).await {
@@ -422,14 +431,14 @@ impl Agent {
                     }
                 }
                 Err(GenError::Stopped) => return self.stopped(on_event),
-                Err(GenError::Failed(m)) => return self.fail(m, on_event),
+                Err(GenError::Failed(detail)) => return self.fail(TaskError::Model { detail }, on_event),
             }
         }
     }
 
-    fn fail(&mut self, message: String, on_event: &mut dyn FnMut(AgentEvent)) -> Outcome {
-        on_event(AgentEvent::Error { message: message.clone(), recoverable: true });
-        Outcome::Failed { message }
+    fn fail(&mut self, error: TaskError, on_event: &mut dyn FnMut(AgentEvent)) -> Outcome {
+        on_event(AgentEvent::Error { error: error.clone(), recoverable: true });
+        Outcome::Failed { error }
     }
 
     fn stopped(&mut self, on_event: &mut dyn FnMut(AgentEvent)) -> Outcome {
@@ -565,7 +574,7 @@ impl Agent {
     fn absorb(&mut self, output: ParsedOutput, on_event: &mut dyn FnMut(AgentEvent)) -> Option<Outcome> {
         if output.calls.is_empty() && output.malformed.is_empty() {
             if output.content.is_empty() {
-                return Some(self.fail("The model returned an empty answer. Continue to try again.".into(), on_event));
+                return Some(self.fail(TaskError::EmptyAnswer, on_event));
             }
             // A direct answer: the deliverable is the text itself.
             let mut msg = Message::assistant(output.content.clone());
@@ -596,7 +605,7 @@ impl Agent {
             if self.bad_turns >= 1 {
                 // One self-correction was allowed; drop this output so a retry starts clean.
                 self.bad_turns = 0;
-                return Some(self.fail(format!("The model made an invalid tool call twice. {problem}"), on_event));
+                return Some(self.fail(TaskError::InvalidCallTwice { problem }, on_event));
             }
             self.bad_turns += 1;
         } else {

@@ -115,8 +115,8 @@ pub fn run(args: AgentArgs) -> Result<(), String> {
                 break;
             }
             Outcome::Stopped => break,
-            Outcome::Failed { message } => {
-                println!("failed: {message}");
+            Outcome::Failed { error } => {
+                println!("failed: {}", hearth_protocol::english::task_error(&error));
                 break;
             }
         }
@@ -174,7 +174,7 @@ impl Printer {
             AgentEvent::Done { result, success } => {
                 println!("{}: {result}", if success { "done" } else { "done, without success" });
             }
-            AgentEvent::Error { message, .. } => println!("  error: {message}"),
+            AgentEvent::Error { error, .. } => println!("  error: {}", hearth_protocol::english::task_error(&error)),
             AgentEvent::Paused { .. } | AgentEvent::Stopped => {}
             AgentEvent::Compacted { before_tokens, after_tokens } => {
                 println!("  history shortened: {before_tokens} → {after_tokens} tokens");

@@ -122,7 +122,7 @@ fn the_real_model_drives_the_loop_and_it_stays_well_formed() {
     // Random weights write anything; the run ends in a state the overlay can show.
     match &outcome {
         Outcome::Done { result, .. } => assert!(!result.is_empty()),
-        Outcome::Failed { message } => assert!(!message.is_empty()),
+        Outcome::Failed { .. } => {}
         Outcome::Paused { .. } | Outcome::NeedsConfirmation { .. } | Outcome::NeedsAnswer { .. } => {}
         other => panic!("unexpected outcome {other:?}"),
     }

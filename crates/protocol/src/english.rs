@@ -34,6 +34,21 @@ pub fn text(key: &str, args: &[String]) -> String {
     message.replace("$$", "$")
 }
 
+/// A task's error in English, from the same keys the overlay words it with
+/// (`extension/src/content/ui/cards.ts` `taskErrorText`).
+pub fn task_error(error: &hearth_agent::TaskError) -> String {
+    use hearth_agent::TaskError;
+    match error {
+        TaskError::ContextFull { tokens, max, window } => {
+            text("taskErrorContextFull", &[tokens.to_string(), max.to_string(), window.to_string()])
+        }
+        TaskError::Prompt { detail } => text("taskErrorPrompt", std::slice::from_ref(detail)),
+        TaskError::Model { detail } => text("taskErrorModel", std::slice::from_ref(detail)),
+        TaskError::EmptyAnswer => text("taskErrorEmptyAnswer", &[]),
+        TaskError::InvalidCallTwice { problem } => text("taskErrorInvalidCallTwice", std::slice::from_ref(problem)),
+    }
+}
+
 /// `text` with every occurrence of the ASCII `pattern`, in any case, replaced by `with`.
 fn replace_ignoring_case(text: &str, pattern: &str, with: &str) -> String {
     // ASCII lower-casing keeps every byte offset, so the matches index `text` too.
@@ -60,5 +75,25 @@ mod tests {
         assert!(text(concat!("failureNoAdapter", "Fix"), &[]).contains("Chromium 124"));
         assert_eq!(text("noSuchKey", &[]), "noSuchKey");
         assert_eq!(replace_ignoring_case("a $Gpu$ b $GPU$", "$gpu$", "x"), "a x b x");
+    }
+
+    #[test]
+    fn every_task_error_has_its_text() {
+        use hearth_agent::TaskError;
+        let errors = [
+            TaskError::ContextFull { tokens: 9000, max: 8000, window: 8192 },
+            TaskError::Prompt { detail: "bad input".into() },
+            TaskError::Model { detail: "device lost".into() },
+            TaskError::EmptyAnswer,
+            TaskError::InvalidCallTwice { problem: "unknown tool `fly`".into() },
+        ];
+        for error in &errors {
+            let english = task_error(error);
+            assert!(!english.starts_with("taskError") && !english.contains('$'), "{error:?}: {english}");
+        }
+        assert_eq!(
+            task_error(&errors[0]),
+            "The conversation needs 9000 tokens but the context budget allows 8000. Your own messages are never shortened: shorten them or start a new conversation (this model and GPU hold 8192 tokens)."
+        );
     }
 }

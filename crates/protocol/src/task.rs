@@ -7,7 +7,7 @@ use ts_rs::TS;
 
 pub use hearth_agent::{
     ActionTarget, AgentEvent, Decision, ElementInfo, FormInfo, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason,
-    Snapshot, ToolOutput,
+    Snapshot, TaskError, ToolOutput,
 };
 
 /// The user's settings a task runs with.

@@ -11,8 +11,8 @@ use crate::{
     EngineToWorker, FAILURE_KEYS, FailureKind, FailureText, FormInfo, GenerateRequest, GenerationEvent,
     GenerationStats, GgufInspection, GgufSummary, KnownUpload, ManifestFile, ModelFormat, ModelInfo, ModelManifest,
     ModelMemory, ModelOffer, ModelProgress, OptionsToWorker, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason,
-    SelfTestReport, Snapshot, TabToWorker, TaskAction, TaskRefusal, TaskSettings, TaskUpdate, ToolOutput, ToolReply,
-    ToolRequest, WorkerToEngine, WorkerToTab,
+    SelfTestReport, Snapshot, TabToWorker, TaskAction, TaskError, TaskRefusal, TaskSettings, TaskUpdate, ToolOutput,
+    ToolReply, ToolRequest, WorkerToEngine, WorkerToTab,
 };
 
 /// Path of the generated file, relative to the repository root.
@@ -55,6 +55,7 @@ pub fn typescript_module() -> String {
         AgentEvent::decl(&cfg),
         Outcome::decl(&cfg),
         PauseReason::decl(&cfg),
+        TaskError::decl(&cfg),
         Decision::decl(&cfg),
         RiskLevel::decl(&cfg),
         RiskReason::decl(&cfg),

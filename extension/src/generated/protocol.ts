@@ -345,16 +345,18 @@ target: ActionTarget | null, } | { "type": "tool_result", call_id: string, name:
  * What it acts on, in the user's words: the card names it, shows where it leads and
  * what will be typed, and the overlay outlines the element on the page.
  */
-target: ActionTarget | null, } | { "type": "ask_user", call_id: string, question: string, options: Array<string>, } | { "type": "done", result: string, success: boolean, } | { "type": "error", message: string, recoverable: boolean, } | { "type": "usage", prompt_tokens: number, 
+target: ActionTarget | null, } | { "type": "ask_user", call_id: string, question: string, options: Array<string>, } | { "type": "done", result: string, success: boolean, } | { "type": "error", error: TaskError, recoverable: boolean, } | { "type": "usage", prompt_tokens: number, 
 /**
  * Prompt tokens the model computed (the engine's count; without one, those after the
  * common prefix with the previous prompt).
  */
 prefill_tokens: number, completion_tokens: number, tokens_per_second: number | null, } | { "type": "paused", reason: PauseReason, } | { "type": "compacted", before_tokens: number, after_tokens: number, } | { "type": "stopped" };
 
-export type Outcome = { "kind": "done", result: string, success: boolean, } | { "kind": "needs_confirmation", call_id: string, } | { "kind": "needs_answer", call_id: string, } | { "kind": "paused", reason: PauseReason, } | { "kind": "stopped" } | { "kind": "failed", message: string, } | { "kind": "idle" };
+export type Outcome = { "kind": "done", result: string, success: boolean, } | { "kind": "needs_confirmation", call_id: string, } | { "kind": "needs_answer", call_id: string, } | { "kind": "paused", reason: PauseReason, } | { "kind": "stopped" } | { "kind": "failed", error: TaskError, } | { "kind": "idle" };
 
 export type PauseReason = { "kind": "max_iterations", limit: number, } | { "kind": "repetition", name: string, times: number, };
+
+export type TaskError = { "kind": "context_full", tokens: number, max: number, window: number, } | { "kind": "prompt", detail: string, } | { "kind": "model", detail: string, } | { "kind": "empty_answer" } | { "kind": "invalid_call_twice", problem: string, };
 
 export type Decision = "deny" | "allow_once" | "allow_for_task";
 

@@ -292,9 +292,10 @@ describe("the overlay", () => {
     assert.match(await overlayText(page, ".transcript"), /Paused after 25 steps/);
     await screenshot(page, "overlay-paused");
     await clickInOverlay(page, "button.continue");
-    await toTab(chrome, tabId, event({ type: "error", message: "The model returned an empty answer. Continue to try again.", recoverable: true }));
-    await toTab(chrome, tabId, ended({ kind: "failed", message: "The model returned an empty answer. Continue to try again." }));
+    await toTab(chrome, tabId, event({ type: "error", error: { kind: "empty_answer" }, recoverable: true }));
+    await toTab(chrome, tabId, ended({ kind: "failed", error: { kind: "empty_answer" } }));
     await waitForData(page, "task", "failed");
+    assert.equal(await overlayText(page, ".card.error-card .error"), "The model returned an empty answer. Continue to try again.", "worded from the locale, shown once");
     assert.equal(await overlayEval(page, "button.continue", "function () { return this.hidden; }"), false);
     await screenshot(page, "overlay-failed");
     assert.equal(await waitForData(page, "cards", "2"), "2", "done/ask_user are not tool cards");

@@ -131,8 +131,8 @@ test("transcript: ask_user, pause, continue, failures", () => {
   tr.continued(t);
   assert.equal(t.task, "running");
 
-  tr.applyUpdate(t, ev({ type: "error", message: "The model returned an empty answer.", recoverable: true }));
-  tr.applyUpdate(t, ended({ kind: "failed", message: "The model returned an empty answer." }));
+  tr.applyUpdate(t, ev({ type: "error", error: { kind: "empty_answer" }, recoverable: true }));
+  tr.applyUpdate(t, ended({ kind: "failed", error: { kind: "empty_answer" } }));
   assert.equal(t.task, "failed");
   assert.equal(t.canContinue, true);
   assert.equal(t.entries.filter((e) => e.kind === "error").length, 1);

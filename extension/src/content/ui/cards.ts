@@ -2,7 +2,7 @@
 // question cards, errors and notices. Model and page text go through the Markdown renderer (DOM
 // calls only) or textContent.
 
-import type { Decision, RiskLevel, RiskReason, TaskRefusal } from "../../generated/protocol";
+import type { Decision, RiskLevel, RiskReason, TaskError, TaskRefusal } from "../../generated/protocol";
 import { button, clip, el, uid } from "../../shared/ui/builders";
 import { formatNumber, t } from "../../shared/ui/i18n";
 import { renderMarkdown } from "./markdown";
@@ -55,6 +55,8 @@ function build(entry: Entry, actions: CardActions): HTMLElement {
     case "fence":
       return fenceCard(entry, actions);
     case "error":
+      return el("div", { class: "card error-card", role: "alert" }, el("p", { class: "error" }, taskErrorText(entry.error)));
+    case "local_error":
       return el("div", { class: "card error-card", role: "alert" }, el("p", { class: "error" }, entry.message));
     case "refused":
       return el("div", { class: "card error-card", role: "alert" }, el("p", { class: "error" }, refusalText(entry.refusal)));
@@ -217,6 +219,22 @@ export function riskLabel(risk: RiskLevel): string {
       return t("riskHigh");
     case "critical":
       return t("riskCritical");
+  }
+}
+
+/** A task's error, from the same keys as the command line's English (`hearth_protocol::english`). */
+function taskErrorText(error: TaskError): string {
+  switch (error.kind) {
+    case "context_full":
+      return t("taskErrorContextFull", String(error.tokens), String(error.max), String(error.window));
+    case "prompt":
+      return t("taskErrorPrompt", error.detail);
+    case "model":
+      return t("taskErrorModel", error.detail);
+    case "empty_answer":
+      return t("taskErrorEmptyAnswer");
+    case "invalid_call_twice":
+      return t("taskErrorInvalidCallTwice", error.problem);
   }
 }
 

@@ -1,7 +1,7 @@
 // What the overlay shows, as data: the entries of the conversation and the task's state. Pure
 // (no DOM, no chrome.*) so it can be persisted per tab and rebuilt after a reload.
 
-import type { AgentEvent, Decision, Outcome, PauseReason, RiskLevel, RiskReason, TaskRefusal, TaskUpdate } from "../../generated/protocol";
+import type { AgentEvent, Decision, Outcome, PauseReason, RiskLevel, RiskReason, TaskError, TaskRefusal, TaskUpdate } from "../../generated/protocol";
 
 export type TaskState = "idle" | "running" | "confirm" | "ask" | "done" | "failed" | "stopped" | "paused";
 
@@ -37,7 +37,10 @@ export type Entry = { id: number } & (
   | { kind: "fence"; url: string; host: string; method: string; allowed?: boolean }
   /** The task's deliverable (`done`). */
   | { kind: "result"; text: string; success: boolean }
-  | { kind: "error"; message: string; recoverable: boolean }
+  /** The task's error (worded from the locales when shown). */
+  | { kind: "error"; error: TaskError; recoverable: boolean }
+  /** An error of the overlay itself, already in the browser's language. */
+  | { kind: "local_error"; message: string }
   /** The engine's side refused a message (shown in the browser's language). */
   | { kind: "refused"; refusal: TaskRefusal }
   | { kind: "notice"; notice: Notice }
@@ -197,7 +200,7 @@ export function pendingAsk(t: Transcript): Extract<Entry, { kind: "ask" }> | und
 
 /** An error of the overlay itself (the extension was reloaded under the page…). */
 export function localError(t: Transcript, message: string): Touched {
-  return [add(t, { kind: "error", message, recoverable: false }).id];
+  return [add(t, { kind: "local_error", message }).id];
 }
 
 export function continued(t: Transcript): Touched {
@@ -293,7 +296,7 @@ function applyEvent(t: Transcript, event: AgentEvent, now: number): Touched {
     }
     case "error":
       t.canContinue = event.recoverable;
-      return [add(t, { kind: "error", message: event.message, recoverable: event.recoverable }).id];
+      return [add(t, { kind: "error", error: event.error, recoverable: event.recoverable }).id];
     case "usage":
       t.usage = {
         promptTokens: event.prompt_tokens,
@@ -345,9 +348,9 @@ function applyOutcome(t: Transcript, outcome: Outcome): Touched {
     case "failed": {
       const previous = last(t);
       // The loop reported its error as an event already.
-      if (previous?.kind !== "error" || previous.message !== outcome.message) {
+      if (previous?.kind !== "error" || JSON.stringify(previous.error) !== JSON.stringify(outcome.error)) {
         t.canContinue = false;
-        touched.push(add(t, { kind: "error", message: outcome.message, recoverable: false }).id);
+        touched.push(add(t, { kind: "error", error: outcome.error, recoverable: false }).id);
       }
       t.task = "failed";
       break;
