@@ -77,6 +77,9 @@ pub struct GenerationRequest {
     pub stop_after: Vec<String>,
     /// Set when the user stops; a backend should stop decoding promptly.
     pub cancel: CancelToken,
+    /// The tools the prompt offers, by name (`None`: every built-in tool): a backend that
+    /// constrains calls holds them to these.
+    pub tools: Option<Vec<String>>,
 }
 
 impl GenerationRequest {
@@ -164,6 +167,12 @@ pub struct ToolOutput {
     pub page: Option<PageInfo>,
     /// The text comes from the page (untrusted): it is fenced and labelled for the model.
     pub from_page: bool,
+    /// Whether the action changed anything on the page (the DOM, the URL, the focus, the
+    /// element's value or checked state); `None` where the executor does not watch. An action
+    /// that changed nothing counts as a failure for the breaker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub changed: Option<bool>,
 }
 
 impl ToolOutput {
@@ -174,11 +183,11 @@ impl ToolOutput {
 
     /// Content read from the page (read_page, run_javascript results…).
     pub fn page_text(page: PageInfo, text: impl Into<String>) -> Self {
-        Self { text: text.into(), page: Some(page), from_page: true, snapshot: None }
+        Self { text: text.into(), page: Some(page), from_page: true, ..Self::default() }
     }
 
     pub fn snapshot(snapshot: Snapshot) -> Self {
-        Self { text: String::new(), page: Some(snapshot.page.clone()), snapshot: Some(snapshot), from_page: true }
+        Self { page: Some(snapshot.page.clone()), snapshot: Some(snapshot), from_page: true, ..Self::default() }
     }
 }
 

@@ -88,4 +88,8 @@ pub enum PauseReason {
     MaxIterations { limit: usize },
     /// The same action was about to run again and again.
     Repetition { name: String, times: usize },
+    /// The same action on the same target failed (or changed nothing) this many times in a row.
+    SameFailure { name: String, target: String, times: usize },
+    /// This many actions in a row failed.
+    Failures { times: usize },
 }

@@ -15,6 +15,7 @@
 
 pub mod arguments;
 pub mod backend;
+pub mod breaker;
 pub mod context;
 pub mod events;
 pub mod gemma_value;
@@ -44,4 +45,4 @@ pub use policy::{ActionTarget, Assessment, Decision, RiskReason};
 pub use task_loop::{
     Agent, AgentConfig, AgentControl, ContextError, Outcome, PromptStats, STEP_ENDS_AFTER, SessionError,
 };
-pub use tools::{RiskLevel, ToolDefinition, builtin_tools, validate_arguments};
+pub use tools::{RiskLevel, ToolDefinition, ToolMode, builtin_tools, default_tool_modes, validate_arguments};

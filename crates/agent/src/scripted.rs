@@ -287,6 +287,7 @@ mod tests {
                 max_new_tokens: 16,
                 stop_after: Vec::new(),
                 cancel: crate::CancelToken::new(),
+                tools: None,
             };
             let chunks = futures::executor::block_on(model.reply(request).collect::<Vec<_>>());
             chunks

@@ -6,7 +6,7 @@
 //! [`Agent::continue_task`]) and calls `run` again. Stop and steering messages arrive at any
 //! time through an [`AgentControl`].
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::pin::pin;
 use std::sync::{Arc, Mutex};
 
@@ -22,6 +22,7 @@ use crate::arguments::{self, AskUserArgs, DoneArgs, RunJavascriptArgs};
 use crate::backend::{
     CancelToken, Clock, GenerationRequest, ModelBackend, ModelChunk, ToolExecutor, ToolInvocation, ToolOutput,
 };
+use crate::breaker::FailureBreaker;
 use crate::context::{
     ContextBudget, Entry, EntryKind, TokenCounter, drop_oldest_step, full_page_results, prefill_tokens,
     prune_old_results, prune_page_results, truncate_head_tail,
@@ -34,7 +35,9 @@ use crate::policy::{
     Assessment, Decision, Grants, RepetitionGuard, RiskReason, assess, describe_target, site_of_url, web_url,
 };
 use crate::prompt::default_system_prompt;
-use crate::tools::{ASK_USER, READ_PAGE, RiskLevel, ToolDefinition, validate_arguments};
+use crate::tools::{
+    ASK_USER, READ_PAGE, RiskLevel, ToolDefinition, ToolMode, always_offered, default_tool_modes, validate_arguments,
+};
 
 /// Settings of an agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,7 +51,24 @@ pub struct AgentConfig {
     /// The same action this many times within `repeat_window_ms` pauses the task.
     pub repeat_limit: usize,
     pub repeat_window_ms: u64,
+    /// Failures in a row of one action on one target that pause the task (an action that
+    /// changed nothing counts as failed).
+    pub same_failure_limit: usize,
+    /// Failed actions in a row that pause the task.
+    pub failure_limit: usize,
+    /// What the user lets each tool do (a tool not named is on).
+    pub tool_modes: BTreeMap<String, ToolMode>,
     pub system_prompt: String,
+}
+
+impl AgentConfig {
+    /// What the user lets `tool` do (the loop's own tools are always on).
+    pub fn mode(&self, tool: &str) -> ToolMode {
+        if always_offered(tool) {
+            return ToolMode::On;
+        }
+        self.tool_modes.get(tool).copied().unwrap_or_default()
+    }
 }
 
 impl Default for AgentConfig {
@@ -60,6 +80,9 @@ impl Default for AgentConfig {
             budget: ContextBudget::default(),
             repeat_limit: 3,
             repeat_window_ms: 60_000,
+            same_failure_limit: 3,
+            failure_limit: 5,
+            tool_modes: default_tool_modes(),
             system_prompt: default_system_prompt(),
         }
     }
@@ -114,6 +137,11 @@ pub enum ContextError {
     Overflow { tokens: usize, max: usize, window: usize },
     #[error(transparent)]
     Template(#[from] ChatError),
+}
+
+/// What an action acts on, for the breaker: the element as the card names it, else the arguments.
+fn action_target(call: &PendingCall) -> String {
+    call.target.as_ref().map_or_else(|| Value::Object(call.arguments.clone()).to_string(), |t| t.description.clone())
 }
 
 impl From<ContextError> for TaskError {
@@ -203,7 +231,6 @@ enum GenError {
 pub struct Agent {
     template: ChatTemplate,
     tools: Vec<ToolDefinition>,
-    chat_tools: Vec<Tool>,
     config: AgentConfig,
     counter: Box<dyn TokenCounter>,
     clock: Box<dyn Clock>,
@@ -212,6 +239,7 @@ pub struct Agent {
     pending: VecDeque<PendingCall>,
     grants: Grants,
     repetition: RepetitionGuard,
+    breaker: FailureBreaker,
     page: Option<PageInfo>,
     latest_snapshot: Option<Snapshot>,
     /// Defuses the tokenizer's control tokens in everything that comes from a page.
@@ -232,14 +260,13 @@ impl Agent {
         counter: Box<dyn TokenCounter>,
         clock: Box<dyn Clock>,
     ) -> Self {
-        let chat_tools = tools.iter().map(ToolDefinition::to_chat_tool).collect();
         let repetition = RepetitionGuard::new(config.repeat_limit, config.repeat_window_ms);
+        let breaker = FailureBreaker::new(config.same_failure_limit, config.failure_limit);
         let special = counter.special_tokens();
         let neutralizer = Neutralizer::new(special.iter().map(String::as_str).chain(GEMMA_MARKUP.iter().copied()));
         Self {
             template,
             tools,
-            chat_tools,
             config,
             counter,
             clock,
@@ -248,6 +275,7 @@ impl Agent {
             pending: VecDeque::new(),
             grants: Grants::default(),
             repetition,
+            breaker,
             page: None,
             latest_snapshot: None,
             neutralizer,
@@ -322,6 +350,7 @@ impl Agent {
         self.abandon_pending("Not run: the user started a new task.");
         self.grants.clear();
         self.repetition.reset();
+        self.breaker.reset();
         self.iterations = 0;
         self.bad_turns = 0;
         self.finished = false;
@@ -391,6 +420,12 @@ impl Agent {
         self.iterations = 0;
         self.bad_turns = 0;
         self.repetition.reset();
+        self.breaker.reset();
+    }
+
+    /// The tools the model is offered: every one the user has not switched off.
+    fn offered(&self) -> impl Iterator<Item = &ToolDefinition> {
+        self.tools.iter().filter(|t| self.config.mode(&t.name) != ToolMode::Off)
     }
 
     /// Runs until the task needs the user, ends, pauses or is stopped.
@@ -413,6 +448,10 @@ impl Agent {
             }
             for text in self.control.take_steering() {
                 self.entries.push(Entry { message: Message::user(text), kind: EntryKind::User });
+            }
+            if let Some(reason) = self.breaker.tripped() {
+                on_event(AgentEvent::Paused { reason: reason.clone() });
+                return Outcome::Paused { reason };
             }
             if self.iterations >= self.config.max_iterations {
                 let reason = PauseReason::MaxIterations { limit: self.config.max_iterations };
@@ -491,9 +530,10 @@ impl Agent {
         let mut messages = Vec::with_capacity(self.entries.len() + 1);
         messages.push(Message::system(self.config.system_prompt.clone()));
         messages.extend(self.entries.iter().map(|e| e.message.clone()));
+        let tools: Vec<Tool> = self.offered().map(ToolDefinition::to_chat_tool).collect();
         self.template.render(&RenderRequest {
             messages: &messages,
-            tools: &self.chat_tools,
+            tools: &tools,
             enable_thinking: self.config.enable_thinking,
             preserve_thinking: self.config.enable_thinking,
             add_generation_prompt: true,
@@ -519,6 +559,7 @@ impl Agent {
             max_new_tokens: self.config.max_new_tokens,
             stop_after: STEP_ENDS_AFTER.iter().map(|p| (*p).to_owned()).collect(),
             cancel: cancel.clone(),
+            tools: Some(self.offered().map(|t| t.name.clone()).collect()),
         };
         let mut closed = false;
         {
@@ -588,9 +629,13 @@ impl Agent {
         let mut calls = Vec::new();
         for c in output.calls {
             let mut arguments = c.arguments;
-            let invalid = validate_arguments(&self.tools, &c.name, &mut arguments)
-                .err()
-                .map(|e| format!("{e}. Correct the call and try again."));
+            let invalid = if self.config.mode(&c.name) == ToolMode::Off {
+                Some(format!("The user has switched `{}` off in Hearth's settings: do the task without it.", c.name))
+            } else {
+                validate_arguments(&self.tools, &c.name, &mut arguments)
+                    .err()
+                    .map(|e| format!("{e}. Correct the call and try again."))
+            };
             calls.push(self.pending_call(c.name, arguments, invalid));
         }
         for m in output.malformed {
@@ -681,7 +726,7 @@ impl Agent {
             let changes_state = self.tools.iter().any(|t| t.name == call.name && t.risk > RiskLevel::Low);
             if !call.repetition_checked && changes_state {
                 call.repetition_checked = true;
-                if self.repetition.record(&call.name, &call.arguments, self.clock.now_ms()) {
+                if self.repetition.would_repeat(&call.name, &call.arguments, self.clock.now_ms()) {
                     let reason =
                         PauseReason::Repetition { name: call.name.clone(), times: self.repetition.max_repeats };
                     on_event(AgentEvent::Paused { reason: reason.clone() });
@@ -697,7 +742,10 @@ impl Agent {
                 };
                 let index = typed.as_ref().and_then(arguments::ToolCall::element_index);
                 let target = index.and_then(|i| self.latest_snapshot.as_ref()?.element(i));
-                let assessment = assess(tool, &call.arguments, target, self.page.as_ref());
+                let mut assessment = assess(tool, &call.arguments, target, self.page.as_ref());
+                if self.config.mode(&call.name) == ToolMode::Ask && assessment.refusal.is_none() {
+                    assessment.reasons.push(RiskReason::UserAsksEveryTime);
+                }
                 if let Some(refusal) = assessment.refusal.clone() {
                     self.finish_call(Err(refusal), false, on_event);
                     continue;
@@ -748,6 +796,7 @@ impl Agent {
                 approved: call.approved.clone(),
                 cancel: cancel.clone(),
             };
+            let target = action_target(call);
             on_event(AgentEvent::ToolStart {
                 call_id: invocation.call_id.clone(),
                 name: invocation.name.clone(),
@@ -768,10 +817,16 @@ impl Agent {
                     return Some(self.stopped(on_event));
                 }
                 Some(Ok(output)) => {
+                    let changed_nothing = output.changed == Some(false);
+                    self.breaker.record(&invocation.name, &target, changed_nothing);
+                    if changes_state && !changed_nothing {
+                        self.repetition.record(&invocation.name, &invocation.arguments, self.clock.now_ms());
+                    }
                     let (text, page) = self.format_output(&invocation.name, output);
                     self.finish_call(Ok(text), page, on_event);
                 }
                 Some(Err(e)) => {
+                    self.breaker.record(&invocation.name, &target, true);
                     let message = self.fenced_failure(&e.0);
                     self.finish_call(Err(message), false, on_event);
                 }

@@ -427,6 +427,59 @@ fn repeated_action_pauses() {
     assert_eq!(tools.calls.len(), 4, "the user let it run");
 }
 
+/// The page answers every action, and nothing changes: a dead button.
+fn dead_page_tools() -> ScriptedTools {
+    ScriptedTools::new(|inv| match inv.name.as_str() {
+        "snapshot" => Ok(ToolOutput::snapshot(form_snapshot())),
+        "click" => Ok(ToolOutput { changed: Some(false), ..ToolOutput::text("Clicked. Nothing on the page changed.") }),
+        _ => Err(ToolError("The element is gone; take a new snapshot.".into())),
+    })
+}
+
+#[test]
+fn a_dead_button_trips_the_breaker_after_three_tries() {
+    let mut agent = agent();
+    agent.start_task("Create my account.", Some(page()));
+    let mut model = ScriptedModel::texts(
+        std::iter::once(call("snapshot", ""))
+            .chain(std::iter::repeat_n(call("click", "index:3"), 4))
+            .chain([call("done", &format!("result:{}", s("The button does nothing.")))]),
+    );
+    let mut tools = dead_page_tools();
+    let (outcome, events) = run(&mut agent, &mut model, &mut tools);
+    let Outcome::Paused { reason: PauseReason::SameFailure { name, target, times } } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!((name.as_str(), *times), ("click", 3));
+    assert!(target.contains("Create account"), "the card's description of the element: {target}");
+    assert_eq!(tools.calls.len(), 4, "a snapshot and three clicks, not the step limit");
+    assert!(events.iter().any(|e| matches!(e, AgentEvent::Paused { .. })));
+    // The user lets it go on: the count starts again.
+    agent.continue_task();
+    let (outcome, _) = run(&mut agent, &mut model, &mut tools);
+    assert!(matches!(outcome, Outcome::Done { .. }), "{outcome:?}");
+    assert_eq!(tools.calls.len(), 5);
+}
+
+#[test]
+fn five_failed_actions_in_a_row_pause() {
+    let mut agent = agent();
+    agent.start_task("Fill the form.", Some(page()));
+    let mut model = ScriptedModel::texts([
+        call("snapshot", ""),
+        call("type", &format!("index:1,text:{}", s("Ada"))),
+        call("type", &format!("index:2,text:{}", s("ada@example.test"))),
+        call("click", "index:3"),
+        call("type", &format!("index:1,text:{}", s("Ada L."))),
+        call("type", &format!("index:2,text:{}", s("ada@example.org"))),
+        call("done", &format!("result:{}", s("Nothing works."))),
+    ]);
+    let mut tools = dead_page_tools();
+    let (outcome, _) = run(&mut agent, &mut model, &mut tools);
+    assert_eq!(outcome, Outcome::Paused { reason: PauseReason::Failures { times: 5 } });
+    assert_eq!(tools.calls.len(), 6);
+}
+
 #[test]
 fn direct_answer_and_thinking() {
     let mut agent = agent_with(AgentConfig { enable_thinking: true, ..Default::default() });
@@ -635,7 +688,8 @@ fn a_restored_history_continues_the_conversation() {
 
 #[test]
 fn a_script_grant_covers_only_the_script_that_was_shown() {
-    let mut agent = agent();
+    // With run_javascript switched from "ask every time" (the default) to on.
+    let mut agent = agent_with(AgentConfig { tool_modes: Default::default(), ..Default::default() });
     agent.start_task("Tidy the page.", Some(page()));
     let mut model = ScriptedModel::texts([
         call("run_javascript", &format!("code:{}", s("document.title"))),
@@ -660,6 +714,49 @@ fn a_script_grant_covers_only_the_script_that_was_shown() {
     confirm(&mut agent, Decision::Deny).unwrap();
     assert!(matches!(run(&mut agent, &mut model, &mut tools).0, Outcome::Done { .. }));
     assert_eq!(tools.names(), ["run_javascript", "run_javascript"], "the second script never ran");
+}
+
+#[test]
+fn run_javascript_asks_every_time_by_default() {
+    let mut agent = agent();
+    agent.start_task("Tidy the page.", Some(page()));
+    let script = call("run_javascript", &format!("code:{}", s("document.title")));
+    let mut model = ScriptedModel::texts([script.clone(), script, call("done", &format!("result:{}", s("Done.")))]);
+    let mut tools = ScriptedTools::new(|_| Ok(ToolOutput::text("ok")));
+    let (outcome, events) = run(&mut agent, &mut model, &mut tools);
+    assert!(matches!(outcome, Outcome::NeedsConfirmation { .. }), "{outcome:?}");
+    assert!(events.iter().any(
+        |e| matches!(e, AgentEvent::ConfirmRequest { reasons, .. } if reasons.contains(&RiskReason::UserAsksEveryTime))
+    ));
+    confirm(&mut agent, Decision::AllowForTask).unwrap();
+    // "Allow for this task" does not cover a tool set to ask every time: the same script asks again.
+    assert!(matches!(run(&mut agent, &mut model, &mut tools).0, Outcome::NeedsConfirmation { .. }));
+    assert_eq!(tools.names(), ["run_javascript"]);
+    confirm(&mut agent, Decision::AllowOnce).unwrap();
+    assert!(matches!(run(&mut agent, &mut model, &mut tools).0, Outcome::Done { .. }));
+    assert_eq!(tools.names(), ["run_javascript", "run_javascript"]);
+}
+
+#[test]
+fn a_switched_off_tool_is_not_offered_and_refused_when_called_anyway() {
+    let modes = [("run_javascript".to_owned(), crate::tools::ToolMode::Off)].into_iter().collect();
+    let mut agent = agent_with(AgentConfig { tool_modes: modes, ..Default::default() });
+    agent.start_task("Tidy the page.", Some(page()));
+    let mut model = ScriptedModel::texts([
+        call("run_javascript", &format!("code:{}", s("document.title"))),
+        call("done", &format!("result:{}", s("Done without scripts."))),
+    ]);
+    let mut tools = ScriptedTools::new(|_| Ok(ToolOutput::text("ok")));
+    let (outcome, events) = run(&mut agent, &mut model, &mut tools);
+    assert!(matches!(outcome, Outcome::Done { .. }), "{outcome:?}");
+    assert!(!model.prompts[0].contains("run_javascript"), "not declared to the model");
+    assert!(model.prompts[0].contains("declaration:snapshot"), "the other tools are");
+    assert!(tools.names().is_empty(), "never executed");
+    let refused = events.iter().find_map(|e| match e {
+        AgentEvent::ToolResult { ok: false, output, .. } => Some(output.clone()),
+        _ => None,
+    });
+    assert!(refused.is_some_and(|o| o.contains("switched `run_javascript` off")));
 }
 
 #[test]
@@ -719,7 +816,8 @@ fn typed_quote_lines_are_the_users_own_words() {
 /// for the worker's checks (its origin, the fence).
 #[test]
 fn a_grant_never_outlives_a_cross_site_navigation() {
-    let mut agent = agent();
+    // With run_javascript on (not "ask every time"), so that a grant could cover it.
+    let mut agent = agent_with(AgentConfig { tool_modes: Default::default(), ..Default::default() });
     agent.start_task("Tidy the page.", Some(page()));
     let script = call("run_javascript", &format!("code:{}", s("document.title")));
     let mut model = ScriptedModel::texts([script.clone(), script, call("done", &format!("result:{}", s("Done.")))]);

@@ -1,6 +1,8 @@
 //! Tool definitions (what the model is told) and argument validation. The executors live in
 //! the extension, behind [`crate::ToolExecutor`].
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -21,6 +23,30 @@ pub enum RiskLevel {
     High,
     /// Arbitrary code in the page.
     Critical,
+}
+
+/// What the user lets a tool do (Hearth's settings, one per tool).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, TS)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolMode {
+    /// Offered to the model; the consent policy asks when the action is risky.
+    #[default]
+    On,
+    /// Offered, and every call asks the user first ("allow for this task" does not cover it).
+    Ask,
+    /// Not offered to the model (not in the prompt, not in the call grammar), and refused if
+    /// called anyway.
+    Off,
+}
+
+/// The modes settings start with: every tool on, `run_javascript` asks every time.
+pub fn default_tool_modes() -> BTreeMap<String, ToolMode> {
+    BTreeMap::from([(RUN_JAVASCRIPT.to_owned(), ToolMode::Ask)])
+}
+
+/// Tools the loop itself needs: always offered, whatever the settings say.
+pub fn always_offered(name: &str) -> bool {
+    name == ASK_USER || name == DONE
 }
 
 /// A tool offered to the model.

@@ -65,6 +65,7 @@ pub fn run(args: AgentArgs) -> Result<(), String> {
         enable_thinking: args.thinking,
         temperature: args.temperature,
         max_new_tokens: args.max_new_tokens,
+        ..TaskSettings::default()
     };
     let (mut backend, template, tokenizer, context_tokens) = match &args.script {
         Some(path) => {

@@ -30,7 +30,7 @@ pub fn generate_step(
         let result = async {
             let ids = model.tokenizer.encode(&request.prompt).map_err(|e| e.to_string())?;
             let mut sampler = Sampler::new(sampling);
-            let mut calls = call_constraint(&model.tokenizer);
+            let mut calls = call_constraint(&model.tokenizer, request.tools.as_deref());
             let options = GenerateOptions {
                 max_tokens: request.max_new_tokens,
                 stop_tokens: &model.stop_tokens,
@@ -60,7 +60,7 @@ pub fn generate_step(
             .await
             .map_err(|e| e.to_string());
             if let Some(calls) = calls {
-                keep_call_constraint(&model.tokenizer, calls);
+                keep_call_constraint(&model.tokenizer, request.tools.as_deref(), calls);
             }
             generation
         }
@@ -117,17 +117,18 @@ impl StopAfter {
     }
 }
 
-/// The grammar of calls to the agent's tools and a tokenizer's vocabulary trie.
-type CallTables = (Arc<CallGrammar>, Arc<VocabTrie>);
-
-/// The call constraint of the loaded tokenizer, kept between generations so that its masks
-/// (cached by grammar state: a string's first walk covers the whole vocabulary) are computed once
-/// per conversation, not once per agent step.
+/// The call constraint of the loaded tokenizer and the offered tools, kept between generations
+/// so that its masks (cached by grammar state: a string's first walk covers the whole
+/// vocabulary) are computed once per conversation, not once per agent step. The vocabulary trie
+/// outlives a change of the tools (the user switched one off).
 struct CallCache {
     /// The Weak keeps the old tokenizer's allocation, so a new one never shares its address.
     owner: Weak<Tokenizer>,
     /// `None`: a tokenizer without Gemma 4's call tokens.
-    tables: Option<CallTables>,
+    vocab: Option<Arc<VocabTrie>>,
+    /// The tools the grammar was built for (`None`: every built-in tool), and the grammar.
+    tools: Option<Vec<String>>,
+    grammar: Option<Arc<CallGrammar>>,
     /// The constraint between generations (taken while one runs).
     idle: Option<CallConstraint>,
 }
@@ -140,35 +141,48 @@ fn owns(cache: &CallCache, tokenizer: &Rc<Tokenizer>) -> bool {
     std::ptr::eq(cache.owner.as_ptr(), Rc::as_ptr(tokenizer))
 }
 
-/// What holds the calls of one generation to the tools the agent offers, if the model can write
-/// Gemma 4 calls. Built on the first generation with a tokenizer (the grammar and the vocabulary
-/// trie), then reused with its masks; give it back with [`keep_call_constraint`].
-pub fn call_constraint(tokenizer: &Rc<Tokenizer>) -> Option<CallConstraint> {
+/// What holds the calls of one generation to `tools` (the names the prompt offers; `None`: every
+/// built-in tool), if the model can write Gemma 4 calls. Built on the first generation with a
+/// tokenizer (the grammar and the vocabulary trie), then reused with its masks while the tools
+/// stay the same; give it back with [`keep_call_constraint`].
+pub fn call_constraint(tokenizer: &Rc<Tokenizer>, tools: Option<&[String]>) -> Option<CallConstraint> {
     CALLS.with(|cell| {
         let mut cell = cell.borrow_mut();
         if cell.as_ref().is_none_or(|cache| !owns(cache, tokenizer)) {
-            let tables = call_grammar(tokenizer).ok();
-            *cell = Some(CallCache { owner: Rc::downgrade(tokenizer), tables, idle: None });
+            let vocab = VocabTrie::from_tokenizer(tokenizer).ok().map(Arc::new);
+            *cell = Some(CallCache { owner: Rc::downgrade(tokenizer), vocab, tools: None, grammar: None, idle: None });
         }
         let cache = cell.as_mut()?;
-        let (grammar, vocab) = cache.tables.as_ref()?;
-        Some(cache.idle.take().unwrap_or_else(|| CallConstraint::new(grammar.clone(), vocab.clone())))
+        let vocab = cache.vocab.clone()?;
+        if cache.grammar.is_none() || cache.tools.as_deref() != tools {
+            cache.grammar = call_grammar(tools).ok().map(Arc::new);
+            cache.tools = tools.map(<[String]>::to_vec);
+            cache.idle = None;
+        }
+        let grammar = cache.grammar.clone()?;
+        Some(cache.idle.take().unwrap_or_else(|| CallConstraint::new(grammar, vocab)))
     })
 }
 
-/// Keeps `calls` (and the masks it computed) for the next generation with the same tokenizer.
-pub fn keep_call_constraint(tokenizer: &Rc<Tokenizer>, calls: CallConstraint) {
+/// Keeps `calls` (and the masks it computed) for the next generation with the same tokenizer
+/// and tools.
+pub fn keep_call_constraint(tokenizer: &Rc<Tokenizer>, tools: Option<&[String]>, calls: CallConstraint) {
     CALLS.with(|cell| {
-        if let Some(cache) = cell.borrow_mut().as_mut().filter(|cache| owns(cache, tokenizer)) {
+        if let Some(cache) =
+            cell.borrow_mut().as_mut().filter(|cache| owns(cache, tokenizer) && cache.tools.as_deref() == tools)
+        {
             cache.idle = Some(calls);
         }
     });
 }
 
-fn call_grammar(tokenizer: &Tokenizer) -> Result<CallTables, ConstrainError> {
-    // The list every conversation's agent is given (`new_conversation`).
-    let tools = builtin_tools();
-    let specs: Vec<ToolSpec> =
-        tools.iter().map(|t| ToolSpec { name: &t.name, parameters: Some(&t.parameters) }).collect();
-    Ok((Arc::new(CallGrammar::new(&specs)?), Arc::new(VocabTrie::from_tokenizer(tokenizer)?)))
+/// The grammar of calls to the built-in tools named in `tools` (all of them for `None`).
+fn call_grammar(tools: Option<&[String]>) -> Result<CallGrammar, ConstrainError> {
+    let all = builtin_tools();
+    let specs: Vec<ToolSpec> = all
+        .iter()
+        .filter(|t| tools.is_none_or(|names| names.contains(&t.name)))
+        .map(|t| ToolSpec { name: &t.name, parameters: Some(&t.parameters) })
+        .collect();
+    Ok(CallGrammar::new(&specs)?)
 }

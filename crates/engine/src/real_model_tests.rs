@@ -46,6 +46,7 @@ fn decode(model: &SharedModel, seed: u64, stop_after: &[&str]) -> (String, usize
         max_new_tokens: 64,
         stop_after: stop_after.iter().map(|p| (*p).to_owned()).collect(),
         cancel: hearth_agent::CancelToken::new(),
+        tools: None,
     };
     let chunks =
         pollster::block_on(generate_step(model.clone(), tab_conversation(1), sampling, request).collect::<Vec<_>>());
@@ -83,7 +84,13 @@ fn decoding_ends_after_the_token_that_closes_a_call() {
 #[test]
 fn the_real_model_drives_the_loop_and_it_stays_well_formed() {
     let handles = tiny_model();
-    let settings = TaskSettings { max_iterations: 3, enable_thinking: false, temperature: 0.0, max_new_tokens: 24 };
+    let settings = TaskSettings {
+        max_iterations: 3,
+        enable_thinking: false,
+        temperature: 0.0,
+        max_new_tokens: 24,
+        ..TaskSettings::default()
+    };
     let (template, tokenizer) = (&handles.template, handles.tokenizer.clone());
     let mut agent = new_agent(template, tokenizer, handles.context_tokens, &settings, Box::new(SystemClock));
     agent.start_task("Click the Go button.", Some(PageInfo { url: "http://127.0.0.1/".into(), title: "Test".into() }));

@@ -37,6 +37,7 @@ pub fn apply_settings(config: &mut AgentConfig, settings: &TaskSettings) {
     // The answer's room comes out of the context (never more than half of it).
     config.max_new_tokens = (settings.max_new_tokens.max(1) as usize).min(config.budget.window_tokens / 2);
     config.budget.reserve_output_tokens = config.max_new_tokens;
+    config.tool_modes = settings.tool_modes.clone();
 }
 
 /// The KV-cache conversation of a tab's tasks (chat replies have conversation 0).

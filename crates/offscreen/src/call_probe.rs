@@ -122,6 +122,7 @@ async fn constrained(
         max_new_tokens: max_tokens,
         stop_after: STEP_ENDS_AFTER.iter().map(|p| (*p).to_owned()).collect(),
         cancel: CancelToken::new(),
+        tools: None,
     };
     let mut chunks = generate_step(model.clone(), PROBE_CONVERSATION, sampling, request);
     let mut text = CALL_OPEN.to_owned();
@@ -134,9 +135,9 @@ async fn constrained(
     }
     let stats = stats.ok_or("the generation ended without its numbers")?;
     // The constraint burn_generate used, kept for the next generation: where it ended.
-    let in_call = call_constraint(&model.tokenizer).map(|calls| {
+    let in_call = call_constraint(&model.tokenizer, None).map(|calls| {
         let open = calls.in_call();
-        keep_call_constraint(&model.tokenizer, calls);
+        keep_call_constraint(&model.tokenizer, None, calls);
         open
     });
     if in_call.is_none() {

@@ -31,5 +31,6 @@ pub use model::{
 };
 pub use task::{
     ActionTarget, AgentEvent, Decision, ElementInfo, FormInfo, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason,
-    Snapshot, TaskAction, TaskError, TaskRefusal, TaskSettings, TaskUpdate, ToolOutput, ToolReply, ToolRequest,
+    Snapshot, TaskAction, TaskError, TaskRefusal, TaskSettings, TaskUpdate, ToolMode, ToolOutput, ToolReply,
+    ToolRequest,
 };

@@ -1,13 +1,15 @@
 //! Agent tasks: a conversation per tab, run by the offscreen document; tool calls travel
 //! offscreen → service worker → the task's tab and back.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use ts_rs::TS;
 
 pub use hearth_agent::{
     ActionTarget, AgentEvent, Decision, ElementInfo, FormInfo, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason,
-    Snapshot, TaskError, ToolOutput,
+    Snapshot, TaskError, ToolMode, ToolOutput, default_tool_modes,
 };
 
 /// The user's settings a task runs with.
@@ -21,11 +23,20 @@ pub struct TaskSettings {
     pub temperature: f32,
     /// Tokens per model call.
     pub max_new_tokens: u32,
+    /// What the user lets each tool do (a tool not named is on).
+    #[serde(default = "default_tool_modes")]
+    pub tool_modes: BTreeMap<String, ToolMode>,
 }
 
 impl Default for TaskSettings {
     fn default() -> Self {
-        Self { max_iterations: 25, enable_thinking: false, temperature: 0.0, max_new_tokens: 1024 }
+        Self {
+            max_iterations: 25,
+            enable_thinking: false,
+            temperature: 0.0,
+            max_new_tokens: 1024,
+            tool_modes: default_tool_modes(),
+        }
     }
 }
 

@@ -11,8 +11,8 @@ use crate::{
     EngineToWorker, FAILURE_KEYS, FailureKind, FailureText, FormInfo, GenerateRequest, GenerationEvent,
     GenerationStats, GgufInspection, GgufSummary, KnownUpload, ManifestFile, ModelFormat, ModelInfo, ModelManifest,
     ModelMemory, ModelOffer, ModelProgress, OptionsToWorker, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason,
-    SelfTestReport, Snapshot, TabToWorker, TaskAction, TaskError, TaskRefusal, TaskSettings, TaskUpdate, ToolOutput,
-    ToolReply, ToolRequest, WorkerToEngine, WorkerToTab,
+    SelfTestReport, Snapshot, TabToWorker, TaskAction, TaskError, TaskRefusal, TaskSettings, TaskUpdate, ToolMode,
+    ToolOutput, ToolReply, ToolRequest, WorkerToEngine, WorkerToTab,
 };
 
 /// Path of the generated file, relative to the repository root.
@@ -56,6 +56,7 @@ pub fn typescript_module() -> String {
         Outcome::decl(&cfg),
         PauseReason::decl(&cfg),
         TaskError::decl(&cfg),
+        ToolMode::decl(&cfg),
         Decision::decl(&cfg),
         RiskLevel::decl(&cfg),
         RiskReason::decl(&cfg),
@@ -152,6 +153,14 @@ pub fn typescript_module() -> String {
             strings(&items).join(", ")
         ));
     }
+    let modes: Vec<String> = hearth_agent::default_tool_modes()
+        .iter()
+        .map(|(tool, mode)| format!("{tool:?}: {}", serde_json::to_string(mode).unwrap_or_default()))
+        .collect();
+    out.push_str(&format!(
+        "/** What settings start with for each tool (crates/agent/src/tools.rs `default_tool_modes`; a tool not named is on). */\nexport const DEFAULT_TOOL_MODES: Readonly<Partial<Record<ToolName, ToolMode>>> = {{ {} }};\n\n",
+        modes.join(", ")
+    ));
     out.truncate(out.trim_end().len());
     out.push('\n');
     out

@@ -308,7 +308,11 @@ temperature: number,
 /**
  * Tokens per model call.
  */
-max_new_tokens: number, };
+max_new_tokens: number, 
+/**
+ * What the user lets each tool do (a tool not named is on).
+ */
+tool_modes: { [key in string]: ToolMode }, };
 
 export type TaskAction = { "action": "confirm", call_id: string, decision: Decision, } | { "action": "answer", text: string, } | { "action": "stop" } | { "action": "steer", text: string, } | { "action": "continue" } | { "action": "forget" };
 
@@ -354,15 +358,17 @@ prefill_tokens: number, completion_tokens: number, tokens_per_second: number | n
 
 export type Outcome = { "kind": "done", result: string, success: boolean, } | { "kind": "needs_confirmation", call_id: string, } | { "kind": "needs_answer", call_id: string, } | { "kind": "paused", reason: PauseReason, } | { "kind": "stopped" } | { "kind": "failed", error: TaskError, } | { "kind": "idle" };
 
-export type PauseReason = { "kind": "max_iterations", limit: number, } | { "kind": "repetition", name: string, times: number, };
+export type PauseReason = { "kind": "max_iterations", limit: number, } | { "kind": "repetition", name: string, times: number, } | { "kind": "same_failure", name: string, target: string, times: number, } | { "kind": "failures", times: number, };
 
 export type TaskError = { "kind": "context_full", tokens: number, max: number, window: number, } | { "kind": "prompt", detail: string, } | { "kind": "model", detail: string, } | { "kind": "empty_answer" } | { "kind": "invalid_call_twice", problem: string, };
+
+export type ToolMode = "on" | "ask" | "off";
 
 export type Decision = "deny" | "allow_once" | "allow_for_task";
 
 export type RiskLevel = "low" | "medium" | "high" | "critical";
 
-export type RiskReason = { "kind": "dangerous_word", word: string, } | { "kind": "sensitive_page", host: string, } | { "kind": "password_field" } | { "kind": "payment_field" } | { "kind": "runs_javascript" } | { "kind": "off_site", host: string, } | { "kind": "new_window" } | { "kind": "posts_form", host: string, };
+export type RiskReason = { "kind": "dangerous_word", word: string, } | { "kind": "sensitive_page", host: string, } | { "kind": "password_field" } | { "kind": "payment_field" } | { "kind": "runs_javascript" } | { "kind": "off_site", host: string, } | { "kind": "new_window" } | { "kind": "posts_form", host: string, } | { "kind": "user_asks_every_time" };
 
 export type ActionTarget = { 
 /**
@@ -406,7 +412,13 @@ page: PageInfo | null,
 /**
  * The text comes from the page (untrusted): it is fenced and labelled for the model.
  */
-from_page: boolean, };
+from_page: boolean, 
+/**
+ * Whether the action changed anything on the page (the DOM, the URL, the focus, the
+ * element's value or checked state); `None` where the executor does not watch. An action
+ * that changed nothing counts as a failure for the breaker.
+ */
+changed?: boolean, };
 
 export type Snapshot = { page: PageInfo, elements: Array<ElementInfo>, };
 
@@ -586,3 +598,6 @@ export const INSTALL_FAILURES: readonly FailureKind[] = ["model_download", "mode
 
 /** Failures after which Retry replaces the offscreen document (`FailureKind::needs_fresh_engine`). */
 export const FRESH_ENGINE_FAILURES: readonly FailureKind[] = ["gpu_device", "engine_load"];
+
+/** What settings start with for each tool (crates/agent/src/tools.rs `default_tool_modes`; a tool not named is on). */
+export const DEFAULT_TOOL_MODES: Readonly<Partial<Record<ToolName, ToolMode>>> = { "run_javascript": "ask" };

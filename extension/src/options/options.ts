@@ -10,7 +10,9 @@ import { localizeFailure } from "../shared/failures";
 import { sendFromOptions } from "../shared/messages";
 import { allManifests, manifestVariants, totalBytes, unpinnedReason } from "../shared/models";
 import { ownModelRecord, ownModels, removeOwnModel, saveOwnModel, type OwnModel } from "../shared/own-models";
-import { loadSettings, onSettingsChanged, saveSettings, type Settings } from "../shared/settings";
+import { loadSettings, onSettingsChanged, saveSettings, toolMode, type Settings } from "../shared/settings";
+import { PAGE_TOOLS, WORKER_TOOLS } from "../shared/tool-executors";
+import type { ToolMode } from "../generated/protocol";
 import * as store from "../shared/model-store";
 import { loadWasm, type Wasm } from "../shared/wasm";
 
@@ -51,7 +53,35 @@ function show(settings: Settings): void {
     list.append(item);
   }
   $("no-sites").hidden = settings.disabledSites.length > 0;
+  showTools(settings);
   document.body.dataset.loaded = "true";
+}
+
+/** One row per tool the user can restrict (the loop's own tools are always on). */
+function showTools(settings: Settings): void {
+  const modes: [ToolMode, string][] = [
+    ["on", t("toolModeOn")],
+    ["ask", t("toolModeAsk")],
+    ["off", t("toolModeOff")],
+  ];
+  const rows = [...PAGE_TOOLS, ...WORKER_TOOLS].map((tool) => {
+    const item = document.createElement("li");
+    const name = document.createElement("code");
+    name.textContent = tool;
+    name.id = `tool-${tool}`;
+    const select = document.createElement("select");
+    select.className = "tool-mode";
+    select.dataset.tool = tool;
+    select.setAttribute("aria-labelledby", `tool-${tool}`);
+    select.setAttribute("aria-describedby", "tools-help");
+    for (const [mode, label] of modes) select.append(new Option(label, mode, false, toolMode(settings, tool) === mode));
+    select.addEventListener("change", () => {
+      void loadSettings().then((s) => save({ toolModes: { ...s.toolModes, [tool]: select.value as ToolMode } }));
+    });
+    item.append(name, " ", select);
+    return item;
+  });
+  $("tools").replaceChildren(...rows);
 }
 
 async function showShortcut(): Promise<void> {

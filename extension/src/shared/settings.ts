@@ -1,7 +1,7 @@
 // The user's settings, in chrome.storage.sync (they follow the user's Chrome profile). Read by the
 // overlay, the options page and the service worker; written by the overlay and the options page.
 
-import type { TaskSettings } from "../generated/protocol";
+import { DEFAULT_TOOL_MODES, LOOP_TOOLS, TOOL_NAMES, type TaskSettings, type ToolMode, type ToolName } from "../generated/protocol";
 import { CHOOSABLE_MODELS, DEFAULT_MODEL_ID } from "./models";
 
 export interface Settings {
@@ -19,6 +19,8 @@ export interface Settings {
   temperature: number;
   /** Origins (https://example.com) where Hearth injects nothing and runs no tool. */
   disabledSites: string[];
+  /** What each tool may do: on, ask every time, or off (not offered, refused if called). */
+  toolModes: Partial<Record<ToolName, ToolMode>>;
 }
 
 export const DEFAULT_SETTINGS: Settings = {
@@ -27,6 +29,7 @@ export const DEFAULT_SETTINGS: Settings = {
   maxIterations: 25,
   temperature: 0,
   disabledSites: [],
+  toolModes: { ...DEFAULT_TOOL_MODES },
 };
 
 /** Tokens per model call: enough for a long answer in `done`. */
@@ -62,7 +65,26 @@ function sanitize(s: Settings): Settings {
     maxIterations: Math.round(number(s.maxIterations, DEFAULT_SETTINGS.maxIterations, 1, 100)),
     temperature: number(s.temperature, DEFAULT_SETTINGS.temperature, 0, 2),
     disabledSites: Array.isArray(s.disabledSites) ? s.disabledSites.filter((o) => typeof o === "string") : [],
+    toolModes: toolModes(s.toolModes),
   };
+}
+
+const MODES: readonly ToolMode[] = ["on", "ask", "off"];
+
+/** The user's tools' modes over the defaults; the loop's own tools are always on. */
+function toolModes(value: unknown): Partial<Record<ToolName, ToolMode>> {
+  const modes: Partial<Record<ToolName, ToolMode>> = { ...DEFAULT_TOOL_MODES };
+  if (typeof value !== "object" || value === null) return modes;
+  for (const [tool, mode] of Object.entries(value)) {
+    const name = TOOL_NAMES.find((n) => n === tool);
+    if (name && !(LOOP_TOOLS as readonly string[]).includes(name) && MODES.includes(mode as ToolMode)) modes[name] = mode as ToolMode;
+  }
+  return modes;
+}
+
+/** What the user lets `tool` do. */
+export function toolMode(settings: Settings, tool: string): ToolMode {
+  return settings.toolModes[tool as ToolName] ?? "on";
 }
 
 /** A well-formed model id or "" (the manifest itself is checked where the model is loaded). */
@@ -97,5 +119,6 @@ export function taskSettings(settings: Settings): TaskSettings {
     enable_thinking: settings.thinking,
     temperature: settings.temperature,
     max_new_tokens: MAX_NEW_TOKENS,
+    tool_modes: settings.toolModes,
   };
 }

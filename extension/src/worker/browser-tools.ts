@@ -5,7 +5,7 @@
 
 import type { PageInfo, ToolArguments, ToolReply, ToolRequest } from "../generated/protocol";
 import { sendToTab } from "../shared/messages";
-import { isSiteDisabled, loadSettings } from "../shared/settings";
+import { isSiteDisabled, loadSettings, toolMode } from "../shared/settings";
 import { BOUND_TO_JUDGED_ORIGIN, isWorkerTool, type WorkerTool } from "../shared/tool-executors";
 import { blockedSince, withApproved } from "./fence";
 
@@ -39,9 +39,16 @@ const ok = (text: string, page: PageInfo | null, fromPage = false): ToolReply =>
 export async function runTool(request: ToolRequest): Promise<ToolReply> {
   const tab = await chrome.tabs.get(request.tab_id).catch(() => null);
   if (!tab?.id) return failed("The task's tab was closed; the task cannot go on.");
-  // Checked on every call: the user may disable the site while the task runs.
-  if (isSiteDisabled(await loadSettings(), tab.url)) {
+  // Checked on every call: the user may disable the site, or switch a tool off, while the task runs.
+  const settings = await loadSettings();
+  if (isSiteDisabled(settings, tab.url)) {
     return failed("Hearth is disabled on this site by the user, or the page is not a web page: no tool runs here. Tell the user.");
+  }
+  const mode = toolMode(settings, request.name);
+  if (mode === "off") return failed(`The user has switched \`${request.name}\` off in Hearth's settings: do the task without it.`);
+  // A tool set to ask every time runs only with the user's approval of this very call.
+  if (mode === "ask" && !request.approved.some((r) => r.kind === "user_asks_every_time")) {
+    return failed(`The user wants to approve every use of \`${request.name}\`, and this call was not approved; nothing was done.`);
   }
   const args = request.arguments;
   const tabId = tab.id;

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { launch } from "../lib/browser.mjs";
 import { servePages } from "../lib/pages.mjs";
-import { screenshot, waitForData } from "../lib/overlay.mjs";
+import { overlayText, screenshot, waitForData } from "../lib/overlay.mjs";
 import { answer, ask, call, chooseOption, decide, done, pageText as text, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 
 let pages;
@@ -121,6 +121,18 @@ test("an infinite list: the item below the fold is found by scrolling", { timeou
   assert.equal(await text(page, "#result"), "Opened item 57");
 });
 
+test("a dead button: the breaker stops the agent after three clicks that change nothing, and says why", { timeout: 90_000 }, async () => {
+  const page = await openAgentPage(chrome, `${pages.url}/agent/dead-button.html`);
+  const click = call("click", `index:${indexOf('"Load more results"')}`);
+  await useScript(chrome, [call("snapshot"), ...Array(20).fill(click), done("Loaded everything.")]);
+  await ask(page, "Load all the results.");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "paused");
+  assert.equal(await page.evaluate(() => window.clicks), 3, "the page saw three clicks, not the step limit's");
+  const notices = await overlayText(page, ".notice");
+  assert.match(notices, /Stopped: “click” on .*Load more results.* failed or changed nothing 3 times in a row/);
+  await screenshot(page, "agent-breaker");
+});
+
 test("Place order: deny leaves the form filled and nothing ordered; allow orders once", { timeout: 120_000 }, async () => {
   const page = await openAgentPage(chrome, `${pages.url}/agent/checkout.html`);
   await useScript(chrome, [
@@ -204,6 +216,36 @@ test("a disabled site: no tool runs there, and no overlay is injected", { timeou
   await page.reload({ waitUntil: "load" });
   assert.equal(await page.locator("hearth-overlay").count(), 0, "nothing is injected on a disabled site");
   await chrome.console.evaluate("/service-worker.js", `chrome.storage.sync.set({ settings: { disabledSites: [] } })`);
+});
+
+test("a tool the user switched off: not offered, refused when the model calls it anyway, and by the worker whatever the engine says", { timeout: 90_000 }, async () => {
+  const inWorker = (expression) => chrome.console.evaluate("/service-worker.js", expression);
+  await inWorker(`chrome.storage.sync.set({ settings: { toolModes: { run_javascript: "off" } } })`);
+  try {
+    const page = await openAgentPage(chrome, `${pages.url}/agent/editor.html`);
+    await useScript(chrome, [call("run_javascript", `code:${str("document.title = 'changed by a script'")}`), done("I could not run a script.", false)]);
+    await ask(page, "Change the page's title.");
+    assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+    const prompts = await scriptedPrompts(chrome);
+    assert.doesNotMatch(prompts[0], /run_javascript/, "not declared to the model");
+    assert.match(prompts[0], /declaration:snapshot/, "the other tools are");
+    assert.match(prompts[1], /switched `run_javascript` off/, "the model is told why");
+    assert.notEqual(await page.title(), "changed by a script");
+    // A run_tool the worker receives from the engine's side, approved or not, is refused too.
+    const tabId = await inWorker(`chrome.tabs.query({}).then((tabs) => tabs.find((t) => t.url === ${JSON.stringify(page.url())})?.id)`);
+    const request = { request_id: 1, tab_id: tabId, name: "run_javascript", arguments: { code: "document.title = 'changed by a script'" }, judged_url: page.url(), approved: [{ kind: "runs_javascript" }, { kind: "user_asks_every_time" }] };
+    const reply = await chrome.console.evaluate("/offscreen.html", `chrome.runtime.sendMessage(${JSON.stringify({ kind: "run_tool", request })})`);
+    assert.equal(reply?.status, "failed", JSON.stringify(reply));
+    assert.match(reply.message, /switched `run_javascript` off/);
+    // Set back to "ask every time" (the default), a call without that approval is refused as well.
+    await inWorker(`chrome.storage.sync.set({ settings: { toolModes: { run_javascript: "ask" } } })`);
+    const unapproved = { ...request, approved: [{ kind: "runs_javascript" }] };
+    const refused = await chrome.console.evaluate("/offscreen.html", `chrome.runtime.sendMessage(${JSON.stringify({ kind: "run_tool", request: unapproved })})`);
+    assert.match(refused?.message ?? "", /approve every use of `run_javascript`/, JSON.stringify(refused));
+    assert.notEqual(await page.title(), "changed by a script", "the page never ran it");
+  } finally {
+    await inWorker(`chrome.storage.sync.set({ settings: {} })`);
+  }
 });
 
 test("the page's selection goes with the task as the page's words; what the user types stays theirs", { timeout: 120_000 }, async () => {

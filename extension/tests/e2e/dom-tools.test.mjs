@@ -317,7 +317,9 @@ test("names: hidden text is left out, blocks are separate words, unnamed icons g
   assert.equal(attr(t.find(snap, "Close dialog"), "aria-label"), undefined);
   assert.equal(attr(t.find(snap, "Search the site"), "aria-label"), "Go");
   const send = await t.tool("click", { index: t.find(snap, "(icon: send forward)").index });
-  assert.equal(send.text, `Clicked [${t.find(snap, "(icon: send forward)").index}] span "(icon: send forward)".`);
+  // Its handler changes only a script's variable: to what a person sees, nothing happened.
+  assert.equal(send.text, `Clicked [${t.find(snap, "(icon: send forward)").index}] span "(icon: send forward)". Nothing on the page changed.`);
+  assert.equal(send.changed, false);
   await t.tool("click", { index: t.find(snap, "(icon: trash)").index });
   assert.deepEqual(await t.page.evaluate(() => log), ["send-forward", "ui-icon trash"]);
   await t.done();
@@ -608,6 +610,7 @@ test("checkout: place an order; stale, hidden, disabled and unknown targets fail
   assert.equal(await t.text("#orders"), "0");
   const clicked = await t.tool("click", { index: place.index });
   assert.equal(clicked.text, `Clicked [${place.index}] button "Place order".`);
+  assert.equal(clicked.changed, true);
   const waited = await t.tool("wait_for", { text: "order placed" });
   assert.match(waited.text, /is on the page/);
   assert.equal(await t.text("#orders"), "1");

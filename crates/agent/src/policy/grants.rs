@@ -54,8 +54,10 @@ impl Grants {
 
     /// Whether every reason of `assessment` was already allowed for this tool, site and script.
     pub fn covers(&self, tool: &str, assessment: &Assessment, scope: &GrantScope) -> bool {
-        // Nothing is granted on a page whose site is unknown.
-        !scope.site.is_empty() && assessment.reasons.iter().all(|r| self.granted.contains(&Self::key(tool, r, scope)))
+        // Nothing is granted on a page whose site is unknown, nor for a tool that asks every time.
+        !scope.site.is_empty()
+            && !assessment.reasons.contains(&RiskReason::UserAsksEveryTime)
+            && assessment.reasons.iter().all(|r| self.granted.contains(&Self::key(tool, r, scope)))
     }
 
     pub fn clear(&mut self) {

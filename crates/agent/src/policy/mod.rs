@@ -61,6 +61,8 @@ pub enum RiskReason {
     PostsForm {
         host: String,
     },
+    /// The user set this tool to ask before every use (settings): no grant covers it.
+    UserAsksEveryTime,
 }
 
 /// The risk of one action.
@@ -302,8 +304,9 @@ pub fn is_sensitive_url(url: &str) -> bool {
         .any(|part| part.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| SENSITIVE_URL_WORDS.contains(&w)))
 }
 
-/// Pauses a task that repeats the same action: `max_repeats` identical calls within
-/// `window_ms` (a model stuck in a loop).
+/// Pauses a task that repeats the same action: the `max_repeats`-th identical call within
+/// `window_ms` of the others (a model stuck in a loop, paying again and again). Only actions that
+/// ran and changed something count: failing ones are the breaker's (`crate::breaker`).
 #[derive(Debug, Clone)]
 pub struct RepetitionGuard {
     pub max_repeats: usize,
@@ -316,16 +319,28 @@ impl RepetitionGuard {
         Self { max_repeats, window_ms, recent: VecDeque::new() }
     }
 
-    /// Records an action at `now_ms`; true when it is the `max_repeats`-th identical one in the
-    /// window (the task should pause before running it).
-    pub fn record(&mut self, tool: &str, arguments: &Map<String, Value>, now_ms: u64) -> bool {
-        let key = format!("{tool}{}", Value::Object(arguments.clone()));
+    /// True when running this action at `now_ms` would be the `max_repeats`-th identical one in
+    /// the window (the task should pause before running it).
+    pub fn would_repeat(&mut self, tool: &str, arguments: &Map<String, Value>, now_ms: u64) -> bool {
+        let key = Self::key(tool, arguments);
+        self.forget_before(now_ms);
+        self.recent.iter().filter(|(k, _)| *k == key).count() + 1 >= self.max_repeats.max(1)
+    }
+
+    /// Records an action that ran and changed something, at `now_ms`.
+    pub fn record(&mut self, tool: &str, arguments: &Map<String, Value>, now_ms: u64) {
+        self.forget_before(now_ms);
+        self.recent.push_back((Self::key(tool, arguments), now_ms));
+    }
+
+    fn key(tool: &str, arguments: &Map<String, Value>) -> String {
+        format!("{tool}{}", Value::Object(arguments.clone()))
+    }
+
+    fn forget_before(&mut self, now_ms: u64) {
         while self.recent.front().is_some_and(|(_, t)| now_ms.saturating_sub(*t) > self.window_ms) {
             self.recent.pop_front();
         }
-        self.recent.push_back((key.clone(), now_ms));
-        let count = self.recent.iter().filter(|(k, _)| *k == key).count();
-        count >= self.max_repeats.max(1)
     }
 
     /// Forgets history (after the user resumes a paused task).
@@ -635,15 +650,19 @@ mod tests {
         let mut r = RepetitionGuard::new(3, 10_000);
         let a = json!({"index": 1});
         let a = a.as_object().unwrap();
-        assert!(!r.record("click", a, 0));
-        assert!(!r.record("click", a, 1_000));
-        assert!(r.record("click", a, 2_000));
+        for now in [0, 1_000] {
+            assert!(!r.would_repeat("click", a, now));
+            r.record("click", a, now);
+        }
+        assert!(r.would_repeat("click", a, 2_000), "the third within the window");
+        assert!(!r.would_repeat("click", a, 10_500), "the first has left the window");
         let mut r = RepetitionGuard::new(3, 10_000);
-        assert!(!r.record("click", a, 0));
-        assert!(!r.record("click", a, 20_000));
-        assert!(!r.record("click", a, 40_000));
+        for now in [0, 20_000, 40_000] {
+            assert!(!r.would_repeat("click", a, now));
+            r.record("click", a, now);
+        }
         // Different arguments are different actions.
         let b = json!({"index": 2});
-        assert!(!r.record("click", b.as_object().unwrap(), 40_001));
+        assert!(!r.would_repeat("click", b.as_object().unwrap(), 40_001));
     }
 }

@@ -10,7 +10,7 @@ import {
   isShown, isVisible, labelOf, nameOf, roleOf, textOf,
 } from "./elements";
 import { CHANGED, defaultButton, harmlessLinkWithin, isSubmitter, sameEffect } from "./effects";
-import { settle, waitUntil } from "./settle";
+import { settle, waitUntil, watchChanges } from "./settle";
 
 export const result = (text: string): ToolOutput => ({ text, snapshot: null, page: pageInfo(), from_page: false });
 
@@ -41,9 +41,12 @@ export async function click(args: ToolArguments["click"], signal: AbortSignal): 
   const { el, label } = usable(args.index);
   const form = isSubmitter(el) && !el.hasAttribute("formnovalidate") ? formOf(el) : null;
   const problems = form ? formProblems(form) : "";
+  const changes = watchChanges(el);
   clickElement(el);
   await settle(signal);
-  return result(`Clicked ${label}.${problems}`);
+  const changed = changes();
+  // Said to the model, and counted by the agent's breaker: a dead button clicked again and again.
+  return { ...result(`Clicked ${label}.${problems}${changed ? "" : " Nothing on the page changed."}`), changed };
 }
 
 /**

@@ -9,6 +9,33 @@ const OBSERVED: MutationObserverInit = { subtree: true, childList: true, attribu
 /** Changes to our own overlay's host (its data-* mirror) are not the page moving. */
 const pageChanged = (records: MutationRecord[]) => records.some((r) => r.target.nodeName !== "HEARTH-OVERLAY");
 
+/** What an action on `el` may change besides the DOM: where the page is, and the element's own
+ * state (properties, which the DOM observer does not see). The focus and the scroll are left out:
+ * a click moves them itself. */
+function stateOf(el: Element): string {
+  const field = el as Partial<HTMLInputElement & HTMLSelectElement>;
+  return JSON.stringify([location.href, field.checked, field.value, field.selectedIndex]);
+}
+
+/**
+ * Starts watching what an action on `el` changes; the returned function stops and tells whether
+ * anything did (the DOM of the page, its open shadow roots and same-origin frames, the URL, the
+ * element's value or checked state). Call it after the page settled.
+ */
+export function watchChanges(el: Element): () => boolean {
+  let mutated = false;
+  const observer = new MutationObserver((records) => {
+    if (pageChanged(records)) mutated = true;
+  });
+  for (const root of allRoots()) observer.observe(root, OBSERVED);
+  const before = stateOf(el);
+  return () => {
+    if (pageChanged(observer.takeRecords())) mutated = true;
+    observer.disconnect();
+    return mutated || stateOf(el) !== before;
+  };
+}
+
 /**
  * Resolves once the page has gone `quietMs` without DOM changes, after `maxMs` at most, or when
  * `signal` aborts (the action already happened; only the wait is cut short).

@@ -2,7 +2,7 @@
 // question cards, errors and notices. Model and page text go through the Markdown renderer (DOM
 // calls only) or textContent.
 
-import type { Decision, RiskLevel, RiskReason, TaskError, TaskRefusal } from "../../generated/protocol";
+import type { Decision, PauseReason, RiskLevel, RiskReason, TaskError, TaskRefusal } from "../../generated/protocol";
 import { button, clip, el, uid } from "../../shared/ui/builders";
 import { formatNumber, t } from "../../shared/ui/i18n";
 import { renderMarkdown } from "./markdown";
@@ -275,15 +275,28 @@ export function reasonText(reason: RiskReason): string {
       return t("reasonNewWindow");
     case "posts_form":
       return t("reasonPostsForm", reason.host);
+    case "user_asks_every_time":
+      return t("reasonUserAsksEveryTime");
+  }
+}
+
+function pauseText(reason: PauseReason): string {
+  switch (reason.kind) {
+    case "max_iterations":
+      return t("pausedMaxIterations", String(reason.limit));
+    case "repetition":
+      return t("pausedRepetition", reason.name, String(reason.times));
+    case "same_failure":
+      return t("pausedSameFailure", reason.name, reason.target, String(reason.times));
+    case "failures":
+      return t("pausedFailures", String(reason.times));
   }
 }
 
 function noticeText(notice: Notice): string {
   switch (notice.kind) {
     case "paused":
-      return notice.reason.kind === "max_iterations"
-        ? t("pausedMaxIterations", String(notice.reason.limit))
-        : t("pausedRepetition", notice.reason.name, String(notice.reason.times));
+      return pauseText(notice.reason);
     case "stopped":
       return t("stoppedNotice");
     case "compacted":
