@@ -3,7 +3,7 @@
 // together they are exactly the offered tools, so a tool is never offered without an executor and
 // no executor outlives its tool.
 
-import type { ToolName } from "../generated/protocol";
+import type { ToolArguments, ToolName } from "../generated/protocol";
 
 export { LOOP_TOOLS } from "../generated/protocol";
 
@@ -18,6 +18,22 @@ export const WORKER_TOOLS = ["navigate", "go_back", "run_javascript"] as const s
  * committed URL has that page's origin (read-only tools and navigations go anywhere).
  */
 export const BOUND_TO_JUDGED_ORIGIN = ["click", "type", "select", "scroll", "hover", "press_key", "run_javascript"] as const satisfies readonly ToolName[];
+
+/** How long `wait_for` waits: its `timeout_seconds`, 10 s by default, at most 60 s. */
+export function waitForSeconds(args: ToolArguments["wait_for"]): number {
+  const seconds = args.timeout_seconds;
+  return typeof seconds === "number" && Number.isFinite(seconds) ? Math.min(Math.max(seconds, 0), 60) : 10;
+}
+
+/**
+ * How long a tool may run before the worker answers for it and cancels it in the tab: `wait_for`
+ * its own wait and a margin, navigations their page load and a margin, everything else 20 s.
+ */
+export function timeLimitMs(name: string, args: Record<string, unknown>): number {
+  if (name === "wait_for") return waitForSeconds(args as ToolArguments["wait_for"]) * 1000 + 10_000;
+  if (name === "navigate" || name === "go_back") return 45_000;
+  return 20_000;
+}
 
 export type PageTool = (typeof PAGE_TOOLS)[number];
 export type WorkerTool = (typeof WORKER_TOOLS)[number];

@@ -6,7 +6,7 @@
 import type { PageInfo, ToolArguments, ToolReply, ToolRequest } from "../generated/protocol";
 import { sendToTab } from "../shared/messages";
 import { isSiteDisabled, loadSettings, toolMode } from "../shared/settings";
-import { BOUND_TO_JUDGED_ORIGIN, isWorkerTool, type WorkerTool } from "../shared/tool-executors";
+import { BOUND_TO_JUDGED_ORIGIN, isWorkerTool, timeLimitMs, type WorkerTool } from "../shared/tool-executors";
 import { blockedSince, withApproved } from "./fence";
 
 /**
@@ -36,7 +36,34 @@ const ok = (text: string, page: PageInfo | null, fromPage = false): ToolReply =>
   output: { text, snapshot: null, page, from_page: fromPage },
 });
 
+/** Test builds only: the e2e suite shortens the tools' time limits (`hearthTestHooks`). */
+function limitMs(request: ToolRequest): number {
+  const normal = timeLimitMs(request.name, request.arguments);
+  return __HEARTH_TEST_BUILD__ ? ((globalThis as { hearthTestHooks?: { toolTimeLimitMs?: number } }).hearthTestHooks?.toolTimeLimitMs ?? normal) : normal;
+}
+
+/**
+ * Runs a tool call of the engine, answering for it when it outlasts its time limit (the tab's tool
+ * is cancelled then): a page that never settles cannot hold a task forever.
+ */
 export async function runTool(request: ToolRequest): Promise<ToolReply> {
+  const limit = limitMs(request);
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<ToolReply>((resolve) => {
+    timer = setTimeout(() => {
+      void sendToTab(request.tab_id, { kind: "cancel_tools" }).catch(() => {});
+      const seconds = Math.round(limit / 100) / 10;
+      resolve(failed(`\`${request.name}\` took longer than ${seconds} s and was stopped: the page may be busy or still loading. Take a new snapshot, then try another way.`));
+    }, limit);
+  });
+  try {
+    return await Promise.race([runWithin(request), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+async function runWithin(request: ToolRequest): Promise<ToolReply> {
   const tab = await chrome.tabs.get(request.tab_id).catch(() => null);
   if (!tab?.id) return failed("The task's tab was closed; the task cannot go on.");
   // Checked on every call: the user may disable the site, or switch a tool off, while the task runs.

@@ -218,6 +218,21 @@ test("a disabled site: no tool runs there, and no overlay is injected", { timeou
   await chrome.console.evaluate("/service-worker.js", `chrome.storage.sync.set({ settings: { disabledSites: [] } })`);
 });
 
+test("a tool that outlasts its time limit: the worker answers for it (and cancels it in the tab), the model is told", { timeout: 90_000 }, async () => {
+  const inWorker = (expression) => chrome.console.evaluate("/service-worker.js", expression);
+  await inWorker(`globalThis.hearthTestHooks = { ...globalThis.hearthTestHooks, toolTimeLimitMs: 1500 }`);
+  try {
+    const page = await openAgentPage(chrome, `${pages.url}/agent/dead-button.html`);
+    await useScript(chrome, [call("wait_for", `text:${str("All results loaded")},timeout_seconds:30`), done("The page never finished.", false)]);
+    await ask(page, "Wait until all results are loaded.");
+    assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+    const prompts = await scriptedPrompts(chrome);
+    assert.match(prompts[1], /`wait_for` took longer than 1\.5 s and was stopped/);
+  } finally {
+    await inWorker(`delete globalThis.hearthTestHooks.toolTimeLimitMs`);
+  }
+});
+
 test("a tool the user switched off: not offered, refused when the model calls it anyway, and by the worker whatever the engine says", { timeout: 90_000 }, async () => {
   const inWorker = (expression) => chrome.console.evaluate("/service-worker.js", expression);
   await inWorker(`chrome.storage.sync.set({ settings: { toolModes: { run_javascript: "off" } } })`);

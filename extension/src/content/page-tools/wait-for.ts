@@ -7,14 +7,10 @@ import { allRoots, clean, quote } from "./flat-tree";
 import { renderedText } from "./read-page";
 import { isVisible } from "./elements";
 import { waitUntil } from "./settle";
-
-const DEFAULT_SECONDS = 10;
-const MAX_SECONDS = 60;
+import { waitForSeconds } from "../../shared/tool-executors";
 
 export async function waitFor(args: ToolArguments["wait_for"], signal: AbortSignal): Promise<ToolOutput> {
-  const seconds = typeof args.timeout_seconds === "number" && Number.isFinite(args.timeout_seconds)
-    ? Math.min(Math.max(args.timeout_seconds, 0), MAX_SECONDS)
-    : DEFAULT_SECONDS;
+  const seconds = waitForSeconds(args);
   const started = performance.now();
   const took = () => `${((performance.now() - started) / 1000).toFixed(1)} s`;
   if (typeof args.text === "string" && args.text.trim() !== "") {
