@@ -108,6 +108,14 @@ pub struct NavigateArgs {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, TS)]
 #[serde(deny_unknown_fields)]
+pub struct ReadLinkArgs {
+    /// The address of the page to read (a link's href; relative to the current page is fine).
+    #[schemars(length(min = 1))]
+    pub url: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, TS)]
+#[serde(deny_unknown_fields)]
 pub struct WaitForArgs {
     /// Text to wait for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -170,6 +178,7 @@ pub enum ToolCall {
     PressKey(PressKeyArgs),
     Navigate(NavigateArgs),
     GoBack(NoArguments),
+    ReadLink(ReadLinkArgs),
     WaitFor(WaitForArgs),
     RunJavascript(RunJavascriptArgs),
     AskUser(AskUserArgs),

@@ -36,7 +36,8 @@ use crate::policy::{
 };
 use crate::prompt::default_system_prompt;
 use crate::tools::{
-    ASK_USER, READ_PAGE, RiskLevel, ToolDefinition, ToolMode, always_offered, default_tool_modes, validate_arguments,
+    ASK_USER, READ_LINK, READ_PAGE, RiskLevel, ToolDefinition, ToolMode, always_offered, default_tool_modes,
+    validate_arguments,
 };
 
 /// Settings of an agent.
@@ -861,7 +862,7 @@ impl Agent {
         // action's result names its element by the page's label, a navigation the page's title):
         // all of it is fenced, not only what the executor marks `from_page`.
         let source = output.page.as_ref().or(self.page.as_ref()).map_or("the page", |p| p.url.as_str()).to_owned();
-        (self.neutralizer.fence(&source, &body), tool == READ_PAGE)
+        (self.neutralizer.fence(&source, &body), tool == READ_PAGE || tool == READ_LINK)
     }
 
     /// A tool's failure as the model sees it: the executor's message quotes the page too.

@@ -113,6 +113,16 @@ pub enum WorkerToEngine {
     },
     /// The user acted on the tab's task.
     TaskControl { tab_id: u32, action: TaskAction },
+    /// The main text of a page the worker fetched for `read_link` (the offscreen document has a
+    /// DOM to parse it in; the worker has none). The response is an `Article`.
+    ReadArticle { html: String, url: String },
+}
+
+/// A page's main text, as a reader view shows it: the title and the passages in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct Article {
+    pub title: String,
+    pub passages: Vec<String>,
 }
 
 /// What the service worker sends to a tab's content script (`chrome.tabs.sendMessage`, top frame).

@@ -19,7 +19,7 @@ mod model;
 mod task;
 pub mod typescript;
 
-pub use bus::{BusMessage, EngineToWorker, OptionsToWorker, TabToWorker, WorkerToEngine, WorkerToTab};
+pub use bus::{Article, BusMessage, EngineToWorker, OptionsToWorker, TabToWorker, WorkerToEngine, WorkerToTab};
 pub use engine::{
     AdapterReport, EngineFailure, EngineStatus, FAILURE_KEYS, FailureKind, FailureText, ModelInfo, ModelMemory,
     SelfTestReport,

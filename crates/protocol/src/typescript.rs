@@ -1,14 +1,14 @@
 //! Generates `extension/src/generated/protocol.ts` from the Rust types.
 
 use hearth_agent::arguments::{
-    AskUserArgs, DoneArgs, ElementArgs, Key, NavigateArgs, NoArguments, PressKeyArgs, RunJavascriptArgs, ScrollArgs,
-    ScrollDirection, SelectArgs, ToolCall, TypeArgs, WaitForArgs,
+    AskUserArgs, DoneArgs, ElementArgs, Key, NavigateArgs, NoArguments, PressKeyArgs, ReadLinkArgs, RunJavascriptArgs,
+    ScrollArgs, ScrollDirection, SelectArgs, ToolCall, TypeArgs, WaitForArgs,
 };
 use ts_rs::{Config, TS};
 
 use crate::{
-    ActionTarget, AdapterReport, AgentEvent, BUNDLED_MODEL_FILES, Decision, ElementInfo, EngineFailure, EngineStatus,
-    EngineToWorker, FAILURE_KEYS, FailureKind, FailureText, FormInfo, GenerateRequest, GenerationEvent,
+    ActionTarget, AdapterReport, AgentEvent, Article, BUNDLED_MODEL_FILES, Decision, ElementInfo, EngineFailure,
+    EngineStatus, EngineToWorker, FAILURE_KEYS, FailureKind, FailureText, FormInfo, GenerateRequest, GenerationEvent,
     GenerationStats, GgufInspection, GgufSummary, KnownUpload, ManifestFile, ModelFormat, ModelInfo, ModelManifest,
     ModelMemory, ModelOffer, ModelProgress, OptionsToWorker, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason,
     SelfTestReport, Snapshot, TabToWorker, TaskAction, TaskError, TaskRefusal, TaskSettings, TaskUpdate, ToolMode,
@@ -26,6 +26,7 @@ pub fn typescript_module() -> String {
         EngineToWorker::decl(&cfg),
         OptionsToWorker::decl(&cfg),
         WorkerToEngine::decl(&cfg),
+        Article::decl(&cfg),
         WorkerToTab::decl(&cfg),
         EngineStatus::decl(&cfg),
         AdapterReport::decl(&cfg),
@@ -76,6 +77,7 @@ pub fn typescript_module() -> String {
         PressKeyArgs::decl(&cfg),
         Key::decl(&cfg),
         NavigateArgs::decl(&cfg),
+        ReadLinkArgs::decl(&cfg),
         WaitForArgs::decl(&cfg),
         RunJavascriptArgs::decl(&cfg),
         AskUserArgs::decl(&cfg),

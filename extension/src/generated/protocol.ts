@@ -15,7 +15,9 @@ selection: string | null, page: PageInfo | null, settings: TaskSettings,
  * The tab's conversation as last reported (`TaskUpdate::History`), for an engine that no
  * longer holds it (the offscreen document was recreated); ignored otherwise.
  */
-history: unknown, } | { "kind": "task_control", tab_id: number, action: TaskAction, };
+history: unknown, } | { "kind": "task_control", tab_id: number, action: TaskAction, } | { "kind": "read_article", html: string, url: string, };
+
+export type Article = { title: string, passages: Array<string>, };
 
 export type WorkerToTab = { "kind": "engine_status", status: EngineStatus, } | { "kind": "task_update", update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, } | { "kind": "cancel_tools" } | { "kind": "open_overlay" } | { "kind": "tab_info", tab_id: number, } | { "kind": "fence_blocked", url: string, host: string, method: string, };
 
@@ -461,7 +463,7 @@ target?: string | null, };
 
 export type PageInfo = { url: string, title: string, };
 
-export type ToolCall = { "name": "read_page", "arguments": NoArguments } | { "name": "snapshot", "arguments": NoArguments } | { "name": "click", "arguments": ElementArgs } | { "name": "type", "arguments": TypeArgs } | { "name": "select", "arguments": SelectArgs } | { "name": "scroll", "arguments": ScrollArgs } | { "name": "hover", "arguments": ElementArgs } | { "name": "press_key", "arguments": PressKeyArgs } | { "name": "navigate", "arguments": NavigateArgs } | { "name": "go_back", "arguments": NoArguments } | { "name": "wait_for", "arguments": WaitForArgs } | { "name": "run_javascript", "arguments": RunJavascriptArgs } | { "name": "ask_user", "arguments": AskUserArgs } | { "name": "done", "arguments": DoneArgs };
+export type ToolCall = { "name": "read_page", "arguments": NoArguments } | { "name": "snapshot", "arguments": NoArguments } | { "name": "click", "arguments": ElementArgs } | { "name": "type", "arguments": TypeArgs } | { "name": "select", "arguments": SelectArgs } | { "name": "scroll", "arguments": ScrollArgs } | { "name": "hover", "arguments": ElementArgs } | { "name": "press_key", "arguments": PressKeyArgs } | { "name": "navigate", "arguments": NavigateArgs } | { "name": "go_back", "arguments": NoArguments } | { "name": "read_link", "arguments": ReadLinkArgs } | { "name": "wait_for", "arguments": WaitForArgs } | { "name": "run_javascript", "arguments": RunJavascriptArgs } | { "name": "ask_user", "arguments": AskUserArgs } | { "name": "done", "arguments": DoneArgs };
 
 export type NoArguments = Record<symbol, never>;
 
@@ -525,6 +527,12 @@ export type NavigateArgs = {
  */
 url: string, };
 
+export type ReadLinkArgs = { 
+/**
+ * The address of the page to read (a link's href; relative to the current page is fine).
+ */
+url: string, };
+
 export type WaitForArgs = { 
 /**
  * Text to wait for.
@@ -569,7 +577,7 @@ success?: boolean, };
 export type ToolArguments = { [C in ToolCall as C["name"]]: C["arguments"] };
 
 /** The tools offered to the model (crates/agent/src/tools.rs), in order. */
-export const TOOL_NAMES = ["read_page", "snapshot", "click", "type", "select", "scroll", "hover", "press_key", "navigate", "go_back", "wait_for", "run_javascript", "ask_user", "done"] as const;
+export const TOOL_NAMES = ["read_page", "snapshot", "click", "type", "select", "scroll", "hover", "press_key", "navigate", "go_back", "read_link", "wait_for", "run_javascript", "ask_user", "done"] as const;
 
 export type ToolName = (typeof TOOL_NAMES)[number];
 

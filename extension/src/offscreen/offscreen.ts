@@ -6,6 +6,7 @@
 // script's chrome.runtime.sendMessage reaches this document too, and must not start or control
 // tasks, or install models.
 
+import { readArticle } from "./article";
 import type { BundledModelFile, EngineFailure, EngineStatus, FailureKey, ModelManifest, ModelOffer, TaskUpdate, ToolReply, ToolRequest, WorkerToEngine } from "../generated/protocol";
 import { failure } from "../shared/failures";
 import { dropped, isMessage, sendFromEngine, senderRole } from "../shared/messages";
@@ -384,6 +385,14 @@ chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) =>
     case "start_task":
     case "task_control":
       void taskMessage(msg);
+      break;
+    case "read_article":
+      try {
+        sendResponse(readArticle(msg.html, msg.url));
+      } catch (error) {
+        sendResponse({ title: "", passages: [] });
+        console.warn("Hearth: a page could not be read", error);
+      }
       break;
   }
   return false;

@@ -11,7 +11,7 @@ export { LOOP_TOOLS } from "../generated/protocol";
 export const PAGE_TOOLS = ["read_page", "snapshot", "click", "type", "select", "scroll", "hover", "press_key", "wait_for"] as const satisfies readonly ToolName[];
 
 /** Tools that need browser APIs, run by the service worker (worker/browser-tools.ts). */
-export const WORKER_TOOLS = ["navigate", "go_back", "run_javascript"] as const satisfies readonly ToolName[];
+export const WORKER_TOOLS = ["navigate", "go_back", "read_link", "run_javascript"] as const satisfies readonly ToolName[];
 
 /**
  * Tools that act on the page the policy judged them on: the worker runs them only while the tab's
@@ -31,7 +31,7 @@ export function waitForSeconds(args: ToolArguments["wait_for"]): number {
  */
 export function timeLimitMs(name: string, args: Record<string, unknown>): number {
   if (name === "wait_for") return waitForSeconds(args as ToolArguments["wait_for"]) * 1000 + 10_000;
-  if (name === "navigate" || name === "go_back") return 45_000;
+  if (name === "navigate" || name === "go_back" || name === "read_link") return 45_000;
   return 20_000;
 }
 

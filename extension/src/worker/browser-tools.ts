@@ -3,11 +3,11 @@
 // (shared/tool-executors.ts says which is which). Every failure becomes a `failed` reply whose message
 // tells the model what to do.
 
-import type { PageInfo, ToolArguments, ToolReply, ToolRequest } from "../generated/protocol";
-import { sendToTab } from "../shared/messages";
+import type { Article, PageInfo, RiskReason, ToolArguments, ToolReply, ToolRequest } from "../generated/protocol";
+import { sendToEngine, sendToTab } from "../shared/messages";
 import { isSiteDisabled, loadSettings, toolMode } from "../shared/settings";
 import { BOUND_TO_JUDGED_ORIGIN, isWorkerTool, timeLimitMs, type WorkerTool } from "../shared/tool-executors";
-import { blockedSince, withApproved } from "./fence";
+import { approvedSite, blockedSince, onSite, siteKey, withApproved } from "./fence";
 
 /**
  * Tabs where the agent itself is navigating, and how (navigate opens, go_back goes back): the
@@ -86,6 +86,9 @@ async function runWithin(request: ToolRequest): Promise<ToolReply> {
   if ((BOUND_TO_JUDGED_ORIGIN as readonly string[]).includes(name) && judged !== null && originOf(tab.url) !== judged) {
     return failed(`The tab is now on ${originOf(tab.url) ?? "another page"}, not on ${judged} where this ${name} was judged; nothing was done. Take a new snapshot.`);
   }
+  // Reading another page fetches it here: nothing in the tab changes, and the tab's fence is not
+  // opened for the site the user allowed to be read.
+  if (name === "read_link") return readLink(argumentsOf<"read_link">(args).url ?? "", request.judged_url ?? tab.url ?? "", request.approved);
   // What the user approved for this call passes the fence while it runs.
   return withApproved(tabId, request.approved, request.judged_url ?? tab.url, async () => {
     if (!isWorkerTool(name)) return inTab(tabId, request);
@@ -93,6 +96,7 @@ async function runWithin(request: ToolRequest): Promise<ToolReply> {
     const workerTools: Record<WorkerTool, () => Promise<ToolReply>> = {
       navigate: () => navigate(tabId, argumentsOf<"navigate">(args).url ?? ""),
       go_back: () => goBack(tabId),
+      read_link: () => Promise.resolve(failed("read_link runs outside the tab.")),
       run_javascript: () => runJavascript(tabId, argumentsOf<"run_javascript">(args).code ?? "", judged ?? originOf(tab.url) ?? ""),
     };
     try {
@@ -111,6 +115,76 @@ async function inTab(tabId: number, request: ToolRequest): Promise<ToolReply> {
   } catch {
     return failed("The page is not reachable (it navigated, reloaded or is still loading). Take a new snapshot.");
   }
+}
+
+/** How much of a page `read_link` reads, and how many passages it returns. */
+const READ_LIMIT_BYTES = 2_000_000;
+const MAX_PASSAGES = 300;
+
+/**
+ * read_link: fetches a page without cookies (a reader sees the public page, and no other site
+ * learns who the user is), only from the page's own site or a site the user approved for this call;
+ * a redirect is not followed (where it leads cannot be judged before the request is sent). A
+ * reader view of the page comes back as numbered passages.
+ */
+async function readLink(rawUrl: string, pageUrl: string, approved: readonly RiskReason[]): Promise<ToolReply> {
+  let url: URL;
+  try {
+    url = new URL(rawUrl, pageUrl || undefined);
+  } catch {
+    return failed(`"${rawUrl}" is not an address.`);
+  }
+  if (url.protocol !== "https:" && url.protocol !== "http:") return failed("Only http:// and https:// pages can be read.");
+  const scheme = pageUrl.startsWith("http:") ? "http" : "https";
+  const page = siteKey(pageUrl);
+  const sites = [...(page ? [page] : []), ...approved.flatMap((r) => (r.kind === "off_site" ? [approvedSite(r.host, scheme)] : []))];
+  const permitted = (address: string) => sites.some((site) => onSite(address, site));
+  if (!permitted(url.href)) return failed(`Reading ${url.host} (another site) needs the user's approval; nothing was fetched.`);
+  let response: Response;
+  try {
+    response = await fetch(url.href, { credentials: "omit", redirect: "manual", cache: "no-store", signal: AbortSignal.timeout(30_000) });
+  } catch (error) {
+    return failed(`${url.href} could not be read: ${error instanceof Error ? error.message : String(error)}.`);
+  }
+  if (response.type === "opaqueredirect") {
+    return failed(`${url.href} redirects elsewhere, and read_link does not follow redirects (where one leads cannot be judged before it is sent). Read the final address instead, or open it with navigate.`);
+  }
+  if (!response.ok) return failed(`${url.href} answered ${response.status} ${response.statusText}.`);
+  const type = (response.headers.get("content-type") ?? "").toLowerCase();
+  const html = type.startsWith("text/html") || type.startsWith("application/xhtml+xml");
+  if (!html && !type.startsWith("text/plain")) return failed(`${url.href} is not a web page (${type || "no content type"}).`);
+  const body = await readCapped(response, READ_LIMIT_BYTES);
+  const article: Article = html
+    ? ((await sendToEngine({ kind: "read_article", html: body, url: response.url })) as Article)
+    : { title: "", passages: body.split(/\n\s*\n/).map((p) => p.replace(/\s+/g, " ").trim()).filter(Boolean) };
+  if (!article?.passages?.length) return failed(`${response.url} has no readable text.`);
+  const passages = article.passages.slice(0, MAX_PASSAGES).map((p, i) => `[${i + 1}] ${p}`);
+  const text = `Page: ${article.title || "(untitled)"} — ${response.url}\n${passages.join("\n")}`;
+  // `page` stays unset: the tab did not move.
+  return ok(text, null, true);
+}
+
+/** The body's text, at most `limit` bytes of it. */
+async function readCapped(response: Response, limit: number): Promise<string> {
+  const reader = response.body?.getReader();
+  if (!reader) return "";
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  while (size < limit) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    chunks.push(value);
+    size += value.byteLength;
+  }
+  void reader.cancel().catch(() => {});
+  const bytes = new Uint8Array(Math.min(size, limit));
+  let at = 0;
+  for (const chunk of chunks) {
+    const part = chunk.subarray(0, bytes.length - at);
+    bytes.set(part, at);
+    at += part.length;
+  }
+  return new TextDecoder().decode(bytes);
 }
 
 async function navigate(tabId: number, url: string): Promise<ToolReply> {

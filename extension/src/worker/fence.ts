@@ -54,6 +54,21 @@ export function siteKey(url: string): SiteKey | null {
 
 export const sameSite = (a: SiteKey | null, b: SiteKey | null): boolean => a !== null && b !== null && JSON.stringify(a) === JSON.stringify(b);
 
+/** The site a card's approval of `host` (an off-site reason) names, on a page using `scheme`. */
+export function approvedSite(host: string, scheme: string): SiteKey {
+  const lower = host.toLowerCase();
+  return isLocal(lower) ? { scheme, host: lower, port: "*" } : { scheme, host: lower.replace(/^www\./, ""), port: null };
+}
+
+/** Whether `url` is on `site` as the fence's rules match it (a named host's subdomains count; an
+ * https address counts for an http site). */
+export function onSite(url: string, site: SiteKey): boolean {
+  const key = siteKey(url);
+  if (key === null || (key.scheme !== site.scheme && !(site.scheme === "http" && key.scheme === "https"))) return false;
+  if (site.port !== null) return key.port !== null && key.host === site.host && (site.port === "*" || key.port === site.port);
+  return key.port === null && (key.host === site.host || key.host.endsWith(`.${site.host}`));
+}
+
 const escape = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 
 /** The request condition matching a site's URLs (an https upgrade of an http site counts). */
@@ -144,8 +159,8 @@ export async function withApproved<T>(tabId: number, approved: readonly RiskReas
   const scheme = pageUrl?.startsWith("http:") ? "http" : "https";
   for (const reason of approved) {
     if (reason.kind !== "off_site") continue;
-    const host = reason.host.toLowerCase();
-    await approveSite(tabId, isLocal(host) ? { scheme, host, port: "*" } : { scheme, host: host.replace(/^www\./, ""), port: null });
+    const host = reason.host;
+    await approveSite(tabId, approvedSite(host, scheme));
   }
   const posts = approved.flatMap((r) => (r.kind === "posts_form" ? [r.host] : []));
   let ids: number[] = [];

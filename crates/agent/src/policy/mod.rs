@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use ts_rs::TS;
 
-use crate::arguments::{Key, NavigateArgs, PressKeyArgs, ToolCall, TypeArgs};
+use crate::arguments::{Key, NavigateArgs, PressKeyArgs, ReadLinkArgs, ToolCall, TypeArgs};
 use crate::page::{ElementInfo, FormInfo, PageInfo};
 use crate::tools::{RiskLevel, ToolDefinition};
 
@@ -147,7 +147,8 @@ pub fn assess(
     if matches!(call, ToolCall::RunJavascript(_)) {
         reasons.insert(RiskReason::RunsJavascript);
     }
-    if let ToolCall::Navigate(NavigateArgs { url }) = &call {
+    // Reading a page is judged like opening it: another site asks.
+    if let ToolCall::Navigate(NavigateArgs { url }) | ToolCall::ReadLink(ReadLinkArgs { url }) = &call {
         match web_url(url, page_url) {
             Some(url) => judge_destination(&mut reasons, &url),
             None => return Assessment::refused(risk, "Only http:// and https:// addresses can be opened."),
@@ -619,6 +620,17 @@ mod tests {
             assess(&tool("navigate"), json!({"url": "https://a.test/"}).as_object().unwrap(), None, None)
                 .needs_confirmation()
         );
+    }
+
+    #[test]
+    fn reading_a_page_is_judged_like_opening_it() {
+        let read = |url: &str| run("read_link", json!({"url": url}), None, "https://www.example.com/news/");
+        assert!(!read("story.html").needs_confirmation(), "relative, same site");
+        assert!(!read("https://blog.example.com/a").needs_confirmation());
+        assert_eq!(read("https://evil.test/x").reasons, vec![RiskReason::OffSite { host: "evil.test".into() }]);
+        assert!(read("//evil.test/").needs_confirmation());
+        assert!(read("file:///etc/passwd").refusal.is_some());
+        assert!(read("javascript:alert(1)").refusal.is_some());
     }
 
     #[test]
