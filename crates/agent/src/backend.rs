@@ -173,6 +173,19 @@ pub struct ToolOutput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional)]
     pub changed: Option<bool>,
+    /// Page text split into passages (`read_page`, `read_link`): the agent numbers them, the model
+    /// cites them as [n], the overlay links each citation to its passage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub passages: Option<Passages>,
+}
+
+/// Passages of a page's text, in order, and the page they come from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+pub struct Passages {
+    pub url: String,
+    pub title: String,
+    pub items: Vec<String>,
 }
 
 impl ToolOutput {

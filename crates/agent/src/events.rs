@@ -60,6 +60,15 @@ pub enum AgentEvent {
     Compacted { before_tokens: usize, after_tokens: usize },
     /// The user stopped the task.
     Stopped,
+    /// Passages of page text the model was given, numbered as it cites them ([n]).
+    Sources { url: String, title: String, passages: Vec<Source> },
+}
+
+/// One numbered passage (numbers go on across the conversation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+pub struct Source {
+    pub number: u32,
+    pub text: String,
 }
 
 /// Why a task stopped on an error. Each kind has its text in the extension's locales (the

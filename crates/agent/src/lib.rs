@@ -34,11 +34,11 @@ mod task_loop_tests;
 #[cfg(not(target_arch = "wasm32"))]
 pub use backend::SystemClock;
 pub use backend::{
-    CancelToken, Clock, GenerationRequest, GenerationStats, ModelBackend, ModelChunk, ModelError, ToolError,
+    CancelToken, Clock, GenerationRequest, GenerationStats, ModelBackend, ModelChunk, ModelError, Passages, ToolError,
     ToolExecutor, ToolInvocation, ToolOutput,
 };
 pub use context::{ApproxTokenCounter, ContextBudget, Entry, EntryKind, TokenCounter};
-pub use events::{AgentEvent, PauseReason, TaskError};
+pub use events::{AgentEvent, PauseReason, Source, TaskError};
 pub use page::{ElementInfo, FormInfo, PageInfo, Snapshot};
 pub use parser::{ParsedCall, ParsedOutput, StreamParser, parse_output, parse_to_json};
 pub use policy::{ActionTarget, Assessment, Decision, RiskReason};

@@ -27,7 +27,7 @@ use crate::context::{
     ContextBudget, Entry, EntryKind, TokenCounter, drop_oldest_step, full_page_results, prefill_tokens,
     prune_old_results, prune_page_results, truncate_head_tail,
 };
-use crate::events::{AgentEvent, PauseReason, TaskError};
+use crate::events::{AgentEvent, PauseReason, Source, TaskError};
 use crate::page::{GEMMA_MARKUP, Neutralizer, PageInfo, Snapshot};
 use crate::parser::{ParseEvent, ParsedOutput, ParserOptions, StreamParser};
 use crate::policy::grants::GrantScope;
@@ -140,6 +140,16 @@ pub enum ContextError {
     Template(#[from] ChatError),
 }
 
+/// The highest passage number a restored page-text result holds (lines `[n] …`).
+fn last_passage(entry: &Entry) -> Option<u32> {
+    let EntryKind::ToolResult { tool, .. } = &entry.kind else { return None };
+    if tool != READ_PAGE && tool != READ_LINK {
+        return None;
+    }
+    let text = entry.message.text()?;
+    text.lines().filter_map(|line| line.strip_prefix('[')?.split_once("] ")?.0.parse::<u32>().ok()).max()
+}
+
 /// What an action acts on, for the breaker: the element as the card names it, else the arguments.
 fn action_target(call: &PendingCall) -> String {
     call.target.as_ref().map_or_else(|| Value::Object(call.arguments.clone()).to_string(), |t| t.description.clone())
@@ -248,6 +258,8 @@ pub struct Agent {
     iterations: usize,
     bad_turns: usize,
     next_call: u64,
+    /// The number of the conversation's last passage given to the model.
+    next_passage: u32,
     finished: bool,
     last_prompt: Option<String>,
     stats: Vec<PromptStats>,
@@ -283,6 +295,7 @@ impl Agent {
             iterations: 0,
             bad_turns: 0,
             next_call: 0,
+            next_passage: 0,
             finished: false,
             last_prompt: None,
             stats: Vec::new(),
@@ -324,6 +337,7 @@ impl Agent {
         }
         // Call ids go on from the restored ones (`call_<n>`, counted from 1).
         self.next_call = entries.iter().map(|e| e.message.tool_calls.len() as u64).sum();
+        self.next_passage = entries.iter().filter_map(last_passage).max().unwrap_or(0);
         self.entries = entries;
         self.finished = true;
         true
@@ -823,8 +837,11 @@ impl Agent {
                     if changes_state && !changed_nothing {
                         self.repetition.record(&invocation.name, &invocation.arguments, self.clock.now_ms());
                     }
-                    let (text, page) = self.format_output(&invocation.name, output);
+                    let (text, page, sources) = self.format_output(&invocation.name, output);
                     self.finish_call(Ok(text), page, on_event);
+                    if let Some(sources) = sources {
+                        on_event(sources);
+                    }
                 }
                 Some(Err(e)) => {
                     self.breaker.record(&invocation.name, &target, true);
@@ -838,7 +855,7 @@ impl Agent {
 
     /// Turns a tool's output into the text the model sees: snapshots rendered with marks, page
     /// content fenced, everything within the per-result budget.
-    fn format_output(&mut self, tool: &str, output: ToolOutput) -> (String, bool) {
+    fn format_output(&mut self, tool: &str, mut output: ToolOutput) -> (String, bool, Option<AgentEvent>) {
         if let Some(p) = &output.page {
             let before = site_of_page(self.page.as_ref());
             self.page = Some(p.clone());
@@ -855,14 +872,29 @@ impl Agent {
             let body = truncate_head_tail(&body, max, self.counter.as_ref());
             let text = self.neutralizer.fence(&snapshot.page.url, &body);
             self.latest_snapshot = Some(snapshot);
-            return (text, true);
+            return (text, true, None);
         }
+        // Passages are numbered on from the conversation's last: the model cites them as [n].
+        let sources = output.passages.take().map(|p| {
+            let passages: Vec<Source> = p
+                .items
+                .into_iter()
+                .map(|text| {
+                    self.next_passage += 1;
+                    Source { number: self.next_passage, text }
+                })
+                .collect();
+            for s in &passages {
+                output.text.push_str(&format!("\n[{}] {}", s.number, s.text));
+            }
+            AgentEvent::Sources { url: p.url, title: p.title, passages }
+        });
         let body = truncate_head_tail(&output.text, max, self.counter.as_ref());
         // Every result that comes back over the bus is the page's words or quotes them (an
         // action's result names its element by the page's label, a navigation the page's title):
         // all of it is fenced, not only what the executor marks `from_page`.
         let source = output.page.as_ref().or(self.page.as_ref()).map_or("the page", |p| p.url.as_str()).to_owned();
-        (self.neutralizer.fence(&source, &body), tool == READ_PAGE || tool == READ_LINK)
+        (self.neutralizer.fence(&source, &body), tool == READ_PAGE || tool == READ_LINK, sources)
     }
 
     /// A tool's failure as the model sees it: the executor's message quotes the page too.

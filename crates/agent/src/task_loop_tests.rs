@@ -481,6 +481,44 @@ fn five_failed_actions_in_a_row_pause() {
 }
 
 #[test]
+fn passages_are_numbered_across_the_conversation_and_reported_as_sources() {
+    let mut agent = agent();
+    agent.start_task("How big is the colony?", Some(page()));
+    let mut model = ScriptedModel::texts([
+        call("read_page", ""),
+        call("read_page", ""),
+        call("done", &format!("result:{}", s("Forty-two nests [2]."))),
+    ]);
+    let mut tools = ScriptedTools::new(|_| {
+        let passages = crate::Passages {
+            url: page().url,
+            title: "Herons".into(),
+            items: vec!["The colony grew.".into(), "It has 42 nests.".into()],
+        };
+        Ok(ToolOutput { passages: Some(passages), ..ToolOutput::page_text(page(), "Title: Herons") })
+    });
+    let (outcome, events) = run(&mut agent, &mut model, &mut tools);
+    assert!(matches!(outcome, Outcome::Done { .. }), "{outcome:?}");
+    assert!(model.prompts[1].contains("[1] The colony grew.\n[2] It has 42 nests."), "{}", model.prompts[1]);
+    assert!(model.prompts[2].contains("[3] The colony grew.\n[4] It has 42 nests."));
+    let numbers: Vec<Vec<u32>> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Sources { passages, .. } => Some(passages.iter().map(|p| p.number).collect()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(numbers, [vec![1, 2], vec![3, 4]]);
+    // A conversation restored elsewhere numbers on from its last passage.
+    let mut restored = agent_with(AgentConfig::default());
+    assert!(restored.restore_history(agent.history().to_vec()));
+    restored.start_task("And the warden?", Some(page()));
+    let mut model = ScriptedModel::texts([call("read_page", ""), call("done", &format!("result:{}", s("Ok.")))]);
+    run(&mut restored, &mut model, &mut tools);
+    assert!(model.prompts[1].contains("[5] The colony grew."), "{}", model.prompts[1]);
+}
+
+#[test]
 fn direct_answer_and_thinking() {
     let mut agent = agent_with(AgentConfig { enable_thinking: true, ..Default::default() });
     agent.start_task("What is on this page?", Some(page()));

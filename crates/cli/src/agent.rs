@@ -177,6 +177,9 @@ impl Printer {
             }
             AgentEvent::Error { error, .. } => println!("  error: {}", hearth_protocol::english::task_error(&error)),
             AgentEvent::Paused { .. } | AgentEvent::Stopped => {}
+            AgentEvent::Sources { url, passages, .. } => {
+                println!("  read {} passages of {url}", passages.len());
+            }
             AgentEvent::Compacted { before_tokens, after_tokens } => {
                 println!("  history shortened: {before_tokens} → {after_tokens} tokens");
             }

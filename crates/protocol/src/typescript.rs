@@ -10,9 +10,9 @@ use crate::{
     ActionTarget, AdapterReport, AgentEvent, Article, BUNDLED_MODEL_FILES, Decision, ElementInfo, EngineFailure,
     EngineStatus, EngineToWorker, FAILURE_KEYS, FailureKind, FailureText, FormInfo, GenerateRequest, GenerationEvent,
     GenerationStats, GgufInspection, GgufSummary, KnownUpload, ManifestFile, ModelFormat, ModelInfo, ModelManifest,
-    ModelMemory, ModelOffer, ModelProgress, OptionsToWorker, Outcome, PageInfo, PauseReason, RiskLevel, RiskReason,
-    SelfTestReport, Snapshot, TabToWorker, TaskAction, TaskError, TaskRefusal, TaskSettings, TaskUpdate, ToolMode,
-    ToolOutput, ToolReply, ToolRequest, WorkerToEngine, WorkerToTab,
+    ModelMemory, ModelOffer, ModelProgress, OptionsToWorker, Outcome, PageInfo, Passages, PauseReason, RiskLevel,
+    RiskReason, SelfTestReport, Snapshot, Source, TabToWorker, TaskAction, TaskError, TaskRefusal, TaskSettings,
+    TaskUpdate, ToolMode, ToolOutput, ToolReply, ToolRequest, WorkerToEngine, WorkerToTab,
 };
 
 /// Path of the generated file, relative to the repository root.
@@ -57,6 +57,8 @@ pub fn typescript_module() -> String {
         Outcome::decl(&cfg),
         PauseReason::decl(&cfg),
         TaskError::decl(&cfg),
+        Passages::decl(&cfg),
+        Source::decl(&cfg),
         ToolMode::decl(&cfg),
         Decision::decl(&cfg),
         RiskLevel::decl(&cfg),

@@ -129,8 +129,16 @@ dd { margin: 0; overflow-wrap: anywhere; }
 .target-destination .sign, .target-text .sign { color: var(--muted); }
 .target-text .typed { font: 12.5px ui-monospace, SFMono-Regular, Menlo, monospace; white-space: pre-wrap; }
 .card pre.code { max-height: 320px; white-space: pre; overflow-wrap: normal; }
-.target-outline { position: fixed; left: 0; top: 0; width: 0; height: 0; pointer-events: none; box-sizing: border-box;
+.target-outline, .passage-outline { position: fixed; left: 0; top: 0; width: 0; height: 0; pointer-events: none; box-sizing: border-box;
   border: 3px solid var(--focus); border-radius: 4px; box-shadow: 0 0 0 2px rgb(255 255 255 / .8); }
+.passage-outline { border-color: #d4a20b; background: rgb(255 229 138 / .25); }
+.cite { display: inline-block; min-width: 1.4em; padding: 0 4px; margin: 0 1px; border: 1px solid var(--line); border-radius: 9px;
+  background: var(--bg); font-size: 11px; line-height: 16px; vertical-align: baseline; text-align: center; }
+button.cite { cursor: pointer; color: var(--accent, inherit); }
+.cite.unverified { border-style: dashed; color: var(--muted); text-decoration: line-through dotted; }
+.sources { font-size: 12.5px; color: var(--muted); margin: 4px 0; }
+.sources ol { margin: 4px 0; padding-left: 2.2em; }
+.sources .source-url { margin: 2px 0; overflow-wrap: anywhere; }
 .actions, .options { display: flex; flex-wrap: wrap; gap: 6px; margin-top: 6px; }
 .decision, .option, .continue, .retry, .clear, .disable-site, .send, .stop { border: 1px solid var(--line);
   border-radius: 6px; padding: 5px 10px; background: var(--bg); }

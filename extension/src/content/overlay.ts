@@ -29,6 +29,7 @@ import { TranscriptView } from "./ui/transcript-view";
 import { showTaskState } from "./ui/task-state";
 import { t } from "../shared/ui/i18n";
 import { targetOutline } from "./ui/outline";
+import { findPassage } from "./ui/passage";
 import { TranscriptStore } from "./ui/persist";
 import { installShield, type Shield } from "./ui/shield";
 import {
@@ -42,6 +43,7 @@ import {
   localError,
   markSent,
   pendingAsk,
+  sourceOf,
   userMessage,
   type Touched,
   type Transcript,
@@ -156,6 +158,8 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
   const mirror = __HEARTH_TEST_BUILD__ ? el("div", { class: "test-state", hidden: true, "aria-hidden": "true" }) : null;
   const data: DOMStringMap = mirror ? mirror.dataset : {};
   const outline = targetOutline();
+  // A cited passage the user asked to see (a citation chip).
+  const passageOutline = targetOutline("passage-outline");
 
   // --- structure -------------------------------------------------------------------------------
   /** The user's own model files (chrome.storage.local): the engine view marks them as not verified. */
@@ -185,7 +189,7 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
   sheet.replaceSync(OVERLAY_CSS);
   shadow.adoptedStyleSheets = [sheet];
   // The outline first: the launcher and the panel are drawn over it.
-  shadow.replaceChildren(outline.element, launcher, panel);
+  shadow.replaceChildren(outline.element, passageOutline.element, launcher, panel);
   if (mirror) shadow.append(mirror);
 
   data.state = "closed";
@@ -384,6 +388,19 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
       commit(touched);
       control({ action: "answer", text: option });
       composer.focus();
+    },
+    hasSource: (number: number) => sourceOf(transcript, number) !== undefined,
+    showSource(number: number) {
+      const source = sourceOf(transcript, number);
+      if (!source) return;
+      const here = (url: string) => url.split("#")[0] === location.href.split("#")[0];
+      // Another page's passage (read_link): that page, in a new tab.
+      if (!here(source.url)) return void window.open(source.url, "_blank", "noopener,noreferrer");
+      const found = findPassage(source.text);
+      data.passage = found ? String(number) : "";
+      if (!found) return;
+      found.scrollIntoView({ block: "center", behavior: "instant" });
+      passageOutline.show(found);
     },
   };
 

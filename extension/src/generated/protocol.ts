@@ -356,13 +356,17 @@ target: ActionTarget | null, } | { "type": "ask_user", call_id: string, question
  * Prompt tokens the model computed (the engine's count; without one, those after the
  * common prefix with the previous prompt).
  */
-prefill_tokens: number, completion_tokens: number, tokens_per_second: number | null, } | { "type": "paused", reason: PauseReason, } | { "type": "compacted", before_tokens: number, after_tokens: number, } | { "type": "stopped" };
+prefill_tokens: number, completion_tokens: number, tokens_per_second: number | null, } | { "type": "paused", reason: PauseReason, } | { "type": "compacted", before_tokens: number, after_tokens: number, } | { "type": "stopped" } | { "type": "sources", url: string, title: string, passages: Array<Source>, };
 
 export type Outcome = { "kind": "done", result: string, success: boolean, } | { "kind": "needs_confirmation", call_id: string, } | { "kind": "needs_answer", call_id: string, } | { "kind": "paused", reason: PauseReason, } | { "kind": "stopped" } | { "kind": "failed", error: TaskError, } | { "kind": "idle" };
 
 export type PauseReason = { "kind": "max_iterations", limit: number, } | { "kind": "repetition", name: string, times: number, } | { "kind": "same_failure", name: string, target: string, times: number, } | { "kind": "failures", times: number, };
 
 export type TaskError = { "kind": "context_full", tokens: number, max: number, window: number, } | { "kind": "prompt", detail: string, } | { "kind": "model", detail: string, } | { "kind": "empty_answer" } | { "kind": "invalid_call_twice", problem: string, };
+
+export type Passages = { url: string, title: string, items: Array<string>, };
+
+export type Source = { number: number, text: string, };
 
 export type ToolMode = "on" | "ask" | "off";
 
@@ -420,7 +424,12 @@ from_page: boolean,
  * element's value or checked state); `None` where the executor does not watch. An action
  * that changed nothing counts as a failure for the breaker.
  */
-changed?: boolean, };
+changed?: boolean, 
+/**
+ * Page text split into passages (`read_page`, `read_link`): the agent numbers them, the model
+ * cites them as [n], the overlay links each citation to its passage.
+ */
+passages?: Passages, };
 
 export type Snapshot = { page: PageInfo, elements: Array<ElementInfo>, };
 

@@ -158,10 +158,11 @@ async function readLink(rawUrl: string, pageUrl: string, approved: readonly Risk
     ? ((await sendToEngine({ kind: "read_article", html: body, url: response.url })) as Article)
     : { title: "", passages: body.split(/\n\s*\n/).map((p) => p.replace(/\s+/g, " ").trim()).filter(Boolean) };
   if (!article?.passages?.length) return failed(`${response.url} has no readable text.`);
-  const passages = article.passages.slice(0, MAX_PASSAGES).map((p, i) => `[${i + 1}] ${p}`);
-  const text = `Page: ${article.title || "(untitled)"} — ${response.url}\n${passages.join("\n")}`;
-  // `page` stays unset: the tab did not move.
-  return ok(text, null, true);
+  const title = article.title || "(untitled)";
+  // `page` stays unset: the tab did not move. The agent numbers the passages.
+  const reply = ok(`Page: ${title} — ${response.url}`, null, true);
+  if (reply.status === "ok") reply.output.passages = { url: response.url, title, items: article.passages.slice(0, MAX_PASSAGES) };
+  return reply;
 }
 
 /** The body's text, at most `limit` bytes of it. */

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { launch } from "../lib/browser.mjs";
 import { servePages } from "../lib/pages.mjs";
-import { overlayText, screenshot, waitForData } from "../lib/overlay.mjs";
+import { clickInOverlay, overlayText, screenshot, waitForData } from "../lib/overlay.mjs";
 import { answer, ask, call, chooseOption, decide, done, pageText as text, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 
 let pages;
@@ -216,6 +216,36 @@ test("a disabled site: no tool runs there, and no overlay is injected", { timeou
   await page.reload({ waitUntil: "load" });
   assert.equal(await page.locator("hearth-overlay").count(), 0, "nothing is injected on a disabled site");
   await chrome.console.evaluate("/service-worker.js", `chrome.storage.sync.set({ settings: { disabledSites: [] } })`);
+});
+
+test("sources: a cited passage is a chip that scrolls the page to it; a citation of nothing is unverified; a claim of reading with nothing read is marked", { timeout: 90_000 }, async () => {
+  const page = await openAgentPage(chrome, `${pages.url}/agent/article.html`);
+  await useScript(chrome, [call("read_page"), done("The colony has forty-two nests [3]; herons also nest upriver [9].")]);
+  await ask(page, "How many nests are there?");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  const prompts = await scriptedPrompts(chrome);
+  assert.match(prompts[1], /\[3\] The volunteers counted forty-two nests/, "the passages are numbered for the model");
+  assert.match(await overlayText(page, ".sources summary"), /Read: Herons of the estuary \(4 passages\)/);
+  assert.equal(await overlayText(page, ".cite.unverified"), "[9]", "no tool returned a passage 9");
+  const inView = () => page.evaluate(() => {
+    const r = document.getElementById("count").getBoundingClientRect();
+    return r.top >= 0 && r.bottom <= innerHeight;
+  });
+  assert.equal(await inView(), false, "the passage starts below the fold");
+  await clickInOverlay(page, 'button.cite[data-cite="3"]');
+  await waitForData(page, "passage", "3");
+  assert.equal(await inView(), true, "the chip scrolled the page to passage 3");
+  await screenshot(page, "agent-sources");
+
+  // An answer that says it read the page, in a task that read nothing.
+  await useScript(chrome, [done("I read the page: it is about herons.")]);
+  await ask(page, "What is this page about? Answer from memory.");
+  let badge = null;
+  for (const deadline = Date.now() + 30_000; !badge; await new Promise((r) => setTimeout(r, 200))) {
+    assert.ok(Date.now() < deadline, "no badge on the unbacked answer");
+    badge = await overlayText(page, ".unbacked").catch(() => null);
+  }
+  assert.match(badge, /Hearth read nothing for it/);
 });
 
 test("a tool that outlasts its time limit: the worker answers for it (and cancels it in the tab), the model is told", { timeout: 90_000 }, async () => {

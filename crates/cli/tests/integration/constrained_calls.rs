@@ -12,7 +12,7 @@ use hearth_agent::parser::{ParseEvent, ParserOptions, StreamParser};
 use hearth_agent::tools::ArgumentError;
 use hearth_agent::{ToolDefinition, builtin_tools, validate_arguments};
 use hearth_chat::{ChatTemplate, Message, RenderRequest};
-use hearth_model::constrain::{CallConstraint, CallGrammar, ToolSpec, VocabTrie};
+use hearth_model::constrain::{CallConstraint, CallGrammar, CallState, Symbol, ToolSpec, VocabTrie};
 use hearth_model::generate::{self, GenerateOptions};
 use hearth_model::model_dir::{load_model, load_tokenizer};
 use hearth_model::tokenizer::Tokenizer;
@@ -174,8 +174,30 @@ fn the_cli_constrains_calls_to_a_tools_file() {
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("calls constrained to read_page, snapshot, click"), "{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    // The reply may go on after the call (until a stop token): the first call is what counts.
-    let end = stdout.find("<tool_call|>").map(|i| i + "<tool_call|>".len());
-    let call = &stdout[..end.unwrap_or_else(|| panic!("the call closes within 400 tokens: {stdout}"))];
-    valid_call(call, &tools).unwrap_or_else(|e| panic!("{e}\n{stdout}"));
+    // The reply may go on after the call (until a stop token): the first call is what counts. A
+    // random model may still be inside a long string when the limit cuts it: then what it wrote is
+    // a prefix the grammar accepts.
+    match stdout.find("<tool_call|>").map(|i| i + "<tool_call|>".len()) {
+        Some(end) => {
+            let _name = valid_call(&stdout[..end], &tools).unwrap_or_else(|e| panic!("{e}\n{stdout}"));
+        }
+        None => assert!(grammar_accepts_prefix(&grammar(&tools), &stdout), "not a call's prefix: {stdout}"),
+    }
+}
+
+/// Whether `text` (from `<|tool_call>` on) is the start of a call the grammar accepts.
+fn grammar_accepts_prefix(grammar: &CallGrammar, text: &str) -> bool {
+    let Some(body) = text.split_once("<|tool_call>").map(|(_, b)| b) else { return false };
+    let mut state = CallState::start();
+    for (i, piece) in body.split("<|\"|>").enumerate() {
+        if i > 0 {
+            let Some(next) = state.next(grammar, Symbol::Delim) else { return false };
+            state = next;
+        }
+        for b in piece.bytes() {
+            let Some(next) = state.next(grammar, Symbol::Byte(b)) else { return false };
+            state = next;
+        }
+    }
+    true
 }

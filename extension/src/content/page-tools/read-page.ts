@@ -1,5 +1,6 @@
-// read_page: the page's title and URL, the user's selection, then the main text, within a budget.
-// The text is the page's own (untrusted); the agent fences it.
+// read_page: the page's title and URL, the user's selection, then the main text as passages (one
+// per block of text), within a budget. The text is the page's own (untrusted); the agent fences it
+// and numbers the passages for citations.
 
 import type { ToolOutput } from "../../generated/protocol";
 import { allRoots, flatChildren, flatParent, frameDocument, is, isElement, isFrame, isHtml, pageInfo, styleOf } from "./flat-tree";
@@ -22,8 +23,18 @@ export function readPage(): ToolOutput {
     budget -= Math.min(selected.length, SELECTION_BUDGET);
   }
   const { label, text } = mainText();
-  parts.push(`\n${label}:\n${cutTo(text, budget) || "(no text)"}`);
-  return { text: parts.join("\n"), snapshot: null, page, from_page: true };
+  const items: string[] = [];
+  let left = budget;
+  for (const line of text.split("\n")) {
+    const passage = line.trim();
+    if (!passage) continue;
+    if (left <= 0) break;
+    items.push(cutTo(passage, left));
+    left -= passage.length;
+  }
+  const omitted = text.length > budget ? ` (the first ${budget} of ${text.length} characters)` : "";
+  parts.push(`\n${label}${omitted}:${items.length ? "" : " (no text)"}`);
+  return { text: parts.join("\n"), snapshot: null, page, from_page: true, passages: { url: page.url, title: page.title, items } };
 }
 
 function selectionText(): string {

@@ -12,6 +12,10 @@ export interface CardActions {
   decide(entryId: number, decision: Decision): void;
   choose(entryId: number, option: string): void;
   fence(entryId: number, allow: boolean): void;
+  /** Whether passage `number` was given to the model in this conversation. */
+  hasSource(number: number): boolean;
+  /** Shows passage `number`: on this page, or its page in a new tab. */
+  showSource(number: number): void;
 }
 
 export function renderEntry(entry: Entry, actions: CardActions): HTMLElement {
@@ -31,7 +35,7 @@ function build(entry: Entry, actions: CardActions): HTMLElement {
         entry.queued ? el("p", { class: "meta" }, t("waitingForEngine")) : null,
       );
     case "answer":
-      return el("div", { class: "msg answer" }, renderMarkdown(entry.text));
+      return el("div", { class: "msg answer" }, withCitations(renderMarkdown(entry.text), actions));
     case "thinking":
       return el(
         "details",
@@ -44,7 +48,16 @@ function build(entry: Entry, actions: CardActions): HTMLElement {
         "div",
         { class: entry.success ? "msg answer result" : "msg answer result unsuccessful" },
         entry.success ? null : el("p", { class: "badge bad" }, t("taskUnsuccessful")),
-        renderMarkdown(entry.text),
+        entry.unbacked ? el("p", { class: "badge bad unbacked" }, t("answerUnbacked")) : null,
+        withCitations(renderMarkdown(entry.text), actions),
+      );
+    case "sources":
+      return el(
+        "details",
+        { class: "sources" },
+        el("summary", {}, t("sourcesRead", entry.title || entry.url, String(entry.passages.length))),
+        el("p", { class: "source-url" }, entry.url),
+        el("ol", {}, ...entry.passages.map((p) => el("li", { value: String(p.number) }, clip(p.text, 300)))),
       );
     case "tool":
       return toolCard(entry);
@@ -63,6 +76,34 @@ function build(entry: Entry, actions: CardActions): HTMLElement {
     case "notice":
       return el("p", { class: "notice" }, noticeText(entry.notice));
   }
+}
+
+/**
+ * Citations `[n]` in an answer: a chip for a passage a tool gave the model (its click shows the
+ * passage), marked unverified for one no tool returned. Code is left as written.
+ */
+function withCitations(fragment: DocumentFragment, actions: CardActions): DocumentFragment {
+  const walker = document.createTreeWalker(fragment, NodeFilter.SHOW_TEXT);
+  const texts: Text[] = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (!(node.parentElement?.closest("code, pre") ?? null) && /\[\d{1,4}\]/.test(node.nodeValue ?? "")) texts.push(node as Text);
+  }
+  for (const text of texts) {
+    const parts = (text.nodeValue ?? "").split(/(\[\d{1,4}\])/);
+    const nodes = parts.map((part) => {
+      const cited = /^\[(\d{1,4})\]$/.exec(part);
+      if (!cited) return document.createTextNode(part);
+      const number = Number(cited[1]);
+      if (!actions.hasSource(number)) {
+        return el("span", { class: "cite unverified", title: t("citationUnverified"), "data-cite": String(number) }, part);
+      }
+      const chip = button("cite", String(number), t("citationShow", String(number)), { "data-cite": String(number) });
+      chip.addEventListener("click", () => actions.showSource(number));
+      return chip;
+    });
+    text.replaceWith(...nodes);
+  }
+  return fragment;
 }
 
 /** `index: 3, text: "hello"` */

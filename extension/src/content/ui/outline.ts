@@ -13,8 +13,8 @@ export interface TargetOutline {
 /** How far the outline sits outside the element's box, in CSS pixels. */
 const GAP = 3;
 
-export function targetOutline(): TargetOutline {
-  const element = el("div", { class: "target-outline", hidden: true, "aria-hidden": "true" });
+export function targetOutline(className = "target-outline"): TargetOutline {
+  const element = el("div", { class: className, hidden: true, "aria-hidden": "true" });
   let target: Element | null = null;
   let frame = 0;
 

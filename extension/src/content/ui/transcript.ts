@@ -1,7 +1,7 @@
 // What the overlay shows, as data: the entries of the conversation and the task's state. Pure
 // (no DOM, no chrome.*) so it can be persisted per tab and rebuilt after a reload.
 
-import type { AgentEvent, Decision, Outcome, PauseReason, RiskLevel, RiskReason, TaskError, TaskRefusal, TaskUpdate } from "../../generated/protocol";
+import type { AgentEvent, Decision, Outcome, PauseReason, RiskLevel, RiskReason, Source, TaskError, TaskRefusal, TaskUpdate } from "../../generated/protocol";
 
 export type TaskState = "idle" | "running" | "confirm" | "ask" | "done" | "failed" | "stopped" | "paused";
 
@@ -35,8 +35,11 @@ export type Entry = { id: number } & (
   | { kind: "ask"; callId: string; question: string; options: string[]; answer?: string }
   /** The browser's fence blocked a request of the page during the run (worker/fence.ts). */
   | { kind: "fence"; url: string; host: string; method: string; allowed?: boolean }
-  /** The task's deliverable (`done`). */
-  | { kind: "result"; text: string; success: boolean }
+  /** The task's deliverable (`done`); `unbacked`: it claims to have read or searched, but no
+   * page text was read for it. */
+  | { kind: "result"; text: string; success: boolean; unbacked?: boolean }
+  /** Page text the model was given (read_page, read_link): numbered passages it may cite. */
+  | { kind: "sources"; url: string; title: string; passages: Source[] }
   /** The task's error (worded from the locales when shown). */
   | { kind: "error"; error: TaskError; recoverable: boolean }
   /** An error of the overlay itself, already in the browser's language. */
@@ -134,6 +137,31 @@ export const HIDDEN_TOOLS = new Set(["done", "ask_user"]);
 
 export function toolCardCount(t: Transcript): number {
   return t.entries.filter((e) => e.kind === "tool").length;
+}
+
+/** The passage numbered `number` that a tool gave the model in this conversation, and its page. */
+export function sourceOf(t: Transcript, number: number): { url: string; title: string; text: string } | undefined {
+  for (let i = t.entries.length - 1; i >= 0; i--) {
+    const e = t.entries[i]!;
+    if (e.kind !== "sources") continue;
+    const passage = e.passages.find((p) => p.number === number);
+    if (passage) return { url: e.url, title: e.title, text: passage.text };
+  }
+  return undefined;
+}
+
+/** An answer that says it read, searched or looked something up. */
+const CLAIM = /\b(I (have |'ve )?(read|searched|looked (at|up|through)|checked|browsed|visited)|according to (the|this|that) (page|article|site|source|website))\b/i;
+const claimsReading = (text: string) => CLAIM.test(text);
+
+/** Whether any page text was read since the user's last message. */
+function readSinceLastMessage(t: Transcript): boolean {
+  for (let i = t.entries.length - 1; i >= 0; i--) {
+    const e = t.entries[i]!;
+    if (e.kind === "user") return false;
+    if (e.kind === "sources" || (e.kind === "tool" && (e.name === "read_page" || e.name === "snapshot" || e.name === "read_link"))) return true;
+  }
+  return false;
 }
 
 /** The user sent a message: a new task, or steering of the running one. */
@@ -286,14 +314,17 @@ function applyEvent(t: Transcript, event: AgentEvent, now: number): Touched {
       t.canContinue = false;
       t.answer = event.result;
       const previous = last(t);
+      const unbacked = claimsReading(event.result) && !readSinceLastMessage(t);
       // A direct answer was streamed already: that entry becomes the result.
       if (previous?.kind === "answer" && previous.text.trim() === event.result.trim()) {
         const index = t.entries.length - 1;
-        t.entries[index] = { id: previous.id, kind: "result", text: event.result, success: event.success };
+        t.entries[index] = { id: previous.id, kind: "result", text: event.result, success: event.success, unbacked };
         return [previous.id];
       }
-      return [add(t, { kind: "result", text: event.result.slice(0, MAX_TEXT), success: event.success }).id];
+      return [add(t, { kind: "result", text: event.result.slice(0, MAX_TEXT), success: event.success, unbacked }).id];
     }
+    case "sources":
+      return [add(t, { kind: "sources", url: event.url, title: event.title, passages: event.passages.map((p) => ({ number: p.number, text: p.text.slice(0, MAX_TEXT) })) }).id];
     case "error":
       t.canContinue = event.recoverable;
       return [add(t, { kind: "error", error: event.error, recoverable: event.recoverable }).id];
