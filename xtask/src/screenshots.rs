@@ -16,6 +16,7 @@ struct Picture {
 const PICTURES: &[Picture] = &[
     Picture { suite: "tests/e2e/agent.test.mjs", artifact: "agent-confirmation-card.png" },
     Picture { suite: "tests/e2e/agent.test.mjs", artifact: "agent-react-form-done.png" },
+    Picture { suite: "tests/e2e/agent.test.mjs", artifact: "agent-sources.png" },
     Picture { suite: "tests/e2e/consent-effects.test.mjs", artifact: "fence-card.png" },
 ];
 
