@@ -26,11 +26,11 @@ export function parseSnapshot(text) {
   return out;
 }
 
-/** read_page's page text, without the title, URL and fence lines. */
+/** read_page's page text, without the title, URL and fence lines and the passages' numbers. */
 export function pageText(text) {
-  const m = /\n(?:Page text|Main content(?: \(article\))?):\n([\s\S]*?)\n<<<END UNTRUSTED PAGE CONTENT>>>/.exec(text);
+  const m = /\n(?:Page text|Main content(?: \(article\))?)(?: \([^)\n]*\))?:\n([\s\S]*?)\n<<<END UNTRUSTED PAGE CONTENT>>>/.exec(text);
   if (!m) throw new GiveUp(`read_page returned no page text:\n${text}`);
-  return m[1];
+  return m[1].replace(/^\[\d+\] /gm, "");
 }
 
 /** The task's instruction: the first line of the page's text (MiniWoB puts it on top). */

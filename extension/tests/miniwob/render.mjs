@@ -52,7 +52,8 @@ export function fenceUntrusted(source, content) {
 /**
  * What the model sees for one tool call, as `Session::format_output` builds it (without the token
  * budget's truncation, which these small pages never reach). `state.latest` holds the previous
- * snapshot's indices between calls. `result` is `{ output }` or `{ error }`.
+ * snapshot's indices between calls, `state.passage` the last passage's number. `result` is
+ * `{ output }` or `{ error }`.
  */
 export function formatResult(result, state) {
   if (result.error !== undefined) return `Error: ${neutralizeSpecialTokens(result.error)}`;
@@ -62,6 +63,12 @@ export function formatResult(result, state) {
     state.latest = new Set(output.snapshot.elements.map((e) => e.index));
     return fenceUntrusted(output.snapshot.page.url, body);
   }
-  if (output.from_page) return fenceUntrusted(output.page?.url ?? "the page", output.text);
-  return neutralizeSpecialTokens(output.text);
+  // Passages are numbered on across the episode, as the agent numbers them.
+  let text = output.text;
+  for (const item of output.passages?.items ?? []) {
+    state.passage = (state.passage ?? 0) + 1;
+    text += `\n[${state.passage}] ${item}`;
+  }
+  if (output.from_page) return fenceUntrusted(output.page?.url ?? "the page", text);
+  return neutralizeSpecialTokens(text);
 }

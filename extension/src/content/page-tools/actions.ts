@@ -42,7 +42,12 @@ export async function click(args: ToolArguments["click"], signal: AbortSignal): 
   const form = isSubmitter(el) && !el.hasAttribute("formnovalidate") ? formOf(el) : null;
   const problems = form ? formProblems(form) : "";
   const changes = watchChanges(el);
-  clickElement(el);
+  try {
+    clickElement(el);
+  } catch (error) {
+    changes(); // stops watching
+    throw error;
+  }
   await settle(signal);
   const changed = changes();
   // Said to the model, and counted by the agent's breaker: a dead button clicked again and again.
@@ -690,17 +695,21 @@ export async function pressKeyTool(args: ToolArguments["press_key"], signal: Abo
   const init: KeyboardEventInit & { keyCode: number; which: number } = {
     key: spec.key, code: spec.code, keyCode: spec.keyCode, which: spec.keyCode, bubbles: true, cancelable: true, composed: true,
   };
+  // Watched from here: the element is in view and focused; a key that scrolls counts as an effect.
+  const changes = watchChanges(el, { scroll: true });
   const proceed = fire(el, new KeyboardEvent("keydown", init));
   if (proceed && (spec.key === "Enter" || spec.key === " ")) fire(el, new KeyboardEvent("keypress", init));
   // Enter submits and Space clicks: after the page's key handlers, the effect must still be the judged one.
   if (proceed && (spec.key === "Enter" || spec.key === " ") && !sameEffect(el)) {
     fire(el, new KeyboardEvent("keyup", init));
+    changes();
     throw new ToolFailure(`${label} ${CHANGED}`);
   }
   if (proceed) defaultAction(el, spec.key);
   fire(el, new KeyboardEvent("keyup", init));
   await settle(signal);
-  return result(`Pressed ${args.key} on ${label}.`);
+  const changed = changes();
+  return { ...result(`Pressed ${args.key} on ${label}.${changed ? "" : " Nothing on the page changed."}`), changed };
 }
 
 function deepActiveElement(): Element | null {

@@ -10,11 +10,12 @@ const OBSERVED: MutationObserverInit = { subtree: true, childList: true, attribu
 const pageChanged = (records: MutationRecord[]) => records.some((r) => r.target.nodeName !== "HEARTH-OVERLAY");
 
 /** What an action on `el` may change besides the DOM: where the page is, and the element's own
- * state (properties, which the DOM observer does not see). The focus and the scroll are left out:
- * a click moves them itself. */
-function stateOf(el: Element): string {
+ * state (properties, which the DOM observer does not see); with `scroll`, the scroll of the page
+ * and of the element (left out for a click, which scrolls the element into view itself). */
+function stateOf(el: Element, scroll: boolean): string {
   const field = el as Partial<HTMLInputElement & HTMLSelectElement>;
-  return JSON.stringify([location.href, field.checked, field.value, field.selectedIndex]);
+  const scrolled = scroll ? [window.scrollX, window.scrollY, el.scrollTop, el.scrollLeft] : [];
+  return JSON.stringify([location.href, field.checked, field.value, field.selectedIndex, ...scrolled]);
 }
 
 /**
@@ -22,17 +23,20 @@ function stateOf(el: Element): string {
  * anything did (the DOM of the page, its open shadow roots and same-origin frames, the URL, the
  * element's value or checked state). Call it after the page settled.
  */
-export function watchChanges(el: Element): () => boolean {
+export function watchChanges(el: Element, { scroll = false } = {}): () => boolean {
   let mutated = false;
+  // An attribute set to the value it had is no change.
+  const changes = (records: MutationRecord[]) =>
+    pageChanged(records.filter((r) => r.type !== "attributes" || (r.target as Element).getAttribute(r.attributeName ?? "") !== r.oldValue));
   const observer = new MutationObserver((records) => {
-    if (pageChanged(records)) mutated = true;
+    if (changes(records)) mutated = true;
   });
-  for (const root of allRoots()) observer.observe(root, OBSERVED);
-  const before = stateOf(el);
+  for (const root of allRoots()) observer.observe(root, { ...OBSERVED, attributeOldValue: true });
+  const before = stateOf(el, scroll);
   return () => {
-    if (pageChanged(observer.takeRecords())) mutated = true;
+    if (changes(observer.takeRecords())) mutated = true;
     observer.disconnect();
-    return mutated || stateOf(el) !== before;
+    return mutated || stateOf(el, scroll) !== before;
   };
 }
 
