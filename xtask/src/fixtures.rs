@@ -70,6 +70,13 @@ const GENERATORS: &[Generator] = &[
         packages: &["transformers==5.23.0", "torch==2.15.0", "mlx[cpu]==0.32.4", "numpy==2.4.6"],
         writes: "crates/model/fixtures/gemma4-mlx-4bit",
     },
+    Generator {
+        name: "vision-preprocess",
+        script: "crates/model/fixtures/gen_vision_preprocess.py",
+        // The image processor's Pillow backend: no torch needed.
+        packages: &["transformers==5.23.0", "pillow==13.0.0", "numpy==2.4.6"],
+        writes: "crates/model/fixtures/vision-preprocess",
+    },
 ];
 
 pub fn fixtures(names: &[String]) -> Result<(), String> {

@@ -26,6 +26,7 @@ pub mod self_test;
 pub mod session;
 pub mod step_recording;
 pub mod tokenizer;
+pub mod vision;
 
 pub use cache::{CONTEXT_SIZES, CacheOptions, DeviceMemory, KvCache};
 pub use config::TextConfig;
