@@ -11,11 +11,17 @@ export function findPassage(text: string, root: ParentNode = document): Element 
   // A passage cut to the budget ends with a marker; its start identifies it.
   const needle = norm(text.replace(/\n?\[… \d+ more characters left out\]$/, "")).slice(0, 80);
   if (!needle) return null;
+  // textContent first (no layout; ancestors come before descendants, so the search narrows to
+  // the innermost match); the rendered text where styles put breaks the source lacks.
+  return innermost(root, needle, (el) => el.textContent ?? "") ?? innermost(root, needle, (el) => (el as HTMLElement).innerText ?? "");
+}
+
+function innermost(root: ParentNode, needle: string, text: (el: Element) => string): Element | null {
   let found: Element | null = null;
   for (const el of root.querySelectorAll(BLOCKS)) {
-    if (el.closest("hearth-overlay")) continue;
     if (found && !found.contains(el)) continue;
-    if (norm((el as HTMLElement).innerText ?? el.textContent ?? "").includes(needle)) found = el;
+    if (el.closest("hearth-overlay")) continue;
+    if (norm(text(el)).includes(needle)) found = el;
   }
   return found;
 }
