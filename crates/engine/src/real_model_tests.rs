@@ -135,3 +135,22 @@ fn the_real_model_drives_the_loop_and_it_stays_well_formed() {
     }
     println!("outcome: {outcome:?}; model calls: {}; usage: {usages:?}", usages.len());
 }
+
+/// The call grammar follows the tools a request offers: built for them, kept while they stay the
+/// same, rebuilt when the user switches one off (the vocabulary's trie is kept).
+#[test]
+fn the_call_constraint_follows_the_offered_tools() {
+    use crate::generation::{call_constraint, keep_call_constraint};
+    let model = tiny_model();
+    let all: Vec<String> = hearth_agent::builtin_tools().into_iter().map(|t| t.name).collect();
+    let calls = call_constraint(&model.tokenizer, None).expect("the tiny model has Gemma 4's markers");
+    assert_eq!(calls.tool_names(), all.as_slice());
+    keep_call_constraint(&model.tokenizer, None, calls);
+    let without_scripts: Vec<String> = all.iter().filter(|n| *n != "run_javascript").cloned().collect();
+    let calls = call_constraint(&model.tokenizer, Some(&without_scripts)).expect("a constraint");
+    assert_eq!(calls.tool_names(), without_scripts.as_slice(), "rebuilt without the switched-off tool");
+    // Kept for the same tools, not handed to a request that offers others.
+    keep_call_constraint(&model.tokenizer, Some(&without_scripts), calls);
+    let again = call_constraint(&model.tokenizer, None).expect("a constraint");
+    assert_eq!(again.tool_names(), all.as_slice());
+}

@@ -92,6 +92,11 @@ impl CallConstraint {
         }
     }
 
+    /// The tools calls are held to.
+    pub fn tool_names(&self) -> &[String] {
+        self.grammar.tool_names()
+    }
+
     /// Whether the next token is constrained.
     pub fn in_call(&self) -> bool {
         matches!(self.mode, Mode::Call(_))
