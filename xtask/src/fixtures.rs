@@ -77,6 +77,12 @@ const GENERATORS: &[Generator] = &[
         packages: &["transformers==5.23.0", "pillow==13.0.0", "numpy==2.4.6"],
         writes: "crates/model/fixtures/vision-preprocess",
     },
+    Generator {
+        name: "gemma4-vision",
+        script: "crates/model/fixtures/gen_vision_parity.py",
+        packages: &["transformers==5.23.0", "torch==2.15.0", "safetensors==0.8.0", "pillow==13.0.0", "numpy==2.4.6"],
+        writes: "crates/model/fixtures/gemma4-vision",
+    },
 ];
 
 pub fn fixtures(names: &[String]) -> Result<(), String> {

@@ -21,6 +21,17 @@ mod load_driver;
 pub use load::{GemmaLoader, PlannedTensor};
 pub use load_driver::{FetchedFile, HeaderError, LoadStep, open_headers};
 
+/// Gemma's padding token: what an image placeholder is looked up as.
+const PAD_TOKEN: u32 = 0;
+
+/// Rows that stand in for the embeddings of a prompt's placeholder tokens (an image's soft
+/// tokens): the i-th `placeholder` in the prompt takes row i.
+pub struct SoftTokens {
+    pub placeholder: u32,
+    /// [placeholders, h]
+    pub rows: Tensor<2>,
+}
+
 /// Weights of a linear layer.
 // A few hundred per model, each holding device handles: their size does not matter.
 #[allow(clippy::large_enum_variant)]
@@ -441,29 +452,68 @@ impl Gemma {
     /// chunks the cache can take. Returns the final logits (after the softcap): one row per token
     /// when `all_positions`, else only the last row. Shape [rows, vocab].
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, all_positions: bool) -> Result<Tensor<2>, ModelError> {
+        self.forward_with(tokens, None, cache, all_positions)
+    }
+
+    /// [`Self::forward`] with `soft_tokens` in place of the embeddings of its placeholder tokens
+    /// (an image's soft tokens, in the order its placeholders appear in `tokens`).
+    pub fn forward_with(
+        &self,
+        tokens: &[u32],
+        soft_tokens: Option<&SoftTokens>,
+        cache: &mut KvCache,
+        all_positions: bool,
+    ) -> Result<Tensor<2>, ModelError> {
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.config.vocab_size) {
             return Err(ModelError::TokenOutOfRange(bad));
+        }
+        if let Some(soft) = soft_tokens {
+            let placeholders = tokens.iter().filter(|&&t| t == soft.placeholder).count();
+            let rows = soft.rows.dims()[0];
+            if placeholders != rows || soft.rows.dims()[1] != self.config.hidden_size {
+                return Err(ModelError::SoftTokens { placeholders, rows });
+            }
         }
         if tokens.is_empty() {
             return Ok(Tensor::zeros([0, self.config.vocab_size], &self.device));
         }
         let mut rows = Vec::new();
         let mut rest = tokens;
+        let mut placed = 0;
         while !rest.is_empty() {
             let (chunk, after) = rest.split_at(cache.next_chunk(rest.len()));
             rest = after;
+            // This chunk's share of the soft tokens.
+            let soft = soft_tokens.and_then(|soft| {
+                let count = chunk.iter().filter(|&&t| t == soft.placeholder).count();
+                placed += count;
+                (count > 0).then(|| SoftTokens {
+                    placeholder: soft.placeholder,
+                    rows: soft.rows.clone().slice([placed - count..placed, 0..self.config.hidden_size]),
+                })
+            });
             if all_positions || rest.is_empty() {
-                rows.push(self.forward_chunk(chunk, cache, all_positions)?);
+                rows.push(self.forward_chunk(chunk, soft.as_ref(), cache, all_positions)?);
             } else {
-                self.forward_chunk(chunk, cache, false)?;
+                self.forward_chunk(chunk, soft.as_ref(), cache, false)?;
             }
         }
         Ok(if rows.len() == 1 { rows.remove(0) } else { Tensor::cat(rows, 0) })
     }
 
-    fn forward_chunk(&self, tokens: &[u32], cache: &mut KvCache, all_positions: bool) -> Result<Tensor<2>, ModelError> {
+    fn forward_chunk(
+        &self,
+        tokens: &[u32],
+        soft_tokens: Option<&SoftTokens>,
+        cache: &mut KvCache,
+        all_positions: bool,
+    ) -> Result<Tensor<2>, ModelError> {
         let geometry = cache.plan(tokens.len(), &self.device)?;
         let logits = match tokens {
+            _ if soft_tokens.is_some() => {
+                let (x0, token_rows) = self.embed_with(tokens, soft_tokens);
+                self.layers_and_head(x0, token_rows, cache, &geometry, all_positions)
+            }
             [token] if step_recording::applies(self, geometry.is_recordable()) => {
                 // The recording is the cache's; taken out while the step runs on the cache.
                 let mut slot = cache.recorded.take();
@@ -497,6 +547,29 @@ impl Gemma {
             let p = ple.table.width() / c.num_layers;
             ple.table.lookup(tokens, (p as f32).sqrt(), &self.device)
         });
+        (x0, token_rows)
+    }
+
+    /// [`Self::embed`], with the placeholders' rows replaced by the soft tokens (as transformers
+    /// does: their per-layer rows are the pad token's, id 0).
+    fn embed_with(&self, tokens: &[u32], soft_tokens: Option<&SoftTokens>) -> (Tensor<2>, Option<Tensor<2>>) {
+        let Some(soft) = soft_tokens else { return self.embed(tokens) };
+        let ids: Vec<u32> = tokens.iter().map(|&t| if t == soft.placeholder { PAD_TOKEN } else { t }).collect();
+        let (mut x0, token_rows) = self.embed(&ids);
+        let h = self.config.hidden_size;
+        let mut used = 0;
+        let mut i = 0;
+        while i < tokens.len() {
+            if tokens[i] != soft.placeholder {
+                i += 1;
+                continue;
+            }
+            let run = tokens[i..].iter().take_while(|&&t| t == soft.placeholder).count();
+            let rows = soft.rows.clone().slice([used..used + run, 0..h]);
+            x0 = x0.slice_assign([i..i + run, 0..h], rows);
+            used += run;
+            i += run;
+        }
         (x0, token_rows)
     }
 

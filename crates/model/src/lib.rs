@@ -31,7 +31,7 @@ pub mod vision;
 pub use cache::{CONTEXT_SIZES, CacheOptions, DeviceMemory, KvCache};
 pub use config::TextConfig;
 pub use error::ModelError;
-pub use gemma::{Gemma, GemmaLoader, WeightBytes};
+pub use gemma::{Gemma, GemmaLoader, SoftTokens, WeightBytes};
 pub use gpu::{Gpu, GpuError};
 pub use sampling::{Sampler, SamplingOptions};
 pub use session::{PrefillStats, Session};

@@ -10,6 +10,7 @@ use hearth_weights::{Checkpoint, MetadataValue};
 use crate::config::TextConfig;
 use crate::gemma::{Gemma, ModelError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
+use crate::vision::{VisionConfig, VisionTower, has_vision_weights};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelDirError {
@@ -78,6 +79,22 @@ impl ModelFiles {
     /// The folder holding config.json and the chat template (the path itself, or a file's parent).
     pub fn folder(&self) -> &Path {
         if self.path.is_file() { self.path.parent().unwrap_or(Path::new(".")) } else { &self.path }
+    }
+
+    /// The vision tower config.json describes, if the folder's weights carry it (`None` for a
+    /// text-only model, and for a GGUF file, whose tower is a separate projector file).
+    pub fn vision_config(&self) -> Result<Option<VisionConfig>, ModelDirError> {
+        if self.is_gguf() || !has_vision_weights(&self.checkpoint) {
+            return Ok(None);
+        }
+        let json = read(&self.folder().join("config.json"))?;
+        Ok(VisionConfig::from_json(&String::from_utf8_lossy(&json)).map_err(ModelError::from)?)
+    }
+
+    /// Loads the vision tower onto `device` when the model has one ([`Self::vision_config`]).
+    pub fn load_vision(&mut self, device: &Device) -> Result<Option<VisionTower>, ModelDirError> {
+        let Some(config) = self.vision_config()? else { return Ok(None) };
+        Ok(Some(VisionTower::load(config, &mut self.checkpoint, device)?))
     }
 
     /// Loads the decoder's weights onto `device`, tensor by tensor (dequantizing GGUF blocks to f32).

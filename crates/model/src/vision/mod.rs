@@ -1,4 +1,12 @@
-//! Gemma 4's vision input. So far the image processor (`image.rs`): pixels to the patches and
-//! positions the vision tower reads.
+//! Gemma 4's vision input: the image processor (`image`: pixels → the patches and positions the
+//! tower reads), the tower's configuration (`config`) and the tower itself (`tower`: patches →
+//! soft tokens, which the decoder takes in place of the prompt's image placeholders,
+//! [`crate::gemma::SoftTokens`]).
 
+pub mod config;
 pub mod image;
+pub mod tower;
+
+pub use config::VisionConfig;
+pub use image::{ImagePatches, ImageProcessor, RgbImage, SOFT_TOKEN_BUDGETS};
+pub use tower::{VisionTower, has_vision_weights};

@@ -1,0 +1,197 @@
+//! The vision tower's configuration: config.json's `vision_config` (transformers'
+//! `Gemma4VisionConfig`, whose defaults are E2B/E4B's tower) and the image tokens of the prompt.
+
+use serde::Deserialize;
+
+use crate::config::ConfigError;
+
+/// Gemma 4's vision tower and how its soft tokens enter the prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VisionConfig {
+    /// Width of the tower (768 in E2B/E4B).
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    /// Side of a square patch, in pixels.
+    pub patch_size: usize,
+    /// Side of the square of patches averaged into one soft token.
+    pub pooling_kernel_size: usize,
+    /// Rows of each of the x and y position tables.
+    pub position_embedding_size: usize,
+    /// Base of the 2-D rotary embedding.
+    pub rope_theta: f32,
+    pub rms_norm_eps: f32,
+    /// Whether the pooled features are standardized (`(h − std_bias) · std_scale`).
+    pub standardize: bool,
+    /// Whether each linear layer clamps its input and output to stored bounds.
+    pub clipped_linears: bool,
+    /// The text model's width: the multimodal embedder projects to it.
+    pub text_hidden_size: usize,
+    /// The placeholder each soft token replaces in the prompt, and the tokens around an image.
+    pub image_token_id: u32,
+    pub boi_token_id: u32,
+    pub eoi_token_id: u32,
+}
+
+#[derive(Deserialize)]
+struct RawTop {
+    vision_config: Option<RawVision>,
+    text_config: Option<RawText>,
+    #[serde(default = "defaults::image_token")]
+    image_token_id: u32,
+    #[serde(default = "defaults::boi_token")]
+    boi_token_id: u32,
+    #[serde(default = "defaults::eoi_token")]
+    eoi_token_id: u32,
+}
+
+#[derive(Deserialize)]
+struct RawText {
+    hidden_size: usize,
+}
+
+/// transformers 5.23's `Gemma4VisionConfig` defaults.
+#[derive(Deserialize)]
+#[serde(default)]
+struct RawVision {
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    num_key_value_heads: usize,
+    head_dim: usize,
+    patch_size: usize,
+    pooling_kernel_size: usize,
+    position_embedding_size: usize,
+    rms_norm_eps: f32,
+    rope_parameters: Option<RawRope>,
+    standardize: bool,
+    use_clipped_linears: bool,
+    hidden_activation: String,
+}
+
+#[derive(Deserialize)]
+struct RawRope {
+    rope_type: Option<String>,
+    rope_theta: Option<f32>,
+}
+
+impl Default for RawVision {
+    fn default() -> Self {
+        RawVision {
+            hidden_size: 768,
+            intermediate_size: 3072,
+            num_hidden_layers: 16,
+            num_attention_heads: 12,
+            num_key_value_heads: 12,
+            head_dim: 64,
+            patch_size: 16,
+            pooling_kernel_size: 3,
+            position_embedding_size: 10 * 1024,
+            rms_norm_eps: 1e-6,
+            rope_parameters: None,
+            standardize: false,
+            use_clipped_linears: false,
+            hidden_activation: "gelu_pytorch_tanh".into(),
+        }
+    }
+}
+
+mod defaults {
+    pub fn image_token() -> u32 {
+        258_880
+    }
+    pub fn boi_token() -> u32 {
+        255_999
+    }
+    pub fn eoi_token() -> u32 {
+        258_882
+    }
+}
+
+impl VisionConfig {
+    /// The vision tower config.json describes, or `None` for a text-only model.
+    pub fn from_json(json: &str) -> Result<Option<Self>, ConfigError> {
+        let raw: RawTop = serde_json::from_str(json)?;
+        let (Some(v), Some(text)) = (raw.vision_config, raw.text_config) else { return Ok(None) };
+        let invalid = |why: String| ConfigError::Invalid(format!("vision_config: {why}"));
+        if v.hidden_activation != "gelu_pytorch_tanh" {
+            return Err(invalid(format!("activation `{}` is not Gemma 4's gelu_pytorch_tanh", v.hidden_activation)));
+        }
+        let rope = v.rope_parameters.unwrap_or(RawRope { rope_type: None, rope_theta: None });
+        if let Some(kind) = rope.rope_type.filter(|k| k != "axial") {
+            return Err(invalid(format!("rope type `{kind}` is not the axial 2-D rotary embedding")));
+        }
+        if v.num_attention_heads == 0
+            || v.num_key_value_heads == 0
+            || v.num_attention_heads % v.num_key_value_heads != 0
+            || v.head_dim % 4 != 0
+            || v.patch_size == 0
+            || v.pooling_kernel_size == 0
+        {
+            return Err(invalid(format!(
+                "{} heads, {} key/value heads, head size {}, patch {}, pooling {} do not fit together",
+                v.num_attention_heads, v.num_key_value_heads, v.head_dim, v.patch_size, v.pooling_kernel_size
+            )));
+        }
+        Ok(Some(VisionConfig {
+            hidden_size: v.hidden_size,
+            intermediate_size: v.intermediate_size,
+            num_layers: v.num_hidden_layers,
+            num_heads: v.num_attention_heads,
+            num_kv_heads: v.num_key_value_heads,
+            head_dim: v.head_dim,
+            patch_size: v.patch_size,
+            pooling_kernel_size: v.pooling_kernel_size,
+            position_embedding_size: v.position_embedding_size,
+            rope_theta: rope.rope_theta.unwrap_or(100.0),
+            rms_norm_eps: v.rms_norm_eps,
+            standardize: v.standardize,
+            clipped_linears: v.use_clipped_linears,
+            text_hidden_size: text.hidden_size,
+            image_token_id: raw.image_token_id,
+            boi_token_id: raw.boi_token_id,
+            eoi_token_id: raw.eoi_token_id,
+        }))
+    }
+
+    /// The image processor that feeds this tower, at a budget of `max_soft_tokens`.
+    pub fn processor(&self, max_soft_tokens: usize) -> super::image::ImageProcessor {
+        super::image::ImageProcessor {
+            patch_size: self.patch_size,
+            pooling_kernel_size: self.pooling_kernel_size,
+            max_soft_tokens,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_text_only_config_has_no_tower() {
+        let json = r#"{"model_type": "gemma4_text", "hidden_size": 32}"#;
+        assert_eq!(VisionConfig::from_json(json).unwrap(), None);
+    }
+
+    #[test]
+    fn published_defaults_fill_what_the_file_leaves_out() {
+        let json = r#"{"text_config": {"hidden_size": 1536}, "vision_config": {"standardize": true}}"#;
+        let config = VisionConfig::from_json(json).unwrap().unwrap();
+        assert_eq!((config.hidden_size, config.num_layers, config.patch_size), (768, 16, 16));
+        assert_eq!((config.text_hidden_size, config.image_token_id), (1536, 258_880));
+        assert!(config.standardize);
+    }
+
+    #[test]
+    fn another_rope_is_refused_by_name() {
+        let json = r#"{"text_config": {"hidden_size": 8},
+            "vision_config": {"rope_parameters": {"rope_type": "default", "rope_theta": 10.0}}}"#;
+        let err = VisionConfig::from_json(json).unwrap_err().to_string();
+        assert!(err.contains("rope type `default`"), "{err}");
+    }
+}

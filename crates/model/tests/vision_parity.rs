@@ -1,0 +1,122 @@
+//! The vision tower against transformers 5.23 on a tiny random Gemma 4 with the real structure
+//! (fixtures/gemma4-vision, made by fixtures/gen_vision_parity.py): from the raw image through
+//! the image processor, the tower and the embedder, the soft tokens within 1e-3; then a prompt
+//! holding them, the text logits after the image within 1e-3. CPU backend and wgpu.
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::{Device, Tensor};
+use hearth_model::model_dir::ModelFiles;
+use hearth_model::vision::RgbImage;
+use hearth_model::{CacheOptions, KvCache, SoftTokens, gpu};
+use serde::Deserialize;
+
+const TOLERANCE: f32 = 1e-3;
+
+#[derive(Deserialize)]
+struct Fixture {
+    cases: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    input: String,
+    height: usize,
+    width: usize,
+    max_soft_tokens: usize,
+    tokens: Vec<u32>,
+    logits_from: usize,
+    soft_tokens: Vec<Vec<f32>>,
+    logits: Vec<Vec<f32>>,
+}
+
+fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gemma4-vision")
+}
+
+fn devices() -> Vec<(&'static str, Device)> {
+    let mut devices = vec![("cpu", Device::flex())];
+    match gpu::init_gpu_blocking() {
+        Ok(gpu) => devices.push(("wgpu", gpu.device)),
+        Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => {
+            eprintln!("no GPU, testing the CPU backend only: {err}")
+        }
+        Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
+    }
+    devices
+}
+
+fn rows(t: Tensor<2>) -> Vec<Vec<f32>> {
+    let [_, width] = t.dims();
+    let values: Vec<f32> = pollster::block_on(t.into_data_async()).unwrap().try_into_vec().unwrap();
+    values.chunks(width).map(<[f32]>::to_vec).collect()
+}
+
+fn check(label: &str, actual: &[Vec<f32>], expected: &[Vec<f32>]) {
+    assert_eq!(actual.len(), expected.len(), "{label}: row count");
+    let diff = actual
+        .iter()
+        .zip(expected)
+        .flat_map(|(a, e)| {
+            assert_eq!(a.len(), e.len(), "{label}: row width");
+            a.iter().zip(e).map(|(x, y)| (x - y).abs())
+        })
+        .fold(0.0, f32::max);
+    eprintln!("{label}: max |Δ| = {diff:.2e}");
+    assert!(diff <= TOLERANCE, "{label}: max |Δ| {diff} > {TOLERANCE}");
+}
+
+#[test]
+fn soft_tokens_and_the_logits_after_them_match_transformers() {
+    let dir = fixture_dir();
+    let fixture: Fixture = serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    for (device_name, device) in devices() {
+        let mut files = ModelFiles::open(&dir).unwrap();
+        let tower = files.load_vision(&device).unwrap().expect("the fixture has a vision tower");
+        let placeholder = tower.config().image_token_id;
+        let model = files.load(&device).unwrap();
+        for (i, case) in fixture.cases.iter().enumerate() {
+            let label =
+                format!("case {i} ({}×{}, budget {}) on {device_name}", case.width, case.height, case.max_soft_tokens);
+            let pixels = std::fs::read(dir.join(&case.input)).unwrap();
+            let image = RgbImage::new(case.width, case.height, pixels).unwrap();
+            let patches = tower.config().processor(case.max_soft_tokens).process(&image).unwrap();
+            let soft = tower.encode(&patches).unwrap();
+            check(&format!("{label}: soft tokens"), &rows(soft.clone()), &case.soft_tokens);
+
+            let mut cache = KvCache::new(&model.config, CacheOptions::default(), model.device());
+            let soft = SoftTokens { placeholder, rows: soft };
+            let logits = model.forward_with(&case.tokens, Some(&soft), &mut cache, true).unwrap();
+            let after: Vec<Vec<f32>> = rows(logits).split_off(case.logits_from);
+            check(&format!("{label}: logits after the image"), &after, &case.logits);
+
+            // In chunks smaller than the image (the soft tokens split across them), through a
+            // ring that wraps.
+            let small = CacheOptions { max_context: 192, max_chunk: 7 };
+            let mut cache = KvCache::new(&model.config, small, model.device());
+            let logits = model.forward_with(&case.tokens, Some(&soft), &mut cache, true).unwrap();
+            check(&format!("{label}: logits in chunks of 7"), &rows(logits).split_off(case.logits_from), &case.logits);
+        }
+    }
+}
+
+#[test]
+fn a_prompt_whose_placeholders_do_not_match_the_soft_tokens_is_refused() {
+    let dir = fixture_dir();
+    let device = Device::flex();
+    let mut files = ModelFiles::open(&dir).unwrap();
+    let tower = files.load_vision(&device).unwrap().unwrap();
+    let placeholder = tower.config().image_token_id;
+    let model = files.load(&device).unwrap();
+    let soft = SoftTokens { placeholder, rows: Tensor::zeros([3, model.config.hidden_size], &device) };
+    let mut cache = KvCache::new(&model.config, CacheOptions::default(), model.device());
+    let err = model.forward_with(&[2, placeholder, placeholder, 5], Some(&soft), &mut cache, false).unwrap_err();
+    assert_eq!(err.to_string(), "the prompt has 2 image placeholders but 3 soft tokens were given");
+}
+
+#[test]
+fn a_text_only_model_has_no_tower() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gemma4-text");
+    let mut files = ModelFiles::open(&dir).unwrap();
+    assert!(files.load_vision(&Device::flex()).unwrap().is_none());
+}
