@@ -10,7 +10,7 @@ use hearth_weights::{Checkpoint, MetadataValue};
 use crate::config::TextConfig;
 use crate::gemma::{Gemma, ModelError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
-use crate::vision::{VisionConfig, VisionTower, has_vision_weights};
+use crate::vision::{ImageTokens, VisionConfig, VisionTower, has_vision_weights};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelDirError {
@@ -20,6 +20,8 @@ pub enum ModelDirError {
     NotAModel { path: PathBuf },
     #[error("cannot read {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}'s vocabulary has no image tokens (<|image|>, <|image>, <image|>): it is not a Gemma 4 that sees")]
+    NoImageTokens { path: PathBuf },
     #[error(transparent)]
     Model(#[from] ModelError),
     #[error(transparent)]
@@ -84,17 +86,47 @@ impl ModelFiles {
     /// The vision tower config.json describes, if the folder's weights carry it (`None` for a
     /// text-only model, and for a GGUF file, whose tower is a separate projector file).
     pub fn vision_config(&self) -> Result<Option<VisionConfig>, ModelDirError> {
-        if self.is_gguf() || !has_vision_weights(&self.checkpoint) {
+        if !has_vision_weights(&self.checkpoint) {
             return Ok(None);
         }
-        let json = read(&self.folder().join("config.json"))?;
-        Ok(VisionConfig::from_json(&String::from_utf8_lossy(&json)).map_err(ModelError::from)?)
+        self.vision_config_json()
     }
 
     /// Loads the vision tower onto `device` when the model has one ([`Self::vision_config`]).
     pub fn load_vision(&mut self, device: &Device) -> Result<Option<VisionTower>, ModelDirError> {
         let Some(config) = self.vision_config()? else { return Ok(None) };
         Ok(Some(VisionTower::load(config, &mut self.checkpoint, device)?))
+    }
+
+    /// Loads a llama.cpp projector file (`mmproj`) as this model's vision tower: its width must be
+    /// the text model's, and the image tokens come from the model's vocabulary.
+    pub fn load_projector(&self, projector: &Path, device: &Device) -> Result<VisionTower, ModelDirError> {
+        let text = self.config()?;
+        let tokens = match self.vision_config_json()? {
+            Some(config) => {
+                ImageTokens { image: config.image_token_id, boi: config.boi_token_id, eoi: config.eoi_token_id }
+            }
+            None => {
+                let tokenizer = self.tokenizer()?;
+                let [image, boi, eoi] = ImageTokens::PIECES.map(|piece| tokenizer.token_id(piece));
+                match (image, boi, eoi) {
+                    (Some(image), Some(boi), Some(eoi)) => ImageTokens { image, boi, eoi },
+                    _ => return Err(ModelDirError::NoImageTokens { path: self.path.clone() }),
+                }
+            }
+        };
+        let mut checkpoint = Checkpoint::open(projector).map_err(ModelError::from)?;
+        let config = VisionConfig::from_mmproj(&checkpoint, text.hidden_size, tokens).map_err(ModelError::from)?;
+        Ok(VisionTower::load(config, &mut checkpoint, device)?)
+    }
+
+    /// config.json's vision tower, whether or not the weights carry it.
+    fn vision_config_json(&self) -> Result<Option<VisionConfig>, ModelDirError> {
+        let path = self.folder().join("config.json");
+        if self.is_gguf() || !path.is_file() {
+            return Ok(None);
+        }
+        Ok(VisionConfig::from_json(&String::from_utf8_lossy(&read(&path)?)).map_err(ModelError::from)?)
     }
 
     /// Loads the decoder's weights onto `device`, tensor by tensor (dequantizing GGUF blocks to f32).

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::{Device, Tensor};
 use hearth_model::model_dir::ModelFiles;
-use hearth_model::vision::RgbImage;
-use hearth_model::{CacheOptions, KvCache, SoftTokens, gpu};
+use hearth_model::vision::{RgbImage, VisionTower};
+use hearth_model::{CacheOptions, Gemma, KvCache, SoftTokens, gpu};
 use serde::Deserialize;
 
 const TOLERANCE: f32 = 1e-3;
@@ -66,37 +66,51 @@ fn check(label: &str, actual: &[Vec<f32>], expected: &[Vec<f32>]) {
     assert!(diff <= TOLERANCE, "{label}: max |Δ| {diff} > {TOLERANCE}");
 }
 
+/// The tower from the model's own safetensors (transformers' names), and from the projector file
+/// llama.cpp's converter wrote for the same weights (its names, its convolution-shaped patch
+/// kernel, scalars as 1-element tensors, a config rebuilt from its metadata).
 #[test]
 fn soft_tokens_and_the_logits_after_them_match_transformers() {
     let dir = fixture_dir();
     let fixture: Fixture = serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
     for (device_name, device) in devices() {
         let mut files = ModelFiles::open(&dir).unwrap();
-        let tower = files.load_vision(&device).unwrap().expect("the fixture has a vision tower");
-        let placeholder = tower.config().image_token_id;
+        let from_safetensors = files.load_vision(&device).unwrap().expect("the fixture has a vision tower");
+        let from_mmproj = files.load_projector(&dir.join("mmproj.gguf"), &device).unwrap();
+        assert_eq!(from_mmproj.config(), from_safetensors.config(), "the projector's metadata gives the same config");
         let model = files.load(&device).unwrap();
-        for (i, case) in fixture.cases.iter().enumerate() {
-            let label =
-                format!("case {i} ({}×{}, budget {}) on {device_name}", case.width, case.height, case.max_soft_tokens);
-            let pixels = std::fs::read(dir.join(&case.input)).unwrap();
-            let image = RgbImage::new(case.width, case.height, pixels).unwrap();
-            let patches = tower.config().processor(case.max_soft_tokens).process(&image).unwrap();
-            let soft = tower.encode(&patches).unwrap();
-            check(&format!("{label}: soft tokens"), &rows(soft.clone()), &case.soft_tokens);
-
-            let mut cache = KvCache::new(&model.config, CacheOptions::default(), model.device());
-            let soft = SoftTokens { placeholder, rows: soft };
-            let logits = model.forward_with(&case.tokens, Some(&soft), &mut cache, true).unwrap();
-            let after: Vec<Vec<f32>> = rows(logits).split_off(case.logits_from);
-            check(&format!("{label}: logits after the image"), &after, &case.logits);
-
-            // In chunks smaller than the image (the soft tokens split across them), through a
-            // ring that wraps.
-            let small = CacheOptions { max_context: 192, max_chunk: 7 };
-            let mut cache = KvCache::new(&model.config, small, model.device());
-            let logits = model.forward_with(&case.tokens, Some(&soft), &mut cache, true).unwrap();
-            check(&format!("{label}: logits in chunks of 7"), &rows(logits).split_off(case.logits_from), &case.logits);
+        for (layout, tower) in [("safetensors", &from_safetensors), ("mmproj", &from_mmproj)] {
+            for (i, case) in fixture.cases.iter().enumerate() {
+                let label = format!(
+                    "{layout} case {i} ({}×{}, budget {}) on {device_name}",
+                    case.width, case.height, case.max_soft_tokens
+                );
+                check_case(&label, &dir, case, tower, &model);
+            }
         }
+    }
+}
+
+/// From the raw image to the soft tokens, then the logits of a prompt holding them: in one
+/// chunk, and in chunks smaller than the image (the soft tokens split across them) through a
+/// ring that wraps.
+fn check_case(label: &str, dir: &Path, case: &Case, tower: &VisionTower, model: &Gemma) {
+    let pixels = std::fs::read(dir.join(&case.input)).unwrap();
+    let image = RgbImage::new(case.width, case.height, pixels).unwrap();
+    let patches = tower.config().processor(case.max_soft_tokens).process(&image).unwrap();
+    let soft = tower.encode(&patches).unwrap();
+    check(&format!("{label}: soft tokens"), &rows(soft.clone()), &case.soft_tokens);
+
+    let soft = SoftTokens { placeholder: tower.config().image_token_id, rows: soft };
+    let small = CacheOptions { max_context: 192, max_chunk: 7 };
+    for (options, how) in [(CacheOptions::default(), "in one chunk"), (small, "in chunks of 7")] {
+        let mut cache = KvCache::new(&model.config, options, model.device());
+        let logits = model.forward_with(&case.tokens, Some(&soft), &mut cache, true).unwrap();
+        check(
+            &format!("{label}: logits after the image, {how}"),
+            &rows(logits).split_off(case.logits_from),
+            &case.logits,
+        );
     }
 }
 

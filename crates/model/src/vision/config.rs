@@ -1,6 +1,7 @@
 //! The vision tower's configuration: config.json's `vision_config` (transformers'
 //! `Gemma4VisionConfig`, whose defaults are E2B/E4B's tower) and the image tokens of the prompt.
 
+use hearth_weights::{Checkpoint, MetadataValue};
 use serde::Deserialize;
 
 use crate::config::ConfigError;
@@ -34,6 +35,20 @@ pub struct VisionConfig {
     pub image_token_id: u32,
     pub boi_token_id: u32,
     pub eoi_token_id: u32,
+}
+
+/// The prompt's image tokens: the placeholder the soft tokens replace, and the tokens around an
+/// image (`<|image|>`, `<|image>`, `<image|>` in Gemma 4's vocabulary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageTokens {
+    pub image: u32,
+    pub boi: u32,
+    pub eoi: u32,
+}
+
+impl ImageTokens {
+    /// Their pieces in Gemma 4's vocabulary.
+    pub const PIECES: [&'static str; 3] = ["<|image|>", "<|image>", "<image|>"];
 }
 
 #[derive(Deserialize)]
@@ -156,6 +171,59 @@ impl VisionConfig {
             boi_token_id: raw.boi_token_id,
             eoi_token_id: raw.eoi_token_id,
         }))
+    }
+
+    /// The tower a llama.cpp projector file (`mmproj`, projector type `gemma4v`) describes, for a
+    /// text model of width `text_hidden_size` whose vocabulary gives `tokens`. What its metadata
+    /// leaves out is taken as llama.cpp takes it: pooling 3 (unless `clip.vision.projector.scale_factor`
+    /// says otherwise) and a rotary base of 100; the head size and position table size come from
+    /// the tensors' shapes, standardization and clipping from whether their tensors are present.
+    pub fn from_mmproj(
+        checkpoint: &Checkpoint,
+        text_hidden_size: usize,
+        tokens: ImageTokens,
+    ) -> Result<Self, ConfigError> {
+        let invalid = |why: String| ConfigError::InvalidGguf(format!("projector: {why}"));
+        let gguf = checkpoint.gguf().ok_or_else(|| invalid("not a GGUF file".into()))?;
+        let kind = gguf.get("clip.vision.projector_type").and_then(MetadataValue::as_str).unwrap_or_default();
+        if kind != "gemma4v" {
+            return Err(invalid(format!("projector type `{kind}` is not Gemma 4's vision tower (gemma4v)")));
+        }
+        let number = |key: &str| {
+            gguf.get(key).and_then(MetadataValue::as_usize).ok_or_else(|| invalid(format!("`{key}` is missing")))
+        };
+        let shape = |name: &str| checkpoint.shape(name).ok_or_else(|| invalid(format!("tensor `{name}` is missing")));
+        let hidden_size = number("clip.vision.embedding_length")?;
+        let head_dim = shape("v.blk.0.attn_q_norm.weight")?[0];
+        let q_rows = shape("v.blk.0.attn_q.weight")?[0];
+        let kv_rows = shape("v.blk.0.attn_k.weight")?[0];
+        let table = shape("v.position_embd.weight")?;
+        if head_dim == 0 || head_dim % 4 != 0 || q_rows % head_dim != 0 || kv_rows % head_dim != 0 || table.len() != 3 {
+            return Err(invalid(format!("head size {head_dim}, {q_rows} query rows, position table {table:?}")));
+        }
+        let eps = gguf.get("clip.vision.attention.layer_norm_epsilon").and_then(MetadataValue::as_f64).unwrap_or(1e-6);
+        Ok(VisionConfig {
+            hidden_size,
+            intermediate_size: number("clip.vision.feed_forward_length")?,
+            num_layers: number("clip.vision.block_count")?,
+            num_heads: q_rows / head_dim,
+            num_kv_heads: kv_rows / head_dim,
+            head_dim,
+            patch_size: number("clip.vision.patch_size")?,
+            pooling_kernel_size: gguf
+                .get("clip.vision.projector.scale_factor")
+                .and_then(MetadataValue::as_usize)
+                .unwrap_or(3),
+            position_embedding_size: table[1],
+            rope_theta: 100.0,
+            rms_norm_eps: eps as f32,
+            standardize: checkpoint.contains("v.std_bias"),
+            clipped_linears: checkpoint.contains("v.blk.0.attn_q.input_min"),
+            text_hidden_size,
+            image_token_id: tokens.image,
+            boi_token_id: tokens.boi,
+            eoi_token_id: tokens.eoi,
+        })
     }
 
     /// The image processor that feeds this tower, at a budget of `max_soft_tokens`.

@@ -7,6 +7,6 @@ pub mod config;
 pub mod image;
 pub mod tower;
 
-pub use config::VisionConfig;
+pub use config::{ImageTokens, VisionConfig};
 pub use image::{ImagePatches, ImageProcessor, RgbImage, SOFT_TOKEN_BUDGETS};
 pub use tower::{VisionTower, has_vision_weights};

@@ -74,19 +74,92 @@ pub struct VisionTower {
     device: Device,
 }
 
-/// Where a checkpoint keeps the tower and the embedder: Hugging Face's layout, or MLX's (mlx-vlm
-/// drops the outer `model.`).
-const LAYOUTS: [(&str, &str); 2] = [("model.vision_tower.", "model.embed_vision."), ("vision_tower.", "embed_vision.")];
+/// How a checkpoint names the tower's tensors.
+#[derive(Clone, Copy)]
+enum Layout {
+    /// Transformers' names under a prefix for the tower and one for the embedder: Hugging Face's
+    /// `model.vision_tower.`, or MLX's `vision_tower.` (mlx-vlm drops the outer `model.`).
+    Named { tower: &'static str, embedder: &'static str },
+    /// llama.cpp's projector file (`mmproj`): `v.blk.N.attn_q.weight`, `mm.input_projection.weight`, …
+    Mmproj,
+}
+
+const NAMED: [Layout; 2] = [
+    Layout::Named { tower: "model.vision_tower.", embedder: "model.embed_vision." },
+    Layout::Named { tower: "vision_tower.", embedder: "embed_vision." },
+];
+
+impl Layout {
+    /// The layout `checkpoint` uses, if it holds a tower.
+    fn of(checkpoint: &Checkpoint) -> Option<Layout> {
+        NAMED.into_iter().chain([Layout::Mmproj]).find(|layout| checkpoint.contains(&layout.name(PATCH_PROJECTION)))
+    }
+
+    /// The checkpoint's name for a tower tensor given by its name in transformers' tower
+    /// (`encoder.layers.0.self_attn.q_proj.linear.weight`), or in its embedder when it starts
+    /// with `embed_vision.`.
+    fn name(self, name: &str) -> String {
+        match self {
+            Layout::Named { tower, embedder } => match name.strip_prefix("embed_vision.") {
+                Some(rest) => format!("{embedder}{rest}"),
+                None => format!("{tower}{name}"),
+            },
+            Layout::Mmproj => mmproj_name(name),
+        }
+    }
+}
+
+const PATCH_PROJECTION: &str = "patch_embedder.input_proj.weight";
+
+/// llama.cpp's name for a tower tensor (its converter's `Gemma4VisionAudioModel` mapping).
+fn mmproj_name(name: &str) -> String {
+    const GLOBAL: [(&str, &str); 5] = [
+        (PATCH_PROJECTION, "v.patch_embd.weight"),
+        ("patch_embedder.position_embedding_table", "v.position_embd.weight"),
+        ("std_bias", "v.std_bias"),
+        ("std_scale", "v.std_scale"),
+        ("embed_vision.embedding_projection.weight", "mm.input_projection.weight"),
+    ];
+    const LAYER: [(&str, &str); 13] = [
+        ("input_layernorm.weight", "ln1.weight"),
+        ("post_attention_layernorm.weight", "attn_post_norm.weight"),
+        ("pre_feedforward_layernorm.weight", "ln2.weight"),
+        ("post_feedforward_layernorm.weight", "ffn_post_norm.weight"),
+        ("self_attn.q_norm.weight", "attn_q_norm.weight"),
+        ("self_attn.k_norm.weight", "attn_k_norm.weight"),
+        ("self_attn.q_proj.", "attn_q."),
+        ("self_attn.k_proj.", "attn_k."),
+        ("self_attn.v_proj.", "attn_v."),
+        ("self_attn.o_proj.", "attn_out."),
+        ("mlp.gate_proj.", "ffn_gate."),
+        ("mlp.up_proj.", "ffn_up."),
+        ("mlp.down_proj.", "ffn_down."),
+    ];
+    if let Some(&(_, gguf)) = GLOBAL.iter().find(|(hf, _)| *hf == name) {
+        return gguf.to_string();
+    }
+    let Some((index, rest)) = name.strip_prefix("encoder.layers.").and_then(|r| r.split_once('.')) else {
+        return name.to_string();
+    };
+    for (hf, gguf) in LAYER {
+        if let Some(tail) = rest.strip_prefix(hf) {
+            // `linear.weight` → `weight`; the clip bounds keep their names.
+            let tail = tail.strip_prefix("linear.").unwrap_or(tail);
+            return format!("v.blk.{index}.{gguf}{tail}");
+        }
+    }
+    name.to_string()
+}
 
 /// Whether `checkpoint` carries a vision tower in a layout this loader reads.
 pub fn has_vision_weights(checkpoint: &Checkpoint) -> bool {
-    LAYOUTS.iter().any(|(tower, _)| checkpoint.contains(&format!("{tower}patch_embedder.input_proj.weight")))
+    Layout::of(checkpoint).is_some()
 }
 
-/// Reads the tower's tensors by name, checking shapes.
+/// Reads the tower's tensors by their transformers names, checking shapes.
 struct Reader<'a> {
     checkpoint: &'a mut Checkpoint,
-    tower: &'static str,
+    layout: Layout,
     device: &'a Device,
 }
 
@@ -106,24 +179,46 @@ impl Reader<'_> {
     }
 
     fn vector(&mut self, name: &str, len: usize) -> Result<Tensor<1>, ModelError> {
-        let t = self.host(&format!("{}{name}", self.tower), &[len])?;
+        let t = self.host(&self.layout.name(name), &[len])?;
         Ok(Tensor::from_data(TensorData::new(t.data, [len]), self.device))
     }
 
     fn scalar(&mut self, name: &str) -> Result<f32, ModelError> {
-        Ok(self.host(&format!("{}{name}", self.tower), &[])?.data[0])
+        Ok(self.host(&self.layout.name(name), &[])?.data[0])
     }
 
     /// A checkpoint matrix `[out, in]` uploaded transposed, `[in, out]`.
-    fn matrix(&mut self, full_name: &str, out_features: usize, in_features: usize) -> Result<Tensor<2>, ModelError> {
-        let w = self.host(full_name, &[out_features, in_features])?;
+    fn matrix(&mut self, name: &str, out_features: usize, in_features: usize) -> Result<Tensor<2>, ModelError> {
+        let w = self.host(&self.layout.name(name), &[out_features, in_features])?;
+        Ok(self.upload_transposed(w, out_features, in_features))
+    }
+
+    /// The patch projection `[w, 3·p²]`, inputs in the processor's order (row, column, channel);
+    /// llama.cpp stores it as a convolution kernel `[w, 3, p, p]`.
+    fn patch_projection(&mut self, w: usize, p: usize) -> Result<Tensor<2>, ModelError> {
+        let Layout::Mmproj = self.layout else { return self.matrix(PATCH_PROJECTION, w, 3 * p * p) };
+        let kernel = self.host(&self.layout.name(PATCH_PROJECTION), &[w, 3, p, p])?;
+        let mut data = vec![0.0; kernel.data.len()];
+        for o in 0..w {
+            for c in 0..3 {
+                for y in 0..p {
+                    for x in 0..p {
+                        data[o * 3 * p * p + (y * p + x) * 3 + c] = kernel.data[((o * 3 + c) * p + y) * p + x];
+                    }
+                }
+            }
+        }
+        Ok(self.upload_transposed(HostTensor { shape: vec![w, 3 * p * p], data }, w, 3 * p * p))
+    }
+
+    fn upload_transposed(&self, w: HostTensor, out_features: usize, in_features: usize) -> Tensor<2> {
         let mut transposed = vec![0.0; w.data.len()];
         for (o, row) in w.data.chunks_exact(in_features).enumerate() {
             for (i, value) in row.iter().enumerate() {
                 transposed[i * out_features + o] = *value;
             }
         }
-        Ok(Tensor::from_data(TensorData::new(transposed, [in_features, out_features]), self.device))
+        Tensor::from_data(TensorData::new(transposed, [in_features, out_features]), self.device)
     }
 
     fn linear(
@@ -133,7 +228,7 @@ impl Reader<'_> {
         in_features: usize,
         clipped: bool,
     ) -> Result<Linear, ModelError> {
-        let weight = self.matrix(&format!("{}{module}.linear.weight", self.tower), out_features, in_features)?;
+        let weight = self.matrix(&format!("{module}.linear.weight"), out_features, in_features)?;
         let clip = if clipped {
             Some(Clip {
                 input: (self.scalar(&format!("{module}.input_min"))?, self.scalar(&format!("{module}.input_max"))?),
@@ -147,23 +242,20 @@ impl Reader<'_> {
 }
 
 impl VisionTower {
-    /// Loads the tower and the embedder from `checkpoint` (f32 on the device; quantized tensors
-    /// are dequantized).
+    /// Loads the tower and the embedder from `checkpoint` (a model's weights, or a llama.cpp
+    /// projector file): f32 on the device, quantized tensors dequantized.
     pub fn load(config: VisionConfig, checkpoint: &mut Checkpoint, device: &Device) -> Result<Self, ModelError> {
-        let (tower, embedder) = LAYOUTS
-            .into_iter()
-            .find(|(tower, _)| checkpoint.contains(&format!("{tower}patch_embedder.input_proj.weight")))
-            .ok_or_else(|| hearth_weights::WeightsError::Missing {
-                name: "vision_tower.patch_embedder.input_proj.weight".into(),
-            })?;
+        let layout = Layout::of(checkpoint).ok_or_else(|| hearth_weights::WeightsError::Missing {
+            name: format!("vision_tower.{PATCH_PROJECTION}"),
+        })?;
         let c = &config;
         let (w, p) = (c.hidden_size, c.patch_size);
         let (q_rows, kv_rows) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
-        let mut r = Reader { checkpoint, tower, device };
+        let mut r = Reader { checkpoint, layout, device };
 
-        let patch_projection = r.matrix(&format!("{tower}patch_embedder.input_proj.weight"), w, 3 * p * p)?;
+        let patch_projection = r.patch_projection(w, p)?;
         let table =
-            r.host(&format!("{tower}patch_embedder.position_embedding_table"), &[2, c.position_embedding_size, w])?;
+            r.host(&layout.name("patch_embedder.position_embedding_table"), &[2, c.position_embedding_size, w])?;
         let position_table = Tensor::from_data(TensorData::new(table.data, [2 * c.position_embedding_size, w]), device);
 
         let mut layers = Vec::with_capacity(c.num_layers);
@@ -188,8 +280,7 @@ impl VisionTower {
         }
         let standardize =
             if c.standardize { Some((r.vector("std_bias", w)?, r.vector("std_scale", w)?)) } else { None };
-        let embedding_projection =
-            r.matrix(&format!("{embedder}embedding_projection.weight"), c.text_hidden_size, w)?;
+        let embedding_projection = r.matrix("embed_vision.embedding_projection.weight", c.text_hidden_size, w)?;
         Ok(VisionTower {
             config,
             patch_projection,
@@ -400,6 +491,14 @@ mod tests {
         // A 4 × 2 grid of patches (x 0..4, y 0..2) in raster order, k = 2: squares (0,0) and (2,0).
         let positions: Vec<[i32; 2]> = (0..2).flat_map(|y| (0..4).map(move |x| [x, y])).collect();
         assert_eq!(pooling_order(&positions, 2), Some(vec![0, 1, 4, 5, 2, 3, 6, 7]));
+    }
+
+    #[test]
+    fn llama_cpp_names_follow_its_converter() {
+        assert_eq!(mmproj_name("encoder.layers.3.self_attn.q_proj.linear.weight"), "v.blk.3.attn_q.weight");
+        assert_eq!(mmproj_name("encoder.layers.3.mlp.down_proj.input_min"), "v.blk.3.ffn_down.input_min");
+        assert_eq!(mmproj_name("encoder.layers.0.pre_feedforward_layernorm.weight"), "v.blk.0.ln2.weight");
+        assert_eq!(mmproj_name("embed_vision.embedding_projection.weight"), "mm.input_projection.weight");
     }
 
     #[test]
