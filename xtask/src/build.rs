@@ -89,6 +89,11 @@ fn check_release_bundle(dist: &Path) -> Result<(), String> {
     if let Some(hook) = mirror.iter().find(|h| content.contains(*h)) {
         return Err(format!("the release content.js carries the test state mirror ({hook}); check build.mjs"));
     }
+    // The side panel mounts the same chat with the same mirror.
+    let panel = std::fs::read_to_string(dist.join("sidepanel.js")).map_err(|e| e.to_string())?;
+    if let Some(hook) = mirror.iter().find(|h| panel.contains(*h)) {
+        return Err(format!("the release sidepanel.js carries the test state mirror ({hook}); check build.mjs"));
+    }
     Ok(())
 }
 

@@ -11,6 +11,8 @@
 //! | options page → worker          | [`OptionsToWorker`]| `sender.url` is `options.html`                               |
 //! | worker → offscreen document    | [`WorkerToEngine`] | `sender.url` is `service-worker.js`, no `sender.tab`         |
 //! | worker → tab (content script)  | [`WorkerToTab`]    | our id, no `sender.tab`                                      |
+//! | side panel → worker (its port) | [`PanelToWorker`]  | our id, `sender.url` is `sidepanel.html`, no `sender.tab`    |
+//! | worker → side panel (the port) | [`WorkerToPanel`]  | the port the panel opened to the worker                      |
 //!
 //! A tab's messages carry no tab id: the worker takes it from `sender.tab.id`, so a content script
 //! (or a compromised renderer speaking as one) can only act on its own tab. Every enum is tagged by
@@ -20,7 +22,7 @@
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use crate::{EngineStatus, PageInfo, TaskAction, TaskSettings, TaskUpdate, ToolRequest};
+use crate::{Decision, EngineStatus, PageInfo, TaskAction, TaskSettings, TaskUpdate, ToolRequest};
 
 /// What a tab's content script (the overlay) sends to the service worker. The worker acts on the
 /// sender's own tab (`sender.tab.id`) only.
@@ -60,6 +62,102 @@ pub enum TabToWorker {
     /// The user's answer to a `fence_blocked` card: the worker accepts it only for the request it
     /// blocked in this tab; allowed, the site joins the task's approved set.
     FenceDecision { url: String, allow: bool },
+    /// The chat as this tab's overlay holds it, for the side panel showing this tab (sent while
+    /// the worker says a panel is attached): the worker passes it to the panels watching the
+    /// sender's tab only. Its shape is the overlay's (extension/src/content/ui/chat-state.ts).
+    PanelChat {
+        #[ts(type = "unknown")]
+        chat: serde_json::Value,
+    },
+    /// "Open in side panel" in the overlay: the worker opens the side panel of this tab's window.
+    OpenSidePanel,
+}
+
+/// What the side panel (`sidepanel.html`) sends to the service worker over its port. The panel
+/// shows one tab at a time, the active tab of its window; the worker relays only for the tab the
+/// port watches now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PanelToWorker {
+    /// Show this tab's chat: the worker answers with `tab_state`, tells the tab's content script a
+    /// panel is attached (it then sends `panel_chat`) and tells the tab shown before that it is not.
+    WatchTab { tab_id: u32 },
+    /// The user acted in the panel on the chat of `tab_id`; dropped unless the port watches that
+    /// tab, whose content script then acts on it as if the user had acted in its overlay.
+    Input { tab_id: u32, input: ChatInput },
+}
+
+/// Whether Hearth runs in the tab a side panel watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[serde(rename_all = "snake_case")]
+pub enum PanelTabState {
+    /// Its content script answered: its chat follows.
+    Ready,
+    /// The user turned Hearth off on this site: nothing runs there.
+    Disabled,
+    /// Not an http(s) page: Hearth never runs there.
+    Unsupported,
+    /// An http(s) page without Hearth's content script (it was open before Hearth was installed
+    /// or enabled): a reload brings it.
+    NoScript,
+    /// The tab is gone.
+    Gone,
+}
+
+/// What the service worker sends to a side panel over its port.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum WorkerToPanel {
+    /// The answer to `watch_tab`; `site` is the tab's origin when it has one.
+    TabState { tab_id: u32, state: PanelTabState, site: Option<String> },
+    /// The chat of `tab_id` as its content script sent it (`TabToWorker::PanelChat`).
+    Chat {
+        tab_id: u32,
+        #[ts(type = "unknown")]
+        chat: serde_json::Value,
+    },
+}
+
+/// What the user did in the side panel's chat, carried out by the tab's content script, which owns
+/// the tab's conversation (the same handlers as its overlay's controls).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "input", rename_all = "snake_case")]
+pub enum ChatInput {
+    /// The composer: a task, steering, or the answer to a question.
+    Submit {
+        text: String,
+    },
+    Stop,
+    /// A confirmation card's button: applied only to the card `entry_id` if it waits on `call_id`.
+    Decide {
+        entry_id: u32,
+        call_id: String,
+        decision: Decision,
+    },
+    /// An `ask_user` card's option: applied only to the question `entry_id` if it waits on `call_id`.
+    Choose {
+        entry_id: u32,
+        call_id: String,
+        option: String,
+    },
+    /// A fence card's button.
+    Fence {
+        entry_id: u32,
+        allow: bool,
+    },
+    Continue,
+    /// "Clear conversation".
+    Clear,
+    /// Retry a failed engine.
+    Retry,
+    Install {
+        model_id: String,
+    },
+    OpenModelOptions,
+    /// A citation chip: the passage shown on the page.
+    ShowSource {
+        number: u32,
+    },
 }
 
 /// What the offscreen document (the engine) sends to the service worker.
@@ -145,6 +243,11 @@ pub enum WorkerToTab {
     /// The fence (worker/fence.ts) blocked a request of this tab during the agent's run: the page
     /// tried to open `url` (method GET) or to send a form to it (POST). The overlay asks the user.
     FenceBlocked { url: String, host: String, method: String },
+    /// A side panel shows this tab (`attached`), or no longer does: while one does, the overlay
+    /// stays closed and sends its chat with `panel_chat`. The response is `true`.
+    PanelAttached { attached: bool },
+    /// The user acted in the side panel showing this tab.
+    PanelInput { input: ChatInput },
 }
 
 /// JSON in and out, for every message enum.
@@ -165,6 +268,8 @@ impl BusMessage for EngineToWorker {}
 impl BusMessage for OptionsToWorker {}
 impl BusMessage for WorkerToEngine {}
 impl BusMessage for WorkerToTab {}
+impl BusMessage for PanelToWorker {}
+impl BusMessage for WorkerToPanel {}
 
 #[cfg(test)]
 mod tests {
@@ -244,6 +349,31 @@ mod tests {
         let msg = OptionsToWorker::ModelInstalled { model_id: "gemma".into() };
         assert_eq!(msg.to_json(), r#"{"kind":"model_installed","model_id":"gemma"}"#);
         assert_eq!(OptionsToWorker::from_json(r#"{"kind":"start_task","text":"x","page":null}"#), None);
+    }
+
+    #[test]
+    fn panel_messages_name_their_tab_and_tab_messages_do_not() {
+        let input = ChatInput::Decide { entry_id: 4, call_id: "c1".into(), decision: Decision::Deny };
+        assert_eq!(
+            wire(&PanelToWorker::Input { tab_id: 7, input: input.clone() }),
+            json!({"kind": "input", "tab_id": 7, "input": {"input": "decide", "entry_id": 4, "call_id": "c1", "decision": "deny"}})
+        );
+        assert_eq!(
+            PanelToWorker::from_json(r#"{"kind":"watch_tab","tab_id":3}"#),
+            Some(PanelToWorker::WatchTab { tab_id: 3 })
+        );
+        // What reaches the tab names no tab: it acts on its own.
+        assert_eq!(
+            wire(&WorkerToTab::PanelInput { input }),
+            json!({"kind": "panel_input", "input": {"input": "decide", "entry_id": 4, "call_id": "c1", "decision": "deny"}})
+        );
+        assert_eq!(
+            wire(&WorkerToPanel::TabState { tab_id: 3, state: PanelTabState::Disabled, site: None }),
+            json!({"kind": "tab_state", "tab_id": 3, "state": "disabled", "site": null})
+        );
+        // A panel's messages are not a tab's, nor the other way round.
+        assert_eq!(TabToWorker::from_json(r#"{"kind":"watch_tab","tab_id":3}"#), None);
+        assert_eq!(PanelToWorker::from_json(r#"{"kind":"start_task","text":"x"}"#), None);
     }
 
     #[test]

@@ -19,7 +19,10 @@ mod model;
 mod task;
 pub mod typescript;
 
-pub use bus::{Article, BusMessage, EngineToWorker, OptionsToWorker, TabToWorker, WorkerToEngine, WorkerToTab};
+pub use bus::{
+    Article, BusMessage, ChatInput, EngineToWorker, OptionsToWorker, PanelTabState, PanelToWorker, TabToWorker,
+    WorkerToEngine, WorkerToPanel, WorkerToTab,
+};
 pub use engine::{
     AdapterReport, EngineFailure, EngineStatus, FAILURE_KEYS, FailureKind, FailureText, ModelInfo, ModelMemory,
     SelfTestReport,

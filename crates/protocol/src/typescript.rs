@@ -7,12 +7,13 @@ use hearth_agent::arguments::{
 use ts_rs::{Config, TS};
 
 use crate::{
-    ActionTarget, AdapterReport, AgentEvent, Article, BUNDLED_MODEL_FILES, Decision, ElementInfo, EngineFailure,
-    EngineStatus, EngineToWorker, FAILURE_KEYS, FailureKind, FailureText, FormInfo, GenerateRequest, GenerationEvent,
-    GenerationStats, GgufInspection, GgufSummary, KnownUpload, ManifestFile, ModelFormat, ModelInfo, ModelManifest,
-    ModelMemory, ModelOffer, ModelProgress, OptionsToWorker, Outcome, PageInfo, Passages, PauseReason, RiskLevel,
-    RiskReason, SelfTestReport, Snapshot, Source, TabToWorker, TaskAction, TaskError, TaskRefusal, TaskSettings,
-    TaskUpdate, ToolMode, ToolOutput, ToolReply, ToolRequest, WorkerToEngine, WorkerToTab,
+    ActionTarget, AdapterReport, AgentEvent, Article, BUNDLED_MODEL_FILES, ChatInput, Decision, ElementInfo,
+    EngineFailure, EngineStatus, EngineToWorker, FAILURE_KEYS, FailureKind, FailureText, FormInfo, GenerateRequest,
+    GenerationEvent, GenerationStats, GgufInspection, GgufSummary, KnownUpload, ManifestFile, ModelFormat, ModelInfo,
+    ModelManifest, ModelMemory, ModelOffer, ModelProgress, OptionsToWorker, Outcome, PageInfo, PanelTabState,
+    PanelToWorker, Passages, PauseReason, RiskLevel, RiskReason, SelfTestReport, Snapshot, Source, TabToWorker,
+    TaskAction, TaskError, TaskRefusal, TaskSettings, TaskUpdate, ToolMode, ToolOutput, ToolReply, ToolRequest,
+    WorkerToEngine, WorkerToPanel, WorkerToTab,
 };
 
 /// Path of the generated file, relative to the repository root.
@@ -28,6 +29,10 @@ pub fn typescript_module() -> String {
         WorkerToEngine::decl(&cfg),
         Article::decl(&cfg),
         WorkerToTab::decl(&cfg),
+        PanelToWorker::decl(&cfg),
+        PanelTabState::decl(&cfg),
+        WorkerToPanel::decl(&cfg),
+        ChatInput::decl(&cfg),
         EngineStatus::decl(&cfg),
         AdapterReport::decl(&cfg),
         SelfTestReport::decl(&cfg),

@@ -3,7 +3,7 @@
 
 import type { ToolReply, ToolRequest, WorkerToTab } from "../generated/protocol";
 import { isFromWorker, isMessage } from "../shared/messages";
-import { mountOverlayWhenReady, openWithSelection, protectOverlay } from "./overlay";
+import { mountOverlayWhenReady, openWithSelection, panelInput, protectOverlay, setPanelAttached } from "./overlay";
 import { executeTool, ToolFailure } from "./page-tools";
 
 /** Tools in progress; stop aborts them. */
@@ -26,7 +26,7 @@ if (window.top === window && !world[LOADED]) {
   });
 }
 
-function onTabMessage(msg: WorkerToTab, sendResponse: (reply: ToolReply) => void): boolean {
+function onTabMessage(msg: WorkerToTab, sendResponse: (reply: ToolReply | boolean) => void): boolean {
   switch (msg.kind) {
     case "run_tool":
       void runTool(msg.request).then(sendResponse);
@@ -34,6 +34,14 @@ function onTabMessage(msg: WorkerToTab, sendResponse: (reply: ToolReply) => void
       return true;
     case "open_overlay":
       openWithSelection();
+      return false;
+    case "panel_attached":
+      // A side panel shows this tab (or stopped): the answer tells the worker Hearth runs here.
+      setPanelAttached(msg.attached);
+      sendResponse(true);
+      return false;
+    case "panel_input":
+      panelInput(msg.input);
       return false;
     case "cancel_tools":
       for (const controller of running) controller.abort();

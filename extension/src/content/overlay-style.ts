@@ -40,8 +40,10 @@ header { display: flex; align-items: center; justify-content: space-between; pad
 h2 { margin: 0; font-size: 16px; }
 h3 { margin: 0 0 6px; font-size: 14px; }
 .header-buttons { display: flex; gap: 2px; }
-.settings, .close { width: 32px; height: 32px; border: none; border-radius: 6px; background: none; font-size: 18px; }
-.settings:hover, .close:hover, .settings[aria-expanded="true"] { background: var(--code); }
+.panel.side { position: static; width: 100%; height: 100vh; border: none; border-radius: 0; box-shadow: none; }
+.side-notice { margin: 0; padding: 16px 14px; }
+.settings, .close, .to-side-panel { width: 32px; height: 32px; border: none; border-radius: 6px; background: none; font-size: 18px; }
+.settings:hover, .close:hover, .to-side-panel:hover, .settings[aria-expanded="true"] { background: var(--code); }
 
 .engine { padding: 6px 14px; border-bottom: 1px solid var(--line); font-size: 12px; color: var(--muted); }
 .engine[data-state="ready"] .status { color: var(--fg); }

@@ -11,22 +11,28 @@
 // <div class="test-state"> inside the shadow root (read over the DevTools protocol): data-state
 // (open/closed), data-view (chat/settings), data-engine, data-adapter, data-self-test, data-values,
 // data-fused-error, data-failure, data-model, data-offer, data-download, data-load, data-task,
-// data-answer, data-cards, data-pending-call. Release builds mirror nothing.
+// data-answer, data-cards, data-pending-call, data-side-panel (a side panel shows this tab).
+// Release builds mirror nothing.
 //
-// The pieces live in ./ui: panel.ts (the elements), transcript.ts (the conversation as data),
-// transcript-view.ts (its entries on screen), cards.ts (entries → DOM), markdown.ts (safe
-// rendering), composer.ts, engine-view.ts, persist.ts; the settings form is shared/ui's.
+// The pieces live in ./ui: chat.ts (the chat component, which the side panel mounts too),
+// panel.ts (the elements), transcript.ts (the conversation as data), transcript-view.ts (its
+// entries on screen), cards.ts (entries → DOM), markdown.ts (safe rendering), composer.ts,
+// engine-view.ts, persist.ts; the settings form is shared/ui's.
+//
+// This file owns the tab's conversation, also while a side panel shows it: the panel is told the
+// chat (`panel_chat`, through the worker) and its controls come back as `panel_input`, done here
+// with the same handlers as the overlay's own controls; the overlay stays closed meanwhile.
 
-import type { Decision, EngineStatus, TabToWorker, TaskAction, WorkerToTab } from "../generated/protocol";
+import type { ChatInput, Decision, EngineStatus, TabToWorker, TaskAction, WorkerToTab } from "../generated/protocol";
 import { isFromWorker, isMessage, sendFromTab } from "../shared/messages";
 import { watchOwnModels, type OwnModel } from "../shared/own-models";
 import { isSiteDisabled, loadSettings, onSettingsChanged, saveSettings, siteOf, type Settings } from "../shared/settings";
 import { OVERLAY_CSS } from "./overlay-style";
 import { type Listen } from "./ui/composer";
 import { clip, el } from "../shared/ui/builders";
-import { buildPanel } from "./ui/panel";
-import { TranscriptView } from "./ui/transcript-view";
-import { showTaskState } from "./ui/task-state";
+import type { CardActions } from "./ui/cards";
+import { createChat } from "./ui/chat";
+import type { PanelChat } from "./ui/chat-state";
 import { t } from "../shared/ui/i18n";
 import { targetOutline } from "./ui/outline";
 import { findPassage } from "./ui/passage";
@@ -55,8 +61,15 @@ const MAX_QUOTE = 4000;
 interface Overlay {
   openWithSelection(): void;
   settingsChanged(settings: Settings): void;
+  /** A side panel shows this tab's chat (true), or no longer does. */
+  panelShown(shown: boolean): void;
+  /** What the user did in the side panel showing this tab. */
+  panelInput(input: ChatInput): void;
   unmount(): void;
 }
+
+/** How soon a change reaches the side panel (bursts of tokens go as one message). */
+const PANEL_DELAY_MS = 40;
 
 /** The host's box, set inline with !important: `all: initial` first, then what it needs. */
 const HOST_STYLE: [string, string][] = [
@@ -85,6 +98,8 @@ interface HostParts {
 let parts: HostParts | null = null;
 let overlay: Overlay | null = null;
 let watchingSettings = false;
+/** Whether a side panel shows this tab (told by the worker; kept for an overlay mounted later). */
+let sidePanelShown = false;
 
 /**
  * Run first, at document_start: the shield's capture listeners go in before any page script's, and
@@ -144,6 +159,17 @@ export function openWithSelection(): void {
   overlay?.openWithSelection();
 }
 
+/** A side panel shows this tab's chat, or no longer does (the worker's `panel_attached`). */
+export function setPanelAttached(attached: boolean): void {
+  sidePanelShown = attached;
+  overlay?.panelShown(attached);
+}
+
+/** What the user did in the side panel showing this tab (the worker's `panel_input`). */
+export function panelInput(input: ChatInput): void {
+  overlay?.panelInput(input);
+}
+
 /** Removes the overlay from the page (Hearth was disabled on this site). */
 export function unmountOverlay(): void {
   overlay?.unmount();
@@ -161,210 +187,25 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
   // A cited passage the user asked to see (a citation chip).
   const passageOutline = targetOutline("passage-outline");
 
-  // --- structure -------------------------------------------------------------------------------
+  // --- state -----------------------------------------------------------------------------------
   /** The user's own model files (chrome.storage.local): the engine view marks them as not verified. */
   let ownModels: OwnModel[] = [];
   const site = siteOf(location.href) ?? location.origin;
-  const {
-    launcher, panel, settingsToggle, close, engine, chat, log, empty, usage, continueButton, composer, settingsView, form, saved, clear, disableSite,
-  } = buildPanel(
-    {
-      retry: () => connect(),
-      install: (modelId) => send({ kind: "install_model", model_id: modelId }),
-      openModelOptions: () => send({ kind: "open_model_options" }),
-      ownModel: (name) => ownModels.find((m) => m.name === name),
-      submit,
-      stop,
-      saveSettings: (patch) =>
-        void saveSettings(patch).then((s) => {
-          form.show(s);
-          saved.textContent = t("settingsSaved");
-        }),
-    },
-    listen,
-  );
-  // A constructed stylesheet, not a <style> element: a page's strict CSP (style-src) would block
-  // the element's inline CSS, but does not apply to stylesheets built through the CSSOM.
-  const sheet = new CSSStyleSheet();
-  sheet.replaceSync(OVERLAY_CSS);
-  shadow.adoptedStyleSheets = [sheet];
-  // The outline first: the launcher and the panel are drawn over it.
-  shadow.replaceChildren(outline.element, passageOutline.element, launcher, panel);
-  if (mirror) shadow.append(mirror);
-
-  data.state = "closed";
-  data.view = "chat";
-  data.engine = "idle";
-  listen("keydown", (e) => {
-    if (e instanceof KeyboardEvent && e.key === "Escape" && !e.isComposing && !panel.hidden) {
-      e.preventDefault();
-      setOpen(false);
-    }
-  });
-
-  // --- state -----------------------------------------------------------------------------------
   let transcript: Transcript = emptyTranscript();
   let status: EngineStatus = { state: "idle" };
-  removals.push(
-    watchOwnModels((models) => {
-      ownModels = models;
-      engine.render(status, data);
-    }),
-  );
   /** Messages typed before the model was ready, sent when it is. */
   const queued: TabToWorker[] = [];
   const store = new TranscriptStore();
   let restored = false;
   let cutOff = false;
   let connected = false;
+  /** A side panel shows this tab: the overlay stays closed and sends it the chat instead. */
+  let panelShown = false;
 
   const engineReady = () => status.state === "ready" && status.model !== null;
 
-  // --- opening and closing ---------------------------------------------------------------------
-  function setOpen(open: boolean, focus = true): void {
-    if (open === !panel.hidden) return;
-    panel.hidden = !open;
-    launcher.setAttribute("aria-expanded", String(open));
-    data.state = open ? "open" : "closed";
-    transcript.open = open;
-    store.schedule(transcript);
-    if (open) {
-      connect();
-      flush();
-      scrollToEnd();
-      if (focus) (settingsView.hidden ? composer.textarea : settingsToggle).focus();
-    } else if (focus) {
-      launcher.focus();
-    }
-  }
-
-  /**
-   * Watches the engine (starting it on first use, retrying a failed one) and learns the tab id:
-   * the worker tells it with a `tab_info` message, or in its answer to `watch_engine`.
-   */
-  function connect(): void {
-    connected = true;
-    send({ kind: "watch_engine" }, (reply) => {
-      const tabId = (reply as { tab_id?: unknown } | undefined)?.tab_id;
-      if (typeof tabId === "number") void restore(tabId);
-    });
-  }
-
-  function showSettings(show: boolean): void {
-    settingsView.hidden = !show;
-    chat.hidden = show;
-    data.view = show ? "settings" : "chat";
-    settingsToggle.setAttribute("aria-expanded", String(show));
-    saved.textContent = "";
-    if (show) {
-      void loadSettings().then((s) => form.show(s));
-      settingsView.querySelector<HTMLElement>("select, input, button")?.focus();
-    } else {
-      composer.focus();
-    }
-  }
-
-  launcher.addEventListener("click", () => setOpen(panel.hidden));
-  close.addEventListener("click", () => setOpen(false));
-  settingsToggle.addEventListener("click", () => showSettings(settingsView.hidden));
-
-  // --- talking to the worker -------------------------------------------------------------------
-  function send(msg: TabToWorker, onReply?: (reply: unknown) => void): void {
-    const failed = () => {
-      // The extension was reloaded or updated under this page: its old content script is cut off.
-      if (!cutOff) commit(localError(transcript, t("extensionReloaded")));
-      cutOff = true;
-    };
-    try {
-      sendFromTab(msg).then(onReply, failed);
-    } catch {
-      failed();
-    }
-  }
-
-  function control(action: TaskAction): void {
-    send({ kind: "task_control", action });
-  }
-
-  const listener = (message: unknown, sender: chrome.runtime.MessageSender) => {
-    if (isMessage(message) && isFromWorker(sender)) onTabMessage(message as WorkerToTab);
-    return false;
-  };
-  chrome.runtime.onMessage.addListener(listener);
-
-  function onTabMessage(msg: WorkerToTab): void {
-    switch (msg.kind) {
-      case "engine_status":
-        status = msg.status;
-        engine.render(status, data);
-        if (engineReady() && queued.length) {
-          for (const m of queued.splice(0)) send(m);
-          commit(markSent(transcript));
-        }
-        updateChrome();
-        break;
-      case "tab_info":
-        void restore(msg.tab_id);
-        break;
-      case "fence_blocked": {
-        const touched = fenceBlocked(transcript, msg.url, msg.host, msg.method);
-        commit(touched);
-        if (touched.length) needsUser(touched[0]);
-        break;
-      }
-      case "task_update": {
-        // After a navigation the task goes on: this page's overlay picks the conversation up.
-        if (!connected) connect();
-        const touched = applyUpdate(transcript, msg.update);
-        commit(touched);
-        if (msg.update.update === "event") {
-          const type = msg.update.event.type;
-          if (type === "confirm_request" || type === "ask_user") needsUser(touched[0]);
-        }
-        break;
-      }
-    }
-  }
-
-  /** A card waits for the user: open the panel and move focus to it. */
-  function needsUser(entryId: number | undefined): void {
-    if (settingsView.hidden === false) showSettings(false);
-    setOpen(true, false);
-    flush();
-    const node = entryId === undefined ? undefined : view.node(entryId);
-    const target = node?.querySelector<HTMLElement>('button[data-decision="deny"], button.option') ?? composer.textarea;
-    node?.scrollIntoView({ block: "nearest" });
-    target.focus();
-  }
-
-  // --- user actions ----------------------------------------------------------------------------
-  function submit(text: string, selection: string | null): boolean {
-    const ask = pendingAsk(transcript);
-    if (ask) {
-      commit(answer(transcript, ask.id, text));
-      control({ action: "answer", text });
-      return true;
-    }
-    // A running task is steered with the text alone: the selection waits for the next task.
-    const quoted = transcript.task === "running" ? null : selection;
-    if (quoted) composer.clearSelection();
-    const message: TabToWorker = { kind: "start_task", text, selection: quoted };
-    const ready = engineReady();
-    commit(userMessage(transcript, text, !ready, quoted));
-    if (ready) send(message);
-    else {
-      queued.push(message);
-      connect();
-    }
-    return true;
-  }
-
-  function stop(): void {
-    control({ action: "stop" });
-    composer.setRunning(true, true);
-  }
-
-  const actions = {
+  // --- structure -------------------------------------------------------------------------------
+  const actions: CardActions = {
     decide(entryId: number, decision: Decision) {
       const entry = transcript.entries.find((e) => e.id === entryId);
       const callId = entry?.kind === "confirm" ? entry.callId : null;
@@ -404,13 +245,262 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
     },
   };
 
-  continueButton.addEventListener("click", () => {
+  const ui = createChat({
+    surface: "overlay",
+    handlers: {
+      retry: () => connect(),
+      install: (modelId) => send({ kind: "install_model", model_id: modelId }),
+      openModelOptions: () => send({ kind: "open_model_options" }),
+      ownModel: (name) => ownModels.find((m) => m.name === name),
+      submit,
+      stop,
+      saveSettings: (patch) =>
+        void saveSettings(patch).then((s) => {
+          form.show(s);
+          saved.textContent = t("settingsSaved");
+        }),
+      openSidePanel: () => send({ kind: "open_side_panel" }),
+    },
+    actions,
+    listen,
+    root: shadow,
+    data,
+    outline,
+    site,
+    isOpen: () => !panel.hidden,
+    transcript: () => transcript,
+    status: () => status,
+  });
+  const { launcher, panel, close, continueButton, composer, settingsView, form, saved, clear, disableSite } = ui;
+  // A constructed stylesheet, not a <style> element: a page's strict CSP (style-src) would block
+  // the element's inline CSS, but does not apply to stylesheets built through the CSSOM.
+  const sheet = new CSSStyleSheet();
+  sheet.replaceSync(OVERLAY_CSS);
+  shadow.adoptedStyleSheets = [sheet];
+  // The outline first: the launcher and the panel are drawn over it.
+  shadow.replaceChildren(outline.element, passageOutline.element, launcher, panel);
+  if (mirror) shadow.append(mirror);
+
+  data.state = "closed";
+  data.view = "chat";
+  data.engine = "idle";
+  listen("keydown", (e) => {
+    if (e instanceof KeyboardEvent && e.key === "Escape" && !e.isComposing && !panel.hidden) {
+      e.preventDefault();
+      setOpen(false);
+    }
+  });
+  removals.push(
+    watchOwnModels((models) => {
+      ownModels = models;
+      ui.renderEngine();
+    }),
+  );
+
+  // --- opening and closing ---------------------------------------------------------------------
+  function setOpen(open: boolean, focus = true): void {
+    if (open === !panel.hidden) return;
+    panel.hidden = !open;
+    launcher.setAttribute("aria-expanded", String(open));
+    data.state = open ? "open" : "closed";
+    transcript.open = open;
+    store.schedule(transcript);
+    if (open) {
+      connect();
+      ui.flush();
+      ui.view.scrollToEnd();
+      if (focus) (settingsView.hidden ? composer.textarea : ui.settingsToggle).focus();
+    } else if (focus) {
+      launcher.focus();
+    }
+  }
+
+  /**
+   * Watches the engine (starting it on first use, retrying a failed one) and learns the tab id:
+   * the worker tells it with a `tab_info` message, or in its answer to `watch_engine`.
+   */
+  function connect(): void {
+    connected = true;
+    send({ kind: "watch_engine" }, (reply) => {
+      const tabId = (reply as { tab_id?: unknown } | undefined)?.tab_id;
+      if (typeof tabId === "number") void restore(tabId);
+    });
+  }
+
+  launcher.addEventListener("click", () => setOpen(panel.hidden));
+  close.addEventListener("click", () => setOpen(false));
+
+  // --- talking to the worker -------------------------------------------------------------------
+  function send(msg: TabToWorker, onReply?: (reply: unknown) => void): void {
+    const failed = () => {
+      // The extension was reloaded or updated under this page: its old content script is cut off.
+      if (!cutOff) commit(localError(transcript, t("extensionReloaded")));
+      cutOff = true;
+    };
+    try {
+      sendFromTab(msg).then(onReply, failed);
+    } catch {
+      failed();
+    }
+  }
+
+  function control(action: TaskAction): void {
+    send({ kind: "task_control", action });
+  }
+
+  const listener = (message: unknown, sender: chrome.runtime.MessageSender) => {
+    if (isMessage(message) && isFromWorker(sender)) onTabMessage(message as WorkerToTab);
+    return false;
+  };
+  chrome.runtime.onMessage.addListener(listener);
+
+  function onTabMessage(msg: WorkerToTab): void {
+    switch (msg.kind) {
+      case "engine_status":
+        status = msg.status;
+        ui.renderEngine();
+        if (engineReady() && queued.length) {
+          for (const m of queued.splice(0)) send(m);
+          commit(markSent(transcript));
+        }
+        updateChrome();
+        toPanel();
+        break;
+      case "tab_info":
+        void restore(msg.tab_id);
+        break;
+      case "fence_blocked": {
+        const touched = fenceBlocked(transcript, msg.url, msg.host, msg.method);
+        commit(touched);
+        if (touched.length) needsUser(touched[0]);
+        break;
+      }
+      case "task_update": {
+        // After a navigation the task goes on: this page's overlay picks the conversation up.
+        if (!connected) connect();
+        const touched = applyUpdate(transcript, msg.update);
+        commit(touched);
+        if (msg.update.update === "event") {
+          const type = msg.update.event.type;
+          if (type === "confirm_request" || type === "ask_user") needsUser(touched[0]);
+        }
+        break;
+      }
+    }
+  }
+
+  /** A card waits for the user: open the panel and move focus to it (the side panel does, if it shows this tab). */
+  function needsUser(entryId: number | undefined): void {
+    if (panelShown) return;
+    if (settingsView.hidden === false) ui.showSettings(false);
+    setOpen(true, false);
+    ui.focusCard(entryId);
+  }
+
+  // --- the side panel --------------------------------------------------------------------------
+  let panelTimer: ReturnType<typeof setTimeout> | null = null;
+  /** Sends the chat to the side panel showing this tab, soon (tokens arrive faster than frames). */
+  function toPanel(): void {
+    if (!panelShown || panelTimer !== null) return;
+    panelTimer = setTimeout(() => {
+      panelTimer = null;
+      if (!panelShown) return;
+      const chat: PanelChat = { transcript, status, site };
+      send({ kind: "panel_chat", chat });
+    }, PANEL_DELAY_MS);
+  }
+
+  function showInPanel(shown: boolean): void {
+    panelShown = shown;
+    data.sidePanel = String(shown);
+    // The chat is in the side panel now: one place at a time.
+    launcher.hidden = shown;
+    if (shown) {
+      setOpen(false, false);
+      // Watches the engine (started for the panel as for the overlay) and restores the conversation.
+      connect();
+      toPanel();
+    }
+  }
+
+  /** What the user did in the side panel, done as if done here. */
+  function fromPanel(input: ChatInput): void {
+    // Only while the worker says a panel shows this tab (it passes on only that panel's input).
+    if (!panelShown) return;
+    const entry = "entry_id" in input ? transcript.entries.find((e) => e.id === input.entry_id) : undefined;
+    switch (input.input) {
+      case "submit":
+        submit(input.text, null);
+        break;
+      case "stop":
+        stop();
+        break;
+      case "decide":
+        // Only the card it was shown for, still waiting on that call.
+        if (entry?.kind === "confirm" && entry.callId === input.call_id) actions.decide(entry.id, input.decision);
+        break;
+      case "choose":
+        if (entry?.kind === "ask" && entry.callId === input.call_id) actions.choose(entry.id, input.option);
+        break;
+      case "fence":
+        if (entry?.kind === "fence") actions.fence(entry.id, input.allow);
+        break;
+      case "continue":
+        continueTask();
+        break;
+      case "clear":
+        clearConversation();
+        break;
+      case "retry":
+        connect();
+        break;
+      case "install":
+        send({ kind: "install_model", model_id: input.model_id });
+        break;
+      case "open_model_options":
+        send({ kind: "open_model_options" });
+        break;
+      case "show_source":
+        actions.showSource(input.number);
+        break;
+    }
+    toPanel();
+  }
+
+  // --- user actions ----------------------------------------------------------------------------
+  function submit(text: string, selection: string | null): boolean {
+    const ask = pendingAsk(transcript);
+    if (ask) {
+      commit(answer(transcript, ask.id, text));
+      control({ action: "answer", text });
+      return true;
+    }
+    // A running task is steered with the text alone: the selection waits for the next task.
+    const quoted = transcript.task === "running" ? null : selection;
+    if (quoted) composer.clearSelection();
+    const message: TabToWorker = { kind: "start_task", text, selection: quoted };
+    const ready = engineReady();
+    commit(userMessage(transcript, text, !ready, quoted));
+    if (ready) send(message);
+    else {
+      queued.push(message);
+      connect();
+    }
+    return true;
+  }
+
+  function stop(): void {
+    control({ action: "stop" });
+    composer.setRunning(true, true);
+  }
+
+  function continueTask(): void {
     commit(continued(transcript));
     control({ action: "continue" });
     composer.focus();
-  });
+  }
 
-  clear.addEventListener("click", () => {
+  function clearConversation(): void {
     control({ action: "forget" });
     queued.length = 0;
     const open = transcript.open;
@@ -419,7 +509,10 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
     redrawAll();
     void store.clear().then(() => store.schedule(transcript));
     saved.textContent = t("conversationCleared");
-  });
+  }
+
+  continueButton.addEventListener("click", continueTask);
+  clear.addEventListener("click", clearConversation);
 
   disableSite.addEventListener("click", () => {
     if (transcript.task === "running") control({ action: "stop" });
@@ -431,41 +524,21 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
   });
 
   // --- rendering -------------------------------------------------------------------------------
-  const view = new TranscriptView({
-    log,
-    empty,
-    shadow,
-    focusComposer: () => composer.focus(),
-    isOpen: () => !panel.hidden,
-    transcript: () => transcript,
-    actions,
-  });
-
   /** Records what changed; the DOM follows shortly (tokens arrive faster than frames). */
   function commit(touched: Touched): void {
-    view.mark(touched);
-    updateChrome();
+    ui.commit(touched);
     store.schedule(transcript);
-    view.schedule();
-  }
-
-  function flush(): void {
-    view.flush();
+    toPanel();
   }
 
   function redrawAll(): void {
-    view.redraw();
-    updateChrome();
-    scrollToEnd();
-  }
-
-  function scrollToEnd(): void {
-    view.scrollToEnd();
+    ui.redrawAll();
+    toPanel();
   }
 
   /** The state around the transcript: composer mode, Stop/Continue, usage, test hooks, launcher. */
   function updateChrome(): void {
-    showTaskState({ data, outline, composer, continueButton, log, empty, usage, launcher }, transcript, engineReady(), status);
+    ui.updateChrome();
   }
 
   /** Restores this tab's stored conversation before what arrived since the page loaded. */
@@ -488,20 +561,21 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
       transcript = merged;
       redrawAll();
       // The panel was open on the previous page of this tab while its task ran: keep it open.
-      if (wasOpen && panel.hidden && (transcript.task === "running" || live.entries.length)) setOpen(true, false);
+      if (wasOpen && panel.hidden && !panelShown && (transcript.task === "running" || live.entries.length)) setOpen(true, false);
     }
     store.schedule(transcript);
   }
 
   updateChrome();
   const stopKeeping = keepOnPage(host);
+  if (sidePanelShown) showInPanel(true);
 
   return {
     openWithSelection() {
       const selection = document.getSelection();
       const inside = selection?.anchorNode ? host.contains(selection.anchorNode) || selection.anchorNode === host : false;
       const quote = inside ? "" : (selection?.toString().trim() ?? "");
-      if (!settingsView.hidden) showSettings(false);
+      if (!settingsView.hidden) ui.showSettings(false);
       setOpen(true);
       if (quote) composer.setSelection(clip(quote, MAX_QUOTE));
       else composer.focus();
@@ -509,10 +583,13 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
     settingsChanged(settings) {
       if (!settingsView.hidden) form.show(settings);
     },
+    panelShown: showInPanel,
+    panelInput: fromPanel,
     unmount() {
       void store.flush();
       chrome.runtime.onMessage.removeListener(listener);
       for (const remove of removals.splice(0)) remove();
+      if (panelTimer !== null) clearTimeout(panelTimer);
       outline.show(null);
       stopKeeping();
       host.remove();

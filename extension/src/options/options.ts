@@ -86,7 +86,8 @@ function showTools(settings: Settings): void {
 
 async function showShortcut(): Promise<void> {
   const commands = await chrome.commands.getAll();
-  const shortcut = commands.find((c) => c.name === "open-overlay")?.shortcut;
+  // The shortcut is the toolbar button's (`_execute_action`): the overlay, or the side panel.
+  const shortcut = commands.find((c) => c.name === "_execute_action")?.shortcut;
   $("shortcut").textContent = shortcut ? t("shortcutIs", shortcut) : t("shortcutNone");
 }
 

@@ -3,15 +3,15 @@
 // who sent it. Receivers classify the browser's MessageSender with `senderRole` and never trust the
 // message's own fields for that: a compromised renderer can send anything a content script can.
 
-import type { EngineToWorker, OptionsToWorker, TabToWorker, WorkerToEngine, WorkerToTab } from "../generated/protocol";
+import type { EngineToWorker, OptionsToWorker, PanelToWorker, TabToWorker, WorkerToEngine, WorkerToPanel, WorkerToTab } from "../generated/protocol";
 
-export type { EngineToWorker, OptionsToWorker, TabToWorker, WorkerToEngine, WorkerToTab };
+export type { EngineToWorker, OptionsToWorker, PanelToWorker, TabToWorker, WorkerToEngine, WorkerToPanel, WorkerToTab };
 
 /** Who sent a message, as the browser says (`chrome.runtime.MessageSender`). */
-export type SenderRole = "tab" | "engine" | "options" | "worker";
+export type SenderRole = "tab" | "engine" | "options" | "worker" | "panel";
 
 /** The extension's own pages and scripts, by file. */
-const PAGES = { engine: "offscreen.html", options: "options.html", worker: "service-worker.js" } as const;
+const PAGES = { engine: "offscreen.html", options: "options.html", worker: "service-worker.js", panel: "sidepanel.html" } as const;
 
 /** True when `url` is the extension's file `file` (a query or a fragment aside). */
 function isOwnFile(url: string | undefined, file: string): boolean {
@@ -29,6 +29,8 @@ function isOwnFile(url: string | undefined, file: string): boolean {
  * - `tab`: a content script in a tab's top frame (the overlay), `sender.tab.id` being its tab;
  * - `engine`: the offscreen document; `options`: the options page;
  * - `worker`: the service worker (Chromium gives its script's URL as `sender.url`, and no tab);
+ * - `panel`: the side panel, `sidepanel.html` in Chrome's side panel (no tab: a page's content
+ *   script always has one, and `sender.url` is the browser's, so no page can pass for it);
  * - `null`: anything else (another frame, another extension page, an extension page in a tab
  *   other than the options page): drop its message.
  */
@@ -43,6 +45,7 @@ export function senderRole(sender: chrome.runtime.MessageSender): SenderRole | n
   if (isOwnFile(sender.url, PAGES.engine)) return "engine";
   if (isOwnFile(sender.url, PAGES.worker)) return "worker";
   if (isOwnFile(sender.url, PAGES.options)) return "options";
+  if (isOwnFile(sender.url, PAGES.panel)) return "panel";
   return null;
 }
 

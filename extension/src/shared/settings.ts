@@ -4,6 +4,9 @@
 import { DEFAULT_TOOL_MODES, LOOP_TOOLS, TOOL_NAMES, type TaskSettings, type ToolMode, type ToolName } from "../generated/protocol";
 import { CHOOSABLE_MODELS, DEFAULT_MODEL_ID } from "./models";
 
+/** Where the toolbar button and the keyboard shortcut open the chat. */
+export type ChatSurface = "overlay" | "panel";
+
 export interface Settings {
   /**
    * The model to run: a manifest id (models/*.json), or "" for the build's default, which is the
@@ -21,6 +24,8 @@ export interface Settings {
   disabledSites: string[];
   /** What each tool may do: on, ask every time, or off (not offered, refused if called). */
   toolModes: Partial<Record<ToolName, ToolMode>>;
+  /** Where the toolbar button and Ctrl+Shift+K open the chat: the page's overlay or Chrome's side panel. */
+  chatSurface: ChatSurface;
 }
 
 export const DEFAULT_SETTINGS: Settings = {
@@ -30,6 +35,7 @@ export const DEFAULT_SETTINGS: Settings = {
   temperature: 0,
   disabledSites: [],
   toolModes: { ...DEFAULT_TOOL_MODES },
+  chatSurface: "overlay",
 };
 
 /** Tokens per model call: enough for a long answer in `done`. */
@@ -66,6 +72,7 @@ function sanitize(s: Settings): Settings {
     temperature: number(s.temperature, DEFAULT_SETTINGS.temperature, 0, 2),
     disabledSites: Array.isArray(s.disabledSites) ? s.disabledSites.filter((o) => typeof o === "string") : [],
     toolModes: toolModes(s.toolModes),
+    chatSurface: s.chatSurface === "panel" ? "panel" : "overlay",
   };
 }
 

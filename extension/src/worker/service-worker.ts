@@ -5,14 +5,15 @@
 //
 // Every message is checked by its sender, as the browser reports it (`senderRole`): a tab's
 // messages act on that tab only (its id comes from `sender.tab.id`, never from the message), the
-// engine's only come from the offscreen document, and anything else is dropped. storage.session
-// (every tab's transcript and agent history) stays closed to content scripts: the overlay loads
-// and saves its own tab's transcript through the worker.
+// engine's only come from the offscreen document, the side panel's only over a port its page
+// opened (`sidepanel.html` in Chrome's side panel, no tab), and anything else is dropped.
+// storage.session (every tab's transcript and agent history) stays closed to content scripts: the
+// overlay loads and saves its own tab's transcript through the worker.
 
-import { FRESH_ENGINE_FAILURES, type EngineStatus, type EngineToWorker, type OptionsToWorker, type TabToWorker, type TaskAction, type WorkerToEngine, type WorkerToTab } from "../generated/protocol";
+import { FRESH_ENGINE_FAILURES, type EngineStatus, type EngineToWorker, type OptionsToWorker, type PanelToWorker, type TabToWorker, type TaskAction, type WorkerToEngine, type WorkerToPanel, type WorkerToTab } from "../generated/protocol";
 import { failure, localizeFailure } from "../shared/failures";
 import { dropped, isMessage, senderRole, sendToEngine, sendToTab } from "../shared/messages";
-import { loadSettings, onSettingsChanged, isSiteDisabled, taskSettings } from "../shared/settings";
+import { loadSettings, onSettingsChanged, isSiteDisabled, siteOf, taskSettings, type ChatSurface } from "../shared/settings";
 import { registerContentScript } from "./register-content-script";
 import { agentNavigating, runTool } from "./browser-tools";
 import * as fence from "./fence";
@@ -63,6 +64,9 @@ chrome.runtime.onInstalled.addListener(() => void registerContentScript());
 chrome.runtime.onStartup.addListener(() => void registerContentScript());
 onSettingsChanged((settings) => {
   void registerContentScript();
+  setSurface(settings.chatSurface);
+  // A site turned off (or on) again: the panels showing it say so.
+  for (const [port, tabId] of panels) if (tabId !== null) void watchTab(port, tabId);
   // Another model was chosen: start the engine again with it (it is offered for download if it
   // is not installed). An engine nobody asked for yet, or one busy starting, picks it up itself.
   const model = settings.model || null;
@@ -89,18 +93,100 @@ function dispatch(message: unknown, sender: chrome.runtime.MessageSender): Promi
   return undefined;
 }
 
-// The keyboard shortcut (manifest `commands`) opens the overlay of the active tab.
-chrome.commands.onCommand.addListener((command, tab) => {
-  if (command === "open-overlay" && tab?.id !== undefined) toTab(tab.id, { kind: "open_overlay" });
-});
-// So does the toolbar button (there is no popup).
+// The toolbar button and the keyboard shortcut (manifest `commands`: `_execute_action`, which is
+// the button's click) open the chat where settings.chatSurface says. The side panel: Chrome opens
+// it itself (`setPanelBehavior`; `action.onClicked` does not fire then), in the click's gesture
+// and without waiting for this worker to start and read the settings. The overlay: onClicked,
+// which opens the active tab's, the page's selection quoted.
+function setSurface(surface: ChatSurface): void {
+  void chrome.sidePanel.setPanelBehavior({ openPanelOnActionClick: surface === "panel" }).catch(() => {});
+}
+void loadSettings().then((s) => setSurface(s.chatSurface), () => {});
 chrome.action.onClicked.addListener((tab) => {
   if (tab.id !== undefined) toTab(tab.id, { kind: "open_overlay" });
 });
 
+// --- the side panel ------------------------------------------------------------------------------
+// sidepanel.html connects a port and names the tab it shows (its window's active tab). The port
+// is accepted from that page only, by its sender (the browser's account: `sidepanel.html`, no
+// tab): a content script cannot pass for it. It acts on a tab only through the tab's content
+// script, which owns the conversation and does what the panel relays as its overlay would; a
+// panel's input is passed on only for the tab its port watches now, and never to a site the user
+// turned Hearth off on.
+
+/** Each side panel's port and the tab it shows (null before its first `watch_tab`). */
+const panels = new Map<chrome.runtime.Port, number | null>();
+
+chrome.runtime.onConnect.addListener((port) => {
+  if (port.name !== "hearth-panel" || !port.sender || senderRole(port.sender) !== "panel") {
+    dropped("worker", { kind: `port ${port.name}` }, port.sender ?? {});
+    port.disconnect();
+    return;
+  }
+  panels.set(port, null);
+  port.onMessage.addListener((message: unknown) => {
+    if (isMessage(message)) void fromPanel(port, message as PanelToWorker);
+  });
+  port.onDisconnect.addListener(() => {
+    const tabId = panels.get(port);
+    panels.delete(port);
+    if (tabId !== null && tabId !== undefined) release(tabId);
+  });
+});
+
+async function fromPanel(port: chrome.runtime.Port, msg: PanelToWorker): Promise<void> {
+  if (!panels.has(port) || !Number.isInteger(msg.tab_id) || msg.tab_id < 0) return;
+  switch (msg.kind) {
+    case "watch_tab": {
+      const before = panels.get(port);
+      panels.set(port, msg.tab_id);
+      if (before !== null && before !== undefined && before !== msg.tab_id) release(before);
+      await watchTab(port, msg.tab_id);
+      break;
+    }
+    case "input": {
+      // Only the tab the panel shows now: an answer is for the card shown there, in that tab.
+      if (panels.get(port) !== msg.tab_id) return dropped("worker", msg, port.sender ?? {});
+      const tab = await chrome.tabs.get(msg.tab_id).catch(() => null);
+      if (!tab || isSiteDisabled(await loadSettings(), tab.url)) return;
+      // (The panel may have moved to another tab meanwhile.)
+      if (panels.get(port) === msg.tab_id) toTab(msg.tab_id, { kind: "panel_input", input: msg.input });
+      break;
+    }
+  }
+}
+
+/** Tells `port` whether Hearth runs in `tabId`, and that tab's content script that a panel shows it. */
+async function watchTab(port: chrome.runtime.Port, tabId: number): Promise<void> {
+  const tab = await chrome.tabs.get(tabId).catch(() => null);
+  const site = siteOf(tab?.url) ?? null;
+  let state: "ready" | "disabled" | "unsupported" | "no_script" | "gone";
+  if (!tab) state = "gone";
+  else if (site === null) state = "unsupported";
+  else if (isSiteDisabled(await loadSettings(), tab.url)) state = "disabled";
+  else state = (await sendToTab(tabId, { kind: "panel_attached", attached: true }).then((r) => r === true, () => false)) ? "ready" : "no_script";
+  // The panel moved on meanwhile.
+  if (panels.get(port) !== tabId) return;
+  toPanel(port, { kind: "tab_state", tab_id: tabId, state, site });
+}
+
+/** A panel no longer shows `tabId`: its overlay is the chat again, unless another panel shows it. */
+function release(tabId: number): void {
+  if (![...panels.values()].includes(tabId)) toTab(tabId, { kind: "panel_attached", attached: false });
+}
+
+function toPanel(port: chrome.runtime.Port, msg: WorkerToPanel): void {
+  try {
+    port.postMessage(msg);
+  } catch {
+    panels.delete(port);
+  }
+}
+
 // A task belongs to its tab: when the tab goes away, so does its conversation.
 chrome.tabs.onRemoved.addListener((tabId) => {
   watchers.delete(tabId);
+  for (const [port, shown] of panels) if (shown === tabId) toPanel(port, { kind: "tab_state", tab_id: tabId, state: "gone", site: null });
   void toOffscreen({ kind: "task_control", tab_id: tabId, action: { action: "forget" } }).catch(() => {});
   void chrome.storage.session.remove([transcriptKey(tabId), historyKey(tabId)]);
   void fence.forget(tabId).catch(() => {});
@@ -198,6 +284,14 @@ function fromTab(msg: TabToWorker, tabId: number, tab: chrome.tabs.Tab | undefin
       return saveTranscript(tabId, msg.transcript);
     case "clear_transcript":
       return chrome.storage.session.remove(transcriptKey(tabId)).then(() => true);
+    case "panel_chat":
+      // To the panels showing this tab only (a tab's chat never reaches a panel showing another).
+      for (const [port, shown] of panels) if (shown === tabId) toPanel(port, { kind: "chat", tab_id: tabId, chat: msg.chat });
+      break;
+    case "open_side_panel":
+      // The overlay's "Open in side panel" (the click's gesture comes with its message).
+      if (tab) void chrome.sidePanel.open({ windowId: tab.windowId }).catch(() => {});
+      break;
   }
   return undefined;
 }

@@ -269,6 +269,35 @@ test("(d) storage.session is closed to the content script, and the worker gives 
   assert.ok(!JSON.stringify(await stored(`transcript:${tabB}`)).includes("PWNED"));
 });
 
+test("(f) a content script cannot pass for the side panel: its port is closed, its panel messages are dropped", { timeout: 60_000 }, async () => {
+  const callId = before_.overlay.pendingCall;
+  const decideB = { input: "decide", entry_id: 0, call_id: callId, decision: "allow_always" };
+  // The panel's port, opened from tab A's content script: the worker closes it at once.
+  const port = await asContentScript(`new Promise((resolve) => {
+    const port = chrome.runtime.connect({ name: "hearth-panel" });
+    let closed = false;
+    port.onDisconnect.addListener(() => { closed = true; });
+    port.onMessage.addListener((m) => resolve({ answered: JSON.stringify(m) }));
+    try {
+      port.postMessage({ kind: "watch_tab", tab_id: ${tabB} });
+      for (let entry = 0; entry < 40; entry++) port.postMessage({ kind: "input", tab_id: ${tabB}, input: { ...${JSON.stringify(decideB)}, entry_id: entry } });
+    } catch (error) {}
+    setTimeout(() => resolve({ closed }), 1500);
+  })`);
+  assert.deepEqual(port, { closed: true }, `the worker kept or answered a content script's panel port: ${JSON.stringify(port)}`);
+  // The same as plain messages, in the panel's and the worker's shapes.
+  const outcomes = await sendAll([
+    { kind: "watch_tab", tab_id: tabB },
+    { kind: "input", tab_id: tabB, input: decideB },
+    { kind: "panel_input", input: decideB },
+    { kind: "panel_attached", attached: true },
+    { kind: "panel_chat", chat: { PWNED: true } },
+    { to: "worker", msg: { kind: "input", tab_id: tabB, input: decideB } },
+  ]);
+  assertNoAnswers(outcomes, "side panel messages");
+  await assertBUnchanged("side panel messages");
+});
+
 test("tab B's task goes on when its user confirms; A's own overlay still works", { timeout: 120_000 }, async () => {
   // Tab B: nothing forgot or answered its confirmation; its user allows, the order is placed once.
   await pageB.bringToFront();

@@ -9,6 +9,7 @@ import { build } from "esbuild";
 const ROOT = resolve(import.meta.dirname, "../..");
 let md;
 let tr;
+let cs;
 
 async function load(entry) {
   const out = await build({ absWorkingDir: ROOT, entryPoints: [entry], bundle: true, format: "esm", platform: "neutral", write: false, logLevel: "warning" });
@@ -18,6 +19,25 @@ async function load(entry) {
 before(async () => {
   md = await load("src/content/ui/markdown.ts");
   tr = await load("src/content/ui/transcript.ts");
+  cs = await load("src/content/ui/chat-state.ts");
+});
+
+test("the side panel's chat: a malformed one is refused, changed entries are found", () => {
+  const transcript = tr.emptyTranscript();
+  const status = { state: "ready", model: null };
+  assert.equal(cs.revivePanelChat(null), null);
+  assert.equal(cs.revivePanelChat({ transcript: { ...transcript, version: 2 }, status, site: "https://a.test" }), null);
+  assert.equal(cs.revivePanelChat({ transcript, status: "ready", site: "https://a.test" }), null);
+  assert.equal(cs.revivePanelChat({ transcript, status }), null, "no site");
+  // Entries without an id or a kind are dropped; the rest is kept as sent.
+  const sent = { ...transcript, entries: [{ id: 1, kind: "user", text: "hi" }, { kind: "user", text: "no id" }, "x"], nextId: 2 };
+  const chat = cs.revivePanelChat({ transcript: sent, status, site: "https://a.test" });
+  assert.deepEqual(chat.transcript.entries, [{ id: 1, kind: "user", text: "hi" }]);
+
+  const before = { ...transcript, entries: [{ id: 1, kind: "user", text: "hi" }, { id: 2, kind: "answer", text: "He" }] };
+  const after = { ...transcript, entries: [{ id: 1, kind: "user", text: "hi" }, { id: 2, kind: "answer", text: "Hello" }, { id: 3, kind: "notice", text: "x" }] };
+  assert.deepEqual(cs.changedEntries(before, after), { touched: [2, 3], removed: false });
+  assert.deepEqual(cs.changedEntries(after, { ...transcript, entries: [after.entries[2]] }), { touched: [], removed: true });
 });
 
 /** All nodes of a parsed tree, depth first. */

@@ -19,6 +19,8 @@ export interface PanelHandlers {
   submit(text: string, selection: string | null): boolean;
   stop(): void;
   saveSettings(patch: Partial<Settings>): void;
+  /** "Open in side panel" (the overlay's header). */
+  openSidePanel?(): void;
 }
 
 export interface Panel {
@@ -26,6 +28,8 @@ export interface Panel {
   panel: HTMLElement;
   settingsToggle: HTMLButtonElement;
   close: HTMLButtonElement;
+  /** "Open in side panel": the overlay's only. */
+  toSidePanel: HTMLButtonElement | null;
   engine: EngineView;
   chat: HTMLElement;
   log: HTMLElement;
@@ -40,11 +44,15 @@ export interface Panel {
   disableSite: HTMLButtonElement;
 }
 
-export function buildPanel(handlers: PanelHandlers, listen: Listen): Panel {
+/** `site` is what "Turn off on this site" names; `surface` where the panel is mounted. */
+export function buildPanel(handlers: PanelHandlers, listen: Listen, site: string, surface: "overlay" | "panel"): Panel {
   const launcher = button("launcher", "H", t("launcherLabel"), { "aria-expanded": "false", "aria-controls": "hearth-panel" });
   const titleId = "hearth-title";
   const settingsToggle = button("settings", "⚙", t("settingsLabel"), { "aria-expanded": "false", "aria-controls": "hearth-settings" });
   const close = button("close", "×", t("closeLabel"));
+  const openSidePanel = handlers.openSidePanel;
+  const toSidePanel = surface === "overlay" && openSidePanel ? button("to-side-panel", "⇥", t("openSidePanel")) : null;
+  toSidePanel?.addEventListener("click", () => openSidePanel?.());
   const engine = engineView(handlers.retry, handlers.install, handlers.openModelOptions, handlers.ownModel);
 
   const log = el("div", { class: "transcript", role: "log", "aria-live": "polite", "aria-label": t("transcriptLabel"), tabindex: "0" });
@@ -58,7 +66,7 @@ export function buildPanel(handlers: PanelHandlers, listen: Listen): Panel {
 
   const form = settingsForm(handlers.saveSettings);
   const saved = el("p", { class: "meta saved", role: "status" });
-  const disableSite = button("disable-site danger", t("disableSite", location.host));
+  const disableSite = button("disable-site danger", t("disableSite", site));
   const clear = button("clear", t("clearConversation"));
   const settingsView = el(
     "div",
@@ -73,10 +81,10 @@ export function buildPanel(handlers: PanelHandlers, listen: Listen): Panel {
   const panel = el(
     "section",
     { class: "panel", id: "hearth-panel", role: "dialog", "aria-modal": "false", "aria-labelledby": titleId, hidden: true },
-    el("header", {}, el("h2", { id: titleId }, t("panelTitle")), el("div", { class: "header-buttons" }, settingsToggle, close)),
+    el("header", {}, el("h2", { id: titleId }, t("panelTitle")), el("div", { class: "header-buttons" }, toSidePanel, settingsToggle, close)),
     engine.element,
     chat,
     settingsView,
   );
-  return { launcher, panel, settingsToggle, close, engine, chat, log, empty, usage, continueButton, composer, settingsView, form, saved, clear, disableSite };
+  return { launcher, panel, settingsToggle, close, toSidePanel, engine, chat, log, empty, usage, continueButton, composer, settingsView, form, saved, clear, disableSite };
 }

@@ -11,7 +11,8 @@ import { pendingAsk, toolCardCount, type Entry, type Transcript } from "./transc
 
 export interface TaskStateParts {
   data: DOMStringMap;
-  outline: TargetOutline;
+  /** The page's outline (the overlay's); the side panel has none: the tab's overlay draws it. */
+  outline: TargetOutline | null;
   composer: Composer;
   continueButton: HTMLButtonElement;
   log: HTMLElement;
@@ -32,7 +33,7 @@ export function showTaskState(parts: TaskStateParts, transcript: Transcript, eng
   if ((task === "confirm" || task === "ask") && waiting && "callId" in waiting) data.pendingCall = waiting.callId;
   else delete data.pendingCall;
   // The page element the waiting confirmation is about, outlined until it is decided.
-  outline.show(task === "confirm" && waiting?.kind === "confirm" ? targetElement(waiting) : null);
+  outline?.show(task === "confirm" && waiting?.kind === "confirm" ? targetElement(waiting) : null);
   const running = task === "running";
   composer.setMode(pendingAsk(transcript) ? "answer" : running ? "steer" : "task");
   if (running !== composer.running) composer.setRunning(running);

@@ -8,7 +8,8 @@ import type { Touched, Transcript } from "./transcript";
 export interface TranscriptViewParts {
   log: HTMLElement;
   empty: HTMLElement;
-  shadow: ShadowRoot;
+  /** Where the focused element is read (the chat's shadow root). */
+  root: DocumentOrShadowRoot;
   /** Where focus goes when a focused node is replaced. */
   focusComposer(): void;
   isOpen(): boolean;
@@ -38,7 +39,7 @@ export class TranscriptView {
     if (this.flushTimer !== null) clearTimeout(this.flushTimer);
     this.flushTimer = null;
     if (!this.dirty.size) return;
-    const { log, empty, shadow } = this.parts;
+    const { log, empty, root } = this.parts;
     const transcript = this.parts.transcript();
     const stuck = log.scrollTop + log.clientHeight >= log.scrollHeight - 48;
     const firstId = transcript.entries[0]?.id ?? Infinity;
@@ -54,7 +55,7 @@ export class TranscriptView {
       const old = this.nodes.get(entry.id);
       if (old) {
         keepDisclosures(old, fresh);
-        const hadFocus = old.contains(shadow.activeElement);
+        const hadFocus = old.contains(root.activeElement);
         old.replaceWith(fresh);
         if (hadFocus) this.parts.focusComposer();
       } else {

@@ -53,6 +53,13 @@ export function settingsForm(onChange: (patch: Partial<Settings>) => void): Sett
   const maxIterations = el("input", { class: "setting-max-iterations", name: "maxIterations", type: "number", min: "1", max: "100", step: "1", inputmode: "numeric" });
   const temperature = el("input", { class: "setting-temperature", name: "temperature", type: "number", min: "0", max: "2", step: "0.1", inputmode: "decimal" });
 
+  const surface = el(
+    "select",
+    { class: "setting-chat-surface", name: "chatSurface" },
+    el("option", { value: "overlay" }, t("chatSurfaceOverlay")),
+    el("option", { value: "panel" }, t("chatSurfacePanel")),
+  );
+  surface.addEventListener("change", () => onChange({ chatSurface: surface.value === "panel" ? "panel" : "overlay" }));
   model.addEventListener("change", () => onChange({ model: model.value }));
   thinking.addEventListener("change", () => onChange({ thinking: thinking.checked }));
   const numeric = (input: HTMLInputElement, key: "maxIterations" | "temperature") =>
@@ -70,6 +77,7 @@ export function settingsForm(onChange: (patch: Partial<Settings>) => void): Sett
     field(thinking, t("thinkingSetting"), t("thinkingHelp")),
     field(maxIterations, t("maxIterationsSetting"), t("maxIterationsHelp")),
     field(temperature, t("temperatureSetting"), t("temperatureHelp")),
+    field(surface, t("chatSurfaceSetting"), t("chatSurfaceHelp")),
   );
   function show(settings: Settings): void {
     shown = settings;
@@ -82,6 +90,7 @@ export function settingsForm(onChange: (patch: Partial<Settings>) => void): Sett
     thinking.checked = settings.thinking;
     maxIterations.value = String(settings.maxIterations);
     temperature.value = String(settings.temperature);
+    surface.value = settings.chatSurface;
   }
   return { element, show };
 }
