@@ -14,11 +14,12 @@ use std::time::Instant;
 
 use burn::tensor::{Device, Tensor};
 use clap::{Parser, Subcommand};
-use hearth_chat::{ChatTemplate, Message, RenderRequest, Tool};
+use hearth_chat::{ChatTemplate, ContentPart, Message, MessageContent, RenderRequest, Tool};
 use hearth_engine::ModelParts;
 use hearth_model::constrain::{CallConstraint, CallGrammar, VocabTrie, grammar_from_function_list};
 use hearth_model::generate::{self, GenerateOptions};
 use hearth_model::model_dir::{ModelFiles, load_model, load_tokenizer};
+use hearth_model::vision::{self, RgbImage, SOFT_TOKEN_BUDGETS, VisionTower};
 use hearth_model::{CacheOptions, DeviceMemory, KvCache, Sampler, SamplingOptions, Session, gpu, self_test};
 use serde::Deserialize;
 
@@ -62,6 +63,16 @@ enum Command {
         /// Start the reply with `<|tool_call>`: the model must call one of the tools.
         #[arg(long, requires = "tools")]
         force_call: bool,
+        /// Show the model this image (a PNG file) before the prompt, through its vision tower;
+        /// repeat for several.
+        #[arg(long, requires = "chat")]
+        image: Vec<PathBuf>,
+        /// Soft tokens per image: 70, 140, 280, 560 or 1120 (more see finer detail, cost more).
+        #[arg(long, default_value_t = 280, value_parser = image_budget)]
+        image_budget: usize,
+        /// The vision tower as llama.cpp's projector file (`mmproj…gguf`), for a GGUF model.
+        #[arg(long)]
+        mmproj: Option<PathBuf>,
         #[arg(long, default_value_t = 128)]
         max_tokens: usize,
         /// 0 is greedy.
@@ -161,6 +172,9 @@ fn main() -> ExitCode {
             chat,
             tools,
             force_call,
+            image,
+            image_budget,
+            mmproj,
             max_tokens,
             temperature,
             top_k,
@@ -172,7 +186,8 @@ fn main() -> ExitCode {
             let sampling = SamplingOptions { temperature, top_k, top_p, seed };
             let prompt = prompt.or(prompt_text).unwrap_or_default();
             let files = ModelInput { model, tokenizer };
-            let chat = chat.then_some(ChatOptions { tools, force_call });
+            let images = Images { paths: image, budget: image_budget, mmproj };
+            let chat = chat.then_some(ChatOptions { tools, force_call, images });
             run_generate(files, &prompt, chat, max_tokens, sampling, print_ids, &device)
         }
         Command::Logits { model, tokens, step_by_step, device } => logits(model, &tokens, step_by_step, &device),
@@ -233,6 +248,45 @@ fn device_with_name(args: &DeviceArgs) -> Result<(Device, String, DeviceMemory),
 struct ChatOptions {
     tools: Option<PathBuf>,
     force_call: bool,
+    images: Images,
+}
+
+/// `--image`, `--image-budget`, `--mmproj`.
+struct Images {
+    paths: Vec<PathBuf>,
+    budget: usize,
+    mmproj: Option<PathBuf>,
+}
+
+fn image_budget(text: &str) -> Result<usize, String> {
+    let budget: usize = text.parse().map_err(|_| format!("`{text}` is not a number"))?;
+    if SOFT_TOKEN_BUDGETS.contains(&budget) {
+        Ok(budget)
+    } else {
+        Err(format!("Gemma 4 takes {SOFT_TOKEN_BUDGETS:?} soft tokens per image, not {budget}"))
+    }
+}
+
+/// A PNG file as 8-bit RGB (grey, alpha and palettes converted; 16-bit samples cut to 8).
+fn read_png(path: &std::path::Path) -> Result<RgbImage, String> {
+    let fail = |why: String| format!("cannot read the image {}: {why}", path.display());
+    let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
+    let mut decoder = png::Decoder::new(std::io::BufReader::new(file));
+    decoder.set_transformations(png::Transformations::normalize_to_color8());
+    let mut reader = decoder.read_info().map_err(|e| fail(format!("not a PNG file ({e})")))?;
+    let size = reader.output_buffer_size().ok_or_else(|| fail("the image is too large".into()))?;
+    let mut buffer = vec![0; size];
+    let frame = reader.next_frame(&mut buffer).map_err(|e| fail(e.to_string()))?;
+    let (width, height) = (frame.width as usize, frame.height as usize);
+    let channels = frame.color_type.samples();
+    let pixels: Vec<u8> = buffer[..frame.buffer_size()]
+        .chunks_exact(channels)
+        .flat_map(|p| match channels {
+            1 | 2 => [p[0], p[0], p[0]],
+            _ => [p[0], p[1], p[2]],
+        })
+        .collect();
+    RgbImage::new(width, height, pixels).map_err(|e| fail(e.to_string()))
 }
 
 /// The tools of `--tools`: declarations for the template and the grammar of their calls.
@@ -252,6 +306,27 @@ struct ModelInput {
     tokenizer: Option<PathBuf>,
 }
 
+/// The model's vision tower: in its own weights (a model folder), or a projector file beside a
+/// GGUF model.
+fn load_tower(
+    files: &mut ModelFiles,
+    mmproj: Option<&std::path::Path>,
+    device: &Device,
+) -> Result<VisionTower, String> {
+    if let Some(path) = mmproj {
+        return files.load_projector(path, device).map_err(|e| e.to_string());
+    }
+    match files.load_vision(device).map_err(|e| e.to_string())? {
+        Some(tower) => Ok(tower),
+        None if files.is_gguf() => {
+            Err("this GGUF file holds the text model only: give its vision tower with --mmproj <projector.gguf>".into())
+        }
+        None => {
+            Err("this model has no vision tower (its config.json or weights lack one): it cannot see images".into())
+        }
+    }
+}
+
 fn run_generate(
     input: ModelInput,
     prompt: &str,
@@ -264,7 +339,7 @@ fn run_generate(
     let (device, adapter, memory) = device_with_name(args)?;
     eprintln!("hearth: adapter {adapter}");
     let load_clock = Instant::now();
-    let files = ModelFiles::open(&input.model).map_err(|e| e.to_string())?;
+    let mut files = ModelFiles::open(&input.model).map_err(|e| e.to_string())?;
     // A chat needs the template, assembled as the extension does; a raw prompt only the tokenizer.
     let (tokenizer, template) = if chat.is_some() {
         let parts = ModelParts::read(&files, input.tokenizer.as_deref()).map_err(|e| e.to_string())?;
@@ -283,8 +358,16 @@ fn run_generate(
         }
         None => (Vec::new(), None),
     };
+    let images = match &chat {
+        Some(chat) => chat.images.paths.iter().map(|p| read_png(p)).collect::<Result<Vec<_>, _>>()?,
+        None => Vec::new(),
+    };
     let text = if let (Some(chat), Some(template)) = (&chat, &template) {
-        let messages = [Message::user(prompt)];
+        // The images first, then the question, as Gemma 4's documentation shows them.
+        let mut parts: Vec<ContentPart> =
+            images.iter().map(|_| ContentPart::Image { extra: serde_json::Map::new() }).collect();
+        parts.push(ContentPart::Text { text: prompt.to_string(), extra: serde_json::Map::new() });
+        let messages = [Message { content: Some(MessageContent::Parts(parts)), ..Message::user("") }];
         let request = RenderRequest {
             messages: &messages,
             tools: &tools,
@@ -300,9 +383,27 @@ fn run_generate(
     } else {
         prompt.to_string()
     };
+    let tower = match (&chat, images.is_empty()) {
+        (Some(chat), false) => Some(load_tower(&mut files, chat.images.mmproj.as_deref(), &device)?),
+        _ => None,
+    };
     let model = files.load(&device).map_err(|e| e.to_string())?;
     eprintln!("hearth: model and tokenizer loaded in {:.2} s", load_clock.elapsed().as_secs_f64());
     let mut prompt_ids = tokenizer.encode(&text).map_err(|e| e.to_string())?;
+    let mut prompt_images = None;
+    if let (Some(tower), Some(chat)) = (&tower, &chat) {
+        let clock = Instant::now();
+        let (ids, encoded) =
+            vision::prompt::prepare(tower, &prompt_ids, &images, chat.images.budget).map_err(|e| e.to_string())?;
+        let soft_tokens: usize = encoded.images.iter().map(|i| i.soft_tokens.dims()[0]).sum();
+        eprintln!(
+            "hearth: {} image(s) encoded to {soft_tokens} soft tokens in {:.0} ms",
+            images.len(),
+            clock.elapsed().as_secs_f64() * 1e3
+        );
+        prompt_ids = ids;
+        prompt_images = Some(encoded);
+    }
     // Raw text gets the BOS token the chat template would have written.
     if chat.is_none() && prompt_ids.first() != Some(&model.config.bos_token_id) {
         prompt_ids.insert(0, model.config.bos_token_id);
@@ -336,7 +437,12 @@ fn run_generate(
         }
         None => None,
     };
-    let options = GenerateOptions { max_tokens, stop_tokens: &stop_tokens, tool_calls: calls.as_mut() };
+    let options = GenerateOptions {
+        max_tokens,
+        stop_tokens: &stop_tokens,
+        tool_calls: calls.as_mut(),
+        images: prompt_images.as_ref(),
+    };
     let result = pollster::block_on(generate::generate(
         &mut session,
         &mut sampler,

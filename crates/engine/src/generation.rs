@@ -35,6 +35,7 @@ pub fn generate_step(
                 max_tokens: request.max_new_tokens,
                 stop_tokens: &model.stop_tokens,
                 tool_calls: calls.as_mut(),
+                images: None,
             };
             let mut stop = StopAfter::new(&model.tokenizer, &request.stop_after);
             let on_token = |id, text: &str| {

@@ -9,7 +9,7 @@ use hearth_kernels::mask_logits;
 use crate::constrain::CallConstraint;
 use crate::error::ModelError;
 use crate::sampling::{SampleError, Sampler};
-use crate::session::Session;
+use crate::session::{PromptImages, Session};
 use crate::tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
 
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +100,8 @@ pub struct GenerateOptions<'a> {
     pub stop_tokens: &'a [u32],
     /// Holds the tool calls the model opens to the offered tools' syntax (`None`: unconstrained).
     pub tool_calls: Option<&'a mut CallConstraint>,
+    /// The prompt's images, whose soft tokens take its placeholders (`None`: no images).
+    pub images: Option<&'a PromptImages>,
 }
 
 /// Generates a continuation of `prompt`. `on_token(id, text)` is called for every token with the
@@ -123,7 +125,10 @@ pub async fn generate(
     if let Some(calls) = calls.as_deref_mut() {
         calls.begin(prompt);
     }
-    let (logits, stats) = session.prefill(prompt)?;
+    let (logits, stats) = match options.images {
+        Some(images) => session.prefill_with(prompt, images)?,
+        None => session.prefill(prompt)?,
+    };
     let choice = choose(sampler, logits, calls.as_deref_mut());
     let mut next = read(choice, calls.as_deref_mut()).await?;
     let first_token_at = now_ms();

@@ -34,4 +34,4 @@ pub use error::ModelError;
 pub use gemma::{Gemma, GemmaLoader, SoftTokens, WeightBytes};
 pub use gpu::{Gpu, GpuError};
 pub use sampling::{Sampler, SamplingOptions};
-pub use session::{PrefillStats, Session};
+pub use session::{PrefillStats, PromptImage, PromptImages, Session};

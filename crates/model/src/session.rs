@@ -9,19 +9,78 @@ use burn::tensor::Tensor;
 
 use crate::cache::{CacheOptions, KvCache};
 use crate::error::ModelError;
-use crate::gemma::Gemma;
+use crate::gemma::{Gemma, SoftTokens};
 
 pub struct Session {
     model: Gemma,
     cache: KvCache,
-    /// The tokens whose keys and values the cache holds, in order.
-    tokens: Vec<u32>,
+    /// The tokens whose keys and values the cache holds, in order, and the images among them.
+    held: Held,
     options: CacheOptions,
     /// The conversation `cache` belongs to.
     conversation: u64,
     /// Other conversations' caches, the least recently used first.
-    parked: Vec<(u64, KvCache, Vec<u32>)>,
+    parked: Vec<(u64, KvCache, Held)>,
     max_caches: usize,
+}
+
+/// An image in a prompt: its soft tokens `[n, h]`, one per placeholder of its run, and a key that
+/// tells it from other images (every image's placeholders are the same token).
+#[derive(Clone)]
+pub struct PromptImage {
+    pub key: u64,
+    pub soft_tokens: Tensor<2>,
+}
+
+/// A prompt's images, in the order of their runs of `placeholder` tokens.
+#[derive(Clone, Default)]
+pub struct PromptImages {
+    pub placeholder: u32,
+    pub images: Vec<PromptImage>,
+}
+
+impl PromptImages {
+    fn is_empty(&self) -> bool {
+        self.images.is_empty()
+    }
+
+    /// The soft tokens of the placeholders in `tokens[range]` (`None` when there are none).
+    fn soft_tokens(&self, tokens: &[u32], range: std::ops::Range<usize>) -> Option<SoftTokens> {
+        if self.is_empty() {
+            return None;
+        }
+        let before = tokens[..range.start].iter().filter(|&&t| t == self.placeholder).count();
+        let count = tokens[range].iter().filter(|&&t| t == self.placeholder).count();
+        if count == 0 {
+            return None;
+        }
+        let rows = Tensor::cat(self.images.iter().map(|i| i.soft_tokens.clone()).collect(), 0);
+        let h = rows.dims()[1];
+        // A count that does not match is the model's to report (`forward_with`).
+        let end = (before + count).min(rows.dims()[0]);
+        Some(SoftTokens { placeholder: self.placeholder, rows: rows.slice([before.min(end)..end, 0..h]) })
+    }
+
+    /// Where the run of placeholders of image `index` starts in `tokens`.
+    fn run_start(&self, tokens: &[u32], index: usize) -> Option<usize> {
+        let mut runs = 0;
+        for (i, &t) in tokens.iter().enumerate() {
+            if t == self.placeholder && (i == 0 || tokens[i - 1] != self.placeholder) {
+                if runs == index {
+                    return Some(i);
+                }
+                runs += 1;
+            }
+        }
+        None
+    }
+}
+
+/// A cache's tokens and the images among them.
+#[derive(Clone, Default)]
+struct Held {
+    tokens: Vec<u32>,
+    images: PromptImages,
 }
 
 /// What a prefill cost.
@@ -45,7 +104,7 @@ impl Session {
         Session {
             model,
             cache,
-            tokens: Vec::new(),
+            held: Held::default(),
             options,
             conversation: 0,
             parked: Vec::new(),
@@ -64,25 +123,25 @@ impl Session {
         if conversation == self.conversation {
             return;
         }
-        let (cache, tokens) = if let Some(i) = self.parked.iter().position(|(id, ..)| *id == conversation) {
-            let (_, cache, tokens) = self.parked.remove(i);
-            (cache, tokens)
+        let (cache, held) = if let Some(i) = self.parked.iter().position(|(id, ..)| *id == conversation) {
+            let (_, cache, held) = self.parked.remove(i);
+            (cache, held)
         } else if self.parked.len() + 1 < self.max_caches {
-            (KvCache::new(&self.model.config, self.options, self.model.device()), Vec::new())
+            (KvCache::new(&self.model.config, self.options, self.model.device()), Held::default())
         } else if !self.parked.is_empty() {
             let (_, mut cache, _) = self.parked.remove(0);
             cache.clear();
-            (cache, Vec::new())
+            (cache, Held::default())
         } else {
             // One cache: the new conversation takes it over.
             self.cache.clear();
-            self.tokens.clear();
+            self.held = Held::default();
             self.conversation = conversation;
             return;
         };
         let previous = std::mem::replace(&mut self.cache, cache);
-        let previous_tokens = std::mem::replace(&mut self.tokens, tokens);
-        self.parked.push((self.conversation, previous, previous_tokens));
+        let previous_held = std::mem::replace(&mut self.held, held);
+        self.parked.push((self.conversation, previous, previous_held));
         self.conversation = conversation;
     }
 
@@ -97,34 +156,60 @@ impl Session {
 
     /// The tokens the cache holds.
     pub fn tokens(&self) -> &[u32] {
-        &self.tokens
+        &self.held.tokens
     }
 
     /// Makes the cache hold `prompt` and returns the logits for the token after it: [1, vocab].
     pub fn prefill(&mut self, prompt: &[u32]) -> Result<(Tensor<2>, PrefillStats), ModelError> {
+        self.prefill_with(prompt, &PromptImages::default())
+    }
+
+    /// [`Self::prefill`] for a prompt holding images: each run of placeholders takes its image's
+    /// soft tokens. A cached prefix is reused only as far as its images are the same (by key).
+    pub fn prefill_with(
+        &mut self,
+        prompt: &[u32],
+        images: &PromptImages,
+    ) -> Result<(Tensor<2>, PrefillStats), ModelError> {
         if prompt.is_empty() {
             return Err(ModelError::EmptyPrompt);
         }
-        let common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        let held = &self.held;
+        let mut common = held.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        // The same tokens hold different pictures when an image differs: the prefix ends at the
+        // first image run that is not the same image in both.
+        let (before, now) = (&held.images, images);
+        for index in 0..before.images.len().max(now.images.len()) {
+            let key = |list: &PromptImages| list.images.get(index).map(|i| (list.placeholder, i.key));
+            if key(before) != key(now) {
+                let start = [before.run_start(&held.tokens, index), now.run_start(prompt, index)];
+                common = start.into_iter().flatten().fold(common, usize::min);
+                break;
+            }
+        }
         // The last prompt token is always recomputed: its logits are the answer.
         let keep = self.cache.rewind(common.min(prompt.len() - 1));
-        self.tokens.truncate(keep);
-        let logits = self.run(&prompt[keep..])?;
+        self.held.tokens.truncate(keep);
+        self.held.images = images.clone();
+        let soft = images.soft_tokens(prompt, keep..prompt.len());
+        let logits = self.run(&prompt[keep..], soft)?;
         // The answer decoded next may be longer than the rings can rewind; the next prompt will
         // diverge from it (re-rendered, or without its thoughts), so keep a way back to here.
         self.cache.checkpoint();
         Ok((logits, PrefillStats { reused: keep, computed: prompt.len() - keep }))
     }
 
-    /// Appends one token and returns the logits for the next: [1, vocab].
+    /// Appends one token and returns the logits for the next: [1, vocab]. A decoded token is
+    /// never an image's: a placeholder the model writes is embedded as the token it is.
     pub fn step(&mut self, token: u32) -> Result<Tensor<2>, ModelError> {
-        self.run(&[token])
+        self.run(&[token], None)
     }
 
-    fn run(&mut self, tokens: &[u32]) -> Result<Tensor<2>, ModelError> {
-        match self.model.forward(tokens, &mut self.cache, false) {
+    /// Runs `tokens` after those the cache holds, `soft` in place of their placeholders.
+    fn run(&mut self, tokens: &[u32], soft: Option<SoftTokens>) -> Result<Tensor<2>, ModelError> {
+        match self.model.forward_with(tokens, soft.as_ref(), &mut self.cache, false) {
             Ok(logits) => {
-                self.tokens.extend_from_slice(tokens);
+                self.held.tokens.extend_from_slice(tokens);
                 Ok(logits)
             }
             Err(ModelError::Recording(_)) => {
@@ -134,24 +219,33 @@ impl Session {
                 // them instead of starting over.
                 let marks = self.cache.checkpoint_lens();
                 self.cache = KvCache::new(&self.model.config, self.options, self.model.device());
-                let mut all = std::mem::take(&mut self.tokens);
+                let mut all = std::mem::take(&mut self.held.tokens);
+                let prompt_end = all.len() + if soft.is_some() { tokens.len() } else { 0 };
                 all.extend_from_slice(tokens);
+                // Placeholders after the prompt were decoded: they take no image.
+                let images = &self.held.images;
+                let soft_in = |range: std::ops::Range<usize>| {
+                    let end = range.end.min(prompt_end);
+                    images.soft_tokens(&all[..end.max(range.start)], range.start..end.max(range.start))
+                };
                 let mut done = 0;
                 for mark in marks.into_iter().filter(|&m| m < all.len()) {
                     if mark > done {
-                        drop(self.model.forward(&all[done..mark], &mut self.cache, false)?);
+                        let soft = soft_in(done..mark);
+                        drop(self.model.forward_with(&all[done..mark], soft.as_ref(), &mut self.cache, false)?);
                         done = mark;
                     }
                     self.cache.checkpoint();
                 }
-                let logits = self.model.forward(&all[done..], &mut self.cache, false)?;
-                self.tokens = all;
+                let soft = soft_in(done..all.len());
+                let logits = self.model.forward_with(&all[done..], soft.as_ref(), &mut self.cache, false)?;
+                self.held.tokens = all;
                 Ok(logits)
             }
             Err(err) => {
                 // A failed step leaves the cache in an unknown state: start over next time.
                 self.cache.clear();
-                self.tokens.clear();
+                self.held = Held::default();
                 Err(err)
             }
         }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use burn::tensor::{Device, Tensor};
 use hearth_model::model_dir::ModelFiles;
 use hearth_model::vision::{RgbImage, VisionTower};
-use hearth_model::{CacheOptions, Gemma, KvCache, SoftTokens, gpu};
+use hearth_model::{CacheOptions, Gemma, KvCache, PromptImage, PromptImages, Session, SoftTokens, gpu};
 use serde::Deserialize;
 
 const TOLERANCE: f32 = 1e-3;
@@ -133,4 +133,46 @@ fn a_text_only_model_has_no_tower() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gemma4-text");
     let mut files = ModelFiles::open(&dir).unwrap();
     assert!(files.load_vision(&Device::flex()).unwrap().is_none());
+}
+
+/// A session reuses a cached prefix holding an image only while the image is the same: the same
+/// placeholder tokens with another picture are computed again, and give that picture's logits.
+#[test]
+fn a_session_reuses_an_image_only_while_it_is_the_same() {
+    let dir = fixture_dir();
+    let fixture: Fixture = serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    let case = &fixture.cases[0];
+    let device = Device::flex();
+    let mut files = ModelFiles::open(&dir).unwrap();
+    let tower = files.load_vision(&device).unwrap().unwrap();
+    let placeholder = tower.config().image_token_id;
+    let model = files.load(&device).unwrap();
+    let encode = |pixels: Vec<u8>| {
+        let image = RgbImage::new(case.width, case.height, pixels).unwrap();
+        tower.encode(&tower.config().processor(case.max_soft_tokens).process(&image).unwrap()).unwrap()
+    };
+    let pixels = std::fs::read(dir.join(&case.input)).unwrap();
+    let negative: Vec<u8> = pixels.iter().map(|v| 255 - v).collect();
+    let (picture, other) = (encode(pixels), encode(negative));
+    let images = |key, soft: &Tensor<2>| PromptImages {
+        placeholder,
+        images: vec![PromptImage { key, soft_tokens: soft.clone() }],
+    };
+    let fresh = |soft: &Tensor<2>| {
+        let mut cache = KvCache::new(&model.config, CacheOptions::default(), model.device());
+        let s = SoftTokens { placeholder, rows: soft.clone() };
+        rows(model.forward_with(&case.tokens, Some(&s), &mut cache, false).unwrap())
+    };
+    let expected_other = fresh(&other);
+
+    let mut session = Session::new(model, CacheOptions::default());
+    let (logits, _) = session.prefill_with(&case.tokens, &images(1, &picture)).unwrap();
+    check("first prefill", &rows(logits), &case.logits[case.logits.len() - 1..]);
+    let (logits, stats) = session.prefill_with(&case.tokens, &images(1, &picture)).unwrap();
+    check("the same image again", &rows(logits), &case.logits[case.logits.len() - 1..]);
+    assert_eq!(stats.computed, 1, "the same image: everything but the last token reused");
+    let (logits, stats) = session.prefill_with(&case.tokens, &images(2, &other)).unwrap();
+    check("another image in the same tokens", &rows(logits), &expected_other);
+    let first_placeholder = case.tokens.iter().position(|&t| t == placeholder).unwrap();
+    assert!(stats.reused <= first_placeholder, "reused {} tokens, past the image at {first_placeholder}", stats.reused);
 }

@@ -160,3 +160,65 @@ fn printed_ids(stderr: &str) -> Vec<u64> {
 fn expected_greedy(expected: &serde_json::Value) -> Vec<u64> {
     expected["greedy"].as_array().expect("greedy").iter().filter_map(|v| v.as_u64()).collect()
 }
+
+/// A PNG of `width` × `height` with a gradient, written to the temp folder.
+fn write_png(name: &str, width: u32, height: u32) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("hearth-{}-{name}.png", std::process::id()));
+    let file = std::fs::File::create(&path).expect("temp file");
+    let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), width, height);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let pixels: Vec<u8> = (0..height)
+        .flat_map(|y| {
+            (0..width).flat_map(move |x| [(x * 255 / width) as u8, (y * 255 / height) as u8, ((x + y) % 256) as u8])
+        })
+        .collect();
+    encoder.write_header().and_then(|mut w| w.write_image_data(&pixels)).expect("png written");
+    path
+}
+
+/// `--image`: the test model's vision tower sees a PNG; its soft tokens change the answer.
+#[test]
+fn generate_looks_at_an_image() {
+    let dir = repo().join("crates/model/fixtures/tiny-chat");
+    let model = dir.to_str().expect("utf-8 path");
+    let image = write_png("picture", 64, 40);
+    let ask = |image: Option<&Path>| {
+        let mut args = vec!["generate", "--model", model, "--chat", "--max-tokens", "8", "--print-ids", "--cpu"];
+        if let Some(image) = image {
+            args.extend(["--image", image.to_str().expect("utf-8 path"), "--image-budget", "70"]);
+        }
+        args.extend(["--prompt", "What is in the picture?"]);
+        let out = hearth(&args, "");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        stderr
+    };
+    let seeing = ask(Some(&image));
+    assert!(seeing.contains("1 image(s) encoded to "), "{seeing}");
+    let blind = ask(None);
+    assert_ne!(printed_ids(&seeing), printed_ids(&blind), "the image changes the answer");
+
+    let not_png = std::env::temp_dir().join(format!("hearth-{}-not.png", std::process::id()));
+    std::fs::write(&not_png, "hello").expect("temp file");
+    let args = [
+        "generate",
+        "--model",
+        model,
+        "--chat",
+        "--image",
+        not_png.to_str().expect("utf-8"),
+        "--cpu",
+        "--prompt",
+        "Hi",
+    ];
+    let out = hearth(&args, "");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("not a PNG file"), "{stderr}");
+    let args = ["generate", "--model", model, "--chat", "--image", "x.png", "--image-budget", "100", "--prompt", "Hi"];
+    let stderr = String::from_utf8_lossy(&hearth(&args, "").stderr).into_owned();
+    assert!(stderr.contains("70, 140, 280, 560, 1120"), "{stderr}");
+    let _ = std::fs::remove_file(image);
+    let _ = std::fs::remove_file(not_png);
+}

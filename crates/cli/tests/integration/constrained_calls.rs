@@ -59,7 +59,7 @@ fn reply(
     // Hot enough that the random model picks different tools and arguments from seed to seed.
     let mut sampler = Sampler::new(SamplingOptions { temperature: 4.0, top_k: 0, top_p: 1.0, seed });
     let stop_tokens = [1, 50, 106];
-    let options = GenerateOptions { max_tokens, stop_tokens: &stop_tokens, tool_calls: calls };
+    let options = GenerateOptions { max_tokens, stop_tokens: &stop_tokens, tool_calls: calls, images: None };
     let mut closed = false;
     let generation = pollster::block_on(generate::generate(
         session,

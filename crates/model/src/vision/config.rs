@@ -49,6 +49,37 @@ pub struct ImageTokens {
 impl ImageTokens {
     /// Their pieces in Gemma 4's vocabulary.
     pub const PIECES: [&'static str; 3] = ["<|image|>", "<|image>", "<image|>"];
+
+    /// A rendered prompt's ids with each image the chat template wrote (one `<|image|>`) expanded
+    /// as Gemma 4's processor expands it: `<|image>`, one `<|image|>` per soft token, `<image|>`.
+    /// `soft_tokens[i]` is the i-th image's count; the template must have written as many images.
+    pub fn expand(&self, ids: &[u32], soft_tokens: &[usize]) -> Result<Vec<u32>, ImageCountError> {
+        let written = ids.iter().filter(|&&t| t == self.image).count();
+        if written != soft_tokens.len() {
+            return Err(ImageCountError { written, given: soft_tokens.len() });
+        }
+        let mut out = Vec::with_capacity(ids.len() + soft_tokens.iter().map(|n| n + 1).sum::<usize>());
+        let mut counts = soft_tokens.iter();
+        for &id in ids {
+            match (id == self.image).then(|| counts.next()).flatten() {
+                Some(&n) => {
+                    out.push(self.boi);
+                    out.extend(std::iter::repeat_n(self.image, n));
+                    out.push(self.eoi);
+                }
+                None => out.push(id),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A prompt whose images do not match the images given for it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the prompt shows {written} images but {given} were given")]
+pub struct ImageCountError {
+    pub written: usize,
+    pub given: usize,
 }
 
 #[derive(Deserialize)]
@@ -253,6 +284,14 @@ mod tests {
         assert_eq!((config.hidden_size, config.num_layers, config.patch_size), (768, 16, 16));
         assert_eq!((config.text_hidden_size, config.image_token_id), (1536, 258_880));
         assert!(config.standardize);
+    }
+
+    #[test]
+    fn each_image_becomes_its_run_of_soft_tokens() {
+        let tokens = ImageTokens { image: 9, boi: 7, eoi: 8 };
+        assert_eq!(tokens.expand(&[1, 9, 2, 9], &[2, 1]).unwrap(), [1, 7, 9, 9, 8, 2, 7, 9, 8]);
+        assert_eq!(tokens.expand(&[1, 2], &[]).unwrap(), [1, 2]);
+        assert_eq!(tokens.expand(&[1, 9], &[]).unwrap_err(), ImageCountError { written: 1, given: 0 });
     }
 
     #[test]

@@ -13,7 +13,7 @@ use hearth_kernels::fused::rms_norm_unscaled;
 use hearth_kernels::{gelu_tanh_mul, rms_norm};
 use hearth_weights::{Checkpoint, HostTensor};
 
-use super::config::VisionConfig;
+use super::config::{ImageTokens, VisionConfig};
 use super::image::ImagePatches;
 use crate::error::ModelError;
 
@@ -294,6 +294,12 @@ impl VisionTower {
 
     pub fn config(&self) -> &VisionConfig {
         &self.config
+    }
+
+    /// The prompt's image tokens.
+    pub fn image_tokens(&self) -> ImageTokens {
+        let c = &self.config;
+        ImageTokens { image: c.image_token_id, boi: c.boi_token_id, eoi: c.eoi_token_id }
     }
 
     /// Bytes of the weights on the device (f32).

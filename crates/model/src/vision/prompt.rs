@@ -1,0 +1,39 @@
+//! A prompt's images made ready for the decoder: each processed at the chosen budget and encoded
+//! by the tower, the prompt's image markers expanded to their runs of placeholders, and the soft
+//! tokens keyed by the image, so that a session reuses a cached image only while it is the same.
+
+use super::image::RgbImage;
+use super::tower::VisionTower;
+use crate::error::ModelError;
+use crate::session::{PromptImage, PromptImages};
+
+/// `images` (in the order the rendered prompt shows them) encoded at `budget` soft tokens each,
+/// and `ids` (the rendered prompt, one `<|image|>` per image) with each image expanded to its run.
+pub fn prepare(
+    tower: &VisionTower,
+    ids: &[u32],
+    images: &[RgbImage],
+    budget: usize,
+) -> Result<(Vec<u32>, PromptImages), ModelError> {
+    let processor = tower.config().processor(budget);
+    let mut encoded = Vec::with_capacity(images.len());
+    let mut counts = Vec::with_capacity(images.len());
+    for image in images {
+        let patches = processor.process(image).map_err(|e| ModelError::Image(e.to_string()))?;
+        counts.push(patches.soft_tokens);
+        encoded.push(PromptImage { key: image_key(image, budget), soft_tokens: tower.encode(&patches)? });
+    }
+    let tokens = tower.image_tokens();
+    let ids = tokens.expand(ids, &counts).map_err(|e| ModelError::Image(e.to_string()))?;
+    Ok((ids, PromptImages { placeholder: tokens.image, images: encoded }))
+}
+
+/// Tells images apart (FNV-1a over the size, the budget and the pixels).
+pub fn image_key(image: &RgbImage, budget: usize) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let header = [image.width as u64, image.height as u64, budget as u64];
+    for byte in header.iter().flat_map(|v| v.to_le_bytes()).chain(image.pixels.iter().copied()) {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
