@@ -18,6 +18,8 @@ use hearth_model::{
 use hearth_weights::{AffineParams, AffineTensor, Checkpoint, FileRange, MemorySource, Quantization};
 use serde_json::{Value, json};
 
+mod vision;
+
 /// Which model shape to build.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Shape {
@@ -70,6 +72,18 @@ pub struct BenchOptions {
     /// Measure this model (folder or GGUF file) instead of a synthetic E2B/E4B.
     #[arg(long)]
     pub model: Option<PathBuf>,
+    /// Only the vision section: Gemma 4's vision tower (E2B/E4B's shape, random weights) on a
+    /// synthetic 1280×800 screenshot at each `--vision-budgets` budget, then the prefill of its
+    /// soft tokens on the `--shape`/`--layers` text model and the whole path to the first token.
+    #[arg(long, conflicts_with_all = ["model", "kernels_only"])]
+    pub vision: bool,
+    /// Soft-token budgets of `--vision` (70, 140, 280, 560, 1120; the last two are slow on
+    /// lavapipe).
+    #[arg(long, value_delimiter = ',', default_values_t = [70, 140, 280])]
+    pub vision_budgets: Vec<usize>,
+    /// Timed runs of `--vision` per budget, after one warm-up (the median is printed).
+    #[arg(long, default_value_t = 3)]
+    pub vision_runs: usize,
 }
 
 impl BenchOptions {
@@ -94,6 +108,9 @@ pub fn run(device: &Device, adapter: &str, memory: DeviceMemory, options: &Bench
     if let Some(tile) = options.gemm_tile {
         hearth_kernels::tuning::set_gemm_tile(tile).map_err(|e| e.to_string())?;
         println!("Every tiled GEMM launch uses the tile {tile} (threads×rows×tokens×depth, `--gemm-tile`).\n");
+    }
+    if options.vision {
+        return vision::run(device, memory, options);
     }
     if !options.kernels_only || options.gemm_shapes.is_empty() {
         kernel_bandwidth(device);
