@@ -80,7 +80,15 @@ const GENERATORS: &[Generator] = &[
     Generator {
         name: "gemma4-vision",
         script: "crates/model/fixtures/gen_vision_parity.py",
-        packages: &["transformers==5.23.0", "torch==2.15.0", "safetensors==0.8.0", "pillow==13.0.0", "numpy==2.4.6"],
+        packages: &[
+            "transformers==5.23.0",
+            "torch==2.15.0",
+            "safetensors==0.8.0",
+            "pillow==13.0.0",
+            "numpy==2.4.6",
+            "mlx[cpu]==0.32.4",
+        ],
+        // Also gemma4-vision-mlx, beside it.
         writes: "crates/model/fixtures/gemma4-vision",
     },
 ];

@@ -1,7 +1,8 @@
 //! The vision tower against transformers 5.23 on a tiny random Gemma 4 with the real structure
 //! (fixtures/gemma4-vision, made by fixtures/gen_vision_parity.py): from the raw image through
 //! the image processor, the tower and the embedder, the soft tokens within 1e-3; then a prompt
-//! holding them, the text logits after the image within 1e-3. CPU backend and wgpu.
+//! holding them, the text logits after the image within 1e-3. CPU backend and wgpu; the
+//! safetensors folder, llama.cpp's projector file and an MLX 4-bit folder.
 
 use std::path::{Path, PathBuf};
 
@@ -87,6 +88,24 @@ fn soft_tokens_and_the_logits_after_them_match_transformers() {
                 );
                 check_case(&label, &dir, case, tower, &model);
             }
+        }
+    }
+}
+
+/// The tower from an MLX folder laid out as mlx-vlm writes one (`vision_tower.*`, its linears
+/// quantized by MLX to 4 bits in groups of 32; fixtures/gemma4-vision-mlx): transformers' numbers
+/// for the values the file describes.
+#[test]
+fn the_mlx_layout_quantized_by_mlx_matches_transformers() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gemma4-vision-mlx");
+    let fixture: Fixture = serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    for (device_name, device) in devices() {
+        let mut files = ModelFiles::open(&dir).unwrap();
+        let tower = files.load_vision(&device).unwrap().expect("the MLX folder has a vision tower");
+        let model = files.load(&device).unwrap();
+        for (i, case) in fixture.cases.iter().enumerate() {
+            let label = format!("mlx case {i} on {device_name}");
+            check_case(&label, &dir, case, &tower, &model);
         }
     }
 }
