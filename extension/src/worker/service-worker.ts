@@ -375,18 +375,25 @@ async function fenceDecision(tabId: number, url: string, allow: boolean): Promis
 }
 
 async function controlTask(tabId: number, action: TaskAction) {
-  // Stop reaches the running tool at once, whatever the engine is doing.
-  if (action.action === "stop" || action.action === "forget") {
-    toTab(tabId, { kind: "cancel_tools" });
-    if (action.action === "forget") await fence.forget(tabId).catch(() => {});
-    else await fence.lift(tabId, true).catch(() => {});
-  } else {
+  if (action.action !== "stop" && action.action !== "forget") {
     // The run goes on (a decision, an answer, continue, steer): the fence is up while it runs.
     const tab = await chrome.tabs.get(tabId).catch(() => null);
     if (tab) await fence.raise(tabId, tab.url).catch(() => {});
+    await toOffscreen({ kind: "task_control", tab_id: tabId, action }).catch(() => {});
+    return;
   }
-  if (action.action === "forget") await chrome.storage.session.remove(historyKey(tabId)).catch(() => {});
-  await toOffscreen({ kind: "task_control", tab_id: tabId, action }).catch(() => {});
+  // The engine is told first, then the running tool is cancelled in the tab at once (whatever the
+  // engine is doing): the cancelled tool's reply reaches the engine after the stop, so the task
+  // ends stopped rather than taking that reply and going on.
+  const told = toOffscreen({ kind: "task_control", tab_id: tabId, action }).catch(() => {});
+  toTab(tabId, { kind: "cancel_tools" });
+  if (action.action === "forget") {
+    await fence.forget(tabId).catch(() => {});
+    await chrome.storage.session.remove(historyKey(tabId)).catch(() => {});
+  } else {
+    await fence.lift(tabId, true).catch(() => {});
+  }
+  await told;
 }
 
 function toOffscreen(msg: WorkerToEngine): Promise<unknown> {

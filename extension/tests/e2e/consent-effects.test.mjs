@@ -13,7 +13,7 @@ import { readFile } from "node:fs/promises";
 import { createServer } from "node:http";
 import { resolve } from "node:path";
 import { after, before, test } from "node:test";
-import { launch } from "../lib/browser.mjs";
+import { launch, until } from "../lib/browser.mjs";
 import { clickInOverlay, clickLauncher, overlayHost, overlayText, queryOverlay, screenshot } from "../lib/overlay.mjs";
 import { ask, call, decide, denyCard, done, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 
@@ -56,17 +56,6 @@ after(async () => {
 
 const pageUrl = (name) => `${site.url}/attacks/${name}.html?attacker=${encodeURIComponent(attacker.url)}`;
 const posts = () => site.log.filter((l) => l.startsWith("POST"));
-
-
-async function until(check, what, timeout = 20_000) {
-  const deadline = Date.now() + timeout;
-  for (;;) {
-    const value = await check().catch(() => null);
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 test("the element acted on is the element judged, at the moment of acting", { timeout: 300_000 }, async () => {
   const url = pageUrl("effects");

@@ -9,7 +9,7 @@
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { launch } from "../lib/browser.mjs";
+import { launch, until } from "../lib/browser.mjs";
 import { servePages } from "../lib/pages.mjs";
 import { clickLauncher, overlayHost, overlayState, waitForData, waitForEngine } from "../lib/overlay.mjs";
 import { ask, call, decide, done, pageText as text, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
@@ -52,16 +52,6 @@ async function tabIdOf(page) {
 
 /** What the worker keeps in storage.session under `key` (read in the worker itself). */
 const stored = (key) => inWorker(`chrome.storage.session.get(${JSON.stringify(key)}).then((s) => s[${JSON.stringify(key)}] ?? null)`);
-
-async function until(check, what, timeout = 15_000) {
-  const deadline = Date.now() + timeout;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(100);
-  }
-}
 
 /**
  * A function evaluating code in the isolated world Chromium gives Hearth's content script in the

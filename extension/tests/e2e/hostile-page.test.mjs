@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { resolve } from "node:path";
 import { after, before, test } from "node:test";
-import { launch } from "../lib/browser.mjs";
+import { launch, until } from "../lib/browser.mjs";
 import { serve } from "../lib/server.mjs";
 import {
   clickInOverlay,
@@ -36,16 +36,6 @@ after(async () => {
 
 /** What the page's listeners saw whose target was a <hearth-overlay> (Hearth's host, retargeted). */
 const leaked = (page) => page.evaluate(() => __seen.filter((s) => s.target === "hearth-overlay" || s.path.includes("hearth-overlay")));
-
-async function until(check, what, timeout = 10_000) {
-  const deadline = Date.now() + timeout;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 test("on a hostile page the overlay mounts, shows, types and pastes, and the page learns nothing", { timeout: 120_000 }, async () => {
   const page = await chrome.context.newPage();

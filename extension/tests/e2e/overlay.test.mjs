@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { launch } from "../lib/browser.mjs";
+import { launch, until } from "../lib/browser.mjs";
 import { serve } from "../lib/server.mjs";
 import {
   clickInOverlay,
@@ -133,16 +133,6 @@ async function extensionReady(chrome) {
 }
 
 const settingsIn = (chrome) => chrome.console.evaluate(WORKER, `chrome.storage.sync.get("settings").then((s) => s.settings ?? null)`);
-
-async function until(check, what, timeout = 10_000) {
-  const deadline = Date.now() + timeout;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 // --- English UI -------------------------------------------------------------------------------
 

@@ -104,3 +104,25 @@ export async function launch({ headless = true, webgpu = true, extensionDir = EX
   };
   return { browser, context, console: watcher, close, exited };
 }
+
+/**
+ * Polls `check` every 100 ms until it returns something truthy, and returns that. A check that
+ * throws (a page mid-navigation, a worker waking up) counts as "not yet"; after `timeout` ms the
+ * wait fails, naming `what` and the check's last error.
+ */
+export async function until(check, what, timeout = 20_000) {
+  const deadline = Date.now() + timeout;
+  let lastError = null;
+  for (;;) {
+    try {
+      const value = await check();
+      if (value) return value;
+    } catch (error) {
+      lastError = error;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`timed out waiting for ${what}${lastError ? ` (last error: ${lastError.message ?? lastError})` : ""}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}

@@ -12,12 +12,17 @@ import { sendFromTab } from "../../shared/messages";
 import { reviveTranscript, type Transcript } from "./transcript";
 
 const SAVE_DELAY_MS = 250;
+/** A save the worker did not take is tried again this much later, this many times in a row. */
+const RETRY_DELAY_MS = 500;
+const MAX_SAVE_RETRIES = 20;
 
 export class TranscriptStore {
   #open = false;
   #timer: ReturnType<typeof setTimeout> | null = null;
   #latest: Transcript | null = null;
   #broken = false;
+  /** Saves failed in a row. */
+  #failures = 0;
 
   get ready(): boolean {
     return this.#open && !this.#broken;
@@ -52,8 +57,21 @@ export class TranscriptStore {
     if (!this.ready || !this.#latest) return;
     try {
       await sendFromTab({ kind: "save_transcript", transcript: this.#latest });
+      this.#failures = 0;
     } catch {
-      this.#broken = true;
+      // The extension was reloaded under this page: nothing will answer again. Otherwise the
+      // worker was stopping or starting: save again shortly (the latest transcript then), so that
+      // one unlucky moment does not leave the stored conversation behind for good.
+      if (!chrome.runtime?.id || ++this.#failures > MAX_SAVE_RETRIES) {
+        this.#broken = true;
+        return;
+      }
+      if (this.#timer === null) {
+        this.#timer = setTimeout(() => {
+          this.#timer = null;
+          void this.flush();
+        }, RETRY_DELAY_MS);
+      }
     }
   }
 
