@@ -196,6 +196,11 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
   /** Messages typed before the model was ready, sent when it is. */
   const queued: TabToWorker[] = [];
   const store = new TranscriptStore();
+  // A page leaving (reload, navigation) takes the saves still waiting their turn with it: send the
+  // latest now, so that the conversation the page comes back to is the one it left.
+  const saveOnLeave = () => void store.flush();
+  window.addEventListener("pagehide", saveOnLeave);
+  removals.push(() => window.removeEventListener("pagehide", saveOnLeave));
   let restored = false;
   let cutOff = false;
   let connected = false;

@@ -246,6 +246,9 @@ test("the service worker stopped: the panel connects again and goes on", { timeo
 
 test("the tab shown reloads: its new page's content script takes the panel up, with the conversation", { timeout: 60_000 }, async () => {
   const entries = await inChat(`return root.querySelectorAll("[data-entry]").length`);
+  // The answer is stored before the page goes (a save waits 250 ms for more changes; the page's
+  // leaving sends it at once too).
+  await until(async () => (await inWorker(`chrome.storage.session.get("transcript:${tabB}").then((s) => s["transcript:${tabB}"]?.answer ?? null)`)) === "Still here.", "the answer stored");
   await pageB.reload();
   await overlayHost(pageB);
   // The new page's overlay is told about the panel, stays closed and sends the restored chat.
