@@ -19,6 +19,7 @@ const PICTURES: &[Picture] = &[
     Picture { suite: "tests/e2e/agent.test.mjs", artifact: "agent-sources.png" },
     Picture { suite: "tests/e2e/consent-effects.test.mjs", artifact: "fence-card.png" },
     Picture { suite: "tests/e2e/side-panel.test.mjs", artifact: "side-panel.png" },
+    Picture { suite: "tests/e2e/vision.test.mjs", artifact: "agent-vision.png" },
 ];
 
 pub fn screenshots() -> Result<(), String> {

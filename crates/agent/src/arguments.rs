@@ -140,6 +140,19 @@ pub struct RunJavascriptArgs {
     pub code: String,
 }
 
+/// A point of the latest screenshot (`click_at`), as Gemma's own answers about images give
+/// positions: 0 to 1000 across its width and down its height, whatever its pixel size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, TS)]
+#[serde(deny_unknown_fields)]
+pub struct PointArgs {
+    /// From the left edge of the screenshot (0) to its right edge (1000).
+    #[schemars(range(min = 0, max = 1000))]
+    pub x: u32,
+    /// From the top edge of the screenshot (0) to its bottom edge (1000).
+    #[schemars(range(min = 0, max = 1000))]
+    pub y: u32,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, TS)]
 #[serde(deny_unknown_fields)]
 pub struct AskUserArgs {
@@ -170,7 +183,9 @@ pub struct DoneArgs {
 pub enum ToolCall {
     ReadPage(NoArguments),
     Snapshot(NoArguments),
+    Screenshot(NoArguments),
     Click(ElementArgs),
+    ClickAt(PointArgs),
     Type(TypeArgs),
     Select(SelectArgs),
     Scroll(ScrollArgs),

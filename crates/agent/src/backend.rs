@@ -80,6 +80,17 @@ pub struct GenerationRequest {
     /// The tools the prompt offers, by name (`None`: every built-in tool): a backend that
     /// constrains calls holds them to these.
     pub tools: Option<Vec<String>>,
+    /// The prompt's images, in the order of its image placeholders (`<|image|>`, as the chat
+    /// template writes an image part): a backend that sees encodes them there.
+    pub images: Vec<PromptImage>,
+}
+
+/// An image of a prompt: a screenshot a tool returned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptImage {
+    /// Names the image within its conversation (the tool call that took it).
+    pub key: String,
+    pub image: std::sync::Arc<ToolImage>,
 }
 
 impl GenerationRequest {
@@ -178,6 +189,39 @@ pub struct ToolOutput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional)]
     pub passages: Option<Passages>,
+    /// An image for the model (`screenshot`): it enters the conversation after the text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub image: Option<Box<ToolImage>>,
+    /// What is under a point of the latest screenshot (the executor's answer to
+    /// [`ToolExecutor::locate`]), for the consent policy to judge before `click_at` runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub located: Option<Box<PointTarget>>,
+}
+
+/// A picture a tool took, as the browser gives it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+pub struct ToolImage {
+    /// `data:image/png;base64,…`: what the model sees, never sent anywhere.
+    pub data_url: String,
+    /// A small JPEG of it for the tool card (a data URL too).
+    pub thumbnail: String,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// What a click at a point of the screenshot would land on.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+pub struct PointTarget {
+    /// The element there, described as a snapshot describes it (numbered, so the overlay can
+    /// outline it); `None` where nothing is (the page's background, outside the page).
+    pub element: Option<crate::page::ElementInfo>,
+    /// The origin of another site's frame under the point: its content cannot be seen from the
+    /// page, so not judged either.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub frame_origin: Option<String>,
 }
 
 /// Passages of a page's text, in order, and the page they come from.
@@ -210,11 +254,24 @@ impl ToolOutput {
 #[error("{0}")]
 pub struct ToolError(pub String);
 
+/// The request an executor sends the page for [`ToolExecutor::locate`] (not a tool the model is
+/// offered: it reads, and only the loop asks it).
+pub const LOCATE_POINT: &str = "locate_point";
+
 /// Runs tools (in the extension: content script, service worker).
 pub trait ToolExecutor {
     // No Send bound on purpose: the executor runs on the browser's single thread.
     #[allow(async_fn_in_trait)]
     async fn execute(&mut self, call: &ToolInvocation) -> Result<ToolOutput, ToolError>;
+
+    /// What lies under the point (`x`, `y`: 0–1000 of the latest screenshot) of the page `call`
+    /// acts on: `click_at` is judged on it before it runs. Executors without screenshots have none.
+    #[allow(async_fn_in_trait)]
+    async fn locate(&mut self, _call: &ToolInvocation) -> Result<PointTarget, ToolError> {
+        Err(ToolError(
+            "This browser cannot tell what is at a point of the page; use click with a snapshot number.".into(),
+        ))
+    }
 }
 
 /// Milliseconds since some fixed point (the repetition guard's clock). `std::time::Instant`

@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use hearth_chat::{Message, MessageContent};
+use hearth_chat::{ContentPart, Message, MessageContent};
 
 /// Counts tokens as the model's tokenizer would. The real tokenizer plugs in here.
 pub trait TokenCounter {
@@ -56,6 +56,13 @@ pub struct ContextBudget {
     pub snapshot_slack: usize,
     /// Results of the most recent steps that compaction never shortens.
     pub keep_recent_results: usize,
+    /// Screenshots the model still sees after a compaction (older ones leave a note), and how
+    /// many may pile up before one.
+    pub keep_screenshots: usize,
+    pub screenshot_slack: usize,
+    /// Tokens one image costs in the prompt beyond its placeholder: its soft tokens (the
+    /// settings' image budget, an upper bound) and the two that open and close them.
+    pub image_tokens: usize,
 }
 
 impl Default for ContextBudget {
@@ -80,6 +87,9 @@ impl ContextBudget {
             keep_full_snapshots: 2,
             snapshot_slack: 4,
             keep_recent_results: 4,
+            keep_screenshots: 1,
+            screenshot_slack: 2,
+            image_tokens: 280 + 1,
         }
     }
 
@@ -161,6 +171,48 @@ pub struct Entry {
 pub const SNAPSHOT_PLACEHOLDER: &str =
     "[Older page content removed to save space. Take a new snapshot or read the page again if you need it.]";
 pub const RESULT_PLACEHOLDER: &str = "[Result removed to save space.]";
+pub const SCREENSHOT_PLACEHOLDER: &str =
+    "[Screenshot removed to save space. Take a new screenshot if you need to see the page.]";
+
+/// The keys of the images an entry shows the model (its image parts' `image` field).
+pub fn image_keys(entry: &Entry) -> Vec<String> {
+    match &entry.message.content {
+        Some(MessageContent::Parts(parts)) => parts
+            .iter()
+            .filter_map(|p| match p {
+                ContentPart::Image { extra } => extra.get("image").and_then(|k| k.as_str()).map(str::to_owned),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The entry's images replaced by a note: its text parts stay.
+pub fn remove_images(entry: &mut Entry) {
+    let Some(MessageContent::Parts(parts)) = &entry.message.content else { return };
+    let mut text: String = parts
+        .iter()
+        .filter_map(|p| match p {
+            ContentPart::Text { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    text.push('\n');
+    text.push_str(SCREENSHOT_PLACEHOLDER);
+    entry.message.content = Some(MessageContent::Text(text));
+}
+
+/// Every image but the latest `keep` becomes a note. Returns how many were removed.
+pub fn prune_screenshots(entries: &mut [Entry], keep: usize) -> usize {
+    let with_images: Vec<usize> =
+        entries.iter().enumerate().filter(|(_, e)| !image_keys(e).is_empty()).map(|(i, _)| i).collect();
+    let drop = with_images.len().saturating_sub(keep);
+    for &i in &with_images[..drop] {
+        remove_images(&mut entries[i]);
+    }
+    drop
+}
 
 /// Number of page results still in full.
 pub fn full_page_results(entries: &[Entry]) -> usize {

@@ -25,7 +25,16 @@ pub enum AgentEvent {
         target: Option<Box<ActionTarget>>,
     },
     /// `output` is what the model sees (or the error it is told).
-    ToolResult { call_id: String, name: String, ok: bool, output: String },
+    ToolResult {
+        call_id: String,
+        name: String,
+        ok: bool,
+        output: String,
+        /// A small picture of what the tool showed the model (`screenshot`), for its card.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[ts(optional)]
+        thumbnail: Option<String>,
+    },
     /// The task waits for [`Decision`](crate::policy::Decision) on this action.
     ConfirmRequest {
         call_id: String,

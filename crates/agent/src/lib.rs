@@ -34,8 +34,8 @@ mod task_loop_tests;
 #[cfg(not(target_arch = "wasm32"))]
 pub use backend::SystemClock;
 pub use backend::{
-    CancelToken, Clock, GenerationRequest, GenerationStats, ModelBackend, ModelChunk, ModelError, Passages, ToolError,
-    ToolExecutor, ToolInvocation, ToolOutput,
+    CancelToken, Clock, GenerationRequest, GenerationStats, ModelBackend, ModelChunk, ModelError, Passages,
+    PointTarget, PromptImage, ToolError, ToolExecutor, ToolImage, ToolInvocation, ToolOutput,
 };
 pub use context::{ApproxTokenCounter, ContextBudget, Entry, EntryKind, TokenCounter};
 pub use events::{AgentEvent, PauseReason, Source, TaskError};
@@ -45,4 +45,6 @@ pub use policy::{ActionTarget, Assessment, Decision, RiskReason};
 pub use task_loop::{
     Agent, AgentConfig, AgentControl, ContextError, Outcome, PromptStats, STEP_ENDS_AFTER, SessionError,
 };
-pub use tools::{RiskLevel, ToolDefinition, ToolMode, builtin_tools, default_tool_modes, validate_arguments};
+pub use tools::{
+    RiskLevel, ToolDefinition, ToolMode, VISION_TOOLS, builtin_tools, default_tool_modes, tools_for, validate_arguments,
+};

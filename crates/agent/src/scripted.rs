@@ -40,6 +40,9 @@ pub struct ScriptedModel {
     pub prompts: Vec<String>,
     /// The `stop_after` pieces of every request, in order.
     pub stops_asked: Vec<Vec<String>>,
+    /// The images of every request, in order (a script sees no picture, a test sees that one
+    /// was sent).
+    pub images_sent: Vec<Vec<crate::PromptImage>>,
     /// Whether a reply ends after the first `stop_after` piece, as a model backend stops
     /// decoding there (on by default; off plays a backend that runs on).
     pub honor_stop_after: bool,
@@ -54,6 +57,7 @@ impl ScriptedModel {
             queues: vec![(String::new(), replies.into_iter().collect())],
             prompts: Vec::new(),
             stops_asked: Vec::new(),
+            images_sent: Vec::new(),
             honor_stop_after: true,
             chunk_chars: 5,
             control: None,
@@ -115,6 +119,7 @@ impl ScriptedModel {
     fn next_for(&mut self, request: &GenerationRequest) -> Option<Reply> {
         self.prompts.push(request.prompt.clone());
         self.stops_asked.push(request.stop_after.clone());
+        self.images_sent.push(request.images.clone());
         let honor_stop_after = self.honor_stop_after;
         let cut = |t: String| match request.stop_end(&t, 0) {
             Some(end) if honor_stop_after => t[..end].to_owned(),
@@ -248,6 +253,14 @@ impl ToolExecutor for ScriptedTools {
         }
         (self.handler)(call)
     }
+
+    /// Asks the handler as a call of [`LOCATE_POINT`](crate::backend::LOCATE_POINT) with the
+    /// point's arguments; its `located` is the answer.
+    async fn locate(&mut self, call: &ToolInvocation) -> Result<crate::PointTarget, ToolError> {
+        let probe = ToolInvocation { name: crate::backend::LOCATE_POINT.to_owned(), ..call.clone() };
+        self.calls.push((probe.name.clone(), probe.arguments.clone()));
+        (self.handler)(&probe)?.located.map(|l| *l).ok_or_else(|| ToolError("nothing was located".into()))
+    }
 }
 
 /// A clock the test moves by hand (shared through `Rc`).
@@ -288,6 +301,7 @@ mod tests {
                 stop_after: Vec::new(),
                 cancel: crate::CancelToken::new(),
                 tools: None,
+                images: Vec::new(),
             };
             let chunks = futures::executor::block_on(model.reply(request).collect::<Vec<_>>());
             chunks

@@ -20,25 +20,29 @@ use hearth_chat::{ChatError, ChatTemplate, Message, MessageContent, RenderReques
 
 use crate::arguments::{self, AskUserArgs, DoneArgs, RunJavascriptArgs};
 use crate::backend::{
-    CancelToken, Clock, GenerationRequest, ModelBackend, ModelChunk, ToolExecutor, ToolInvocation, ToolOutput,
+    CancelToken, Clock, GenerationRequest, ModelBackend, ModelChunk, PointTarget, PromptImage, ToolExecutor, ToolImage,
+    ToolInvocation, ToolOutput,
 };
 use crate::breaker::FailureBreaker;
 use crate::context::{
-    ContextBudget, Entry, EntryKind, TokenCounter, drop_oldest_step, full_page_results, prefill_tokens,
-    prune_old_results, prune_page_results, truncate_head_tail,
+    ContextBudget, Entry, EntryKind, TokenCounter, drop_oldest_step, full_page_results, image_keys, prefill_tokens,
+    prune_old_results, prune_page_results, prune_screenshots, remove_images, truncate_head_tail,
 };
 use crate::events::{AgentEvent, PauseReason, Source, TaskError};
 use crate::page::{GEMMA_MARKUP, Neutralizer, PageInfo, Snapshot};
 use crate::parser::{ParseEvent, ParsedOutput, ParserOptions, StreamParser};
 use crate::policy::grants::GrantScope;
 use crate::policy::{
-    Assessment, Decision, Grants, RepetitionGuard, RiskReason, assess, describe_target, site_of_url, web_url,
+    Assessment, Decision, Grants, RepetitionGuard, RiskReason, assess, assess_point, describe_target, site_of_url,
+    web_url,
 };
 use crate::prompt::default_system_prompt;
 use crate::tools::{
     ASK_USER, READ_LINK, READ_PAGE, RiskLevel, ToolDefinition, ToolMode, always_offered, default_tool_modes,
     validate_arguments,
 };
+use hearth_chat::ContentPart;
+use hearth_chat::syntax::defuse_media_markers;
 
 /// Settings of an agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -227,6 +231,8 @@ struct PendingCall {
     decision: Option<Decision>,
     answer: Option<String>,
     awaiting: bool,
+    /// For `click_at`: what the executor found under the point, judged before it runs.
+    located: Option<PointTarget>,
 }
 
 /// A step ends as soon as a tool call closes: one call per step, and nothing the model writes
@@ -263,6 +269,11 @@ pub struct Agent {
     finished: bool,
     last_prompt: Option<String>,
     stats: Vec<PromptStats>,
+    /// The screenshots the conversation shows the model, by the key of their image part (the
+    /// call that took them). Kept in memory only: a restored conversation has notes instead.
+    images: BTreeMap<String, Arc<ToolImage>>,
+    /// The URL of the page the latest screenshot shows (`click_at` aims at it).
+    screenshot_of: Option<String>,
 }
 
 impl Agent {
@@ -299,6 +310,8 @@ impl Agent {
             finished: false,
             last_prompt: None,
             stats: Vec::new(),
+            images: BTreeMap::new(),
+            screenshot_of: None,
         }
     }
 
@@ -339,6 +352,8 @@ impl Agent {
         self.next_call = entries.iter().map(|e| e.message.tool_calls.len() as u64).sum();
         self.next_passage = entries.iter().filter_map(last_passage).max().unwrap_or(0);
         self.entries = entries;
+        // The pictures were not kept with the conversation: their notes stay.
+        self.entries.iter_mut().filter(|e| !image_keys(e).is_empty()).for_each(remove_images);
         self.finished = true;
         true
     }
@@ -384,7 +399,7 @@ impl Agent {
             message.push_str(&self.neutralizer.fence(source, selection));
             message.push_str("\n\n");
         }
-        message.push_str(text.trim());
+        message.push_str(&defuse_media_markers(text.trim()));
         if let Some(p) = page {
             message.push_str("\n\nThe current page:\n");
             message.push_str(&self.neutralizer.fence(&p.url, &format!("{} — {}", p.title, p.url)));
@@ -504,24 +519,30 @@ impl Agent {
     fn build_prompt(&mut self, on_event: &mut dyn FnMut(AgentEvent)) -> Result<(String, PromptStats), ContextError> {
         let budget = self.config.budget.clone();
         let mut prompt = self.render()?;
-        let mut tokens = self.counter.count(&prompt);
+        let mut tokens = self.prompt_tokens(&prompt);
         let before = tokens;
-        let piled_up = full_page_results(&self.entries) > budget.keep_full_snapshots + budget.snapshot_slack;
+        let piled_up = full_page_results(&self.entries) > budget.keep_full_snapshots + budget.snapshot_slack
+            || self.shown_images().len() > budget.keep_screenshots + budget.screenshot_slack;
         let mut compacted = false;
         if tokens > budget.compact_threshold() || piled_up {
             compacted = true;
+            // Old screenshots go first: the costliest results, and a new one is cheap to take.
+            prune_screenshots(&mut self.entries, budget.keep_screenshots);
             prune_page_results(&mut self.entries, budget.keep_full_snapshots);
             prompt = self.render()?;
-            tokens = self.counter.count(&prompt);
+            tokens = self.prompt_tokens(&prompt);
             if tokens > budget.compact_threshold() {
                 prune_old_results(&mut self.entries, budget.keep_recent_results);
                 prompt = self.render()?;
-                tokens = self.counter.count(&prompt);
+                tokens = self.prompt_tokens(&prompt);
                 while tokens > budget.compact_target() && drop_oldest_step(&mut self.entries) {
                     prompt = self.render()?;
-                    tokens = self.counter.count(&prompt);
+                    tokens = self.prompt_tokens(&prompt);
                 }
             }
+            // Pictures no entry shows any more are let go.
+            let shown: BTreeSet<String> = self.entries.iter().flat_map(image_keys).collect();
+            self.images.retain(|key, _| shown.contains(key));
             on_event(AgentEvent::Compacted { before_tokens: before, after_tokens: tokens });
         }
         if tokens > budget.max_prompt_tokens() {
@@ -539,6 +560,21 @@ impl Agent {
         self.stats.push(stats);
         self.last_prompt = Some(prompt.clone());
         Ok((prompt, stats))
+    }
+
+    /// The prompt's size in model tokens: its text, and each image's soft tokens.
+    fn prompt_tokens(&self, prompt: &str) -> usize {
+        self.counter.count(prompt) + self.shown_images().len() * self.config.budget.image_tokens
+    }
+
+    /// The images the prompt shows, in the order the template writes their placeholders (the
+    /// order of the entries).
+    fn shown_images(&self) -> Vec<PromptImage> {
+        self.entries
+            .iter()
+            .flat_map(image_keys)
+            .filter_map(|key| self.images.get(&key).map(|image| PromptImage { key, image: image.clone() }))
+            .collect()
     }
 
     fn render(&self) -> Result<String, ChatError> {
@@ -575,6 +611,7 @@ impl Agent {
             stop_after: STEP_ENDS_AFTER.iter().map(|p| (*p).to_owned()).collect(),
             cancel: cancel.clone(),
             tools: Some(self.offered().map(|t| t.name.clone()).collect()),
+            images: self.shown_images(),
         };
         let mut closed = false;
         {
@@ -632,8 +669,9 @@ impl Agent {
             if output.content.is_empty() {
                 return Some(self.fail(TaskError::EmptyAnswer, on_event));
             }
-            // A direct answer: the deliverable is the text itself.
-            let mut msg = Message::assistant(output.content.clone());
+            // A direct answer: the deliverable is the text itself (kept for the next prompt with
+            // its media markers defused: a marker there would stand for a picture that is not).
+            let mut msg = Message::assistant(defuse_media_markers(&output.content).into_owned());
             msg.reasoning_content = output.thinking;
             self.entries.push(Entry { message: msg, kind: EntryKind::Model });
             self.finished = true;
@@ -671,8 +709,10 @@ impl Agent {
         } else {
             self.bad_turns = 0;
         }
-        let tool_calls =
-            calls.iter().map(|c| ToolCall::new(c.id.clone(), c.name.clone(), c.arguments.clone())).collect();
+        let tool_calls = calls
+            .iter()
+            .map(|c| ToolCall::new(c.id.clone(), c.name.clone(), defuse_arguments(c.arguments.clone())))
+            .collect();
         // Text written before the calls was already streamed to the user. It is not kept:
         // Gemma's template renders it after the tool responses and then closes the model turn,
         // which would rewrite the prompt (and the KV cache) at every step.
@@ -698,6 +738,7 @@ impl Agent {
             decision: None,
             answer: None,
             awaiting: false,
+            located: None,
         }
     }
 
@@ -748,6 +789,39 @@ impl Agent {
                     return Some(Outcome::Paused { reason });
                 }
             }
+            // click_at is judged on what lies under its point, which only the page knows: asked
+            // first, then judged like a click on it.
+            if matches!(typed, Some(arguments::ToolCall::ClickAt(_))) && call.located.is_none() {
+                let page_url = self.page.as_ref().map(|p| p.url.clone());
+                if self.screenshot_of.is_none() || self.screenshot_of != page_url {
+                    self.finish_call(
+                        Err("click_at aims at the latest screenshot of this page, and there is none: take a screenshot first.".into()),
+                        false,
+                        on_event,
+                    );
+                    continue;
+                }
+                let probe = ToolInvocation {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                    judged_url: page_url,
+                    approved: Vec::new(),
+                    cancel: cancel.clone(),
+                };
+                match executor.locate(&probe).await {
+                    Ok(located) => {
+                        if let Some(call) = self.pending.front_mut() {
+                            call.located = Some(located);
+                        }
+                    }
+                    Err(e) => {
+                        let message = self.fenced_failure(&e.0);
+                        self.finish_call(Err(message), false, on_event);
+                    }
+                }
+                continue;
+            }
             if call.decision.is_none() {
                 let Some(tool) = self.tools.iter().find(|t| t.name == call.name) else {
                     // Validation rejects unknown tools; this only guards against a changed tool list.
@@ -756,8 +830,14 @@ impl Agent {
                     continue;
                 };
                 let index = typed.as_ref().and_then(arguments::ToolCall::element_index);
-                let target = index.and_then(|i| self.latest_snapshot.as_ref()?.element(i));
-                let mut assessment = assess(tool, &call.arguments, target, self.page.as_ref());
+                let target = match &call.located {
+                    Some(located) => located.element.as_ref(),
+                    None => index.and_then(|i| self.latest_snapshot.as_ref()?.element(i)),
+                };
+                let mut assessment = match &call.located {
+                    Some(located) => assess_point(tool, &call.arguments, located, self.page.as_ref()),
+                    None => assess(tool, &call.arguments, target, self.page.as_ref()),
+                };
                 if self.config.mode(&call.name) == ToolMode::Ask && assessment.refusal.is_none() {
                     assessment.reasons.push(RiskReason::UserAsksEveryTime);
                 }
@@ -837,8 +917,8 @@ impl Agent {
                     if changes_state && !changed_nothing {
                         self.repetition.record(&invocation.name, &invocation.arguments, self.clock.now_ms());
                     }
-                    let (text, page, sources) = self.format_output(&invocation.name, output);
-                    self.finish_call(Ok(text), page, on_event);
+                    let (text, page, sources, image) = self.format_output(&invocation.name, output);
+                    self.finish_call_with_image(Ok(text), page, image, on_event);
                     if let Some(sources) = sources {
                         on_event(sources);
                     }
@@ -855,7 +935,11 @@ impl Agent {
 
     /// Turns a tool's output into the text the model sees: snapshots rendered with marks, page
     /// content fenced, everything within the per-result budget.
-    fn format_output(&mut self, tool: &str, mut output: ToolOutput) -> (String, bool, Option<AgentEvent>) {
+    fn format_output(
+        &mut self,
+        tool: &str,
+        mut output: ToolOutput,
+    ) -> (String, bool, Option<AgentEvent>, Option<ToolImage>) {
         if let Some(p) = &output.page {
             let before = site_of_page(self.page.as_ref());
             self.page = Some(p.clone());
@@ -872,7 +956,7 @@ impl Agent {
             let body = truncate_head_tail(&body, max, self.counter.as_ref());
             let text = self.neutralizer.fence(&snapshot.page.url, &body);
             self.latest_snapshot = Some(snapshot);
-            return (text, true, None);
+            return (text, true, None, None);
         }
         // Passages are numbered on from the conversation's last: the model cites them as [n].
         let sources = output.passages.take().map(|p| {
@@ -894,7 +978,15 @@ impl Agent {
         // action's result names its element by the page's label, a navigation the page's title):
         // all of it is fenced, not only what the executor marks `from_page`.
         let source = output.page.as_ref().or(self.page.as_ref()).map_or("the page", |p| p.url.as_str()).to_owned();
-        (self.neutralizer.fence(&source, &body), tool == READ_PAGE || tool == READ_LINK, sources)
+        if output.image.is_some() {
+            self.screenshot_of = self.page.as_ref().map(|p| p.url.clone());
+        }
+        (
+            self.neutralizer.fence(&source, &body),
+            tool == READ_PAGE || tool == READ_LINK,
+            sources,
+            output.image.map(|i| *i),
+        )
     }
 
     /// A tool's failure as the model sees it: the executor's message quotes the page too.
@@ -905,6 +997,19 @@ impl Agent {
 
     /// Records the front call's result and removes it from the queue.
     fn finish_call(&mut self, result: Result<String, String>, page: bool, on_event: &mut dyn FnMut(AgentEvent)) {
+        self.finish_call_with_image(result, page, None, on_event);
+    }
+
+    /// [`Self::finish_call`] for a result that shows the model a picture: the tool's answer is
+    /// its text, then the image (Gemma 4's template writes the image's placeholder after the
+    /// response).
+    fn finish_call_with_image(
+        &mut self,
+        result: Result<String, String>,
+        page: bool,
+        image: Option<ToolImage>,
+        on_event: &mut dyn FnMut(AgentEvent),
+    ) {
         let Some(call) = self.pending.pop_front() else { return };
         let (ok, text) = match result {
             Ok(t) => (true, t),
@@ -915,9 +1020,22 @@ impl Agent {
             name: call.name.clone(),
             ok,
             output: text.clone(),
+            thumbnail: image.as_ref().map(|i| i.thumbnail.clone()).filter(|t| !t.is_empty()),
         });
+        let content = match image {
+            Some(image) => {
+                self.images.insert(call.id.clone(), Arc::new(image));
+                let mut key = Map::new();
+                key.insert("image".into(), Value::String(call.id.clone()));
+                MessageContent::Parts(vec![
+                    ContentPart::Text { text, extra: Map::new() },
+                    ContentPart::Image { extra: key },
+                ])
+            }
+            None => MessageContent::Text(text),
+        };
         self.entries.push(Entry {
-            message: Message::tool(call.id, call.name.clone(), MessageContent::Text(text)),
+            message: Message::tool(call.id, call.name.clone(), content),
             kind: EntryKind::ToolResult { tool: call.name, page, compacted: false },
         });
     }
@@ -941,6 +1059,24 @@ impl Agent {
 /// The site of the page a task is on (scheme, registrable domain, the port for local hosts).
 fn site_of_page(page: Option<&PageInfo>) -> Option<String> {
     page.and_then(|p| web_url(&p.url, None)).and_then(|u| site_of_url(&u))
+}
+
+/// A call's arguments as the next prompt writes them: media markers in its strings defused.
+fn defuse_arguments(mut arguments: Map<String, Value>) -> Map<String, Value> {
+    fn defuse(value: &mut Value) {
+        match value {
+            Value::String(s) => {
+                if let std::borrow::Cow::Owned(fixed) = defuse_media_markers(s) {
+                    *s = fixed;
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(defuse),
+            Value::Object(map) => map.values_mut().for_each(defuse),
+            _ => {}
+        }
+    }
+    arguments.values_mut().for_each(defuse);
+    arguments
 }
 
 fn forward(event: &ParseEvent, on_event: &mut dyn FnMut(AgentEvent)) {

@@ -872,3 +872,191 @@ fn a_grant_never_outlives_a_cross_site_navigation() {
     assert!(matches!(outcome, Outcome::NeedsConfirmation { .. }), "the grant did not travel: {outcome:?}");
     assert_eq!(*seen.borrow(), vec![(Some(page().url), vec![RiskReason::RunsJavascript])]);
 }
+
+// ---- screenshots and click_at ------------------------------------------------------------------
+
+fn seeing_agent() -> Agent {
+    let template = ChatTemplate::from_str(GEMMA4_E2B_TEMPLATE, "<bos>").unwrap();
+    let tools = crate::tools::tools_for(true);
+    Agent::new(template, tools, AgentConfig::default(), Box::new(ApproxTokenCounter), Box::new(ManualClock::default()))
+}
+
+fn shot(n: u8) -> crate::ToolImage {
+    crate::ToolImage {
+        data_url: format!("data:image/png;base64,shot{n}"),
+        thumbnail: format!("data:image/jpeg;base64,thumb{n}"),
+        width: 1280,
+        height: 800,
+    }
+}
+
+/// A page with a canvas at (500, 500), another site's frame at (900, 100), nothing at (10, 990).
+fn canvas_tools() -> ScriptedTools {
+    let mut shots = 0u8;
+    ScriptedTools::new(move |inv| match inv.name.as_str() {
+        "screenshot" => {
+            shots += 1;
+            Ok(ToolOutput {
+                image: Some(Box::new(shot(shots))),
+                page: Some(page()),
+                ..ToolOutput::text("Screenshot of the visible page.")
+            })
+        }
+        crate::backend::LOCATE_POINT => {
+            let (x, y) = (inv.arguments["x"].as_u64().unwrap(), inv.arguments["y"].as_u64().unwrap());
+            let located = match (x, y) {
+                (500, 500) => crate::PointTarget {
+                    element: Some(ElementInfo {
+                        index: 40,
+                        tag: "canvas".into(),
+                        text: "Chart".into(),
+                        ..Default::default()
+                    }),
+                    frame_origin: None,
+                },
+                (900, 100) => crate::PointTarget {
+                    element: Some(ElementInfo { index: 41, tag: "iframe".into(), ..Default::default() }),
+                    frame_origin: Some("https://ads.other.test".into()),
+                },
+                (650, 500) => crate::PointTarget { element: Some(button(42, "Place order")), frame_origin: None },
+                _ => crate::PointTarget::default(),
+            };
+            Ok(ToolOutput { located: Some(Box::new(located)), ..ToolOutput::default() })
+        }
+        "click_at" => Ok(ToolOutput::text("Clicked.")),
+        other => Err(ToolError(format!("{other} is not available in this test"))),
+    })
+}
+
+#[test]
+fn a_screenshot_reaches_the_model_as_an_image_after_the_tool_response() {
+    let mut agent = seeing_agent();
+    agent.start_task("What does the chart show?", Some(page()));
+    let mut model =
+        ScriptedModel::texts([call("screenshot", ""), call("done", &format!("result:{}", s("Sales rise.")))]);
+    let mut tools = canvas_tools();
+    let (outcome, events) = run(&mut agent, &mut model, &mut tools);
+    assert!(matches!(outcome, Outcome::Done { .. }), "{outcome:?}");
+    // The first prompt had no picture; the second has one placeholder and the image with it.
+    assert!(model.images_sent[0].is_empty());
+    assert_eq!(model.images_sent[1].len(), 1);
+    assert_eq!(model.images_sent[1][0].image.data_url, "data:image/png;base64,shot1");
+    let prompt = &model.prompts[1];
+    assert_eq!(prompt.matches(hearth_chat::syntax::IMAGE).count(), 1, "{prompt}");
+    let response = prompt.find("Screenshot of the visible page.").unwrap();
+    assert!(prompt.find(hearth_chat::syntax::IMAGE).unwrap() > response, "the image follows the response");
+    // The card gets the thumbnail, never the picture itself.
+    let thumbnails: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolResult { thumbnail, .. } => thumbnail.clone(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(thumbnails, ["data:image/jpeg;base64,thumb1"]);
+    // A restored conversation keeps a note where the picture was.
+    let mut restored = seeing_agent();
+    restored.restore_history(agent.history().to_vec());
+    restored.start_task("And now?", Some(page()));
+    let mut model = ScriptedModel::texts([call("done", &format!("result:{}", s("ok")))]);
+    run(&mut restored, &mut model, &mut canvas_tools());
+    assert!(model.images_sent[0].is_empty());
+    assert!(!model.prompts[0].contains(hearth_chat::syntax::IMAGE));
+    assert!(model.prompts[0].contains("Screenshot removed"));
+}
+
+#[test]
+fn old_screenshots_leave_the_context_first() {
+    let mut agent = seeing_agent();
+    agent.start_task("Watch the chart.", Some(page()));
+    let mut replies: Vec<String> = (0..5).map(|_| call("screenshot", "")).collect();
+    replies.push(call("done", &format!("result:{}", s("done"))));
+    let mut model = ScriptedModel::texts(replies);
+    run(&mut agent, &mut model, &mut canvas_tools());
+    // At most keep + slack pictures at once; after a compaction only the latest.
+    let budget = ContextBudget::default();
+    for (images, prompt) in model.images_sent.iter().zip(&model.prompts) {
+        assert!(images.len() <= budget.keep_screenshots + budget.screenshot_slack, "{}", images.len());
+        assert_eq!(prompt.matches(hearth_chat::syntax::IMAGE).count(), images.len());
+    }
+    let last = model.images_sent.last().unwrap();
+    assert_eq!(last.last().unwrap().image.data_url, "data:image/png;base64,shot5");
+    assert!(model.prompts.last().unwrap().contains("Screenshot removed"));
+    // The picture's cost is in the count: each one its soft tokens beyond its placeholder.
+    let stats = agent.prompt_stats();
+    let text_only = ApproxTokenCounter.count(model.prompts.last().unwrap());
+    assert_eq!(stats.last().unwrap().prompt_tokens, text_only + last.len() * budget.image_tokens);
+}
+
+#[test]
+fn click_at_is_judged_on_what_lies_under_the_point() {
+    // Without a screenshot of this page there is nothing to aim at.
+    let mut agent = seeing_agent();
+    agent.start_task("Click the chart.", Some(page()));
+    let mut model =
+        ScriptedModel::texts([call("click_at", "x:500,y:500"), call("done", &format!("result:{}", s("no")))]);
+    let mut tools = canvas_tools();
+    let (_, events) = run(&mut agent, &mut model, &mut tools);
+    assert!(tools.names().is_empty(), "{:?}", tools.names());
+    assert!(events.iter().any(
+        |e| matches!(e, AgentEvent::ToolResult { ok: false, output, .. } if output.contains("take a screenshot first"))
+    ));
+
+    // A canvas under the point: clicked without asking, the card names it and marks the point.
+    let mut agent = seeing_agent();
+    agent.start_task("Click the chart.", Some(page()));
+    let mut model =
+        ScriptedModel::texts([call("screenshot", ""), call("click_at", "x:500,y:500"), call("click_at", "x:10,y:990")]);
+    let mut tools = canvas_tools();
+    let (outcome, events) = run(&mut agent, &mut model, &mut tools);
+    assert_eq!(tools.names(), ["screenshot", "locate_point", "click_at", "locate_point"]);
+    let started = events.iter().find_map(|e| match e {
+        AgentEvent::ToolStart { name, target, .. } if name == "click_at" => target.clone(),
+        _ => None,
+    });
+    let target = started.expect("a target on the card");
+    assert_eq!((target.index, target.point), (Some(40), Some((500, 500))));
+    // Nothing under the point asks; a denial holds.
+    assert!(matches!(outcome, Outcome::NeedsConfirmation { .. }), "{outcome:?}");
+    let reasons = events.iter().find_map(|e| match e {
+        AgentEvent::ConfirmRequest { reasons, .. } => Some(reasons.clone()),
+        _ => None,
+    });
+    assert_eq!(reasons, Some(vec![RiskReason::NothingAtPoint]));
+    confirm(&mut agent, Decision::Deny).unwrap();
+    let mut model = ScriptedModel::texts([call("click_at", "x:900,y:100")]);
+    let (outcome, events) = run(&mut agent, &mut model, &mut tools);
+    assert_eq!(tools.names().iter().filter(|n| **n == "click_at").count(), 1, "the denied click never ran");
+    // Another site's frame asks too, by its origin.
+    assert!(matches!(outcome, Outcome::NeedsConfirmation { .. }), "{outcome:?}");
+    let reasons = events.iter().find_map(|e| match e {
+        AgentEvent::ConfirmRequest { reasons, .. } => Some(reasons.clone()),
+        _ => None,
+    });
+    assert_eq!(reasons, Some(vec![RiskReason::OtherSiteFrame { origin: "https://ads.other.test".into() }]));
+    // A committing word under the point asks as a click on it would.
+    confirm(&mut agent, Decision::Deny).unwrap();
+    let mut model = ScriptedModel::texts([call("click_at", "x:650,y:500")]);
+    let (_, events) = run(&mut agent, &mut model, &mut tools);
+    let reasons = events.iter().find_map(|e| match e {
+        AgentEvent::ConfirmRequest { reasons, .. } => Some(reasons.clone()),
+        _ => None,
+    });
+    assert!(matches!(reasons.as_deref(), Some([RiskReason::DangerousWord { .. }])), "{reasons:?}");
+}
+
+#[test]
+fn media_markers_the_model_or_user_writes_never_become_placeholders() {
+    let mut agent = seeing_agent();
+    agent.start_task("Say <|image|> please", Some(page()));
+    let mut model = ScriptedModel::texts([
+        call("type", &format!("index:1,text:{}", s("a <|image|> b"))),
+        "Here: <|image|>".to_owned(),
+    ]);
+    let mut tools = ScriptedTools::new(|_| Ok(ToolOutput::text("Typed.")));
+    run(&mut agent, &mut model, &mut tools);
+    agent.start_task("again", Some(page()));
+    let mut model = ScriptedModel::texts(["ok".to_owned()]);
+    run(&mut agent, &mut model, &mut ScriptedTools::new(|_| Ok(ToolOutput::text("x"))));
+    assert_eq!(model.prompts[0].matches(hearth_chat::syntax::IMAGE).count(), 0, "{}", model.prompts[0]);
+}

@@ -78,10 +78,22 @@ pub const RUN_JAVASCRIPT: &str = "run_javascript";
 pub const NAVIGATE: &str = "navigate";
 pub const READ_LINK: &str = "read_link";
 pub const PRESS_KEY: &str = "press_key";
+pub const SCREENSHOT: &str = "screenshot";
+pub const CLICK_AT: &str = "click_at";
 
-/// The browser tools, in the order they are declared to the model. Only tools whose result the
-/// model can use: no screenshot while the engine runs the text model alone (it cannot see one).
-/// The extension's executors are checked against these names (extension/src/shared/tool-executors.ts).
+/// The tools that need a model that sees images: not offered by an engine running a text-only
+/// model, which could not look at what `screenshot` returns (nor aim `click_at` by it).
+pub const VISION_TOOLS: [&str; 2] = [SCREENSHOT, CLICK_AT];
+
+/// The tools an engine offers: every built-in one, less [`VISION_TOOLS`] when its model cannot
+/// see images (a text-only file, or a GGUF without its projector).
+pub fn tools_for(sees_images: bool) -> Vec<ToolDefinition> {
+    builtin_tools().into_iter().filter(|t| sees_images || !VISION_TOOLS.contains(&t.name.as_str())).collect()
+}
+
+/// The browser tools, in the order they are declared to the model ([`tools_for`] picks those an
+/// engine can offer). The extension's executors are checked against these names
+/// (extension/src/shared/tool-executors.ts).
 pub fn builtin_tools() -> Vec<ToolDefinition> {
     use RiskLevel::*;
     // (name, risk, what the model is told); the arguments are `ToolCall`'s (crate::arguments).
@@ -96,7 +108,17 @@ pub fn builtin_tools() -> Vec<ToolDefinition> {
             Low,
             "List the interactive elements of the current page (links, buttons, fields), each with a number like [12] button \"Place order\". Elements new since the previous snapshot start with *. Take a snapshot before clicking or typing, and again after the page changes.",
         ),
+        (
+            SCREENSHOT,
+            Low,
+            "See the visible part of the page as an image: what is drawn (canvas, charts, maps, pictures), which item is highlighted, whether something covers the page. The snapshot is better for finding elements to act on.",
+        ),
         ("click", Medium, "Click an element by its number from the latest snapshot."),
+        (
+            CLICK_AT,
+            Medium,
+            "Click a point of the latest screenshot, for what the snapshot cannot name (a spot on a canvas, a map or a chart). x and y go from 0 to 1000 across and down the screenshot. Prefer click with an element number when there is one.",
+        ),
         (
             "type",
             Medium,
@@ -400,13 +422,22 @@ mod tests {
         }
     }
 
-    /// A text-only engine cannot look at a screenshot: the tool is not offered, and a call of it
-    /// is refused like any unknown tool.
+    /// A text-only engine cannot look at a screenshot: the vision tools are not offered, and a
+    /// call of one is refused like any unknown tool. A model that sees gets both.
     #[test]
     fn no_tool_returns_what_the_model_cannot_read() {
-        assert!(!builtin_tools().iter().any(|t| t.name == "screenshot"));
-        let e = validate("screenshot", json!({})).unwrap_err();
-        assert!(matches!(e, ArgumentError::UnknownTool { .. }), "{e}");
+        let text_only = tools_for(false);
+        for name in VISION_TOOLS {
+            assert!(!text_only.iter().any(|t| t.name == name), "{name}");
+            let mut none = Map::new();
+            let e = validate_arguments(&text_only, name, &mut none).unwrap_err();
+            assert!(matches!(e, ArgumentError::UnknownTool { .. }), "{e}");
+        }
+        let seeing = tools_for(true);
+        assert_eq!(seeing.len(), builtin_tools().len());
+        assert!(validate_arguments(&seeing, SCREENSHOT, &mut Map::new()).is_ok());
+        let e = validate("click_at", json!({"x": 1200, "y": 5})).unwrap_err().to_string();
+        assert!(e.contains("at most 1000"), "{e}");
     }
 
     #[test]

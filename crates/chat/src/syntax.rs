@@ -115,9 +115,39 @@ pub fn call_text(name: &str, arguments: &Map<String, Value>) -> String {
 /// tool's answer right after a call.
 pub const STOP_MARKERS: [&str; 2] = [TURN_CLOSE, RESPONSE_OPEN];
 
+/// Where the chat template puts an image part: one image's placeholder, which the engine expands
+/// to the image's soft tokens.
+pub const IMAGE: &str = "<|image|>";
+
+/// The media markers of Gemma 4's vocabulary. Text that holds one would be read as a placeholder
+/// with no picture behind it: text written into a prompt (the user's, the model's own) has them
+/// defused first ([`defuse_media_markers`]).
+pub const MEDIA_MARKERS: [&str; 7] = [IMAGE, "<|image>", "<image|>", "<|audio|>", "<|audio>", "<audio|>", "<|video|>"];
+
+/// `text` with every media marker broken by a zero-width space after its first character, so the
+/// tokenizer reads ordinary characters; text without one is returned as it is.
+pub fn defuse_media_markers(text: &str) -> std::borrow::Cow<'_, str> {
+    if !MEDIA_MARKERS.iter().any(|m| text.contains(m)) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = text.to_owned();
+    for marker in MEDIA_MARKERS {
+        out = out.replace(marker, &format!("<\u{200B}{}", &marker[1..]));
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn media_markers_are_defused_and_other_text_is_kept() {
+        assert_eq!(defuse_media_markers("see <|image|> and <image|>"), "see <\u{200B}|image|> and <\u{200B}image|>");
+        assert!(matches!(defuse_media_markers("plain <|turn> text"), std::borrow::Cow::Borrowed(_)));
+        let template = crate::GEMMA4_E2B_TEMPLATE;
+        assert!(template.contains(&format!("'{IMAGE}'")), "the template writes images as {IMAGE}");
+    }
 
     #[test]
     fn the_template_writes_calls_with_these_markers() {

@@ -86,7 +86,8 @@ pub fn run(args: AgentArgs) -> Result<(), String> {
             (TaskModel::burn(shared, 1, &settings, args.seed), template, tokenizer, cache.max_context)
         }
     };
-    let mut agent = new_agent(&template, tokenizer, context_tokens, &settings, Box::new(SystemClock));
+    // A saved page has no pixels: no screenshot, so no vision tools.
+    let mut agent = new_agent(&template, tokenizer, context_tokens, &settings, false, Box::new(SystemClock));
     println!("page: {} ({})", page.info().title, page.info().url);
     println!("task: {}", args.task);
     agent.start_task(&args.task, Some(page.info().clone()));

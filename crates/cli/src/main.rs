@@ -267,27 +267,15 @@ fn image_budget(text: &str) -> Result<usize, String> {
     }
 }
 
-/// A PNG file as 8-bit RGB (grey, alpha and palettes converted; 16-bit samples cut to 8).
+/// A PNG file as 8-bit RGB.
 fn read_png(path: &std::path::Path) -> Result<RgbImage, String> {
     let fail = |why: String| format!("cannot read the image {}: {why}", path.display());
-    let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
-    let mut decoder = png::Decoder::new(std::io::BufReader::new(file));
-    decoder.set_transformations(png::Transformations::normalize_to_color8());
-    let mut reader = decoder.read_info().map_err(|e| fail(format!("not a PNG file ({e})")))?;
-    let size = reader.output_buffer_size().ok_or_else(|| fail("the image is too large".into()))?;
-    let mut buffer = vec![0; size];
-    let frame = reader.next_frame(&mut buffer).map_err(|e| fail(e.to_string()))?;
-    let (width, height) = (frame.width as usize, frame.height as usize);
-    let channels = frame.color_type.samples();
-    let pixels: Vec<u8> = buffer[..frame.buffer_size()]
-        .chunks_exact(channels)
-        .flat_map(|p| match channels {
-            1 | 2 => [p[0], p[0], p[0]],
-            _ => [p[0], p[1], p[2]],
-        })
-        .collect();
-    RgbImage::new(width, height, pixels).map_err(|e| fail(e.to_string()))
+    let bytes = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
+    RgbImage::from_png(&bytes, MAX_IMAGE_PIXELS).map_err(|e| fail(e.to_string()))
 }
+
+/// The largest image `--image` decodes (a 8K screen): the processor shrinks it to the budget anyway.
+const MAX_IMAGE_PIXELS: u64 = 7680 * 4320;
 
 /// The tools of `--tools`: declarations for the template and the grammar of their calls.
 fn read_tools(path: &std::path::Path) -> Result<(Vec<Tool>, CallGrammar), String> {

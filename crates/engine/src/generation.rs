@@ -13,6 +13,7 @@ use hearth_model::generate::{self, GenerateOptions};
 use hearth_model::tokenizer::Tokenizer;
 use hearth_model::{Sampler, SamplingOptions};
 
+use crate::images::prepare_prompt;
 use crate::shared::SharedModel;
 
 /// Streams the Burn model's tokens for `request`. The generation runs inside the stream (polled
@@ -21,6 +22,7 @@ pub fn generate_step(
     model: SharedModel,
     conversation: u64,
     sampling: SamplingOptions,
+    image_budget: usize,
     request: GenerationRequest,
 ) -> LocalBoxStream<'static, Result<ModelChunk, ModelError>> {
     let (sender, receiver) = futures::channel::mpsc::unbounded();
@@ -28,14 +30,23 @@ pub fn generate_step(
         let mut session = model.session.lock().await;
         session.use_conversation(conversation);
         let result = async {
-            let ids = model.tokenizer.encode(&request.prompt).map_err(|e| e.to_string())?;
+            let prepared = prepare_prompt(
+                &model.tokenizer,
+                model.vision.as_deref(),
+                &mut model.encoded.borrow_mut(),
+                &request.prompt,
+                &request.images,
+                image_budget,
+            )
+            .map_err(|e| e.to_string())?;
+            let ids = prepared.ids;
             let mut sampler = Sampler::new(sampling);
             let mut calls = call_constraint(&model.tokenizer, request.tools.as_deref());
             let options = GenerateOptions {
                 max_tokens: request.max_new_tokens,
                 stop_tokens: &model.stop_tokens,
                 tool_calls: calls.as_mut(),
-                images: None,
+                images: prepared.images.as_ref(),
             };
             let mut stop = StopAfter::new(&model.tokenizer, &request.stop_after);
             let on_token = |id, text: &str| {

@@ -7,10 +7,14 @@
 //!   generation at a time, a KV cache per conversation).
 //! - [`generation`]: an agent step's tokens as a stream, ended by the step's stops and held to
 //!   the tools' call grammar.
+//! - [`images`]: a step's screenshots as the model's soft tokens.
 //! - [`task`]: an agent for a conversation, and the model behind its steps (Burn, or the
 //!   scripted test model).
 
 pub mod generation;
+/// A step's screenshots decoded, encoded by the vision tower (kept for the next steps) and put
+/// at the prompt's image placeholders.
+pub mod images;
 pub mod parts;
 /// The model crate's results and failures as protocol messages (the command line prints them too).
 pub mod reports;

@@ -8,8 +8,8 @@ use std::path::Path;
 use burn::tensor::Device;
 use futures::StreamExt;
 use hearth_agent::{
-    AgentEvent, ElementInfo, GenerationRequest, ModelChunk, PageInfo, Snapshot, SystemClock, ToolError, ToolExecutor,
-    ToolInvocation, ToolOutput,
+    AgentEvent, ElementInfo, GenerationRequest, ModelChunk, PageInfo, PromptImage, Snapshot, SystemClock, ToolError,
+    ToolExecutor, ToolImage, ToolInvocation, ToolOutput,
 };
 use hearth_model::model_dir::ModelFiles;
 use hearth_model::{CacheOptions, SamplingOptions};
@@ -38,6 +38,87 @@ fn tiny_model() -> SharedModel {
     SharedModel::new(model, parts, CacheOptions::default(), 1, crate::shared::monotonic_ms)
 }
 
+/// The tiny test model with its vision tower.
+fn tiny_seeing_model() -> SharedModel {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/fixtures/tiny-chat");
+    let mut files = ModelFiles::open(&dir).expect("the tiny model's files");
+    let tower = files.load_vision(&Device::flex()).expect("its vision weights load");
+    assert!(tower.is_some(), "the tiny model carries a vision tower");
+    tiny_model().with_vision(tower)
+}
+
+/// A `width` × `height` PNG as the browser's captureVisibleTab gives it: a data URL.
+fn png_data_url(width: u32, height: u32, seed: u8) -> String {
+    use base64::Engine as _;
+    let mut bytes = Vec::new();
+    {
+        let mut encoder = png::Encoder::new(&mut bytes, width, height);
+        encoder.set_color(png::ColorType::Rgba);
+        encoder.set_depth(png::BitDepth::Eight);
+        let mut writer = encoder.write_header().expect("a PNG header");
+        let pixels: Vec<u8> =
+            (0..width * height * 4).map(|i| (i as u8).wrapping_mul(seed).wrapping_add(i as u8 / 7)).collect();
+        writer.write_image_data(&pixels).expect("PNG data");
+    }
+    format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
+/// One greedy step over `prompt` with `images`: the text and the prompt's token count.
+fn step_with_images(model: &SharedModel, prompt: &str, images: Vec<PromptImage>) -> Result<(String, usize), String> {
+    let request = GenerationRequest {
+        prompt: prompt.into(),
+        max_new_tokens: 8,
+        stop_after: Vec::new(),
+        cancel: hearth_agent::CancelToken::new(),
+        tools: None,
+        images,
+    };
+    let chunks = pollster::block_on(
+        generate_step(model.clone(), tab_conversation(2), SamplingOptions::greedy(), 70, request).collect::<Vec<_>>(),
+    );
+    let (mut text, mut prompt_tokens) = (String::new(), 0);
+    for chunk in chunks {
+        match chunk.map_err(|e| e.to_string())? {
+            ModelChunk::Text(t) => text.push_str(&t),
+            ModelChunk::Finished(stats) => prompt_tokens = stats.prompt_tokens,
+        }
+    }
+    Ok((text, prompt_tokens))
+}
+
+/// A screenshot in an agent step reaches the model as its soft tokens: the prompt grows by them,
+/// the same screenshot is encoded once for the steps that show it again, and a model without a
+/// vision tower says it cannot see rather than failing later.
+#[test]
+fn a_screenshot_becomes_soft_tokens_at_its_placeholder() {
+    let model = tiny_seeing_model();
+    let prompt = "<bos><|turn>user\nWhat is this?<|image|><turn|>\n<|turn>model\n";
+    let text_tokens = model.tokenizer.encode(prompt).expect("tokens").len();
+    let shot = |seed| PromptImage {
+        key: format!("call_{seed}"),
+        image: std::sync::Arc::new(ToolImage {
+            data_url: png_data_url(64, 40, seed),
+            thumbnail: String::new(),
+            width: 64,
+            height: 40,
+        }),
+    };
+    let (_, tokens) = step_with_images(&model, prompt, vec![shot(3)]).expect("the step runs");
+    let soft = tokens - text_tokens - 1; // the placeholder became <|image>, n soft tokens, <image|>
+    assert!(soft > 0 && soft <= 70, "{soft} soft tokens at budget 70");
+    assert_eq!(model.encoded.borrow().len(), 1);
+    step_with_images(&model, prompt, vec![shot(3)]).expect("the same screenshot again");
+    assert_eq!(model.encoded.borrow().len(), 1, "encoded once");
+    step_with_images(&model, prompt, vec![shot(9)]).expect("another screenshot");
+    assert_eq!(model.encoded.borrow().len(), 2);
+    // The template's placeholders and the images must agree.
+    let e = step_with_images(&model, prompt, Vec::new()).map(|_| ()).unwrap_err();
+    assert!(e.contains("image"), "{e}");
+    let blind = tiny_model();
+    let e = step_with_images(&blind, prompt, vec![shot(3)]).unwrap_err();
+    assert!(e.contains("cannot see images"), "{e}");
+}
+
 /// The text `burn_generate` streams and the number of tokens it decoded.
 fn decode(model: &SharedModel, seed: u64, stop_after: &[&str]) -> (String, usize) {
     let sampling = SamplingOptions { temperature: 50.0, top_k: 0, top_p: 1.0, seed };
@@ -47,9 +128,11 @@ fn decode(model: &SharedModel, seed: u64, stop_after: &[&str]) -> (String, usize
         stop_after: stop_after.iter().map(|p| (*p).to_owned()).collect(),
         cancel: hearth_agent::CancelToken::new(),
         tools: None,
+        images: Vec::new(),
     };
-    let chunks =
-        pollster::block_on(generate_step(model.clone(), tab_conversation(1), sampling, request).collect::<Vec<_>>());
+    let chunks = pollster::block_on(
+        generate_step(model.clone(), tab_conversation(1), sampling, 280, request).collect::<Vec<_>>(),
+    );
     let mut text = String::new();
     let mut tokens = None;
     for chunk in chunks {
@@ -92,7 +175,7 @@ fn the_real_model_drives_the_loop_and_it_stays_well_formed() {
         ..TaskSettings::default()
     };
     let (template, tokenizer) = (&handles.template, handles.tokenizer.clone());
-    let mut agent = new_agent(template, tokenizer, handles.context_tokens, &settings, Box::new(SystemClock));
+    let mut agent = new_agent(template, tokenizer, handles.context_tokens, &settings, false, Box::new(SystemClock));
     agent.start_task("Click the Go button.", Some(PageInfo { url: "http://127.0.0.1/".into(), title: "Test".into() }));
     let mut backend = TaskModel::burn(handles.clone(), tab_conversation(1), &settings, 0);
     let mut events = Vec::new();

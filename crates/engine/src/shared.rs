@@ -5,7 +5,10 @@ use std::rc::Rc;
 use futures::lock::Mutex;
 use hearth_chat::ChatTemplate;
 use hearth_model::tokenizer::Tokenizer;
+use hearth_model::vision::VisionTower;
 use hearth_model::{CacheOptions, Gemma, Session};
+
+use crate::images::EncodedImages;
 
 use crate::parts::ModelParts;
 
@@ -21,6 +24,10 @@ pub struct SharedModel {
     pub context_tokens: usize,
     /// A monotonic clock in milliseconds, for the generation's timings.
     pub clock_ms: fn() -> f64,
+    /// The vision tower, when the model's files carry one: screenshots are offered then.
+    pub vision: Option<Rc<VisionTower>>,
+    /// Screenshots encoded already (a task's prompts show the same ones step after step).
+    pub encoded: Rc<std::cell::RefCell<EncodedImages>>,
 }
 
 impl SharedModel {
@@ -35,7 +42,15 @@ impl SharedModel {
             stop_tokens: config.eos_token_ids.into(),
             context_tokens: cache.max_context,
             clock_ms,
+            vision: None,
+            encoded: Rc::default(),
         }
+    }
+
+    /// The model with its vision tower: it sees the screenshots its tasks take.
+    pub fn with_vision(mut self, tower: Option<VisionTower>) -> Self {
+        self.vision = tower.map(Rc::new);
+        self
     }
 }
 

@@ -4,7 +4,7 @@ use futures::Stream;
 use futures::stream::LocalBoxStream;
 use hearth_agent::{
     Agent, AgentConfig, ApproxTokenCounter, Clock, ContextBudget, GenerationRequest, ModelBackend, ModelChunk,
-    ModelError, TokenCounter, builtin_tools,
+    ModelError, TokenCounter, tools_for,
 };
 use hearth_chat::ChatTemplate;
 use hearth_model::SamplingOptions;
@@ -16,18 +16,21 @@ use crate::generation::generate_step;
 use crate::shared::SharedModel;
 
 /// A new agent that renders prompts with `template`, counts with `tokenizer` and fits its
-/// prompts in `context_tokens` (the model's KV cache), configured by `settings`.
+/// prompts in `context_tokens` (the model's KV cache), configured by `settings`; `sees_images`:
+/// the model has a vision tower and the tools can take screenshots (the vision tools are
+/// offered).
 pub fn new_agent(
     template: &ChatTemplate,
     tokenizer: Rc<Tokenizer>,
     context_tokens: usize,
     settings: &TaskSettings,
+    sees_images: bool,
     clock: Box<dyn Clock>,
 ) -> Agent {
     let mut config = AgentConfig::default();
     config.budget = ContextBudget::for_context(context_tokens, config.max_new_tokens);
     apply_settings(&mut config, settings);
-    Agent::new(template.clone(), builtin_tools(), config, Box::new(TokenizerCounter(tokenizer)), clock)
+    Agent::new(template.clone(), tools_for(sees_images), config, Box::new(TokenizerCounter(tokenizer)), clock)
 }
 
 /// The user's settings, applied to an agent before each task.
@@ -38,6 +41,18 @@ pub fn apply_settings(config: &mut AgentConfig, settings: &TaskSettings) {
     config.max_new_tokens = (settings.max_new_tokens.max(1) as usize).min(config.budget.window_tokens / 2);
     config.budget.reserve_output_tokens = config.max_new_tokens;
     config.tool_modes = settings.tool_modes.clone();
+    // An image costs its soft tokens beyond its placeholder, and its two boundary tokens.
+    config.budget.image_tokens = image_budget(settings) + 1;
+}
+
+/// The settings' soft tokens per image, one of Gemma 4's budgets (the default when it is not one).
+pub fn image_budget(settings: &TaskSettings) -> usize {
+    let budget = settings.image_budget as usize;
+    if hearth_model::vision::SOFT_TOKEN_BUDGETS.contains(&budget) {
+        budget
+    } else {
+        hearth_protocol::default_image_budget() as usize
+    }
 }
 
 /// The KV-cache conversation of a tab's tasks (chat replies have conversation 0).
@@ -66,6 +81,8 @@ pub enum TaskModel {
         /// Whose KV cache to use (one per conversation while memory allows).
         conversation: u64,
         sampling: SamplingOptions,
+        /// Soft tokens per screenshot.
+        image_budget: usize,
     },
     #[cfg(feature = "scripted")]
     Scripted(Rc<std::cell::RefCell<hearth_agent::scripted::ScriptedModel>>),
@@ -79,14 +96,14 @@ impl TaskModel {
         } else {
             SamplingOptions::greedy()
         };
-        TaskModel::Burn { model, conversation, sampling }
+        TaskModel::Burn { model, conversation, sampling, image_budget: image_budget(settings) }
     }
 
     /// A step's chunks, owning what they need.
     pub fn step(&mut self, request: GenerationRequest) -> LocalBoxStream<'static, Result<ModelChunk, ModelError>> {
         match self {
-            TaskModel::Burn { model, conversation, sampling } => {
-                generate_step(model.clone(), *conversation, *sampling, request)
+            TaskModel::Burn { model, conversation, sampling, image_budget } => {
+                generate_step(model.clone(), *conversation, *sampling, *image_budget, request)
             }
             #[cfg(feature = "scripted")]
             TaskModel::Scripted(scripted) => Box::pin(scripted.borrow_mut().reply(request)),
@@ -97,5 +114,15 @@ impl TaskModel {
 impl ModelBackend for TaskModel {
     fn generate(&mut self, request: GenerationRequest) -> impl Stream<Item = Result<ModelChunk, ModelError>> {
         self.step(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The settings offer exactly the budgets the image processor takes.
+    #[test]
+    fn the_settings_budgets_are_the_processors() {
+        let offered = hearth_protocol::IMAGE_BUDGETS.map(|b| b as usize);
+        assert_eq!(offered, hearth_model::vision::SOFT_TOKEN_BUDGETS);
     }
 }

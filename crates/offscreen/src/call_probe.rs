@@ -123,8 +123,10 @@ async fn constrained(
         stop_after: STEP_ENDS_AFTER.iter().map(|p| (*p).to_owned()).collect(),
         cancel: CancelToken::new(),
         tools: None,
+        images: Vec::new(),
     };
-    let mut chunks = generate_step(model.clone(), PROBE_CONVERSATION, sampling, request);
+    // No images in a probe: the budget is not read.
+    let mut chunks = generate_step(model.clone(), PROBE_CONVERSATION, sampling, 280, request);
     let mut text = CALL_OPEN.to_owned();
     let mut stats = None;
     while let Some(chunk) = chunks.next().await {

@@ -9,6 +9,7 @@ use hearth_chat::{Message, RenderRequest};
 use hearth_engine::{ModelParts, PartsError, SharedModel, TemplateSource};
 use hearth_model::generate::{self, GenerateOptions};
 use hearth_model::gpu::AdapterInfo;
+use hearth_model::vision::{VisionConfig, VisionTower, has_vision_weights, vision_weight_prefixes};
 use hearth_model::{CacheOptions, DeviceMemory, Gemma, Sampler, SamplingOptions, gpu, self_test};
 use hearth_protocol::{
     EngineFailure, EngineStatus, FailureKind, GenerateRequest, GenerationEvent, GenerationStats, ModelInfo, ModelMemory,
@@ -160,7 +161,8 @@ async fn load_weights(
     mut files: ModelFiles,
     device: &Device,
     on_progress: &dyn Fn(usize, usize),
-) -> Result<(Gemma, ModelParts, (u64, u64)), LoadFailure> {
+) -> Result<(Gemma, ModelParts, (u64, u64), Option<Result<VisionTower, String>>), LoadFailure> {
+    let vision_config = vision_config_of(&files);
     let weights = std::mem::replace(&mut files.weights, Weights::Whole(Vec::new()));
     let load = |parts: &ModelParts, checkpoint: &mut Checkpoint| -> Result<Gemma, LoadFailure> {
         Ok(Gemma::load(parts.config.clone(), checkpoint, device)?)
@@ -177,7 +179,8 @@ async fn load_weights(
             let source = MemorySource::new(format!("{}.gguf", files.name), bytes);
             let mut checkpoint = Checkpoint::from_gguf(Box::new(source))?;
             let parts = gguf_parts(&checkpoint, files.chat_template.as_deref())?;
-            Ok((load(&parts, &mut checkpoint)?, parts, (size, size)))
+            // A GGUF's tower is a separate projector file.
+            Ok((load(&parts, &mut checkpoint)?, parts, (size, size), None))
         }
         Weights::Whole(bytes) => {
             let size = bytes.len() as u64;
@@ -185,19 +188,48 @@ async fn load_weights(
             let source = MemorySource::new(format!("{}/model.safetensors", files.name), bytes);
             let mut checkpoint = Checkpoint::from_sources(vec![Box::new(source)])?;
             checkpoint.set_quantization(quantization_of(&files)?);
-            Ok((load(&parts, &mut checkpoint)?, parts, (size, size)))
+            let model = load(&parts, &mut checkpoint)?;
+            let tower = vision_config.and_then(|config| load_tower(config, &mut checkpoint, device));
+            Ok((model, parts, (size, size), tower))
         }
         Weights::Streamed(streamed) => {
             let size = streamed.file_bytes();
-            let checkpoint = streamed.open(quantization_of(&files)?).await?;
+            let mut checkpoint = streamed.open(quantization_of(&files)?).await?;
             let parts = match checkpoint.gguf() {
                 Some(_) => gguf_parts(&checkpoint, files.chat_template.as_deref())?,
                 None => folder_parts(&files)?,
             };
-            let model = streamed.load(parts.config.clone(), checkpoint, device, on_progress).await?;
-            Ok((model, parts, (size, streamed.peak_held_bytes())))
+            let model = streamed.load(parts.config.clone(), &mut checkpoint, device, on_progress).await?;
+            let tower = match vision_config.filter(|_| has_vision_weights(&checkpoint)) {
+                Some(config) => {
+                    streamed.fetch_under(&checkpoint, &vision_weight_prefixes(&checkpoint)).await?;
+                    let tower = load_tower(config, &mut checkpoint, device);
+                    streamed.release_all();
+                    tower
+                }
+                None => None,
+            };
+            Ok((model, parts, (size, streamed.peak_held_bytes()), tower))
         }
     }
+}
+
+/// The vision tower config.json describes (a folder's model; a GGUF has none of its own).
+fn vision_config_of(files: &ModelFiles) -> Option<VisionConfig> {
+    if files.config_json.is_empty() {
+        return None;
+    }
+    VisionConfig::from_json(&files.config_json).ok().flatten()
+}
+
+/// The tower, when the weights hold it; one that does not load leaves the model text-only (it
+/// still chats and acts, without screenshots), and the model's info says why.
+fn load_tower(
+    config: VisionConfig,
+    checkpoint: &mut Checkpoint,
+    device: &Device,
+) -> Option<Result<VisionTower, String>> {
+    has_vision_weights(checkpoint).then(|| VisionTower::load(config, checkpoint, device).map_err(|e| e.to_string()))
 }
 
 /// The wasm instance's linear memory, in bytes (it only grows: this is its peak); 0 natively.
@@ -354,7 +386,13 @@ async fn load_model(
     let on_progress = |done: usize, total: usize| {
         on_status(&EngineStatus::Loading { model: name.clone(), done: done as u32, total: total as u32 })
     };
-    let (model, parts, (file_bytes, peak_read_bytes)) = load_weights(files, device, &on_progress).await?;
+    let (model, parts, (file_bytes, peak_read_bytes), tower) = load_weights(files, device, &on_progress).await?;
+    let (tower, vision_failure) = match tower {
+        Some(Ok(tower)) => (Some(tower), None),
+        Some(Err(why)) => (None, Some(why)),
+        None => (None, None),
+    };
+    let sees_images = tower.is_some();
     let config = &parts.config;
     let architecture = format!("{:?}", config.family).to_lowercase();
     let (layers, vocab_size) = (config.num_layers as u32, config.vocab_size as u32);
@@ -371,8 +409,18 @@ async fn load_model(
     };
     let context_tokens = cache.max_context as u32;
     let conversation_caches = cache.caches_within_budget(config, memory_limits).min(MAX_CONVERSATION_CACHES);
-    let info = ModelInfo { name, architecture, layers, vocab_size, load_ms: now_ms() - start, context_tokens, memory };
-    let shared = SharedModel::new(model, parts, cache, conversation_caches, clock_ms);
+    let info = ModelInfo {
+        name,
+        architecture,
+        layers,
+        vocab_size,
+        load_ms: now_ms() - start,
+        context_tokens,
+        memory,
+        sees_images,
+        vision_failure,
+    };
+    let shared = SharedModel::new(model, parts, cache, conversation_caches, clock_ms).with_vision(tower);
     Ok(LoadedModel { shared, info })
 }
 

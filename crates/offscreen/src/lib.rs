@@ -132,6 +132,14 @@ pub fn scripted_prompts() -> String {
     to_json(&tasks::scripted::prompts())
 }
 
+/// Test builds only: what the engine made of each scripted step's screenshots (token counts
+/// before and after the soft tokens), as a JSON array.
+#[cfg(feature = "scripted")]
+#[wasm_bindgen(js_name = scriptedImagePrompts)]
+pub fn scripted_image_prompts() -> String {
+    to_json(&tasks::scripted::image_prompts())
+}
+
 /// Test builds only: with the loaded model, renders a user message (declaring the agent's tools
 /// when `render_tools`) with the model's template, opens a call (`<|tool_call>`), and decodes it as
 /// an agent step does (the call constraint of the agent's tools, hot sampling with `seed`, at most

@@ -97,11 +97,11 @@ impl StreamedWeights {
     pub async fn load(
         &self,
         config: TextConfig,
-        mut checkpoint: Checkpoint,
+        checkpoint: &mut Checkpoint,
         device: &Device,
         on_progress: &dyn Fn(usize, usize),
     ) -> Result<Gemma, LoadFailure> {
-        let loader = GemmaLoader::new(config, &checkpoint, MAX_TENSOR_BYTES);
+        let loader = GemmaLoader::new(config, checkpoint, MAX_TENSOR_BYTES);
         let fetch_step = |step: LoadStep<'_>| {
             let (done, total) = step.progress();
             on_progress(done, total);
@@ -114,8 +114,23 @@ impl StreamedWeights {
                 Ok::<(), LoadFailure>(())
             }
         };
-        let model = loader.load_with_async(&mut checkpoint, device, fetch_step).await;
+        let model = loader.load_with_async(checkpoint, device, fetch_step).await;
         self.release();
         model
+    }
+
+    /// Fetches every tensor under `prefixes` (the vision tower's, read in one go after the
+    /// decoder: tens of megabytes in 4 bits); [`Self::release_all`] drops them.
+    pub async fn fetch_under(&self, checkpoint: &Checkpoint, prefixes: &[String]) -> Result<(), LoadFailure> {
+        self.release();
+        for range in checkpoint.ranges_under(prefixes) {
+            self.fetch(range.file, range.start, range.end).await?;
+        }
+        Ok(())
+    }
+
+    /// Drops every fetched byte.
+    pub fn release_all(&self) {
+        self.release();
     }
 }

@@ -12,8 +12,9 @@ use std::rc::Rc;
 
 use futures::StreamExt;
 use futures::future::{Either, select};
+use hearth_agent::backend::LOCATE_POINT;
 use hearth_agent::{
-    Agent, AgentControl, Clock, Entry, GenerationRequest, ModelBackend, ModelChunk, ModelError, ToolError,
+    Agent, AgentControl, Clock, Entry, GenerationRequest, ModelBackend, ModelChunk, ModelError, PointTarget, ToolError,
     ToolExecutor, ToolInvocation, ToolOutput,
 };
 use hearth_engine::task::apply_settings;
@@ -167,7 +168,8 @@ pub async fn control(tab_id: u32, action: TaskAction) {
 
 fn new_conversation(model: &SharedModel, settings: &TaskSettings) -> Conversation {
     let clock = Box::new(BrowserClock);
-    let agent = new_agent(&model.template, model.tokenizer.clone(), model.context_tokens, settings, clock);
+    let sees_images = model.vision.is_some();
+    let agent = new_agent(&model.template, model.tokenizer.clone(), model.context_tokens, settings, sees_images, clock);
     Conversation { control: agent.control(), agent: Some(agent), settings: settings.clone() }
 }
 
@@ -227,6 +229,10 @@ impl TabModel {
 
 impl ModelBackend for TabModel {
     fn generate(&mut self, request: GenerationRequest) -> impl futures::Stream<Item = Result<ModelChunk, ModelError>> {
+        #[cfg(feature = "scripted")]
+        if let TaskModel::Scripted(_) = &self.0 {
+            scripted::prepare_images(&request);
+        }
         // Test builds can trap here, at the first piece of output: a crash in the middle of a task.
         self.0.step(request).inspect(|_| crate::trap::maybe_trap("generate"))
     }
@@ -239,6 +245,15 @@ struct TabTools {
 }
 
 impl ToolExecutor for TabTools {
+    async fn locate(&mut self, call: &ToolInvocation) -> Result<PointTarget, ToolError> {
+        let probe = ToolInvocation { name: LOCATE_POINT.to_owned(), ..call.clone() };
+        let output = self.execute(&probe).await?;
+        output
+            .located
+            .map(|l| *l)
+            .ok_or_else(|| ToolError("The page did not say what is at that point; take a new screenshot.".into()))
+    }
+
     async fn execute(&mut self, call: &ToolInvocation) -> Result<ToolOutput, ToolError> {
         let request_id = TASKS.with(|t| {
             let mut tasks = t.borrow_mut();
@@ -275,7 +290,7 @@ impl ToolExecutor for TabTools {
 
 fn parse_reply(json: Option<&str>) -> Result<ToolOutput, ToolError> {
     match json.map(serde_json::from_str::<ToolReply>) {
-        Some(Ok(ToolReply::Ok { output })) => Ok(output),
+        Some(Ok(ToolReply::Ok { output })) => Ok(*output),
         Some(Ok(ToolReply::Failed { message })) => Err(ToolError(message)),
         Some(Err(err)) => Err(ToolError(format!("The tool's answer was malformed: {err}"))),
         None => Err(ToolError("The tool gave no answer.".into())),
@@ -314,5 +329,52 @@ pub mod scripted {
     /// The prompts received since the script was loaded.
     pub fn prompts() -> Vec<String> {
         TASKS.with(|t| t.borrow().script.as_ref().map(|s| s.borrow().prompts.clone()).unwrap_or_default())
+    }
+
+    /// What the engine made of a scripted step's prompt with images, as the model would take it.
+    #[derive(Debug, Clone, serde::Serialize)]
+    pub struct ImagePrompt {
+        /// The prompt's tokens as the template rendered it (one placeholder per image).
+        pub text_tokens: usize,
+        /// After each image's placeholder became its soft tokens (and their two boundaries).
+        pub model_tokens: usize,
+        /// Each image's soft tokens, in prompt order.
+        pub soft_tokens: Vec<usize>,
+        /// Why the images could not be made ready, if they could not.
+        pub error: Option<String>,
+    }
+
+    thread_local! {
+        static IMAGE_PROMPTS: RefCell<Vec<ImagePrompt>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// The scripted model reads no pixels, but the end-to-end suite checks that the engine turns
+    /// a step's screenshots into soft tokens: the same preparation as a Burn step (decode, the
+    /// loaded model's tower at the task's budget, placeholders expanded), recorded here.
+    pub fn prepare_images(request: &hearth_agent::GenerationRequest) {
+        if request.images.is_empty() {
+            return;
+        }
+        let Some(model) = crate::engine_state::model() else { return };
+        let budget = hearth_engine::task::image_budget(&hearth_protocol::TaskSettings::default());
+        let text_tokens = model.tokenizer.encode(&request.prompt).map_or(0, |ids| ids.len());
+        let prepared = hearth_engine::images::prepare_prompt(
+            &model.tokenizer,
+            model.vision.as_deref(),
+            &mut model.encoded.borrow_mut(),
+            &request.prompt,
+            &request.images,
+            budget,
+        );
+        let record = match prepared {
+            Ok(p) => ImagePrompt { text_tokens, model_tokens: p.ids.len(), soft_tokens: p.soft_tokens, error: None },
+            Err(e) => ImagePrompt { text_tokens, model_tokens: 0, soft_tokens: Vec::new(), error: Some(e.to_string()) },
+        };
+        IMAGE_PROMPTS.with(|p| p.borrow_mut().push(record));
+    }
+
+    /// Every scripted step's image preparation since the page loaded.
+    pub fn image_prompts() -> Vec<ImagePrompt> {
+        IMAGE_PROMPTS.with(|p| p.borrow().clone())
     }
 }

@@ -235,6 +235,9 @@ pub enum WorkerToTab {
     RunTool { request: ToolRequest },
     /// Abort the tools running in this tab (the user pressed stop).
     CancelTools,
+    /// Hide Hearth's overlay while the tab is captured for a screenshot (the model sees the page,
+    /// not Hearth), or show it again; answered once the page has painted.
+    HideForCapture { hidden: bool },
     /// Open the overlay with the page's selection as context (the keyboard shortcut).
     OpenOverlay,
     /// The tab's own id, which the overlay stores its transcript under (the worker also gives it

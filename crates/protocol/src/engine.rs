@@ -70,6 +70,15 @@ pub struct ModelInfo {
     pub context_tokens: u32,
     /// Where the model's bytes were during the load, and are now.
     pub memory: ModelMemory,
+    /// Whether the model loaded a vision tower: its tasks can take screenshots and click at
+    /// points of them (a text-only file, or a GGUF without its projector, cannot).
+    #[serde(default)]
+    pub sees_images: bool,
+    /// Why the model's vision tower did not load, when it has one that failed (the model then
+    /// works without screenshots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub vision_failure: Option<String>,
 }
 
 /// What a loaded model costs in memory, in bytes.

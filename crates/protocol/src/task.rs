@@ -26,6 +26,19 @@ pub struct TaskSettings {
     /// What the user lets each tool do (a tool not named is on).
     #[serde(default = "default_tool_modes")]
     pub tool_modes: BTreeMap<String, ToolMode>,
+    /// Soft tokens a screenshot costs the model (Gemma 4's budgets: 70, 140, 280, 560, 1,120):
+    /// more sees finer detail and takes longer to encode and to read.
+    #[serde(default = "default_image_budget")]
+    pub image_budget: u32,
+}
+
+/// The soft-token budgets Gemma 4's image processor supports (the engine checks that the model
+/// crate's `SOFT_TOKEN_BUDGETS` are these).
+pub const IMAGE_BUDGETS: [u32; 5] = [70, 140, 280, 560, 1120];
+
+/// Gemma 4's own default.
+pub fn default_image_budget() -> u32 {
+    280
 }
 
 impl Default for TaskSettings {
@@ -36,6 +49,7 @@ impl Default for TaskSettings {
             temperature: 0.0,
             max_new_tokens: 1024,
             tool_modes: default_tool_modes(),
+            image_budget: default_image_budget(),
         }
     }
 }
@@ -84,7 +98,7 @@ pub struct ToolRequest {
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum ToolReply {
     Ok {
-        output: ToolOutput,
+        output: Box<ToolOutput>,
     },
     /// An actionable message for the model ("No element [12]; take a new snapshot.").
     Failed {

@@ -1,9 +1,10 @@
 //! Generates `extension/src/generated/protocol.ts` from the Rust types.
 
 use hearth_agent::arguments::{
-    AskUserArgs, DoneArgs, ElementArgs, Key, NavigateArgs, NoArguments, PressKeyArgs, ReadLinkArgs, RunJavascriptArgs,
-    ScrollArgs, ScrollDirection, SelectArgs, ToolCall, TypeArgs, WaitForArgs,
+    AskUserArgs, DoneArgs, ElementArgs, Key, NavigateArgs, NoArguments, PointArgs, PressKeyArgs, ReadLinkArgs,
+    RunJavascriptArgs, ScrollArgs, ScrollDirection, SelectArgs, ToolCall, TypeArgs, WaitForArgs,
 };
+use hearth_agent::{PointTarget, ToolImage};
 use ts_rs::{Config, TS};
 
 use crate::{
@@ -70,6 +71,8 @@ pub fn typescript_module() -> String {
         RiskReason::decl(&cfg),
         ActionTarget::decl(&cfg),
         ToolOutput::decl(&cfg),
+        ToolImage::decl(&cfg),
+        PointTarget::decl(&cfg),
         Snapshot::decl(&cfg),
         ElementInfo::decl(&cfg),
         FormInfo::decl(&cfg),
@@ -88,6 +91,7 @@ pub fn typescript_module() -> String {
         WaitForArgs::decl(&cfg),
         RunJavascriptArgs::decl(&cfg),
         AskUserArgs::decl(&cfg),
+        PointArgs::decl(&cfg),
         DoneArgs::decl(&cfg),
     ];
     let mut out =
@@ -120,6 +124,12 @@ pub fn typescript_module() -> String {
             "LOOP_TOOLS",
             "LoopTool",
             strings(&loop_tools),
+        ),
+        (
+            "The tools only a model that sees images is offered (crates/agent/src/tools.rs `VISION_TOOLS`).",
+            "VISION_TOOLS",
+            "VisionTool",
+            strings(&hearth_agent::VISION_TOOLS),
         ),
         (
             "The keys `press_key` offers (crates/agent/src/arguments.rs `Key`).",
@@ -169,6 +179,15 @@ pub fn typescript_module() -> String {
     out.push_str(&format!(
         "/** What settings start with for each tool (crates/agent/src/tools.rs `default_tool_modes`; a tool not named is on). */\nexport const DEFAULT_TOOL_MODES: Readonly<Partial<Record<ToolName, ToolMode>>> = {{ {} }};\n\n",
         modes.join(", ")
+    ));
+    out.push_str(&format!(
+        "/** The page request the agent sends before `click_at`, to judge what lies under its point (crates/agent/src/backend.rs `LOCATE_POINT`). */\nexport const LOCATE_POINT = {:?};\n\n",
+        hearth_agent::backend::LOCATE_POINT
+    ));
+    out.push_str(&format!(
+        "/** The soft tokens a screenshot may cost (crates/protocol `IMAGE_BUDGETS`) and the default. */\nexport const IMAGE_BUDGETS = {:?} as const;\nexport const DEFAULT_IMAGE_BUDGET = {};\n\n",
+        crate::task::IMAGE_BUDGETS,
+        crate::task::default_image_budget()
     ));
     out.truncate(out.trim_end().len());
     out.push('\n');

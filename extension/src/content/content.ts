@@ -3,7 +3,7 @@
 
 import type { ToolReply, ToolRequest, WorkerToTab } from "../generated/protocol";
 import { isFromWorker, isMessage } from "../shared/messages";
-import { mountOverlayWhenReady, openWithSelection, panelInput, protectOverlay, setPanelAttached } from "./overlay";
+import { hideForCapture, mountOverlayWhenReady, openWithSelection, panelInput, protectOverlay, setPanelAttached } from "./overlay";
 import { executeTool, ToolFailure } from "./page-tools";
 
 /** Tools in progress; stop aborts them. */
@@ -43,6 +43,9 @@ function onTabMessage(msg: WorkerToTab, sendResponse: (reply: ToolReply | boolea
     case "panel_input":
       panelInput(msg.input);
       return false;
+    case "hide_for_capture":
+      void hideForCapture(msg.hidden).then(() => sendResponse(true));
+      return true;
     case "cancel_tools":
       for (const controller of running) controller.abort();
       running.clear();

@@ -134,6 +134,9 @@ dd { margin: 0; overflow-wrap: anywhere; }
 .target-outline, .passage-outline { position: fixed; left: 0; top: 0; width: 0; height: 0; pointer-events: none; box-sizing: border-box;
   border: 3px solid var(--focus); border-radius: 4px; box-shadow: 0 0 0 2px rgb(255 255 255 / .8); }
 .passage-outline { border-color: #d4a20b; background: rgb(255 229 138 / .25); }
+.tool-thumbnail { display: block; max-width: 100%; max-height: 160px; margin-top: 6px; border: 1px solid var(--border, #ccc); border-radius: 4px; }
+.point-marker { position: fixed; width: 18px; height: 18px; margin: -9px 0 0 -9px; border-radius: 50%; pointer-events: none;
+  border: 3px solid #d93025; box-shadow: 0 0 0 2px #fff; background: rgb(217 48 37 / .25); }
 .cite { display: inline-block; min-width: 1.4em; padding: 0 4px; margin: 0 1px; border: 1px solid var(--line); border-radius: 9px;
   background: var(--bg); font-size: 11px; line-height: 16px; vertical-align: baseline; text-align: center; }
 button.cite { cursor: pointer; color: var(--accent, inherit); }

@@ -114,6 +114,17 @@ export function protectOverlay(): void {
   parts = { host, shadow, shield };
 }
 
+/**
+ * Hides everything Hearth draws on the page (or shows it again) for a screenshot: the model sees
+ * the page as it is. Resolves once a frame without it has been painted.
+ */
+export async function hideForCapture(hidden: boolean): Promise<void> {
+  for (const child of parts?.shadow.children ?? []) {
+    if (child instanceof HTMLElement) child.style.visibility = hidden ? "hidden" : "";
+  }
+  await new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve)));
+}
+
 /** Mounts the overlay once the document has its root element and has been parsed. */
 export function mountOverlayWhenReady(): void {
   protectOverlay();
@@ -283,7 +294,7 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
   sheet.replaceSync(OVERLAY_CSS);
   shadow.adoptedStyleSheets = [sheet];
   // The outline first: the launcher and the panel are drawn over it.
-  shadow.replaceChildren(outline.element, passageOutline.element, launcher, panel);
+  shadow.replaceChildren(outline.element, outline.marker, passageOutline.element, launcher, panel);
   if (mirror) shadow.append(mirror);
 
   data.state = "closed";

@@ -73,6 +73,12 @@ export function inspectGguf(file_name: string, size: number, read: Function): Pr
 export function on_load(): void;
 
 /**
+ * Test builds only: what the engine made of each scripted step's screenshots (token counts
+ * before and after the soft tokens), as a JSON array.
+ */
+export function scriptedImagePrompts(): string;
+
+/**
  * Test builds only: the prompts the scripted model received, as a JSON array.
  */
 export function scriptedPrompts(): string;

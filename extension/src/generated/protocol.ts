@@ -19,7 +19,7 @@ history: unknown, } | { "kind": "task_control", tab_id: number, action: TaskActi
 
 export type Article = { title: string, passages: Array<string>, };
 
-export type WorkerToTab = { "kind": "engine_status", status: EngineStatus, } | { "kind": "task_update", update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, } | { "kind": "cancel_tools" } | { "kind": "open_overlay" } | { "kind": "tab_info", tab_id: number, } | { "kind": "fence_blocked", url: string, host: string, method: string, } | { "kind": "panel_attached", attached: boolean, } | { "kind": "panel_input", input: ChatInput, };
+export type WorkerToTab = { "kind": "engine_status", status: EngineStatus, } | { "kind": "task_update", update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, } | { "kind": "cancel_tools" } | { "kind": "hide_for_capture", hidden: boolean, } | { "kind": "open_overlay" } | { "kind": "tab_info", tab_id: number, } | { "kind": "fence_blocked", url: string, host: string, method: string, } | { "kind": "panel_attached", attached: boolean, } | { "kind": "panel_input", input: ChatInput, };
 
 export type PanelToWorker = { "kind": "watch_tab", tab_id: number, } | { "kind": "input", tab_id: number, input: ChatInput, };
 
@@ -140,7 +140,17 @@ context_tokens: number,
 /**
  * Where the model's bytes were during the load, and are now.
  */
-memory: ModelMemory, };
+memory: ModelMemory, 
+/**
+ * Whether the model loaded a vision tower: its tasks can take screenshots and click at
+ * points of them (a text-only file, or a GGUF without its projector, cannot).
+ */
+sees_images: boolean, 
+/**
+ * Why the model's vision tower did not load, when it has one that failed (the model then
+ * works without screenshots).
+ */
+vision_failure?: string, };
 
 export type ModelMemory = { 
 /**
@@ -322,7 +332,12 @@ max_new_tokens: number,
 /**
  * What the user lets each tool do (a tool not named is on).
  */
-tool_modes: { [key in string]: ToolMode }, };
+tool_modes: { [key in string]: ToolMode }, 
+/**
+ * Soft tokens a screenshot costs the model (Gemma 4's budgets: 70, 140, 280, 560, 1,120):
+ * more sees finer detail and takes longer to encode and to read.
+ */
+image_budget: number, };
 
 export type TaskAction = { "action": "confirm", call_id: string, decision: Decision, } | { "action": "answer", text: string, } | { "action": "stop" } | { "action": "steer", text: string, } | { "action": "continue" } | { "action": "forget" };
 
@@ -354,7 +369,11 @@ export type AgentEvent = { "type": "token", text: string, } | { "type": "thinkin
 /**
  * What it acts on, in the user's words (`None` for tools without a target).
  */
-target: ActionTarget | null, } | { "type": "tool_result", call_id: string, name: string, ok: boolean, output: string, } | { "type": "confirm_request", call_id: string, name: string, arguments: Record<string, unknown>, risk: RiskLevel, reasons: Array<RiskReason>, 
+target: ActionTarget | null, } | { "type": "tool_result", call_id: string, name: string, ok: boolean, output: string, 
+/**
+ * A small picture of what the tool showed the model (`screenshot`), for its card.
+ */
+thumbnail?: string, } | { "type": "confirm_request", call_id: string, name: string, arguments: Record<string, unknown>, risk: RiskLevel, reasons: Array<RiskReason>, 
 /**
  * What it acts on, in the user's words: the card names it, shows where it leads and
  * what will be typed, and the overlay outlines the element on the page.
@@ -382,7 +401,7 @@ export type Decision = "deny" | "allow_once" | "allow_for_task";
 
 export type RiskLevel = "low" | "medium" | "high" | "critical";
 
-export type RiskReason = { "kind": "dangerous_word", word: string, } | { "kind": "sensitive_page", host: string, } | { "kind": "password_field" } | { "kind": "payment_field" } | { "kind": "runs_javascript" } | { "kind": "off_site", host: string, } | { "kind": "new_window" } | { "kind": "posts_form", host: string, } | { "kind": "user_asks_every_time" };
+export type RiskReason = { "kind": "dangerous_word", word: string, } | { "kind": "sensitive_page", host: string, } | { "kind": "password_field" } | { "kind": "payment_field" } | { "kind": "runs_javascript" } | { "kind": "off_site", host: string, } | { "kind": "new_window" } | { "kind": "posts_form", host: string, } | { "kind": "user_asks_every_time" } | { "kind": "nothing_at_point" } | { "kind": "other_site_frame", origin: string, };
 
 export type ActionTarget = { 
 /**
@@ -408,7 +427,12 @@ destination: string | null,
 /**
  * The text to be typed (masked for password fields).
  */
-text: string | null, };
+text: string | null, 
+/**
+ * For `click_at`: the point of the screenshot (0–1000 across, 0–1000 down), which the
+ * overlay marks on the page.
+ */
+point?: [number, number], };
 
 export type ToolOutput = { 
 /**
@@ -437,7 +461,38 @@ changed?: boolean,
  * Page text split into passages (`read_page`, `read_link`): the agent numbers them, the model
  * cites them as [n], the overlay links each citation to its passage.
  */
-passages?: Passages, };
+passages?: Passages, 
+/**
+ * An image for the model (`screenshot`): it enters the conversation after the text.
+ */
+image?: ToolImage, 
+/**
+ * What is under a point of the latest screenshot (the executor's answer to
+ * [`ToolExecutor::locate`]), for the consent policy to judge before `click_at` runs.
+ */
+located?: PointTarget, };
+
+export type ToolImage = { 
+/**
+ * `data:image/png;base64,…`: what the model sees, never sent anywhere.
+ */
+data_url: string, 
+/**
+ * A small JPEG of it for the tool card (a data URL too).
+ */
+thumbnail: string, width: number, height: number, };
+
+export type PointTarget = { 
+/**
+ * The element there, described as a snapshot describes it (numbered, so the overlay can
+ * outline it); `None` where nothing is (the page's background, outside the page).
+ */
+element: ElementInfo | null, 
+/**
+ * The origin of another site's frame under the point: its content cannot be seen from the
+ * page, so not judged either.
+ */
+frame_origin?: string, };
 
 export type Snapshot = { page: PageInfo, elements: Array<ElementInfo>, };
 
@@ -480,7 +535,7 @@ target?: string | null, };
 
 export type PageInfo = { url: string, title: string, };
 
-export type ToolCall = { "name": "read_page", "arguments": NoArguments } | { "name": "snapshot", "arguments": NoArguments } | { "name": "click", "arguments": ElementArgs } | { "name": "type", "arguments": TypeArgs } | { "name": "select", "arguments": SelectArgs } | { "name": "scroll", "arguments": ScrollArgs } | { "name": "hover", "arguments": ElementArgs } | { "name": "press_key", "arguments": PressKeyArgs } | { "name": "navigate", "arguments": NavigateArgs } | { "name": "go_back", "arguments": NoArguments } | { "name": "read_link", "arguments": ReadLinkArgs } | { "name": "wait_for", "arguments": WaitForArgs } | { "name": "run_javascript", "arguments": RunJavascriptArgs } | { "name": "ask_user", "arguments": AskUserArgs } | { "name": "done", "arguments": DoneArgs };
+export type ToolCall = { "name": "read_page", "arguments": NoArguments } | { "name": "snapshot", "arguments": NoArguments } | { "name": "screenshot", "arguments": NoArguments } | { "name": "click", "arguments": ElementArgs } | { "name": "click_at", "arguments": PointArgs } | { "name": "type", "arguments": TypeArgs } | { "name": "select", "arguments": SelectArgs } | { "name": "scroll", "arguments": ScrollArgs } | { "name": "hover", "arguments": ElementArgs } | { "name": "press_key", "arguments": PressKeyArgs } | { "name": "navigate", "arguments": NavigateArgs } | { "name": "go_back", "arguments": NoArguments } | { "name": "read_link", "arguments": ReadLinkArgs } | { "name": "wait_for", "arguments": WaitForArgs } | { "name": "run_javascript", "arguments": RunJavascriptArgs } | { "name": "ask_user", "arguments": AskUserArgs } | { "name": "done", "arguments": DoneArgs };
 
 export type NoArguments = Record<symbol, never>;
 
@@ -580,6 +635,16 @@ question: string,
  */
 options: Array<string>, };
 
+export type PointArgs = { 
+/**
+ * From the left edge of the screenshot (0) to its right edge (1000).
+ */
+x: number, 
+/**
+ * From the top edge of the screenshot (0) to its bottom edge (1000).
+ */
+y: number, };
+
 export type DoneArgs = { 
 /**
  * The complete final answer for the user.
@@ -594,7 +659,7 @@ success?: boolean, };
 export type ToolArguments = { [C in ToolCall as C["name"]]: C["arguments"] };
 
 /** The tools offered to the model (crates/agent/src/tools.rs), in order. */
-export const TOOL_NAMES = ["read_page", "snapshot", "click", "type", "select", "scroll", "hover", "press_key", "navigate", "go_back", "read_link", "wait_for", "run_javascript", "ask_user", "done"] as const;
+export const TOOL_NAMES = ["read_page", "snapshot", "screenshot", "click", "click_at", "type", "select", "scroll", "hover", "press_key", "navigate", "go_back", "read_link", "wait_for", "run_javascript", "ask_user", "done"] as const;
 
 export type ToolName = (typeof TOOL_NAMES)[number];
 
@@ -602,6 +667,11 @@ export type ToolName = (typeof TOOL_NAMES)[number];
 export const LOOP_TOOLS = ["ask_user", "done"] as const;
 
 export type LoopTool = (typeof LOOP_TOOLS)[number];
+
+/** The tools only a model that sees images is offered (crates/agent/src/tools.rs `VISION_TOOLS`). */
+export const VISION_TOOLS = ["screenshot", "click_at"] as const;
+
+export type VisionTool = (typeof VISION_TOOLS)[number];
 
 /** The keys `press_key` offers (crates/agent/src/arguments.rs `Key`). */
 export const PRESS_KEYS = ["Enter", "Escape", "Tab", "Space", "Backspace", "Delete", "ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight", "Home", "End", "PageUp", "PageDown"] as const;
@@ -626,3 +696,10 @@ export const FRESH_ENGINE_FAILURES: readonly FailureKind[] = ["gpu_device", "eng
 
 /** What settings start with for each tool (crates/agent/src/tools.rs `default_tool_modes`; a tool not named is on). */
 export const DEFAULT_TOOL_MODES: Readonly<Partial<Record<ToolName, ToolMode>>> = { "run_javascript": "ask" };
+
+/** The page request the agent sends before `click_at`, to judge what lies under its point (crates/agent/src/backend.rs `LOCATE_POINT`). */
+export const LOCATE_POINT = "locate_point";
+
+/** The soft tokens a screenshot may cost (crates/protocol `IMAGE_BUDGETS`) and the default. */
+export const IMAGE_BUDGETS = [70, 140, 280, 560, 1120] as const;
+export const DEFAULT_IMAGE_BUDGET = 280;

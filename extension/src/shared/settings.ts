@@ -1,7 +1,9 @@
 // The user's settings, in chrome.storage.sync (they follow the user's Chrome profile). Read by the
 // overlay, the options page and the service worker; written by the overlay and the options page.
 
-import { DEFAULT_TOOL_MODES, LOOP_TOOLS, TOOL_NAMES, type TaskSettings, type ToolMode, type ToolName } from "../generated/protocol";
+import {
+  DEFAULT_IMAGE_BUDGET, DEFAULT_TOOL_MODES, IMAGE_BUDGETS, LOOP_TOOLS, TOOL_NAMES, type TaskSettings, type ToolMode, type ToolName,
+} from "../generated/protocol";
 import { CHOOSABLE_MODELS, DEFAULT_MODEL_ID } from "./models";
 
 /** Where the toolbar button and the keyboard shortcut open the chat. */
@@ -26,7 +28,11 @@ export interface Settings {
   toolModes: Partial<Record<ToolName, ToolMode>>;
   /** Where the toolbar button and Ctrl+Shift+K open the chat: the page's overlay or Chrome's side panel. */
   chatSurface: ChatSurface;
+  /** Soft tokens a screenshot costs the model: more sees finer detail, and takes longer. */
+  imageBudget: ImageBudget;
 }
+
+export type ImageBudget = (typeof IMAGE_BUDGETS)[number];
 
 export const DEFAULT_SETTINGS: Settings = {
   model: "",
@@ -36,6 +42,7 @@ export const DEFAULT_SETTINGS: Settings = {
   disabledSites: [],
   toolModes: { ...DEFAULT_TOOL_MODES },
   chatSurface: "overlay",
+  imageBudget: DEFAULT_IMAGE_BUDGET,
 };
 
 /** Tokens per model call: enough for a long answer in `done`. */
@@ -73,6 +80,7 @@ function sanitize(s: Settings): Settings {
     disabledSites: Array.isArray(s.disabledSites) ? s.disabledSites.filter((o) => typeof o === "string") : [],
     toolModes: toolModes(s.toolModes),
     chatSurface: s.chatSurface === "panel" ? "panel" : "overlay",
+    imageBudget: IMAGE_BUDGETS.find((b) => b === s.imageBudget) ?? DEFAULT_IMAGE_BUDGET,
   };
 }
 
@@ -127,5 +135,6 @@ export function taskSettings(settings: Settings): TaskSettings {
     temperature: settings.temperature,
     max_new_tokens: MAX_NEW_TOKENS,
     tool_modes: settings.toolModes,
+    image_budget: settings.imageBudget,
   };
 }

@@ -8,16 +8,16 @@ import type { ToolArguments, ToolName } from "../generated/protocol";
 export { LOOP_TOOLS } from "../generated/protocol";
 
 /** DOM tools, run by the content script in the task's top frame (content/page-tools/). */
-export const PAGE_TOOLS = ["read_page", "snapshot", "click", "type", "select", "scroll", "hover", "press_key", "wait_for"] as const satisfies readonly ToolName[];
+export const PAGE_TOOLS = ["read_page", "snapshot", "click", "click_at", "type", "select", "scroll", "hover", "press_key", "wait_for"] as const satisfies readonly ToolName[];
 
 /** Tools that need browser APIs, run by the service worker (worker/browser-tools.ts). */
-export const WORKER_TOOLS = ["navigate", "go_back", "read_link", "run_javascript"] as const satisfies readonly ToolName[];
+export const WORKER_TOOLS = ["screenshot", "navigate", "go_back", "read_link", "run_javascript"] as const satisfies readonly ToolName[];
 
 /**
  * Tools that act on the page the policy judged them on: the worker runs them only while the tab's
  * committed URL has that page's origin (read-only tools and navigations go anywhere).
  */
-export const BOUND_TO_JUDGED_ORIGIN = ["click", "type", "select", "scroll", "hover", "press_key", "run_javascript"] as const satisfies readonly ToolName[];
+export const BOUND_TO_JUDGED_ORIGIN = ["click", "click_at", "type", "select", "scroll", "hover", "press_key", "run_javascript"] as const satisfies readonly ToolName[];
 
 /** How long `wait_for` waits: its `timeout_seconds`, 10 s by default, at most 60 s. */
 export function waitForSeconds(args: ToolArguments["wait_for"]): number {

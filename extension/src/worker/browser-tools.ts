@@ -94,6 +94,7 @@ async function runWithin(request: ToolRequest): Promise<ToolReply> {
     if (!isWorkerTool(name)) return inTab(tabId, request);
     // One entry per worker tool: the compiler refuses a missing or a stale one.
     const workerTools: Record<WorkerTool, () => Promise<ToolReply>> = {
+      screenshot: () => screenshot(tabId),
       navigate: () => navigate(tabId, argumentsOf<"navigate">(args).url ?? ""),
       go_back: () => goBack(tabId),
       read_link: () => Promise.resolve(failed("read_link runs outside the tab.")),
@@ -322,6 +323,66 @@ async function runJavascript(tabId: number, code: string, origin: string): Promi
   const tab = await chrome.tabs.get(tabId);
   const value = result.value.length > SCRIPT_RESULT_LIMIT ? `${result.value.slice(0, SCRIPT_RESULT_LIMIT)}… (cut)` : result.value;
   return ok(value, { url: tab.url ?? "", title: tab.title ?? "" }, true);
+}
+
+/** The thumbnail's width on the tool card, at most. */
+const THUMBNAIL_WIDTH = 320;
+
+/**
+ * screenshot: the visible part of the task's tab as the model will see it (a PNG, never sent
+ * anywhere but the offscreen engine), with Hearth's overlay hidden while it is taken, and a small
+ * JPEG of it for the tool card. Chrome captures only the tab in front of its window.
+ */
+async function screenshot(tabId: number): Promise<ToolReply> {
+  const tab = await chrome.tabs.get(tabId);
+  if (!tab.active) {
+    return failed("The task's tab is not the one shown in its window, so it cannot be seen now: ask the user to bring it to the front, or use snapshot and read_page.");
+  }
+  await sendToTab(tabId, { kind: "hide_for_capture", hidden: true }).catch(() => {});
+  let dataUrl: string;
+  try {
+    dataUrl = await capture(tab.windowId);
+  } catch (error) {
+    return failed(`The page could not be captured: ${error instanceof Error ? error.message : String(error)}. Use snapshot and read_page instead.`);
+  } finally {
+    void sendToTab(tabId, { kind: "hide_for_capture", hidden: false }).catch(() => {});
+  }
+  const bitmap = await createImageBitmap(await (await fetch(dataUrl)).blob());
+  const { width, height } = bitmap;
+  const scale = Math.min(1, THUMBNAIL_WIDTH / width);
+  const canvas = new OffscreenCanvas(Math.max(1, Math.round(width * scale)), Math.max(1, Math.round(height * scale)));
+  canvas.getContext("2d")?.drawImage(bitmap, 0, 0, canvas.width, canvas.height);
+  bitmap.close();
+  const thumbnail = await dataUrlOf(await canvas.convertToBlob({ type: "image/jpeg", quality: 0.7 }));
+  const page = { url: tab.url ?? "", title: tab.title ?? "" };
+  return {
+    status: "ok",
+    output: {
+      text: `A screenshot of the visible part of the page (${width} × ${height} pixels) follows. click_at takes points of it: x and y from 0 to 1000 across and down.`,
+      snapshot: null,
+      page,
+      from_page: true,
+      image: { data_url: dataUrl, thumbnail, width, height },
+    },
+  };
+}
+
+/** Captures the window's visible tab as PNG; Chrome allows two captures a second, so a refused one is tried again once. */
+async function capture(windowId: number): Promise<string> {
+  try {
+    return await chrome.tabs.captureVisibleTab(windowId, { format: "png" });
+  } catch (error) {
+    if (!String(error).includes("MAX_CAPTURE_VISIBLE_TAB_CALLS_PER_SECOND")) throw error;
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    return chrome.tabs.captureVisibleTab(windowId, { format: "png" });
+  }
+}
+
+async function dataUrlOf(blob: Blob): Promise<string> {
+  const bytes = new Uint8Array(await blob.arrayBuffer());
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return `data:${blob.type};base64,${btoa(binary)}`;
 }
 
 /** A call's arguments as its tool's type: the agent validated them against the schema derived from

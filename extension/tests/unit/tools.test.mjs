@@ -22,7 +22,8 @@ test("every offered tool has exactly one executor, and every executor an offered
   assert.deepEqual([...executors].sort(), [...TOOL_NAMES].sort());
 });
 
-test("a text-only engine is offered no screenshot tool", async () => {
-  const { TOOL_NAMES } = await load("src/generated/protocol.ts");
-  assert.ok(!TOOL_NAMES.includes("screenshot"));
+test("the vision tools are offered tools with executors (the engine drops them for a text-only model)", async () => {
+  const { TOOL_NAMES, VISION_TOOLS } = await load("src/generated/protocol.ts");
+  assert.deepEqual([...VISION_TOOLS].sort(), ["click_at", "screenshot"]);
+  for (const tool of VISION_TOOLS) assert.ok(TOOL_NAMES.includes(tool), tool);
 });

@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 use ts_rs::TS;
 
 use crate::arguments::{Key, NavigateArgs, PressKeyArgs, ReadLinkArgs, ToolCall, TypeArgs};
+use crate::backend::PointTarget;
 use crate::page::{ElementInfo, FormInfo, PageInfo};
 use crate::tools::{RiskLevel, ToolDefinition};
 
@@ -63,6 +64,12 @@ pub enum RiskReason {
     },
     /// The user set this tool to ask before every use (settings): no grant covers it.
     UserAsksEveryTime,
+    /// A click at a point of the screenshot where no element is (the page's background).
+    NothingAtPoint,
+    /// A click at a point over another site's frame, whose content the page cannot see.
+    OtherSiteFrame {
+        origin: String,
+    },
 }
 
 /// The risk of one action.
@@ -154,8 +161,11 @@ pub fn assess(
             None => return Assessment::refused(risk, "Only http:// and https:// addresses can be opened."),
         }
     }
-    let (clicks, types, selects) =
-        (matches!(call, ToolCall::Click(_)), matches!(call, ToolCall::Type(_)), matches!(call, ToolCall::Select(_)));
+    let (clicks, types, selects) = (
+        matches!(call, ToolCall::Click(_) | ToolCall::ClickAt(_)),
+        matches!(call, ToolCall::Type(_)),
+        matches!(call, ToolCall::Select(_)),
+    );
     let activates = clicks || commits_key;
     let interacts = clicks || types || selects || commits_key;
     if interacts && let Some(page) = page.filter(|p| is_sensitive_url(&p.url)) {
@@ -217,6 +227,30 @@ pub fn assess(
     }
     let risk = if reasons.is_empty() { risk } else { risk.max(RiskLevel::High) };
     Assessment { risk, reasons: reasons.into_iter().collect(), refusal: None }
+}
+
+/// Assesses `click_at` on what lies under its point: the element there is judged as `click`
+/// judges it; no element, or another site's frame, asks.
+pub fn assess_point(
+    tool: &ToolDefinition,
+    arguments: &Map<String, Value>,
+    located: &PointTarget,
+    page: Option<&PageInfo>,
+) -> Assessment {
+    let mut assessment = assess(tool, arguments, located.element.as_ref(), page);
+    if assessment.refusal.is_some() {
+        return assessment;
+    }
+    let reason = match (&located.frame_origin, &located.element) {
+        (Some(origin), _) => Some(RiskReason::OtherSiteFrame { origin: origin.chars().take(100).collect() }),
+        (None, None) => Some(RiskReason::NothingAtPoint),
+        (None, Some(_)) => None,
+    };
+    if let Some(reason) = reason {
+        assessment.reasons.push(reason);
+        assessment.risk = assessment.risk.max(RiskLevel::High);
+    }
+    assessment
 }
 
 /// The text that says what an activated element does (its label, value and identifiers).

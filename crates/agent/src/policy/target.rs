@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 use super::{is_password_field, site, submission_of};
-use crate::arguments::{NavigateArgs, RunJavascriptArgs, ToolCall, TypeArgs};
+use crate::arguments::{NavigateArgs, PointArgs, RunJavascriptArgs, ToolCall, TypeArgs};
 use crate::page::{ElementInfo, PageInfo};
 
 /// What an action acts on, as the card shows it.
@@ -23,6 +23,11 @@ pub struct ActionTarget {
     pub destination: Option<String>,
     /// The text to be typed (masked for password fields).
     pub text: Option<String>,
+    /// For `click_at`: the point of the screenshot (0–1000 across, 0–1000 down), which the
+    /// overlay marks on the page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub point: Option<(u32, u32)>,
 }
 
 const LABEL_CHARS: usize = 80;
@@ -52,11 +57,22 @@ pub fn describe_target(
             ..Default::default()
         });
     }
-    let el = element?;
+    let point = match call {
+        ToolCall::ClickAt(PointArgs { x, y }) => Some((*x, *y)),
+        _ => None,
+    };
+    let Some(el) = element else {
+        // A point with nothing the page can describe under it.
+        return point.map(|point| ActionTarget {
+            description: format!("the point ({}, {}) of the screenshot", point.0, point.1),
+            point: Some(point),
+            ..Default::default()
+        });
+    };
     let role = role_in_words(el);
     let label = shorten(&visible_label(el));
     let description = if label.is_empty() { format!("the {role}") } else { format!("the {role} “{label}”") };
-    let mut target = ActionTarget { description, role, label, index: Some(el.index), ..Default::default() };
+    let mut target = ActionTarget { description, role, label, index: Some(el.index), point, ..Default::default() };
     if el.attr("href").is_some() {
         target.destination =
             el.attr("href").and_then(|h| site::web_url(h, page_url)).and_then(|u| u.host_str().map(str::to_owned));

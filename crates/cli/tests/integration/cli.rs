@@ -215,7 +215,7 @@ fn generate_looks_at_an_image() {
     let out = hearth(&args, "");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("not a PNG file"), "{stderr}");
+    assert!(stderr.contains("not a PNG image"), "{stderr}");
     let args = ["generate", "--model", model, "--chat", "--image", "x.png", "--image-budget", "100", "--prompt", "Hi"];
     let stderr = String::from_utf8_lossy(&hearth(&args, "").stderr).into_owned();
     assert!(stderr.contains("70, 140, 280, 560, 1120"), "{stderr}");

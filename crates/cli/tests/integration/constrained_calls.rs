@@ -172,7 +172,7 @@ fn the_cli_constrains_calls_to_a_tools_file() {
     let _ = std::fs::remove_file(&file);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("calls constrained to read_page, snapshot, click"), "{stderr}");
+    assert!(stderr.contains("calls constrained to read_page, snapshot, screenshot, click"), "{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     // The reply may go on after the call (until a stop token): the first call is what counts. A
     // random model may still be inside a long string when the limit cuts it: then what it wrote is

@@ -21,6 +21,10 @@ pub enum ImageError {
     WrongSize { width: usize, height: usize, expected: usize, got: usize },
     #[error("a {width} × {height} image cannot be resized to fit {max_patches} patches of {patch} pixels")]
     DoesNotFit { width: usize, height: usize, max_patches: usize, patch: usize },
+    #[error("not a PNG image ({0})")]
+    NotPng(String),
+    #[error("the PNG image is too large to decode ({width} × {height} pixels; at most {max_pixels})")]
+    TooLarge { width: u32, height: u32, max_pixels: u64 },
 }
 
 /// The processor's settings (its `preprocessor_config.json`): Gemma 4's are 16-pixel patches,
@@ -56,6 +60,30 @@ impl RgbImage {
             return Err(ImageError::WrongSize { width, height, expected, got: pixels.len() });
         }
         Ok(Self { width, height, pixels })
+    }
+
+    /// Decodes a PNG image to 8-bit RGB (grey, alpha and palettes converted; 16-bit samples cut to
+    /// 8). Images above `max_pixels` are refused before their pixels are decoded.
+    pub fn from_png(bytes: &[u8], max_pixels: u64) -> Result<Self, ImageError> {
+        let mut decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+        decoder.set_transformations(png::Transformations::normalize_to_color8());
+        let mut reader = decoder.read_info().map_err(|e| ImageError::NotPng(e.to_string()))?;
+        let (width, height) = (reader.info().width, reader.info().height);
+        if u64::from(width) * u64::from(height) > max_pixels {
+            return Err(ImageError::TooLarge { width, height, max_pixels });
+        }
+        let size = reader.output_buffer_size().ok_or(ImageError::TooLarge { width, height, max_pixels })?;
+        let mut buffer = vec![0; size];
+        let frame = reader.next_frame(&mut buffer).map_err(|e| ImageError::NotPng(e.to_string()))?;
+        let channels = frame.color_type.samples();
+        let pixels: Vec<u8> = buffer[..frame.buffer_size()]
+            .chunks_exact(channels)
+            .flat_map(|p| match channels {
+                1 | 2 => [p[0], p[0], p[0]],
+                _ => [p[0], p[1], p[2]],
+            })
+            .collect();
+        Self::new(frame.width as usize, frame.height as usize, pixels)
     }
 }
 

@@ -11,4 +11,4 @@ pub mod tower;
 
 pub use config::{ImageCountError, ImageTokens, VisionConfig};
 pub use image::{ImagePatches, ImageProcessor, RgbImage, SOFT_TOKEN_BUDGETS};
-pub use tower::{VisionTower, has_vision_weights};
+pub use tower::{VisionTower, has_vision_weights, vision_weight_prefixes};

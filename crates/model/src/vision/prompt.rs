@@ -15,17 +15,27 @@ pub fn prepare(
     images: &[RgbImage],
     budget: usize,
 ) -> Result<(Vec<u32>, PromptImages), ModelError> {
-    let processor = tower.config().processor(budget);
-    let mut encoded = Vec::with_capacity(images.len());
-    let mut counts = Vec::with_capacity(images.len());
-    for image in images {
-        let patches = processor.process(image).map_err(|e| ModelError::Image(e.to_string()))?;
-        counts.push(patches.soft_tokens);
-        encoded.push(PromptImage { key: image_key(image, budget), soft_tokens: tower.encode(&patches)? });
-    }
+    let encoded = images.iter().map(|image| encode(tower, image, budget)).collect::<Result<Vec<_>, _>>()?;
+    expand(tower, ids, encoded)
+}
+
+/// One image processed at `budget` and encoded: its soft tokens `[n, h]`, keyed.
+pub fn encode(tower: &VisionTower, image: &RgbImage, budget: usize) -> Result<PromptImage, ModelError> {
+    let patches = tower.config().processor(budget).process(image).map_err(|e| ModelError::Image(e.to_string()))?;
+    Ok(PromptImage { key: image_key(image, budget), soft_tokens: tower.encode(&patches)? })
+}
+
+/// `ids` (one `<|image|>` per image) with each of `images` (encoded, in prompt order) expanded to
+/// its run, and the images as the decoder takes them.
+pub fn expand(
+    tower: &VisionTower,
+    ids: &[u32],
+    images: Vec<PromptImage>,
+) -> Result<(Vec<u32>, PromptImages), ModelError> {
+    let counts: Vec<usize> = images.iter().map(|i| i.soft_tokens.dims()[0]).collect();
     let tokens = tower.image_tokens();
     let ids = tokens.expand(ids, &counts).map_err(|e| ModelError::Image(e.to_string()))?;
-    Ok((ids, PromptImages { placeholder: tokens.image, images: encoded }))
+    Ok((ids, PromptImages { placeholder: tokens.image, images }))
 }
 
 /// Tells images apart (FNV-1a over the size, the budget and the pixels).

@@ -156,6 +156,16 @@ pub fn has_vision_weights(checkpoint: &Checkpoint) -> bool {
     Layout::of(checkpoint).is_some()
 }
 
+/// The name prefixes of the tower's tensors in `checkpoint` (a loader that streams the bytes
+/// fetches the ranges under them before [`VisionTower::load`]); empty without a tower.
+pub fn vision_weight_prefixes(checkpoint: &Checkpoint) -> Vec<String> {
+    match Layout::of(checkpoint) {
+        Some(Layout::Named { tower, embedder }) => vec![tower.to_owned(), embedder.to_owned()],
+        Some(Layout::Mmproj) => vec!["v.".to_owned(), "mm.".to_owned()],
+        None => Vec::new(),
+    }
+}
+
 /// Reads the tower's tensors by their transformers names, checking shapes.
 struct Reader<'a> {
     checkpoint: &'a mut Checkpoint,

@@ -73,6 +73,11 @@ export function clickElement(el: Element, who = `Element [${indexFor(el)}]`, jud
   // mouse handlers ran (an href swapped on mousedown).
   const activates = (): boolean => sameEffect(judged, target, ["link", "submit"]) || harmlessLinkWithin(judged, target);
   if (!activates()) throw new ToolFailure(`${who} ${CHANGED}`);
+  clickPoint(target, x, y, activates, who);
+}
+
+/** The events of a mouse click at (x, y) of `target`'s frame, as clickElement sends them. */
+export function clickPoint(target: Element, x: number, y: number, activates: () => boolean, who: string): void {
   const view = target.ownerDocument.defaultView;
   const mouse: MouseEventInit = {
     bubbles: true, cancelable: true, composed: true, view, clientX: x, clientY: y, screenX: x, screenY: y, button: 0, detail: 1,
@@ -198,6 +203,15 @@ function hitAt(el: Element, x: number, y: number): Element | null {
     [x, y] = [x + dx, y + dy];
     doc = frame.ownerDocument;
   }
+  return hitFromTop(x, y, el).hit;
+}
+
+/**
+ * What a click at (x, y) of the top document's viewport lands on: hit-tested into open shadow
+ * roots and same-origin frames (stopping at `stopAt`), never at Hearth's own overlay; `x`, `y`
+ * are returned in the hit element's own frame.
+ */
+export function hitFromTop(x: number, y: number, stopAt: Element | null = null): { hit: Element | null; x: number; y: number } {
   let root: Document | ShadowRoot = document;
   let hit: Element | null = null;
   for (let depth = 0; depth < 32; depth++) {
@@ -205,7 +219,7 @@ function hitAt(el: Element, x: number, y: number): Element | null {
     const found: Element | undefined = root.elementsFromPoint(x, y).find(inRoot);
     if (!found) break;
     hit = found;
-    if (hit === el) break;
+    if (hit === stopAt) break;
     if (hit.shadowRoot) {
       root = hit.shadowRoot;
       continue;
@@ -216,7 +230,7 @@ function hitAt(el: Element, x: number, y: number): Element | null {
     [x, y] = [x - dx, y - dy];
     root = inner;
   }
-  return hit;
+  return { hit, x, y };
 }
 
 /** Where a frame's content starts, in its parent's viewport. */

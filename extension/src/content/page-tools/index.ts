@@ -9,6 +9,8 @@ import { ToolFailure } from "./errors";
 import { readPage } from "./read-page";
 import { takeSnapshot } from "./snapshot";
 import { waitFor } from "./wait-for";
+import { clickAt, locatePoint } from "./point";
+import { LOCATE_POINT } from "../../generated/protocol";
 
 export { ToolFailure } from "./errors";
 
@@ -20,6 +22,7 @@ const TOOLS: { [K in PageTool]: (args: ToolArguments[K], signal: AbortSignal) =>
     return { text: "", snapshot, page: snapshot.page, from_page: true };
   },
   click,
+  click_at: clickAt,
   type: typeText,
   select,
   scroll,
@@ -32,6 +35,8 @@ const TOOLS: { [K in PageTool]: (args: ToolArguments[K], signal: AbortSignal) =>
 /** Runs a page tool. Failures the model can act on are thrown as ToolFailure; so are unexpected
  * errors, with the tool's name, so one broken page never breaks the agent loop. */
 export async function executeTool(name: string, args: Record<string, unknown>, signal: AbortSignal): Promise<ToolOutput> {
+  // Not a tool of the model's: the agent asks it before judging a click_at.
+  if (name === LOCATE_POINT) return locatePoint(args as ToolArguments["click_at"]);
   const tool = Object.hasOwn(TOOLS, name) ? TOOLS[name as PageTool] : undefined;
   if (!tool) throw new ToolFailure(`unknown tool \`${name}\` for the page; it runs ${Object.keys(TOOLS).join(", ")}.`);
   if (signal.aborted) throw new ToolFailure("Cancelled before it started.");

@@ -177,6 +177,12 @@ function nearestToViewport(found: Found[]): Found[] {
     .map((r) => r.f);
 }
 
+/** One element described as a snapshot describes it (numbered, its effect recorded for the checks
+ * at the moment of acting): what lies under a point of a screenshot. */
+export function describeElement(el: Element): ElementInfo {
+  return toInfo({ el, depth: 0 });
+}
+
 function toInfo({ el, depth: found }: Found): ElementInfo {
   const depth = Math.min(found, MAX_DEPTH);
   const index = indexFor(el);

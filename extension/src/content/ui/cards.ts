@@ -142,6 +142,8 @@ function toolCard(entry: Extract<Entry, { kind: "tool" }>): HTMLElement {
       el("span", { class: "tool-status" }, statusText, duration ? ` · ${duration}` : ""),
     ),
     args ? el("p", { class: "tool-args" }, args) : null,
+    // What the model saw (screenshot): a small JPEG made by the worker; the picture itself stays in the engine.
+    entry.thumbnail ? el("img", { class: "tool-thumbnail", src: entry.thumbnail, alt: t("screenshotThumbnail") }) : null,
     entry.output !== undefined || Object.keys(entry.args).length ? details : null,
   );
 }
@@ -318,6 +320,10 @@ export function reasonText(reason: RiskReason): string {
       return t("reasonPostsForm", reason.host);
     case "user_asks_every_time":
       return t("reasonUserAsksEveryTime");
+    case "nothing_at_point":
+      return t("reasonNothingAtPoint");
+    case "other_site_frame":
+      return t("reasonOtherSiteFrame", reason.origin);
   }
 }
 

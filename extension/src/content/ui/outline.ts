@@ -6,8 +6,11 @@ import { el } from "../../shared/ui/builders";
 
 export interface TargetOutline {
   element: HTMLElement;
-  /** Outlines `target`, or removes the outline (null). */
-  show(target: Element | null): void;
+  /** The mark of a point of the screenshot (`click_at`), drawn where the click will land. */
+  marker: HTMLElement;
+  /** Outlines `target`, or removes the outline (null); marks `point` (0–1000 across and down the
+   * viewport) when given. */
+  show(target: Element | null, point?: readonly [number, number] | null): void;
 }
 
 /** How far the outline sits outside the element's box, in CSS pixels. */
@@ -15,6 +18,13 @@ const GAP = 3;
 
 export function targetOutline(className = "target-outline"): TargetOutline {
   const element = el("div", { class: className, hidden: true, "aria-hidden": "true" });
+  const marker = el("div", { class: "point-marker", hidden: true, "aria-hidden": "true" });
+  const mark = (point: readonly [number, number] | null | undefined) => {
+    marker.hidden = !point;
+    if (!point) return;
+    marker.style.left = `${(point[0] / 1000) * window.innerWidth}px`;
+    marker.style.top = `${(point[1] / 1000) * window.innerHeight}px`;
+  };
   let target: Element | null = null;
   let frame = 0;
 
@@ -43,7 +53,9 @@ export function targetOutline(className = "target-outline"): TargetOutline {
 
   return {
     element,
-    show(next) {
+    marker,
+    show(next, point) {
+      mark(point);
       if (next === target) {
         if (next) schedule();
         return;

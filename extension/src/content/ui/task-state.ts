@@ -33,7 +33,8 @@ export function showTaskState(parts: TaskStateParts, transcript: Transcript, eng
   if ((task === "confirm" || task === "ask") && waiting && "callId" in waiting) data.pendingCall = waiting.callId;
   else delete data.pendingCall;
   // The page element the waiting confirmation is about, outlined until it is decided.
-  outline?.show(task === "confirm" && waiting?.kind === "confirm" ? targetElement(waiting) : null);
+  const confirming = task === "confirm" && waiting?.kind === "confirm" ? waiting : null;
+  outline?.show(confirming ? targetElement(confirming) : null, confirming?.target?.point ?? null);
   const running = task === "running";
   composer.setMode(pendingAsk(transcript) ? "answer" : running ? "steer" : "task");
   if (running !== composer.running) composer.setRunning(running);

@@ -20,6 +20,8 @@ export type Entry = { id: number } & (
       ms?: number;
       ok?: boolean;
       output?: string;
+      /** A small picture of what the tool showed the model (a JPEG data URL: screenshot). */
+      thumbnail?: string;
     }
   | {
       kind: "confirm";
@@ -62,6 +64,8 @@ export interface ConfirmTarget {
   destination: string | null;
   /** The text to be typed (masked for password fields by the engine). */
   text: string | null;
+  /** For click_at: the point of the screenshot (0–1000 across and down), marked on the page. */
+  point?: [number, number];
 }
 
 export type Notice =
@@ -284,9 +288,11 @@ function applyEvent(t: Transcript, event: AgentEvent, now: number): Touched {
       if (HIDDEN_TOOLS.has(event.name)) return [];
       const output = event.output.length > MAX_TOOL_OUTPUT ? `${event.output.slice(0, MAX_TOOL_OUTPUT)}\n…` : event.output;
       const card = findTool(t, event.call_id);
+      const thumbnail = typeof event.thumbnail === "string" && /^data:image\/jpeg;base64,[A-Za-z0-9+/=]+$/.test(event.thumbnail) && event.thumbnail.length <= MAX_THUMBNAIL ? event.thumbnail : undefined;
       if (card && card.ok === undefined) {
         card.ok = event.ok;
         card.output = output;
+        if (thumbnail) card.thumbnail = thumbnail;
         if (card.started !== undefined) card.ms = Math.max(0, now - card.started);
         return [card.id];
       }
@@ -404,6 +410,8 @@ function clipArgs(args: Record<string, unknown>, whole?: string): Record<string,
 }
 
 const MAX_TARGET_TEXT = 2000;
+/** A tool card's thumbnail at most (a 320-pixel JPEG is about 20 KB). */
+const MAX_THUMBNAIL = 200_000;
 const optionalText = (value: unknown, max = MAX_TARGET_TEXT): string | null =>
   typeof value === "string" && value.length > 0 ? value.slice(0, max) : null;
 
@@ -418,5 +426,8 @@ export function confirmTarget(value: unknown): { target?: ConfirmTarget } {
     destination: optionalText(v.destination, 500),
     text: optionalText(v.text, MAX_TEXT),
   };
+  const p = v.point;
+  const coordinate = (n: unknown) => typeof n === "number" && Number.isInteger(n) && n >= 0 && n <= 1000;
+  if (Array.isArray(p) && p.length === 2 && coordinate(p[0]) && coordinate(p[1])) target.point = [p[0] as number, p[1] as number];
   return target.description || index !== null || target.destination || target.text ? { target } : {};
 }

@@ -3,7 +3,8 @@
 
 import { CHOOSABLE_MODELS, DEFAULT_MODEL_ID, isOwnModelId } from "../models";
 import { watchOwnModels, type OwnModel } from "../own-models";
-import type { Settings } from "../settings";
+import type { ImageBudget, Settings } from "../settings";
+import { IMAGE_BUDGETS } from "../../generated/protocol";
 import { el, uid } from "./builders";
 import { t } from "./i18n";
 
@@ -59,6 +60,13 @@ export function settingsForm(onChange: (patch: Partial<Settings>) => void): Sett
     el("option", { value: "overlay" }, t("chatSurfaceOverlay")),
     el("option", { value: "panel" }, t("chatSurfacePanel")),
   );
+  // What a screenshot costs the model: offered only to a model that sees (the engine says).
+  const imageBudget = el(
+    "select",
+    { class: "setting-image-budget", name: "imageBudget" },
+    ...IMAGE_BUDGETS.map((b) => el("option", { value: String(b) }, t("imageBudgetOption", String(b)))),
+  );
+  imageBudget.addEventListener("change", () => onChange({ imageBudget: Number(imageBudget.value) as ImageBudget }));
   surface.addEventListener("change", () => onChange({ chatSurface: surface.value === "panel" ? "panel" : "overlay" }));
   model.addEventListener("change", () => onChange({ model: model.value }));
   thinking.addEventListener("change", () => onChange({ thinking: thinking.checked }));
@@ -78,6 +86,7 @@ export function settingsForm(onChange: (patch: Partial<Settings>) => void): Sett
     field(maxIterations, t("maxIterationsSetting"), t("maxIterationsHelp")),
     field(temperature, t("temperatureSetting"), t("temperatureHelp")),
     field(surface, t("chatSurfaceSetting"), t("chatSurfaceHelp")),
+    field(imageBudget, t("imageBudgetSetting"), t("imageBudgetHelp")),
   );
   function show(settings: Settings): void {
     shown = settings;
@@ -91,6 +100,7 @@ export function settingsForm(onChange: (patch: Partial<Settings>) => void): Sett
     maxIterations.value = String(settings.maxIterations);
     temperature.value = String(settings.temperature);
     surface.value = settings.chatSurface;
+    imageBudget.value = String(settings.imageBudget);
   }
   return { element, show };
 }
