@@ -30,6 +30,12 @@ pub struct ModelManifest {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[ts(optional, as = "Option<Vec<KnownUpload>>")]
     pub known_uploads: Vec<KnownUpload>,
+    /// The model's vision tower where it is a file of its own (llama.cpp's projector, `mmproj`,
+    /// which also holds the audio tower), at the same revision: an optional download, which a
+    /// text-only install goes without (folder formats carry the tower in their weights).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[ts(optional, as = "Option<Vec<ManifestFile>>")]
+    pub vision_files: Vec<ManifestFile>,
 }
 
 /// A file once published as this model's weights, recognised by its size and SHA-256.
@@ -180,7 +186,7 @@ mod tests {
                 assert!(is_hex(revision, 40), "{where_}: revision must be a 40-hex commit");
             }
             assert!(!m.files.is_empty(), "{where_}: no files");
-            for f in &m.files {
+            for f in m.files.iter().chain(&m.vision_files) {
                 assert!(
                     !f.path.is_empty() && !f.path.starts_with('/') && !f.path.split('/').any(|p| p == ".." || p == "."),
                     "{where_}: bad path {}",

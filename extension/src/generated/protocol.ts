@@ -234,7 +234,13 @@ revision: string | null, format: ModelFormat, files: Array<ManifestFile>,
  * Earlier uploads of the same weights (a GGUF file re-uploaded with a corrected vocabulary,
  * say) that Hearth also accepts when a user brings the file: the same model, no download.
  */
-known_uploads?: Array<KnownUpload>, };
+known_uploads?: Array<KnownUpload>, 
+/**
+ * The model's vision tower where it is a file of its own (llama.cpp's projector, `mmproj`,
+ * which also holds the audio tower), at the same revision: an optional download, which a
+ * text-only install goes without (folder formats carry the tower in their weights).
+ */
+vision_files?: Array<ManifestFile>, };
 
 export type ModelFormat = "safetensors" | "mlx-4bit" | "gguf";
 

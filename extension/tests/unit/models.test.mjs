@@ -28,6 +28,9 @@ test("the Gemma 4 defaults are the published GGUF files (../shared/reference/gem
   const e4b = read("models/gemma-4-e4b-it.json");
   assert.equal(e4b.revision, "2714b5519c6c3516b1000e7c5e1eba998dfe1fe8");
   assert.deepEqual(e4b.files, [{ path: "gemma-4-E4B-it-Q4_K_M.gguf", size: 5335289824, sha256: "90ce98129eb3e8cc57e62433d500c97c624b1e3af1fcc85dd3b55ad7e0313e9f" }]);
+  // Their vision towers, llama.cpp's projector files at the same revisions (vision and audio).
+  assert.deepEqual(e2b.vision_files, [{ path: "gemma-4-E2B-it-mmproj.gguf", size: 986833664, sha256: "021059cce659fe7f9170d5599761d7bbaf644b798dab9503aca30dc43e6beb14" }]);
+  assert.deepEqual(e4b.vision_files, [{ path: "mmproj-gemma-4-E4B-it-Q8_0.gguf", size: 559874528, sha256: "51d4b7fd825e4569f746b200fccc5332bf914e8ef7cbe447272ce4fec6df3db6" }]);
 });
 
 test("every manifest has exactly the schema's fields", () => {
@@ -38,12 +41,12 @@ test("every manifest has exactly the schema's fields", () => {
   assert.ok(paths.length >= 3);
   for (const path of paths) {
     const m = read(path);
-    const keys = Object.keys(m).filter((k) => k !== "known_uploads").sort();
+    const keys = Object.keys(m).filter((k) => k !== "known_uploads" && k !== "vision_files").sort();
     assert.deepEqual(keys, ["files", "format", "id", "name", "repo", "revision"], path);
     assert.ok(m.revision && m.files.every((f) => f.size !== null && f.sha256 !== null), `${path}: no unpinned manifest ships`);
     for (const u of m.known_uploads ?? []) assert.deepEqual(Object.keys(u).sort(), ["note", "path", "revision", "sha256", "size"], `${path}: known upload`);
     assert.equal(`${m.id}.json`, path.split("/").pop(), path);
-    for (const f of m.files) assert.deepEqual(Object.keys(f).sort(), ["path", "sha256", "size"], `${path}: ${f.path}`);
+    for (const f of [...m.files, ...(m.vision_files ?? [])]) assert.deepEqual(Object.keys(f).sort(), ["path", "sha256", "size"], `${path}: ${f.path}`);
   }
 });
 

@@ -82,6 +82,7 @@ export function engineView(
             t("factModel"),
             model ? t("modelFacts", model.name, String(model.layers), formatNumber(model.context_tokens), formatNumber(model.load_ms)) : t("noModel"),
           );
+          if (model) fact(t("factSight"), model.sees_images ? t("sightYes") : model.vision_failure ? t("sightFailed", model.vision_failure) : t("sightNo"));
           const result = el(
             "p",
             { class: test.passed ? "self-test" : "self-test bad" },
