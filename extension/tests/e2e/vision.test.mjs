@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { launch, until } from "../lib/browser.mjs";
 import { overlayEval, overlayText, queryOverlay, screenshot } from "../lib/overlay.mjs";
-import { ask, call, decide, done, openAgentPage, scriptedPrompts, useScript, waitForTask } from "../lib/agent.mjs";
+import { ask, call, decide, done, openAgentPage, scriptedImagePrompts, scriptedPrompts, useScript, waitForTask } from "../lib/agent.mjs";
 import { servePages } from "../lib/pages.mjs";
 
 let pages;
@@ -22,15 +22,6 @@ after(async () => {
   await chrome?.close();
   await pages?.close();
 });
-
-/** What the engine made of each scripted step's screenshots (token counts). */
-async function imagePrompts() {
-  const json = await chrome.console.evaluate(
-    "/offscreen.html",
-    `import(chrome.runtime.getURL("wasm/hearth_offscreen.js")).then((engine) => engine.scriptedImagePrompts())`,
-  );
-  return JSON.parse(json);
-}
 
 /** The point of the viewport at (x, y) CSS pixels, as click_at takes it: 0–1000 across and down. */
 const normalized = (page, x, y) => page.evaluate(([x, y]) => [Math.round((x / innerWidth) * 1000), Math.round((y / innerHeight) * 1000)], [x, y]);
@@ -60,7 +51,7 @@ test("the model sees a screenshot and clicks a canvas by position; another site'
   assert.equal(await frame.locator("#buy").textContent(), "Buy now", "the denied click never reached the frame");
 
   // The engine turned the screenshot into the tower's soft tokens at the placeholder.
-  const prepared = await imagePrompts();
+  const prepared = await scriptedImagePrompts(chrome);
   assert.ok(prepared.length >= 1, JSON.stringify(prepared));
   for (const p of prepared) {
     assert.equal(p.error, null, p.error);

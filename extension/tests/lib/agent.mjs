@@ -45,6 +45,16 @@ export async function scriptedPrompts(chrome) {
   return JSON.parse(json);
 }
 
+/** What the engine made of each scripted step's screenshots: token counts before and after each
+ * image's placeholder became its soft tokens (`scriptedImagePrompts`). */
+export async function scriptedImagePrompts(chrome) {
+  const json = await chrome.console.evaluate(
+    "/offscreen.html",
+    `import(chrome.runtime.getURL("wasm/hearth_offscreen.js")).then((engine) => engine.scriptedImagePrompts())`,
+  );
+  return JSON.parse(json);
+}
+
 /** Types a message into the overlay's composer and sends it. */
 export async function ask(page, text) {
   await clickInOverlay(page, "textarea.composer");
