@@ -91,6 +91,13 @@ const GENERATORS: &[Generator] = &[
         // Also gemma4-vision-mlx, beside it.
         writes: "crates/model/fixtures/gemma4-vision",
     },
+    Generator {
+        name: "gemma4-drafter",
+        // Drafts for parity's gemma4-text, read from its files.
+        script: "crates/model/fixtures/gen_drafter_parity.py",
+        packages: TORCH,
+        writes: "crates/model/fixtures/gemma4-drafter",
+    },
 ];
 
 pub fn fixtures(names: &[String]) -> Result<(), String> {

@@ -16,7 +16,7 @@ use crate::config::{LayerType, TextConfig};
 use crate::error::ModelError;
 
 /// Additive mask value for keys a query must not see (finite: WGSL handles it like any number).
-const MASKED: f32 = -1e30;
+pub(crate) const MASKED: f32 = -1e30;
 
 #[derive(Debug, Clone, Copy)]
 pub struct CacheOptions {
@@ -142,6 +142,16 @@ pub struct KvCache {
     /// whenever a buffer it uses may change: a checkpoint (the next write copies the rings) or a
     /// restore (other rings).
     pub(crate) recorded: Option<crate::step_recording::RecordedStep>,
+}
+
+/// One layer's cache as it stands, for a reader outside the model's own layers (a drafter).
+pub(crate) struct CachedKv {
+    pub kind: LayerType,
+    /// `[Hkv, rows, d]`: the keys normed and rotated, the values as attention reads them.
+    pub keys: Tensor<3>,
+    pub values: Tensor<3>,
+    /// The position row `r` holds (`None`: an empty ring slot).
+    pub positions: Vec<Option<usize>>,
 }
 
 /// The buffers a one-token step reads its position from, per layer type (index:
@@ -290,6 +300,28 @@ impl KvCache {
             s /= 2;
         }
         s
+    }
+
+    /// Layer `layer`'s keys and values: positions `0..len` for a full-attention layer, the
+    /// whole ring for a sliding one; `None` for a KV-shared layer, which caches nothing. The
+    /// tensors share the cache's buffers, so a write while they are held copies them first.
+    pub(crate) fn layer_kv(&self, layer: usize) -> Option<CachedKv> {
+        let kv = self.layers.get(layer)?.as_ref()?;
+        let [heads, _, d] = kv.keys.dims();
+        Some(match kv.kind {
+            LayerType::Full => CachedKv {
+                kind: kv.kind,
+                keys: kv.keys.clone().slice([0..heads, 0..self.len, 0..d]),
+                values: kv.values.clone().slice([0..heads, 0..self.len, 0..d]),
+                positions: (0..self.len).map(Some).collect(),
+            },
+            LayerType::Sliding => CachedKv {
+                kind: kv.kind,
+                keys: kv.keys.clone(),
+                values: kv.values.clone(),
+                positions: self.ring_positions.clone(),
+            },
+        })
     }
 
     /// Forgets everything.

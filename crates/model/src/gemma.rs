@@ -501,6 +501,36 @@ impl Gemma {
         Ok(if rows.len() == 1 { rows.remove(0) } else { Tensor::cat(rows, 0) })
     }
 
+    /// [`Self::forward`] at every position, with the hidden states after the final norm beside
+    /// the logits: `([S, vocab], [S, h])`. A drafter reads the state of the last position it
+    /// drafts from (`crate::drafter`). Runs launch by launch: a verification takes several tokens,
+    /// which a recorded one-token step does not.
+    pub fn forward_hidden(&self, tokens: &[u32], cache: &mut KvCache) -> Result<(Tensor<2>, Tensor<2>), ModelError> {
+        let c = &self.config;
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+            return Err(ModelError::TokenOutOfRange(bad));
+        }
+        let (mut logits, mut hidden) = (Vec::new(), Vec::new());
+        let mut rest = tokens;
+        while !rest.is_empty() {
+            let (chunk, after) = rest.split_at(cache.next_chunk(rest.len()));
+            rest = after;
+            let geometry = cache.plan(chunk.len(), &self.device)?;
+            let (x0, token_rows) = self.embed(chunk);
+            let x = self.layers_and_norm(x0, token_rows, cache, &geometry, true);
+            cache.commit(&geometry);
+            logits.push(self.head(x.clone()));
+            hidden.push(x);
+        }
+        if logits.is_empty() {
+            return Ok((
+                Tensor::zeros([0, c.vocab_size], &self.device),
+                Tensor::zeros([0, c.hidden_size], &self.device),
+            ));
+        }
+        Ok((Tensor::cat(logits, 0), Tensor::cat(hidden, 0)))
+    }
+
     fn forward_chunk(
         &self,
         tokens: &[u32],
@@ -542,12 +572,17 @@ impl Gemma {
     /// table `[S, L·P]` (scaled by √P): the lookups, which depend on the ids.
     pub(crate) fn embed(&self, tokens: &[u32]) -> (Tensor<2>, Option<Tensor<2>>) {
         let c = &self.config;
-        let x0 = self.embed_tokens.lookup(tokens, &self.device).mul_scalar(c.embed_scale);
+        let x0 = self.token_embedding(tokens);
         let token_rows = self.per_layer.as_ref().map(|ple| {
             let p = ple.table.width() / c.num_layers;
             ple.table.lookup(tokens, (p as f32).sqrt(), &self.device)
         });
         (x0, token_rows)
+    }
+
+    /// The tokens' embeddings, scaled as the first layer takes them.  [S, h]
+    pub(crate) fn token_embedding(&self, tokens: &[u32]) -> Tensor<2> {
+        self.embed_tokens.lookup(tokens, &self.device).mul_scalar(self.config.embed_scale)
     }
 
     /// [`Self::embed`], with the placeholders' rows replaced by the soft tokens (as transformers
@@ -607,6 +642,25 @@ impl Gemma {
         geometry: &ChunkGeometry,
         all_positions: bool,
     ) -> Tensor<2> {
+        let x = self.layers_and_norm(x0, token_rows, cache, geometry, all_positions);
+        self.head(x)
+    }
+
+    /// Tied head: logits = cap · tanh(x · Eᵀ / cap).  [rows, h] → [rows, vocab]
+    fn head(&self, x: Tensor<2>) -> Tensor<2> {
+        self.embed_tokens.logits(x, self.config.final_logit_softcap)
+    }
+
+    /// [`Self::layers_and_head`] up to the final norm: the hidden states the head reads
+    /// `[S or 1, h]`.
+    fn layers_and_norm(
+        &self,
+        x0: Tensor<2>,
+        token_rows: Option<Tensor<2>>,
+        cache: &mut KvCache,
+        geometry: &ChunkGeometry,
+        all_positions: bool,
+    ) -> Tensor<2> {
         let c = &self.config;
         let s = x0.dims()[0];
         let per_layer_inputs = token_rows.and_then(|rows| self.per_layer_inputs(rows, x0.clone()));
@@ -641,9 +695,7 @@ impl Gemma {
         }
 
         let x = if all_positions { x } else { x.slice([s - 1..s, 0..c.hidden_size]) };
-        let x = rms_norm(x, &self.final_norm, c.rms_norm_eps);
-        // Tied head: logits = cap · tanh(x · Eᵀ / cap).  [rows, vocab]
-        self.embed_tokens.logits(x, c.final_logit_softcap)
+        rms_norm(x, &self.final_norm, c.rms_norm_eps)
     }
 
     /// Gemma 4 PLE: `(rmsnorm(x0 · Wpmp · h^-½) + table[t] · √P) · 2^-½`, as [S, L, P], from the

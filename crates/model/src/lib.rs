@@ -7,6 +7,8 @@
 //! - [`config`] → [`gemma`] → [`cache`]: the model, as the spec reads: configuration, layers,
 //!   forward pass, KV cache; [`step_recording`]: the one-token step recorded once and replayed per
 //!   token; [`error`]: the model's error.
+//! - [`drafter`]: Gemma 4's assistant, which drafts tokens from the main model's hidden state and
+//!   keys and values for speculative decoding.
 //! - [`constrain`]: tool calls held to the offered tools' syntax while they are sampled.
 //!
 //! The kernels (packed matrices, fused element-wise chains, decode attention, the per-layer
@@ -15,6 +17,7 @@
 pub mod cache;
 pub mod config;
 pub mod constrain;
+pub mod drafter;
 pub mod error;
 pub mod gemma;
 pub mod generate;

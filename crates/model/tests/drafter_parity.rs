@@ -1,0 +1,173 @@
+//! Gemma 4's assistant (drafter) against transformers 5.23 on tiny random models
+//! (fixtures/gemma4-drafter, made by fixtures/gen_drafter_parity.py, beside fixtures/gemma4-text):
+//! the main model's next token and last hidden state, then 4 draft steps' logits within 1e-3 and
+//! their greedy ids, for the tied head and the centroid-masked head, after a prompt and after a
+//! verification that kept some tokens and rewound the rest. CPU backend and wgpu.
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::{Device, Tensor};
+use hearth_model::drafter::{self, Drafter, DrafterError};
+use hearth_model::model_dir::{load_config, load_model};
+use hearth_model::{CacheOptions, Gemma, KvCache, gpu};
+use serde::Deserialize;
+
+const TOLERANCE: f32 = 1e-3;
+
+#[derive(Deserialize)]
+struct Fixture {
+    main: String,
+    cases: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    drafter: String,
+    prompt: Vec<u32>,
+    accepted: Vec<u32>,
+    rejected: Vec<u32>,
+    next_token: u32,
+    hidden: Vec<f32>,
+    drafted: Vec<u32>,
+    logits: Vec<Vec<f32>>,
+}
+
+fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gemma4-drafter")
+}
+
+fn fixture() -> Fixture {
+    let text = std::fs::read_to_string(fixture_dir().join("expected.json")).expect("fixture present");
+    serde_json::from_str(&text).expect("fixture parses")
+}
+
+fn devices() -> Vec<(&'static str, Device)> {
+    let mut devices = vec![("cpu", Device::flex())];
+    match gpu::init_gpu_blocking() {
+        Ok(gpu) => devices.push(("wgpu", gpu.device)),
+        Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => {
+            eprintln!("no GPU, testing the CPU backend only: {err}")
+        }
+        Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
+    }
+    devices
+}
+
+fn rows(t: Tensor<2>) -> Vec<Vec<f32>> {
+    let [_, width] = t.dims();
+    let values: Vec<f32> = pollster::block_on(t.into_data_async()).unwrap().try_into_vec().unwrap();
+    values.chunks(width).map(<[f32]>::to_vec).collect()
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    let best = row.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b });
+    best.0 as u32
+}
+
+fn max_diff(actual: &[f32], expected: &[f32]) -> f32 {
+    assert_eq!(actual.len(), expected.len(), "width");
+    actual.iter().zip(expected).map(|(a, e)| (a - e).abs()).fold(0.0, f32::max)
+}
+
+/// The main model's round, as the engine runs it: the prompt, then (when the case has them) the
+/// accepted tokens and the rejected drafts in one verification, the rejected ones rewound. Returns
+/// the next token (greedy, from the last kept position) and the hidden state there `[1, H]`.
+fn main_round(model: &Gemma, cache: &mut KvCache, case: &Case) -> (u32, Tensor<2>) {
+    let (mut logits, mut hidden) = model.forward_hidden(&case.prompt, cache).unwrap();
+    let mut last = case.prompt.len() - 1;
+    if !case.accepted.is_empty() {
+        let verified: Vec<u32> = case.accepted.iter().chain(&case.rejected).copied().collect();
+        (logits, hidden) = model.forward_hidden(&verified, cache).unwrap();
+        assert!(cache.truncate(cache.len() - case.rejected.len()), "the rejected drafts rewind exactly");
+        last = case.accepted.len() - 1;
+    }
+    let h = model.config.hidden_size;
+    let logits = rows(logits.slice([last..last + 1, 0..model.config.vocab_size]));
+    (argmax(&logits[0]), hidden.slice([last..last + 1, 0..h]))
+}
+
+/// Drafts `case.drafted.len()` greedy steps and checks each step's logits and id.
+fn check_case(label: &str, model: &Gemma, drafter: &Drafter, options: CacheOptions, case: &Case) -> f32 {
+    let mut cache = KvCache::new(&model.config, options, model.device());
+    let (next, state) = main_round(model, &mut cache, case);
+    assert_eq!(next, case.next_token, "{label}: the main model's next token");
+    let hidden_diff = max_diff(&rows(state.clone())[0], &case.hidden);
+    assert!(hidden_diff <= TOLERANCE, "{label}: main hidden state |Δ| {hidden_diff}");
+    assert_eq!(cache.len(), case.prompt.len() + case.accepted.len());
+
+    let context = drafter.context(&cache).unwrap();
+    assert_eq!(context.position(), cache.len());
+    let (mut token, mut state) = (next, state);
+    let mut drafted = Vec::new();
+    let mut worst = 0.0f32;
+    for (step, expected) in case.logits.iter().enumerate() {
+        let draft = drafter.step(model, &context, token, state).unwrap();
+        let logits = rows(draft.logits).remove(0);
+        let diff = max_diff(&logits, expected);
+        assert!(diff <= TOLERANCE, "{label}: step {step} max |Δlogit| {diff} > {TOLERANCE}");
+        worst = worst.max(diff);
+        token = argmax(&logits);
+        drafted.push(token);
+        state = draft.state;
+    }
+    assert_eq!(drafted, case.drafted, "{label}: drafted ids");
+    eprintln!("{label}: max |Δlogit| = {worst:.2e} (hidden {hidden_diff:.1e}), drafted {drafted:?}");
+    worst
+}
+
+/// Both heads, after a prompt and after a verification with a rewind: in one chunk, and in chunks
+/// of 4 through a sliding ring of 12 that wraps (the drafter reads the ring's slots); with the
+/// drafter's embedding whole and in blocks of 10 rows (as a real one is split to fit bindings).
+#[test]
+fn drafted_logits_match_transformers() {
+    let fixture = fixture();
+    let main_dir = fixture_dir().join(&fixture.main);
+    let main_config = load_config(&main_dir).unwrap();
+    let chunked = CacheOptions { max_context: 64, max_chunk: 4 };
+    for (device_name, device) in devices() {
+        let model = load_model(&main_dir, &device).unwrap();
+        for name in ["tied", "centroids"] {
+            let dir = fixture_dir().join(name);
+            let whole = drafter::load_dir(&dir, &main_config, &device).unwrap();
+            let config =
+                drafter::DrafterConfig::from_json(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+            let mut checkpoint = hearth_weights::Checkpoint::open(&dir).unwrap();
+            let split =
+                Drafter::load_with_tensor_limit(config, &main_config, &mut checkpoint, &device, 10 * 24 * 4).unwrap();
+            let cases: Vec<&Case> = fixture.cases.iter().filter(|c| c.drafter == name).collect();
+            assert_eq!(cases.len(), 2, "{name}: a prompt case and a verification case");
+            let mut worst = 0.0f32;
+            for (i, case) in cases.into_iter().enumerate() {
+                for (layout, drafter) in [("whole", &whole), ("split", &split)] {
+                    for (chunking, options) in [("one chunk", CacheOptions::default()), ("chunks of 4", chunked)] {
+                        let label = format!("{name} case {i} on {device_name} ({layout}, {chunking})");
+                        worst = worst.max(check_case(&label, &model, drafter, options, case));
+                    }
+                }
+            }
+            eprintln!("{name} on {device_name}: max |Δlogit| over every step = {worst:.2e}");
+        }
+    }
+}
+
+/// What the drafter cannot draft from is refused, typed: an empty cache (no keys to read yet), a
+/// state of the wrong width, a token outside the vocabulary.
+#[test]
+fn the_drafter_refuses_what_it_cannot_draft_from() {
+    let fixture = fixture();
+    let main_dir = fixture_dir().join(&fixture.main);
+    let device = Device::flex();
+    let model = load_model(&main_dir, &device).unwrap();
+    let drafter = drafter::load_dir(&fixture_dir().join("tied"), &model.config, &device).unwrap();
+    let mut cache = KvCache::new(&model.config, CacheOptions::default(), &device);
+    assert!(matches!(drafter.context(&cache), Err(DrafterError::EmptyContext)));
+
+    let (_, hidden) = model.forward_hidden(&fixture.cases[0].prompt, &mut cache).unwrap();
+    let context = drafter.context(&cache).unwrap();
+    let narrow = hidden.clone().slice([0..1, 0..16]);
+    let err = drafter.step(&model, &context, 5, narrow).err();
+    assert!(matches!(err, Some(DrafterError::StateShape { width: 32, .. })), "{err:?}");
+    let state = hidden.slice([0..1, 0..32]);
+    let err = drafter.step(&model, &context, 128, state).err();
+    assert!(matches!(err, Some(DrafterError::Model(_))), "{err:?}");
+}
