@@ -70,3 +70,21 @@ test("the model sees a screenshot and clicks a canvas by position; another site'
   assert.match(src, /^data:image\/jpeg;base64,/);
   await page.close();
 });
+
+test("a chart wrapped in another site's link while the click is on its way is not clicked", { timeout: 300_000 }, async () => {
+  const requests = [];
+  const offSite = `${pages.crossOriginUrl}/agent/frame-button.html?from=wrap`;
+  const page = await openAgentPage(chrome, `${pages.url}/agent/canvas.html?wrap=${encodeURIComponent(offSite)}`);
+  page.on("request", (r) => requests.push(r.url()));
+  const [tx, ty] = await normalized(page, 41 + 300, 61 + 90);
+  await useScript(chrome, [call("screenshot"), call("click_at", `x:${tx},y:${ty}`), done("Tried.")]);
+  await ask(page, "Click the red target on the chart.");
+  await waitForTask(page, ["done"], 300_000);
+  // The chart was judged a harmless canvas; the page made it a link on mousedown: the click was not sent.
+  assert.equal(await page.locator("#clicks").textContent(), "", "the canvas got no click");
+  assert.ok(page.url().startsWith(pages.url), page.url());
+  assert.ok(!requests.some((u) => u.includes("from=wrap")), requests.join("\n"));
+  const prompts = await scriptedPrompts(chrome);
+  assert.match(prompts.at(-1), /changed since the snapshot/, "the model is told what happened");
+  await page.close();
+});

@@ -60,7 +60,9 @@ export async function clickAt(p: Point, signal: AbortSignal): Promise<ToolOutput
   const label = wanted ? describe(wanted, indexFor(wanted)) : "the page's background";
   const changes = watchChanges(target);
   try {
-    clickPoint(target, x, y, () => !wanted || sameEffect(wanted, target, ["link", "submit"]) || wanted === target, label);
+    // Checked again after the page's pointer and mouse handlers ran: a canvas wrapped in a link on
+    // mousedown would now lead elsewhere.
+    clickPoint(target, x, y, () => !wanted || sameEffect(wanted, target, ["link", "submit"]), label);
   } catch (error) {
     changes();
     throw error;
