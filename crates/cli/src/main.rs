@@ -430,6 +430,7 @@ fn run_generate(
         stop_tokens: &stop_tokens,
         tool_calls: calls.as_mut(),
         images: prompt_images.as_ref(),
+        speculation: None,
     };
     let result = pollster::block_on(generate::generate(
         &mut session,

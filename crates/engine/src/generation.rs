@@ -47,6 +47,7 @@ pub fn generate_step(
                 stop_tokens: &model.stop_tokens,
                 tool_calls: calls.as_mut(),
                 images: prepared.images.as_ref(),
+                speculation: None,
             };
             let mut stop = StopAfter::new(&model.tokenizer, &request.stop_after);
             let on_token = |id, text: &str| {

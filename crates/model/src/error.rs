@@ -27,6 +27,11 @@ pub enum ModelError {
         "the conversation no longer fits the model's context ({0} tokens): clear the conversation (settings) and start again"
     )]
     ContextFull(usize),
+    /// A verification was longer than the cache can rewind (a bug in the drafting loop).
+    #[error(
+        "the cache holds {held} positions and cannot go back to {wanted} exactly; this conversation's cache was cleared and will be recomputed"
+    )]
+    Rewind { held: usize, wanted: usize },
     /// Recording the one-token step failed on this device; the model then runs its steps launch by
     /// launch (the session recomputes the conversation's cache, which the failure lost).
     #[error("recording the decode step on this GPU failed ({0}); steps now run unrecorded")]

@@ -531,6 +531,45 @@ impl Gemma {
         Ok((Tensor::cat(logits, 0), Tensor::cat(hidden, 0)))
     }
 
+    /// [`Self::forward_with`] for a prompt a drafter will draft after: the last position's logits
+    /// `[1, vocab]` and its hidden state after the final norm `[1, h]`. Runs launch by launch.
+    pub fn forward_last_hidden(
+        &self,
+        tokens: &[u32],
+        soft_tokens: Option<&SoftTokens>,
+        cache: &mut KvCache,
+    ) -> Result<(Tensor<2>, Tensor<2>), ModelError> {
+        let Some((&last, before)) = tokens.split_last() else { return Err(ModelError::EmptyPrompt) };
+        if last as usize >= self.config.vocab_size {
+            return Err(ModelError::TokenOutOfRange(last));
+        }
+        let placeholders_before =
+            soft_tokens.map_or(0, |soft| before.iter().filter(|&&t| t == soft.placeholder).count());
+        let split = |soft: &SoftTokens, range: std::ops::Range<usize>| SoftTokens {
+            placeholder: soft.placeholder,
+            rows: soft.rows.clone().slice([range, 0..self.config.hidden_size]),
+        };
+        let soft_before =
+            soft_tokens.filter(|_| placeholders_before > 0).map(|soft| split(soft, 0..placeholders_before));
+        let soft_last = soft_tokens.filter(|soft| last == soft.placeholder).map(|soft| {
+            let rows = soft.rows.dims()[0];
+            split(soft, rows.saturating_sub(1)..rows)
+        });
+        if let Some(soft) = soft_tokens {
+            let (placeholders, rows) =
+                (placeholders_before + usize::from(last == soft.placeholder), soft.rows.dims()[0]);
+            if placeholders != rows {
+                return Err(ModelError::SoftTokens { placeholders, rows });
+            }
+        }
+        self.forward_with(before, soft_before.as_ref(), cache, false)?;
+        let geometry = cache.plan(1, &self.device)?;
+        let (x0, token_rows) = self.embed_with(&[last], soft_last.as_ref());
+        let x = self.layers_and_norm(x0, token_rows, cache, &geometry, false);
+        cache.commit(&geometry);
+        Ok((self.head(x.clone()), x))
+    }
+
     fn forward_chunk(
         &self,
         tokens: &[u32],

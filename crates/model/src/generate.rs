@@ -7,9 +7,11 @@ use burn::tensor::{Int, Tensor};
 use hearth_kernels::mask_logits;
 
 use crate::constrain::CallConstraint;
+use crate::drafter::DrafterError;
 use crate::error::ModelError;
 use crate::sampling::{SampleError, Sampler};
 use crate::session::{PromptImages, Session};
+use crate::speculative::{Speculation, SpeculationStats, generate_speculative};
 use crate::tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
 
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +22,8 @@ pub enum GenerateError {
     Sample(#[from] SampleError),
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    #[error("the drafter failed: {0}")]
+    Drafter(#[from] DrafterError),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -36,7 +40,10 @@ pub struct Generation {
     pub decode_ms: f64,
     /// Of `decode_ms`, the host's, per decoded token: building the token's step and its sampling
     /// on the device (Burn's operations, the kernels' launches), without the waits for the GPU.
+    /// Empty when drafting (a round's host time covers several tokens).
     pub decode_host_ms: Vec<f64>,
+    /// What drafting did, when the generation drafted.
+    pub speculation: Option<SpeculationStats>,
 }
 
 impl Generation {
@@ -71,18 +78,22 @@ impl Generation {
 
 /// Chooses the next token on the device, among those that keep a tool call valid while one is
 /// open; [`read`] reads it back.
-fn choose(sampler: &mut Sampler, logits: Tensor<2>, calls: Option<&mut CallConstraint>) -> Tensor<2, Int> {
-    let Some(calls) = calls else { return sampler.choose(logits) };
+pub(crate) fn choose(sampler: &mut Sampler, logits: Tensor<2>, calls: Option<&mut CallConstraint>) -> Tensor<2, Int> {
+    sampler.choose(constrain(logits, calls))
+}
+
+/// `logits` ([1, vocab]) without the tokens an open tool call forbids.
+pub(crate) fn constrain(logits: Tensor<2>, calls: Option<&mut CallConstraint>) -> Tensor<2> {
+    let Some(calls) = calls else { return logits };
     let vocab = logits.dims()[1];
-    let logits = match calls.mask(vocab) {
+    match calls.mask(vocab) {
         Some(words) => mask_logits(logits, words),
         None => logits,
-    };
-    sampler.choose(logits)
+    }
 }
 
 /// The chosen token, read back; an open tool call advances by it.
-async fn read(choice: Tensor<2, Int>, calls: Option<&mut CallConstraint>) -> Result<u32, SampleError> {
+pub(crate) async fn read(choice: Tensor<2, Int>, calls: Option<&mut CallConstraint>) -> Result<u32, SampleError> {
     let id = Sampler::read(choice).await?;
     if let Some(calls) = calls {
         calls.advance(id);
@@ -94,7 +105,7 @@ fn per_second(count: usize, ms: f64) -> f64 {
     if ms > 0.0 { count as f64 * 1e3 / ms } else { 0.0 }
 }
 
-pub struct GenerateOptions<'a> {
+pub struct GenerateOptions<'a, 's> {
     pub max_tokens: usize,
     /// Any of these ends the reply (Gemma 4 -it: `<eos>`, `<turn|>`, `<|tool_response>`).
     pub stop_tokens: &'a [u32],
@@ -102,6 +113,8 @@ pub struct GenerateOptions<'a> {
     pub tool_calls: Option<&'a mut CallConstraint>,
     /// The prompt's images, whose soft tokens take its placeholders (`None`: no images).
     pub images: Option<&'a PromptImages>,
+    /// Drafting (speculative decoding; `None`: one token per step).
+    pub speculation: Option<&'a mut Speculation<'s>>,
 }
 
 /// Generates a continuation of `prompt`. `on_token(id, text)` is called for every token with the
@@ -112,10 +125,14 @@ pub async fn generate(
     sampler: &mut Sampler,
     tokenizer: &Tokenizer,
     prompt: &[u32],
-    options: GenerateOptions<'_>,
+    options: GenerateOptions<'_, '_>,
     now_ms: impl Fn() -> f64,
     mut on_token: impl FnMut(u32, &str) -> ControlFlow<()>,
 ) -> Result<Generation, GenerateError> {
+    let mut options = options;
+    if let Some(speculation) = options.speculation.take() {
+        return generate_speculative(session, sampler, tokenizer, prompt, options, speculation, now_ms, on_token).await;
+    }
     let start = now_ms();
     let mut decoder = StreamDecoder::default();
     let mut token_ids = Vec::new();
@@ -155,5 +172,6 @@ pub async fn generate(
         prefill_ms: first_token_at - start,
         decode_ms: now_ms() - first_token_at,
         decode_host_ms,
+        speculation: None,
     })
 }

@@ -9,6 +9,8 @@
 //!   token; [`error`]: the model's error.
 //! - [`drafter`]: Gemma 4's assistant, which drafts tokens from the main model's hidden state and
 //!   keys and values for speculative decoding.
+//! - [`speculative`]: speculative decoding: drafts (the assistant's, or a lookup's) verified in
+//!   one chunk, the accepted prefix kept.
 //! - [`constrain`]: tool calls held to the offered tools' syntax while they are sampled.
 //!
 //! The kernels (packed matrices, fused element-wise chains, decode attention, the per-layer
@@ -27,6 +29,7 @@ pub mod model_dir;
 pub mod sampling;
 pub mod self_test;
 pub mod session;
+pub mod speculative;
 pub mod step_recording;
 pub mod tokenizer;
 pub mod vision;

@@ -3,7 +3,7 @@
 //! the whole vocabulary every token would dominate decode time).
 
 use burn::tensor::activation::softmax;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SamplingOptions {
@@ -34,6 +34,12 @@ impl SamplingOptions {
 #[error("reading the sampled token back from the GPU failed: {0}")]
 pub struct SampleError(String);
 
+impl SampleError {
+    pub(crate) fn new(message: String) -> Self {
+        SampleError(message)
+    }
+}
+
 pub struct Sampler {
     options: SamplingOptions,
     rng: SplitMix64,
@@ -63,16 +69,26 @@ impl Sampler {
         if self.options.is_greedy() {
             return logits.argmax(1);
         }
+        let candidates = self.candidates(logits);
+        self.draw(&candidates)
+    }
+
+    pub fn is_greedy(&self) -> bool {
+        self.options.is_greedy()
+    }
+
+    /// The distribution each row of `logits` ([rows, vocab]) is sampled from: temperature, then
+    /// top-k, then top-p. Not for greedy options (whose distribution is the argmax).
+    pub fn candidates(&self, logits: Tensor<2>) -> Candidates {
         let vocab = logits.dims()[1];
         let k = match self.options.top_k {
             0 => MAX_CANDIDATES,
             k => k,
         }
         .min(vocab);
-        let device = logits.device();
-        // Candidates in descending order: [1, k]
-        let (values, indices) = logits.topk_with_indices(k, 1);
-        let scaled = values.div_scalar(self.options.temperature);
+        // Candidates in descending order: [rows, k]
+        let (values, ids) = logits.topk_with_indices(k, 1);
+        let scaled = values.div_scalar(self.options.temperature.max(f32::MIN_POSITIVE));
         let mut scores = scaled.clone();
         if self.options.top_p < 1.0 {
             let probs = softmax(scaled, 1);
@@ -80,11 +96,60 @@ impl Sampler {
             let before = probs.clone().cumsum(1) - probs;
             scores = scores.mask_fill(before.greater_equal_elem(self.options.top_p), -1e30);
         }
+        Candidates { ids, scores }
+    }
+
+    /// One id per row of `candidates`, drawn from its distribution: [rows, 1] on the device.
+    pub fn draw(&mut self, candidates: &Candidates) -> Tensor<2, Int> {
         // Gumbel-max: argmax(score + Gumbel noise) samples from softmax(score).
-        let noise: Vec<f32> = (0..k).map(|_| -(-self.rng.next_open_unit().ln()).ln() as f32).collect();
-        let noise = Tensor::<2>::from_data(TensorData::new(noise, [1, k]), &device);
-        let pick = (scores + noise).argmax(1);
-        indices.gather(1, pick)
+        let noise = self.gumbel(candidates.scores.dims(), &candidates.scores.device());
+        let pick = (candidates.scores.clone() + noise).argmax(1);
+        candidates.ids.clone().gather(1, pick)
+    }
+
+    /// Gumbel noise, `[rows, k]`, from the seeded generator.
+    pub fn gumbel(&mut self, [rows, k]: [usize; 2], device: &Device) -> Tensor<2> {
+        let noise: Vec<f32> = (0..rows * k).map(|_| -(-self.rng.next_open_unit().ln()).ln() as f32).collect();
+        Tensor::<2>::from_data(TensorData::new(noise, [rows, k]), device)
+    }
+
+    /// A uniform draw in (0, 1) from the seeded generator (speculative sampling's acceptance test).
+    pub fn uniform(&mut self) -> f64 {
+        self.rng.next_open_unit()
+    }
+}
+
+/// A sampling distribution over a few candidates per row, on the device.
+#[derive(Clone)]
+pub struct Candidates {
+    /// `[rows, k]` token ids, the most likely first.
+    pub ids: Tensor<2, Int>,
+    /// `[rows, k]` unnormalised log-probabilities (dropped candidates −1e30).
+    pub scores: Tensor<2>,
+}
+
+impl Candidates {
+    /// `[rows, k]` probabilities.
+    pub fn probs(&self) -> Tensor<2> {
+        softmax(self.scores.clone(), 1)
+    }
+
+    /// The probability of `ids[r]` in row `r`: `[rows]` ids (on the device) → `[rows, 1]`.
+    pub fn prob_of(&self, ids: Tensor<2, Int>) -> Tensor<2> {
+        let dims = self.ids.dims();
+        let hit = self.ids.clone().equal(ids.expand(dims)).float(); // [rows, k]
+        (self.probs() * hit).sum_dim(1)
+    }
+
+    /// Row `r`'s probability of each of `others`' candidates of row `r`: `[rows, k']`.
+    pub fn prob_at(&self, others: &Tensor<2, Int>) -> Tensor<2> {
+        let [rows, k] = self.ids.dims();
+        let k_other = others.dims()[1];
+        // [rows, k', k]: candidate j' of `others` against each of ours.
+        let shape = [rows, k_other, k];
+        let ours = self.ids.clone().reshape([rows, 1, k]).expand(shape);
+        let hit = others.clone().reshape([rows, k_other, 1]).expand(shape).equal(ours).float();
+        (hit * self.probs().reshape([rows, 1, k]).expand(shape)).sum_dim(2).reshape([rows, k_other])
     }
 }
 
@@ -118,6 +183,35 @@ mod tests {
     fn sample(options: SamplingOptions, values: &[f32], draws: usize) -> Vec<u32> {
         let mut sampler = Sampler::new(options);
         (0..draws).map(|_| pollster::block_on(sampler.sample(logits(values))).unwrap()).collect()
+    }
+
+    fn values(t: Tensor<2>) -> Vec<f32> {
+        pollster::block_on(t.into_data_async()).unwrap().try_into_vec().unwrap()
+    }
+
+    #[test]
+    fn candidates_give_each_tokens_probability() {
+        let options = SamplingOptions { temperature: 1.0, top_k: 3, top_p: 1.0, seed: 1 };
+        let sampler = Sampler::new(options);
+        // Row 0 keeps ids 1, 3, 2; row 1 keeps 0, 2, 1.
+        let logits = Tensor::<2>::from_data(
+            TensorData::new(vec![0.0, 3.0, 1.0, 2.0, 5.0, 0.0, 4.0, -9.0], [2, 4]),
+            &Device::flex(),
+        );
+        let p = sampler.candidates(logits);
+        let softmax3 = |a: f32, b: f32, c: f32| {
+            let s = a.exp() + b.exp() + c.exp();
+            [a.exp() / s, b.exp() / s, c.exp() / s]
+        };
+        let (row0, row1) = (softmax3(3.0, 2.0, 1.0), softmax3(5.0, 4.0, 0.0));
+        let ids = Tensor::<2, Int>::from_data(TensorData::new(vec![3i64, 3], [2, 1]), &Device::flex());
+        let of = values(p.prob_of(ids));
+        assert!((of[0] - row0[1]).abs() < 1e-6 && of[1].abs() < 1e-6, "{of:?}");
+        // Row r of `others` is looked up in row r: ids 2, 3, 0 and 2, 1, 3.
+        let others = Tensor::<2, Int>::from_data(TensorData::new(vec![2i64, 3, 0, 2, 1, 3], [2, 3]), &Device::flex());
+        let at = values(p.prob_at(&others));
+        let expected = [row0[2], row0[1], 0.0, row1[1], row1[2], 0.0];
+        assert!(at.iter().zip(expected).all(|(a, e)| (a - e).abs() < 1e-6), "{at:?} vs {expected:?}");
     }
 
     #[test]

@@ -171,6 +171,28 @@ impl Session {
         prompt: &[u32],
         images: &PromptImages,
     ) -> Result<(Tensor<2>, PrefillStats), ModelError> {
+        let (logits, _, stats) = self.prefill_inner(prompt, images, false)?;
+        Ok((logits, stats))
+    }
+
+    /// [`Self::prefill_with`] for a generation that drafts: also the hidden state of the prompt's
+    /// last position `[1, h]`, which the drafter's first step reads.
+    pub fn prefill_hidden(
+        &mut self,
+        prompt: &[u32],
+        images: &PromptImages,
+    ) -> Result<(Tensor<2>, Tensor<2>, PrefillStats), ModelError> {
+        let (logits, hidden, stats) = self.prefill_inner(prompt, images, true)?;
+        let hidden = hidden.ok_or(ModelError::EmptyPrompt)?;
+        Ok((logits, hidden, stats))
+    }
+
+    fn prefill_inner(
+        &mut self,
+        prompt: &[u32],
+        images: &PromptImages,
+        with_hidden: bool,
+    ) -> Result<(Tensor<2>, Option<Tensor<2>>, PrefillStats), ModelError> {
         if prompt.is_empty() {
             return Err(ModelError::EmptyPrompt);
         }
@@ -192,11 +214,64 @@ impl Session {
         self.held.tokens.truncate(keep);
         self.held.images = images.clone();
         let soft = images.soft_tokens(prompt, keep..prompt.len());
-        let logits = self.run(&prompt[keep..], soft)?;
+        let (logits, hidden) = if with_hidden {
+            let tokens = &prompt[keep..];
+            match self.model.forward_last_hidden(tokens, soft.as_ref(), &mut self.cache) {
+                Ok((logits, hidden)) => {
+                    self.held.tokens.extend_from_slice(tokens);
+                    (logits, Some(hidden))
+                }
+                Err(err) => return Err(self.forget(err)),
+            }
+        } else {
+            (self.run(&prompt[keep..], soft)?, None)
+        };
         // The answer decoded next may be longer than the rings can rewind; the next prompt will
         // diverge from it (re-rendered, or without its thoughts), so keep a way back to here.
         self.cache.checkpoint();
-        Ok((logits, PrefillStats { reused: keep, computed: prompt.len() - keep }))
+        Ok((logits, hidden, PrefillStats { reused: keep, computed: prompt.len() - keep }))
+    }
+
+    /// Runs `tokens` (a decoded token and the drafts after it) after those the cache holds:
+    /// logits and hidden states at every position, `([S, vocab], [S, h])`.
+    pub fn verify(&mut self, tokens: &[u32]) -> Result<(Tensor<2>, Tensor<2>), ModelError> {
+        match self.model.forward_hidden(tokens, &mut self.cache) {
+            Ok(out) => {
+                self.held.tokens.extend_from_slice(tokens);
+                Ok(out)
+            }
+            Err(err) => Err(self.forget(err)),
+        }
+    }
+
+    /// Keeps the first `n` positions: after a verification, the accepted ones. Exact only while
+    /// the rings still hold the window before `n` (a verification shorter than
+    /// [`Self::max_verify`] leaves it there); otherwise the cache is cleared and an error returned.
+    pub fn truncate(&mut self, n: usize) -> Result<(), ModelError> {
+        if self.cache.truncate(n) {
+            self.held.tokens.truncate(n);
+            return Ok(());
+        }
+        let held = self.cache.len();
+        Err(self.forget(ModelError::Rewind { held, wanted: n }))
+    }
+
+    /// The most tokens one verification may run and still be rewound to any of its positions,
+    /// with the window a drafter reads (one position more than the model's) still held.
+    pub fn max_verify(&self) -> usize {
+        self.cache.max_chunk().saturating_sub(1).max(1)
+    }
+
+    /// The cache, for a drafter to read.
+    pub fn cache(&self) -> &KvCache {
+        &self.cache
+    }
+
+    /// After a failed step the cache is in an unknown state: start over next time.
+    fn forget(&mut self, err: ModelError) -> ModelError {
+        self.cache.clear();
+        self.held = Held::default();
+        err
     }
 
     /// Appends one token and returns the logits for the next: [1, vocab]. A decoded token is
@@ -242,12 +317,7 @@ impl Session {
                 self.held.tokens = all;
                 Ok(logits)
             }
-            Err(err) => {
-                // A failed step leaves the cache in an unknown state: start over next time.
-                self.cache.clear();
-                self.held = Held::default();
-                Err(err)
-            }
+            Err(err) => Err(self.forget(err)),
         }
     }
 }

@@ -164,7 +164,13 @@ async fn free(model: &SharedModel, prompt: &str, sampling: SamplingOptions, max_
     let mut session = model.session.lock().await;
     session.use_conversation(PROBE_CONVERSATION);
     let mut sampler = Sampler::new(sampling);
-    let options = GenerateOptions { max_tokens, stop_tokens: &model.stop_tokens, tool_calls: None, images: None };
+    let options = GenerateOptions {
+        max_tokens,
+        stop_tokens: &model.stop_tokens,
+        tool_calls: None,
+        images: None,
+        speculation: None,
+    };
     let on_token = |id, _: &str| if Some(id) == close { ControlFlow::Break(()) } else { ControlFlow::Continue(()) };
     let generation = generate::generate(
         &mut session,

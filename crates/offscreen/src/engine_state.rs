@@ -447,8 +447,13 @@ pub async fn generate(request: &GenerateRequest, emit: &impl Fn(&GenerationEvent
         let prompt = template.render(&render).map_err(|e| e.to_string())?;
         let ids = tokenizer.encode(&prompt).map_err(|e| e.to_string())?;
         let mut sampler = Sampler::new(SamplingOptions::greedy());
-        let options =
-            GenerateOptions { max_tokens: request.max_tokens as usize, stop_tokens, tool_calls: None, images: None };
+        let options = GenerateOptions {
+            max_tokens: request.max_tokens as usize,
+            stop_tokens,
+            tool_calls: None,
+            images: None,
+            speculation: None,
+        };
         let on_token = |token_id, text: &str| {
             emit(&GenerationEvent::Token { request_id, token_id, text: text.into() });
             ControlFlow::Continue(())

@@ -59,7 +59,8 @@ fn reply(
     // Hot enough that the random model picks different tools and arguments from seed to seed.
     let mut sampler = Sampler::new(SamplingOptions { temperature: 4.0, top_k: 0, top_p: 1.0, seed });
     let stop_tokens = [1, 50, 106];
-    let options = GenerateOptions { max_tokens, stop_tokens: &stop_tokens, tool_calls: calls, images: None };
+    let options =
+        GenerateOptions { max_tokens, stop_tokens: &stop_tokens, tool_calls: calls, images: None, speculation: None };
     let mut closed = false;
     let generation = pollster::block_on(generate::generate(
         session,
@@ -200,4 +201,69 @@ fn grammar_accepts_prefix(grammar: &CallGrammar, text: &str) -> bool {
         }
     }
     true
+}
+
+/// Drafting under the constraint (speculative decoding): a lookup guesses the plain answer with
+/// `<bos>` (which no call allows) planted every fourth position. Greedy, the drafted reply is the
+/// plain one token for token (the forbidden guesses end their drafts); sampled, every call still
+/// parses.
+#[test]
+fn drafted_calls_are_the_calls_of_plain_decoding() {
+    use hearth_model::speculative::{DraftSource, Speculation};
+    const BOS: u32 = 2;
+    let dir = tiny_chat();
+    let tokenizer = load_tokenizer(&dir).expect("tokenizer");
+    let tools = builtin_tools();
+    let ids = prompt(&tokenizer, &tools);
+    let grammar = Arc::new(grammar(&tools));
+    let vocab = Arc::new(VocabTrie::from_tokenizer(&tokenizer).expect("the fixture has Gemma 4's markers"));
+    let mut session = Session::new(load_model(&dir, &Device::flex()).expect("model"), CacheOptions::default());
+    let stop_tokens = [1, 50, 106];
+    let mut write = |sampling: SamplingOptions, speculation: Option<&mut Speculation<'_>>| {
+        let mut calls = CallConstraint::new(grammar.clone(), vocab.clone());
+        let mut sampler = Sampler::new(sampling);
+        let options = GenerateOptions {
+            max_tokens: 120,
+            stop_tokens: &stop_tokens,
+            tool_calls: Some(&mut calls),
+            images: None,
+            speculation,
+        };
+        let out = pollster::block_on(generate::generate(
+            &mut session,
+            &mut sampler,
+            &tokenizer,
+            &ids,
+            options,
+            || 0.0,
+            |id, _| if id == CALL_CLOSE { ControlFlow::Break(()) } else { ControlFlow::Continue(()) },
+        ))
+        .expect("generates");
+        (out, calls.in_call())
+    };
+    let (plain, _) = write(SamplingOptions::greedy(), None);
+    let answer = plain.token_ids.clone();
+    let prompt_len = ids.len();
+    let guess_with_bos = move |so_far: &[u32], k: usize| -> Vec<u32> {
+        let done = so_far.len() - prompt_len;
+        answer.iter().skip(done).take(k).enumerate().map(|(j, &t)| if (done + j) % 4 == 1 { BOS } else { t }).collect()
+    };
+    let mut guess = guess_with_bos.clone();
+    let mut speculation = Speculation::new(DraftSource::Lookup(&mut guess), 6);
+    let (drafted, _) = write(SamplingOptions::greedy(), Some(&mut speculation));
+    assert_eq!(drafted.token_ids, plain.token_ids, "{}\nvs\n{}", drafted.text, plain.text);
+    let stats = drafted.speculation.expect("drafted");
+    assert!(stats.accepted > 0 && stats.rounds < plain.token_ids.len(), "{stats:?}");
+    for seed in 0..6 {
+        let mut guess = guess_with_bos.clone();
+        let mut speculation = Speculation::new(DraftSource::Lookup(&mut guess), 6);
+        let sampling = SamplingOptions { temperature: 4.0, top_k: 0, top_p: 1.0, seed };
+        let (out, in_call) = write(sampling, Some(&mut speculation));
+        let text = format!("<|tool_call>{}", out.text);
+        if out.token_ids.last() == Some(&CALL_CLOSE) {
+            valid_call(&text, &tools).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
+        } else {
+            assert!(in_call, "seed {seed}: the call left the grammar\n{text}");
+        }
+    }
 }

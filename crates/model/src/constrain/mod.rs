@@ -68,6 +68,10 @@ enum Mode {
     Call(CallState),
 }
 
+/// A point in a generation a constraint can go back to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConstraintMark(Mode);
+
 /// Follows a generation and constrains the calls in it.
 pub struct CallConstraint {
     grammar: Arc<CallGrammar>,
@@ -124,6 +128,23 @@ impl CallConstraint {
         // Unreachable with a vocabulary that can spell the tools; sampling garbage would be worse
         // than leaving the token free.
         if mask.iter().all(|&w| w == 0) { None } else { Some(mask.as_slice()) }
+    }
+
+    /// Where the constraint is now, to come back to ([`Self::reset`]) when a drafted token it
+    /// followed is rejected.
+    pub fn mark(&self) -> ConstraintMark {
+        ConstraintMark(self.mode)
+    }
+
+    /// Goes back to a [`Self::mark`].
+    pub fn reset(&mut self, mark: ConstraintMark) {
+        self.mode = mark.0;
+    }
+
+    /// Whether `id` may come next.
+    pub fn allows(&mut self, vocab: usize, id: u32) -> bool {
+        let (word, bit) = (id as usize / 32, id % 32);
+        self.mask(vocab).is_none_or(|mask| mask.get(word).is_some_and(|w| w >> bit & 1 == 1))
     }
 
     /// Follows the generated token `id`.
