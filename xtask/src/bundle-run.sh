@@ -7,7 +7,8 @@
 #   --quick     2 layers, a few tokens, a tiny agent step: checks the bundle runs (slow adapters)
 # environment:
 #   HEARTH_STEP_TIMEOUT=<s>   one time limit (seconds) for every step instead of the defaults:
-#                             self-test 60, kernels 90, E2B 120, E4B 150, agent step 120
+#                             self-test 60, kernels 90, E2B 120, E4B 150, agent step 120,
+#                             speculative E2B 150, E4B 180
 #   HEARTH_SYSTEM_VULKAN=1    use the system's Vulkan loader instead of lib/libvulkan.so.1
 #   HEARTH_GEMM_TILES="64x8x16x16 128x4x16x16 …"   after the kernel step, the prefill product
 #                             once more per tile (threads×rows×tokens×depth, 60 s each)
@@ -24,7 +25,7 @@ for arg in "$@"; do
     case "$arg" in
         --quick) quick=1 ;;
         -h | --help)
-            sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         -*)
@@ -74,12 +75,15 @@ if [ "$quick" = 1 ]; then
     model_flags=(--layers 2 --prefill 4 --decode 2 --gemm-tokens 0)
     kernel_flags=(--gemm-tokens 64)
     agent_flags=(--agent 16 8 2)
+    # The drafter reads a full-attention layer: E2B's first is its fifth, E4B's its sixth.
+    speculative_flags=(--layers 6 --prefill 4 --decode 2 --gemm-tokens 0 --speculative 2)
     mode="quick: prefill product of 64 tokens; 2 layers, prefill 4, decode 2; agent step 16 cached + 8 new tokens, 2 decoded (E2B)"
 else
     model_flags=(--prefill 64 --decode 16 --gemm-tokens 0)
     kernel_flags=(--gemm-tokens 1500)
     # Three separate values: clap refuses them comma-separated, whatever `--help` says.
     agent_flags=(--agent 3000 1500 40)
+    speculative_flags=(--prefill 16 --decode 4 --gemm-tokens 0 --speculative 2,4,8)
     mode="full: prefill product of 1500 tokens; all layers, prefill 64, decode 16; agent step 3000 cached + 1500 new tokens, 40 decoded (E2B)"
 fi
 
@@ -187,6 +191,8 @@ done
 step "E2B model" md 120 bench --shape e2b "${model_flags[@]}"
 step "E4B model" md 150 bench --shape e4b "${model_flags[@]}"
 step "E2B agent step" md 120 bench --shape e2b "${model_flags[@]}" "${agent_flags[@]}"
+step "E2B speculative decoding" md 150 bench --shape e2b "${speculative_flags[@]}"
+step "E4B speculative decoding" md 180 bench --shape e4b "${speculative_flags[@]}"
 
 say "$steps_ok of $steps_total steps ok; results in $out"
 echo

@@ -280,6 +280,7 @@ mod tests {
             "kernel_flags=(--gemm-tokens 1500)",
             "kernel_flags=(--gemm-tokens 64)",
             "agent_flags=(--agent 16 8 2)",
+            "--speculative 2,4,8",
             "timeout --kill-after=10 \"$limit\" \"$here/hearth\"",
             "export LD_LIBRARY_PATH=\"$here/lib",
             "nvidia-smi -L",

@@ -18,6 +18,7 @@ use hearth_model::{
 use hearth_weights::{AffineParams, AffineTensor, Checkpoint, FileRange, MemorySource, Quantization};
 use serde_json::{Value, json};
 
+mod speculative;
 mod vision;
 
 /// Which model shape to build.
@@ -84,6 +85,14 @@ pub struct BenchOptions {
     /// Timed runs of `--vision` per budget, after one warm-up (the median is printed).
     #[arg(long, default_value_t = 3)]
     pub vision_runs: usize,
+    /// After the model's figures, speculative decoding with a random drafter of the assistant's
+    /// shape, drafting each of these many tokens a round (e.g. 2,4,8): the cost of a
+    /// verification against a decoded token, of the draft steps, and tokens per second.
+    #[arg(long, value_delimiter = ',')]
+    pub speculative: Vec<usize>,
+    /// Tokens each timed generation of `--speculative` writes.
+    #[arg(long, default_value_t = 32)]
+    pub speculative_tokens: usize,
 }
 
 impl BenchOptions {
@@ -424,6 +433,12 @@ fn measure(
     println!();
     print_top_kernels(&counts);
     crate::host_cost::report(device, &mut session, &mut sampler, next, options.decode, dispatches)?;
+
+    if !options.speculative.is_empty() {
+        let model =
+            speculative::run(device, session.into_model(), cache, &options.speculative, options.speculative_tokens)?;
+        session = Session::new(model, cache);
+    }
 
     let [prefix, new, decode] = options.agent_step()?;
     if prefix + new > 0 {
