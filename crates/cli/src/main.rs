@@ -19,6 +19,7 @@ use hearth_engine::ModelParts;
 use hearth_model::constrain::{CallConstraint, CallGrammar, VocabTrie, grammar_from_function_list};
 use hearth_model::generate::{self, GenerateOptions};
 use hearth_model::model_dir::{ModelFiles, load_model, load_tokenizer};
+use hearth_model::speculative::{DraftSource, Speculation};
 use hearth_model::vision::{self, RgbImage, SOFT_TOKEN_BUDGETS, VisionTower};
 use hearth_model::{CacheOptions, DeviceMemory, KvCache, Sampler, SamplingOptions, Session, gpu, self_test};
 use serde::Deserialize;
@@ -73,6 +74,13 @@ enum Command {
         /// The vision tower as llama.cpp's projector file (`mmproj…gguf`), for a GGUF model.
         #[arg(long)]
         mmproj: Option<PathBuf>,
+        /// Draft with Gemma 4's assistant from this folder (`google/gemma-4-E2B-it-assistant` beside
+        /// gemma-4-E2B-it; E4B likewise): speculative decoding, the same tokens when greedy.
+        #[arg(long)]
+        drafter: Option<PathBuf>,
+        /// The most tokens the drafter drafts a round (the length adapts to what is accepted).
+        #[arg(long, default_value_t = 8, requires = "drafter")]
+        draft: usize,
         #[arg(long, default_value_t = 128)]
         max_tokens: usize,
         /// 0 is greedy.
@@ -175,6 +183,8 @@ fn main() -> ExitCode {
             image,
             image_budget,
             mmproj,
+            drafter,
+            draft,
             max_tokens,
             temperature,
             top_k,
@@ -185,7 +195,7 @@ fn main() -> ExitCode {
         } => {
             let sampling = SamplingOptions { temperature, top_k, top_p, seed };
             let prompt = prompt.or(prompt_text).unwrap_or_default();
-            let files = ModelInput { model, tokenizer };
+            let files = ModelInput { model, tokenizer, drafter: drafter.map(|dir| (dir, draft)) };
             let images = Images { paths: image, budget: image_budget, mmproj };
             let chat = chat.then_some(ChatOptions { tools, force_call, images });
             run_generate(files, &prompt, chat, max_tokens, sampling, print_ids, &device)
@@ -292,6 +302,8 @@ fn read_tools(path: &std::path::Path) -> Result<(Vec<Tool>, CallGrammar), String
 struct ModelInput {
     model: PathBuf,
     tokenizer: Option<PathBuf>,
+    /// The assistant's folder and the most tokens it drafts a round.
+    drafter: Option<(PathBuf, usize)>,
 }
 
 /// The model's vision tower: in its own weights (a model folder), or a projector file beside a
@@ -425,12 +437,24 @@ fn run_generate(
         }
         None => None,
     };
+    let drafter = match &input.drafter {
+        Some((dir, max_draft)) => {
+            let clock = Instant::now();
+            let drafter = hearth_model::drafter::load_dir(dir, &session.model().config, &device)
+                .map_err(|e| format!("the drafter in {}: {e}", dir.display()))?;
+            eprintln!("hearth: drafter loaded in {:.1} s", clock.elapsed().as_secs_f64());
+            Some((drafter, *max_draft))
+        }
+        None => None,
+    };
+    let mut speculation =
+        drafter.as_ref().map(|(drafter, max_draft)| Speculation::new(DraftSource::Assistant(drafter), *max_draft));
     let options = GenerateOptions {
         max_tokens,
         stop_tokens: &stop_tokens,
         tool_calls: calls.as_mut(),
         images: prompt_images.as_ref(),
-        speculation: None,
+        speculation: speculation.as_mut(),
     };
     let result = pollster::block_on(generate::generate(
         &mut session,
@@ -448,6 +472,16 @@ fn run_generate(
     let _ = writeln!(stdout);
     if ids_to_stderr {
         eprintln!("hearth: token ids {:?}", result.token_ids);
+    }
+    if let Some(stats) = &result.speculation {
+        eprintln!(
+            "hearth: drafted {} tokens in {} rounds, {} accepted ({:.0} %), {:.2} tokens per verification",
+            stats.drafted,
+            stats.rounds,
+            stats.accepted,
+            stats.acceptance() * 100.0,
+            stats.tokens_per_round()
+        );
     }
     eprintln!(
         "hearth: prefill {} tokens in {:.0} ms ({:.1} tokens/s); decode {} tokens in {:.0} ms ({:.1} tokens/s, \

@@ -222,3 +222,57 @@ fn generate_looks_at_an_image() {
     let _ = std::fs::remove_file(image);
     let _ = std::fs::remove_file(not_png);
 }
+
+/// `hearth generate --drafter`: Gemma 4's assistant drafts (the tiny pair of
+/// crates/model/fixtures), the ids are those of the run without it, and the drafting is reported;
+/// an assistant made for another model is refused by name.
+#[test]
+fn generate_with_the_drafter_writes_the_same_ids() {
+    let fixtures = repo().join("crates/model/fixtures");
+    let main = fixtures.join("gemma4-text");
+    let tokenizer = fixtures.join("tiny-chat/tokenizer.json");
+    let drafter = fixtures.join("gemma4-drafter/tied");
+    let base = [
+        "generate",
+        "--model",
+        main.to_str().expect("utf-8"),
+        "--tokenizer",
+        tokenizer.to_str().expect("utf-8"),
+        "--max-tokens",
+        "24",
+        "--print-ids",
+        "--cpu",
+        // Characters the 128-token model has (`!`…`4`).
+        "(1+2)*3-4.",
+    ];
+    let ids = |out: &Output| {
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{stderr}");
+        let line = stderr.lines().find(|l| l.starts_with("hearth: token ids")).expect("ids printed").to_string();
+        (line, stderr)
+    };
+    let (plain, _) = ids(&hearth(&base, ""));
+    let mut with_drafter = base.to_vec();
+    with_drafter.extend(["--drafter", drafter.to_str().expect("utf-8"), "--draft", "3"]);
+    let (drafted, stderr) = ids(&hearth(&with_drafter, ""));
+    assert_eq!(drafted, plain);
+    assert!(stderr.contains("hearth: drafted "), "{stderr}");
+
+    // The tiny-chat model has another vocabulary (384 tokens, not 128).
+    let other = fixtures.join("tiny-chat");
+    let out = hearth(
+        &[
+            "generate",
+            "--model",
+            other.to_str().expect("utf-8"),
+            "--drafter",
+            drafter.to_str().expect("utf-8"),
+            "--cpu",
+            "hi",
+        ],
+        "",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("use the assistant published with the model"), "{stderr}");
+}
