@@ -123,6 +123,7 @@ pub fn run(device: &Device, adapter: &str, memory: DeviceMemory, options: &Bench
     }
     if !options.kernels_only || options.gemm_shapes.is_empty() {
         kernel_bandwidth(device);
+        dispatch_cost(device);
     }
     if options.gemm_tokens > 0 {
         prefill_kernels(device, options.gemm_tokens, &options.gemm_shapes, options.gemm_tile.is_none())?;
@@ -161,6 +162,35 @@ fn sync(device: &Device) {
     if let Err(err) = device.sync() {
         eprintln!("hearth bench: device sync failed: {err}");
     }
+}
+
+/// A GEMV's cost alone and in a chain: E2B's gate/up and down GEMVs alternating, each reading the
+/// last one's output, one sync at the end, against each followed by a sync. What a decoded token
+/// pays per kernel on this adapter, with and without the host waiting.
+fn dispatch_cost(device: &Device) {
+    let (k, rows) = (1536, 6144);
+    let up = AffineMatrix::upload(random_affine("bench", rows, k), device);
+    let down = AffineMatrix::upload(random_affine("bench", k, rows), device);
+    let x = Tensor::<2>::from_data(TensorData::new(vec![0.01f32; k], [1, k]), device);
+    let synced = time(20, || {
+        let _ = up.matmul_transposed(x.clone());
+        sync(device);
+    });
+    let pairs = 100;
+    let chained = time(3, || {
+        let mut h = x.clone();
+        for _ in 0..pairs {
+            h = down.matmul_transposed(up.matmul_transposed(h));
+        }
+        sync(device);
+    });
+    println!(
+        "GEMV chain (E2B gate/up [6144 × 1536] then down [1536 × 6144], {} in a row, each reading the last one's \
+         output, one sync): **{:.1} µs a GEMV**; one GEMV followed by a sync: {:.1} µs.\n",
+        2 * pairs,
+        chained / (2 * pairs) as f64 * 1e6,
+        synced * 1e6
+    );
 }
 
 /// (a) the fused 4-bit GEMV against a plain copy of the same bytes on the same adapter.

@@ -90,6 +90,10 @@ pub(super) fn run(
         let mut guess = |so_far: &[u32], n: usize| -> Vec<u32> {
             answer.iter().skip(so_far.len() - prompt.len()).take(n).copied().collect()
         };
+        // Once untimed: a verification of k+1 tokens is a new chunk shape (its kernels' pipelines).
+        let mut warm_up = Speculation::new(DraftSource::Lookup(&mut guess), k);
+        warm_up.length = DraftLength::fixed(k);
+        generate_with(&mut session, &tokenizer, &prompt, k + 2, Some(&mut warm_up))?;
         let mut lookup = Speculation::new(DraftSource::Lookup(&mut guess), k);
         lookup.length = DraftLength::fixed(k);
         let ceiling = generate_with(&mut session, &tokenizer, &prompt, tokens, Some(&mut lookup))?;
