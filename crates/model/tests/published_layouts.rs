@@ -492,3 +492,26 @@ fn the_engine_chooses_each_models_context_from_the_adapter() {
         assert_eq!(CacheOptions::for_device(&config, DeviceMemory::MINIMUM).max_context, on_minimum, "{name}");
     }
 }
+
+/// The assistants pinned in models/*.json (`drafter`) fit the model of their manifest: their
+/// config parses, and their width, vocabulary and key/value shapes are the published model's.
+#[test]
+fn the_pinned_assistants_fit_their_models() {
+    let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models");
+    for (manifest, published) in [
+        ("gemma-4-e2b-it", &E2B),
+        ("gemma-4-e2b-it-mlx-4bit", &E2B),
+        ("gemma-4-e4b-it", &E4B),
+        ("gemma-4-e4b-it-mlx-4bit", &E4B),
+    ] {
+        let text = std::fs::read_to_string(models.join(format!("{manifest}.json"))).unwrap();
+        let manifest_json: Value = serde_json::from_str(&text).unwrap();
+        let config = manifest_json["drafter"]["config"].to_string();
+        let drafter = hearth_model::drafter::DrafterConfig::from_json(&config)
+            .unwrap_or_else(|e| panic!("{manifest}: the assistant's config: {e}"));
+        let main = TextConfig::from_json(&published.text_config().to_string()).unwrap();
+        let layers = drafter.main_kv_layers(&main).unwrap_or_else(|e| panic!("{manifest}: {e}"));
+        assert!(layers.iter().all(Option::is_some), "{manifest}: reads a sliding and a full layer");
+        assert_eq!(drafter.text.layers.len(), 4, "{manifest}");
+    }
+}

@@ -36,6 +36,27 @@ pub struct ModelManifest {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[ts(optional, as = "Option<Vec<ManifestFile>>")]
     pub vision_files: Vec<ManifestFile>,
+    /// Gemma 4's assistant for this model (speculative decoding: faster replies, the same greedy
+    /// answer), an optional download from its own repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub drafter: Option<DrafterManifest>,
+}
+
+/// The assistant (drafter) published beside a Gemma 4 model, pinned like the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(deny_unknown_fields)]
+pub struct DrafterManifest {
+    /// The Hugging Face repository, `owner/name` (`google/gemma-4-E2B-it-assistant`).
+    pub repo: String,
+    /// The pinned commit.
+    pub revision: String,
+    /// `model.safetensors` (bf16), pinned by size and SHA-256.
+    pub weights: ManifestFile,
+    /// The assistant's `config.json` as published, written out here (its values were seen whole,
+    /// its bytes' size not); every weight's shape is checked against it when it loads.
+    #[ts(type = "Record<string, unknown>")]
+    pub config: serde_json::Value,
 }
 
 /// A file once published as this model's weights, recognised by its size and SHA-256.
@@ -186,7 +207,14 @@ mod tests {
                 assert!(is_hex(revision, 40), "{where_}: revision must be a 40-hex commit");
             }
             assert!(!m.files.is_empty(), "{where_}: no files");
-            for f in m.files.iter().chain(&m.vision_files) {
+            if let Some(drafter) = &m.drafter {
+                assert!(drafter.repo.split('/').count() == 2, "{where_}: the drafter's repo must be owner/name");
+                assert!(is_hex(&drafter.revision, 40), "{where_}: the drafter's revision must be a 40-hex commit");
+                let w = &drafter.weights;
+                assert!(w.size.is_some() && w.sha256.is_some(), "{where_}: the drafter's weights are pinned");
+                assert_eq!(drafter.config["model_type"], "gemma4_assistant", "{where_}: the drafter's config");
+            }
+            for f in m.files.iter().chain(&m.vision_files).chain(m.drafter.as_ref().map(|d| &d.weights)) {
                 assert!(
                     !f.path.is_empty() && !f.path.starts_with('/') && !f.path.split('/').any(|p| p == ".." || p == "."),
                     "{where_}: bad path {}",

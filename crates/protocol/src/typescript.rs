@@ -8,13 +8,13 @@ use hearth_agent::{PointTarget, ToolImage};
 use ts_rs::{Config, TS};
 
 use crate::{
-    ActionTarget, AdapterReport, AgentEvent, Article, BUNDLED_MODEL_FILES, ChatInput, Decision, ElementInfo,
-    EngineFailure, EngineStatus, EngineToWorker, FAILURE_KEYS, FailureKind, FailureText, FormInfo, GenerateRequest,
-    GenerationEvent, GenerationStats, GgufInspection, GgufSummary, KnownUpload, ManifestFile, ModelFormat, ModelInfo,
-    ModelManifest, ModelMemory, ModelOffer, ModelProgress, OptionsToWorker, Outcome, PageInfo, PanelTabState,
-    PanelToWorker, Passages, PauseReason, RiskLevel, RiskReason, SelfTestReport, Snapshot, Source, TabToWorker,
-    TaskAction, TaskError, TaskRefusal, TaskSettings, TaskUpdate, ToolMode, ToolOutput, ToolReply, ToolRequest,
-    WorkerToEngine, WorkerToPanel, WorkerToTab,
+    ActionTarget, AdapterReport, AgentEvent, Article, BUNDLED_MODEL_FILES, ChatInput, Decision, DrafterManifest,
+    ElementInfo, EngineFailure, EngineStatus, EngineToWorker, FAILURE_KEYS, FailureKind, FailureText, FormInfo,
+    GenerateRequest, GenerationEvent, GenerationStats, GgufInspection, GgufSummary, KnownUpload, ManifestFile,
+    ModelFormat, ModelInfo, ModelManifest, ModelMemory, ModelOffer, ModelProgress, OptionsToWorker, Outcome, PageInfo,
+    PanelTabState, PanelToWorker, Passages, PauseReason, RiskLevel, RiskReason, SelfTestReport, Snapshot, Source,
+    TabToWorker, TaskAction, TaskError, TaskRefusal, TaskSettings, TaskUpdate, ToolMode, ToolOutput, ToolReply,
+    ToolRequest, WorkerToEngine, WorkerToPanel, WorkerToTab,
 };
 
 /// Path of the generated file, relative to the repository root.
@@ -45,6 +45,7 @@ pub fn typescript_module() -> String {
         ModelOffer::decl(&cfg),
         ModelProgress::decl(&cfg),
         ModelManifest::decl(&cfg),
+        DrafterManifest::decl(&cfg),
         ModelFormat::decl(&cfg),
         ManifestFile::decl(&cfg),
         KnownUpload::decl(&cfg),

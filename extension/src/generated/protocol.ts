@@ -240,7 +240,31 @@ known_uploads?: Array<KnownUpload>,
  * which also holds the audio tower), at the same revision: an optional download, which a
  * text-only install goes without (folder formats carry the tower in their weights).
  */
-vision_files?: Array<ManifestFile>, };
+vision_files?: Array<ManifestFile>, 
+/**
+ * Gemma 4's assistant for this model (speculative decoding: faster replies, the same greedy
+ * answer), an optional download from its own repository.
+ */
+drafter?: DrafterManifest, };
+
+export type DrafterManifest = { 
+/**
+ * The Hugging Face repository, `owner/name` (`google/gemma-4-E2B-it-assistant`).
+ */
+repo: string, 
+/**
+ * The pinned commit.
+ */
+revision: string, 
+/**
+ * `model.safetensors` (bf16), pinned by size and SHA-256.
+ */
+weights: ManifestFile, 
+/**
+ * The assistant's `config.json` as published, written out here (its values were seen whole,
+ * its bytes' size not); every weight's shape is checked against it when it loads.
+ */
+config: Record<string, unknown>, };
 
 export type ModelFormat = "safetensors" | "mlx-4bit" | "gguf";
 
