@@ -15,6 +15,13 @@ const RUN_SCRIPT: &str = include_str!("bundle-run.sh");
 /// Loaded by wgpu at run time, not linked: bundled whether `ldd` shows it or not.
 const VULKAN_LOADER: &str = "libvulkan.so.1";
 
+/// GL vendor-neutral dispatch (glvnd): NVIDIA's Vulkan driver lives in `libGLX_nvidia.so.0`, which
+/// gives the loader no `vkCreateInstance` without them. A bare CUDA container (an H200 lent here,
+/// 2026-12-04) has the driver but not these: no adapter, until they were put beside the loader.
+/// Bundled when this machine has them; unused where the system has its own.
+const GLVND_LIBRARIES: &[&str] =
+    &["libGLdispatch.so.0", "libGLX.so.0", "libEGL.so.1", "libGL.so.1", "libOpenGL.so.0", "libGLESv2.so.2"];
+
 /// Libraries every Debian/Ubuntu system has (glibc, the kernel's vDSO, the compiler runtime):
 /// never bundled; a copy of glibc would not match the machine's dynamic loader.
 const SYSTEM_LIBRARIES: &[&str] = &[
@@ -64,6 +71,16 @@ pub fn write(dir: &Path, hearth: &Path, root: &Path) -> Result<(), String> {
             format!("{VULKAN_LOADER} not found on this machine (Debian/Ubuntu: apt-get install libvulkan1)")
         })?;
         libraries.push((VULKAN_LOADER.to_string(), loader));
+    }
+    for name in GLVND_LIBRARIES {
+        match system_library(name) {
+            Some(path) if !libraries.iter().any(|(n, _)| n == name) => libraries.push((name.to_string(), path)),
+            Some(_) => {}
+            None => eprintln!(
+                "xtask: warning: {name} not found (Debian: apt-get install libglvnd0 libgl1 libegl1 libgles2 \
+                 libopengl0); NVIDIA's Vulkan driver may find no device without it"
+            ),
+        }
     }
     for (name, path) in &libraries {
         copy(path, &lib.join(name))?;
@@ -117,12 +134,15 @@ Run, on any Linux x86-64 machine with a Vulkan driver{glibc} (no cargo, no netwo
 It prints the machine, runs `hearth self-test`, the kernel tables (`hearth bench --kernels-only`:
 the decode GEMV against a copy, the 1500-token prefill product against Burn's f32 matmul),
 the Gemma 4 E2B and E4B model benches (random 4-bit weights, prefill 64, decode 16) and an E2B
-agent step (3000 cached + 1500 new tokens, 40 decoded), each under its own time limit, and writes
+agent step (3000 cached + 1500 new tokens, 40 decoded), then speculative decoding on E2B and E4B
+(a random assistant of the published shape: a verification's cost against a decoded token, the
+draft steps', tokens/s), each under its own time limit, and writes
 them all to one Markdown file: results.md, or results-<host>-<UTC time>.md here. It exits 0 when
 the kernel step finished. `./run.sh --quick` (2 layers, a few tokens, a tiny agent step) checks
 the bundle on a slow adapter; `./run.sh --help` lists the settings.
 
-Files: hearth (the CLI, stripped), run.sh, lib/ ({}: put on LD_LIBRARY_PATH by run.sh).
+Files: hearth (the CLI, stripped), run.sh, lib/ ({}: put on LD_LIBRARY_PATH by run.sh; the GL
+dispatch libraries let NVIDIA's Vulkan driver start in a container that lacks them).
 ",
         libraries.join(", ")
     )
@@ -162,6 +182,14 @@ pub fn vulkan_loader(ldconfig: &str) -> Option<PathBuf> {
             .map(|dir| Path::new(dir).join(VULKAN_LOADER))
             .find(|path| path.exists())
     })
+}
+
+/// A library of this machine's, by file name, in the usual x86-64 folders.
+fn system_library(name: &str) -> Option<PathBuf> {
+    ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib/x86_64-linux-gnu"]
+        .iter()
+        .map(|dir| Path::new(dir).join(name))
+        .find(|path| path.exists())
 }
 
 /// The newest `GLIBC_x.y` symbol version an ELF file names: the oldest glibc it runs on.
