@@ -18,6 +18,9 @@ pub struct Options {
 /// The tiny model (random weights, real formats) that test builds bundle.
 pub const TEST_MODEL: &str = "crates/model/fixtures/tiny-chat";
 
+/// Its assistant (random weights), bundled beside it: test builds draft with it.
+pub const TEST_ASSISTANT: &str = "crates/model/fixtures/tiny-chat-assistant";
+
 /// Builds the extension and returns the path of dist/extension.
 pub fn build(options: &Options) -> Result<PathBuf, String> {
     let root = root();
@@ -62,6 +65,12 @@ fn copy_test_model(root: &Path, dist: &Path) -> Result<(), String> {
     for file in hearth_protocol::BUNDLED_MODEL_FILES {
         std::fs::copy(source.join(file), target.join(file))
             .map_err(|e| format!("copying {} of the test model: {e}", source.join(file).display()))?;
+    }
+    let (source, target) = (root.join(TEST_ASSISTANT), target.join("assistant"));
+    std::fs::create_dir_all(&target).map_err(|e| format!("creating {}: {e}", target.display()))?;
+    for file in hearth_protocol::BUNDLED_ASSISTANT_FILES {
+        std::fs::copy(source.join(file), target.join(file))
+            .map_err(|e| format!("copying {} of the test model's assistant: {e}", source.join(file).display()))?;
     }
     Ok(())
 }
@@ -318,6 +327,9 @@ mod tests {
     fn the_test_model_has_every_bundled_file() {
         for file in hearth_protocol::BUNDLED_MODEL_FILES {
             assert!(root().join(TEST_MODEL).join(file).is_file(), "{TEST_MODEL} has no {file}");
+        }
+        for file in hearth_protocol::BUNDLED_ASSISTANT_FILES {
+            assert!(root().join(TEST_ASSISTANT).join(file).is_file(), "{TEST_ASSISTANT} has no {file}");
         }
     }
 

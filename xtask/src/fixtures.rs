@@ -98,6 +98,13 @@ const GENERATORS: &[Generator] = &[
         packages: TORCH,
         writes: "crates/model/fixtures/gemma4-drafter",
     },
+    Generator {
+        name: "tiny-chat-assistant",
+        // An assistant for tiny-chat, read from its config (test builds carry it).
+        script: "crates/model/fixtures/gen_tiny_chat_assistant.py",
+        packages: TORCH,
+        writes: "crates/model/fixtures/tiny-chat-assistant",
+    },
 ];
 
 pub fn fixtures(names: &[String]) -> Result<(), String> {

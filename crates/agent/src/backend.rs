@@ -136,6 +136,12 @@ pub struct GenerationStats {
     pub completion_tokens: usize,
     pub prefill_ms: f64,
     pub decode_ms: f64,
+    /// Tokens the model's assistant drafted and, of them, the model accepted (speculative
+    /// decoding; 0 without an assistant).
+    #[serde(default)]
+    pub drafted_tokens: usize,
+    #[serde(default)]
+    pub accepted_tokens: usize,
 }
 
 /// The model failed; the message is shown to the user.

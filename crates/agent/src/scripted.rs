@@ -160,6 +160,7 @@ impl ScriptedModel {
                     completion_tokens: n,
                     prefill_ms: 1.0,
                     decode_ms: 10.0 * n as f64,
+                    ..Default::default()
                 })));
                 (items, None)
             }

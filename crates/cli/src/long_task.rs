@@ -481,6 +481,7 @@ impl EngineBackend {
             completion_tokens: reply_ids.len(),
             prefill_ms,
             decode_ms,
+            ..Default::default()
         }));
         self.calls.push(EngineCall {
             action,

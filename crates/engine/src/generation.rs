@@ -10,11 +10,16 @@ use futures::stream::{self, LocalBoxStream, StreamExt};
 use hearth_agent::{GenerationRequest, GenerationStats, ModelChunk, ModelError, builtin_tools};
 use hearth_model::constrain::{CallConstraint, CallGrammar, ConstrainError, ToolSpec, VocabTrie};
 use hearth_model::generate::{self, GenerateOptions};
+use hearth_model::speculative::{DraftSource, Speculation};
 use hearth_model::tokenizer::Tokenizer;
 use hearth_model::{Sampler, SamplingOptions};
 
 use crate::images::prepare_prompt;
 use crate::shared::SharedModel;
+
+/// The most tokens the assistant drafts a round (the length adapts below it): past 8, a round's
+/// draft steps cost more than the verification saves (benches/RESULTS.md).
+pub const MAX_DRAFT: usize = 8;
 
 /// Streams the Burn model's tokens for `request`. The generation runs inside the stream (polled
 /// with it), so dropping the stream stops it; stop is checked between tokens.
@@ -23,6 +28,7 @@ pub fn generate_step(
     conversation: u64,
     sampling: SamplingOptions,
     image_budget: usize,
+    drafting: bool,
     request: GenerationRequest,
 ) -> LocalBoxStream<'static, Result<ModelChunk, ModelError>> {
     let (sender, receiver) = futures::channel::mpsc::unbounded();
@@ -42,12 +48,17 @@ pub fn generate_step(
             let ids = prepared.ids;
             let mut sampler = Sampler::new(sampling);
             let mut calls = call_constraint(&model.tokenizer, request.tools.as_deref());
+            let mut speculation = model
+                .drafter
+                .as_deref()
+                .filter(|_| drafting)
+                .map(|drafter| Speculation::new(DraftSource::Assistant(drafter), MAX_DRAFT));
             let options = GenerateOptions {
                 max_tokens: request.max_new_tokens,
                 stop_tokens: &model.stop_tokens,
                 tool_calls: calls.as_mut(),
                 images: prepared.images.as_ref(),
-                speculation: None,
+                speculation: speculation.as_mut(),
             };
             let mut stop = StopAfter::new(&model.tokenizer, &request.stop_after);
             let on_token = |id, text: &str| {
@@ -85,6 +96,8 @@ pub fn generate_step(
                 completion_tokens: g.token_ids.len(),
                 prefill_ms: g.prefill_ms,
                 decode_ms: g.decode_ms,
+                drafted_tokens: g.speculation.as_ref().map_or(0, |s| s.drafted),
+                accepted_tokens: g.speculation.as_ref().map_or(0, |s| s.accepted),
             })),
             Err(message) => Err(ModelError(message)),
         };

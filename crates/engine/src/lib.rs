@@ -21,6 +21,7 @@ pub mod reports;
 pub mod shared;
 pub mod task;
 
+pub use generation::MAX_DRAFT;
 pub use parts::{ModelParts, PartsError, TemplateSource};
 pub use shared::SharedModel;
 pub use task::{TaskModel, new_agent, tab_conversation};

@@ -38,6 +38,58 @@ fn tiny_model() -> SharedModel {
     SharedModel::new(model, parts, CacheOptions::default(), 1, crate::shared::monotonic_ms)
 }
 
+/// The tiny test model with its assistant (fixtures/tiny-chat-assistant).
+fn tiny_drafting_model() -> SharedModel {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/fixtures/tiny-chat-assistant");
+    let model = tiny_model();
+    let config = model.session.try_lock().expect("unused").model().config.clone();
+    let drafter = hearth_model::drafter::load_dir(&dir, &config, &Device::flex()).expect("the assistant loads");
+    model.with_drafter(Some(drafter))
+}
+
+/// An agent step with the assistant drafting writes what the step without it writes, token for
+/// token (greedy), and says what was drafted; with drafting off it drafts nothing.
+#[test]
+fn a_step_drafted_by_the_assistant_writes_the_same_text() {
+    let model = tiny_drafting_model();
+    let step = |drafting: bool, conversation: u32| {
+        let request = GenerationRequest {
+            prompt: "<bos><|turn>user\nList three colours.<turn|>\n<|turn>model\n".into(),
+            max_new_tokens: 40,
+            stop_after: Vec::new(),
+            cancel: hearth_agent::CancelToken::new(),
+            tools: None,
+            images: Vec::new(),
+        };
+        let chunks = pollster::block_on(
+            generate_step(
+                model.clone(),
+                tab_conversation(conversation),
+                SamplingOptions::greedy(),
+                70,
+                drafting,
+                request,
+            )
+            .collect::<Vec<_>>(),
+        );
+        let (mut text, mut stats) = (String::new(), None);
+        for chunk in chunks {
+            match chunk.expect("the step runs") {
+                ModelChunk::Text(t) => text.push_str(&t),
+                ModelChunk::Finished(s) => stats = Some(s),
+            }
+        }
+        (text, stats.expect("stats at the end"))
+    };
+    let (plain, plain_stats) = step(false, 5);
+    let (drafted, drafted_stats) = step(true, 6);
+    assert_eq!(drafted, plain);
+    assert_eq!(drafted_stats.completion_tokens, plain_stats.completion_tokens);
+    assert_eq!(plain_stats.drafted_tokens, 0);
+    assert!(drafted_stats.drafted_tokens > 0, "{drafted_stats:?}");
+    assert!(drafted_stats.accepted_tokens <= drafted_stats.drafted_tokens);
+}
+
 /// The tiny test model with its vision tower.
 fn tiny_seeing_model() -> SharedModel {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/fixtures/tiny-chat");
@@ -74,7 +126,8 @@ fn step_with_images(model: &SharedModel, prompt: &str, images: Vec<PromptImage>)
         images,
     };
     let chunks = pollster::block_on(
-        generate_step(model.clone(), tab_conversation(2), SamplingOptions::greedy(), 70, request).collect::<Vec<_>>(),
+        generate_step(model.clone(), tab_conversation(2), SamplingOptions::greedy(), 70, false, request)
+            .collect::<Vec<_>>(),
     );
     let (mut text, mut prompt_tokens) = (String::new(), 0);
     for chunk in chunks {
@@ -131,7 +184,7 @@ fn decode(model: &SharedModel, seed: u64, stop_after: &[&str]) -> (String, usize
         images: Vec::new(),
     };
     let chunks = pollster::block_on(
-        generate_step(model.clone(), tab_conversation(1), sampling, 280, request).collect::<Vec<_>>(),
+        generate_step(model.clone(), tab_conversation(1), sampling, 280, false, request).collect::<Vec<_>>(),
     );
     let mut text = String::new();
     let mut tokens = None;

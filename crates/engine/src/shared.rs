@@ -4,6 +4,7 @@ use std::rc::Rc;
 
 use futures::lock::Mutex;
 use hearth_chat::ChatTemplate;
+use hearth_model::drafter::Drafter;
 use hearth_model::tokenizer::Tokenizer;
 use hearth_model::vision::VisionTower;
 use hearth_model::{CacheOptions, Gemma, Session};
@@ -28,6 +29,8 @@ pub struct SharedModel {
     pub vision: Option<Rc<VisionTower>>,
     /// Screenshots encoded already (a task's prompts show the same ones step after step).
     pub encoded: Rc<std::cell::RefCell<EncodedImages>>,
+    /// The model's assistant, when installed: generations draft with it (speculative decoding).
+    pub drafter: Option<Rc<Drafter>>,
 }
 
 impl SharedModel {
@@ -44,7 +47,14 @@ impl SharedModel {
             clock_ms,
             vision: None,
             encoded: Rc::default(),
+            drafter: None,
         }
+    }
+
+    /// The model with its assistant: its generations draft (when their settings let them).
+    pub fn with_drafter(mut self, drafter: Option<Drafter>) -> Self {
+        self.drafter = drafter.map(Rc::new);
+        self
     }
 
     /// The model with its vision tower: it sees the screenshots its tasks take.

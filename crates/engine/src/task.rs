@@ -83,6 +83,8 @@ pub enum TaskModel {
         sampling: SamplingOptions,
         /// Soft tokens per screenshot.
         image_budget: usize,
+        /// Whether to draft with the model's assistant (when it has one).
+        drafting: bool,
     },
     #[cfg(feature = "scripted")]
     Scripted(Rc<std::cell::RefCell<hearth_agent::scripted::ScriptedModel>>),
@@ -96,14 +98,20 @@ impl TaskModel {
         } else {
             SamplingOptions::greedy()
         };
-        TaskModel::Burn { model, conversation, sampling, image_budget: image_budget(settings) }
+        TaskModel::Burn {
+            model,
+            conversation,
+            sampling,
+            image_budget: image_budget(settings),
+            drafting: settings.drafting,
+        }
     }
 
     /// A step's chunks, owning what they need.
     pub fn step(&mut self, request: GenerationRequest) -> LocalBoxStream<'static, Result<ModelChunk, ModelError>> {
         match self {
-            TaskModel::Burn { model, conversation, sampling, image_budget } => {
-                generate_step(model.clone(), *conversation, *sampling, *image_budget, request)
+            TaskModel::Burn { model, conversation, sampling, image_budget, drafting } => {
+                generate_step(model.clone(), *conversation, *sampling, *image_budget, *drafting, request)
             }
             #[cfg(feature = "scripted")]
             TaskModel::Scripted(scripted) => Box::pin(scripted.borrow_mut().reply(request)),

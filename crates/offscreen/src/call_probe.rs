@@ -126,7 +126,7 @@ async fn constrained(
         images: Vec::new(),
     };
     // No images in a probe: the budget is not read.
-    let mut chunks = generate_step(model.clone(), PROBE_CONVERSATION, sampling, 280, request);
+    let mut chunks = generate_step(model.clone(), PROBE_CONVERSATION, sampling, 280, false, request);
     let mut text = CALL_OPEN.to_owned();
     let mut stats = None;
     while let Some(chunk) = chunks.next().await {

@@ -7,10 +7,12 @@ use std::ops::ControlFlow;
 use burn::tensor::Device;
 use hearth_chat::{Message, RenderRequest};
 use hearth_engine::{ModelParts, PartsError, SharedModel, TemplateSource};
+use hearth_model::drafter::{Drafter, DrafterConfig};
 use hearth_model::generate::{self, GenerateOptions};
 use hearth_model::gpu::AdapterInfo;
+use hearth_model::speculative::{DraftSource, Speculation};
 use hearth_model::vision::{VisionConfig, VisionTower, has_vision_weights, vision_weight_prefixes};
-use hearth_model::{CacheOptions, DeviceMemory, Gemma, Sampler, SamplingOptions, gpu, self_test};
+use hearth_model::{CacheOptions, DeviceMemory, Gemma, Sampler, SamplingOptions, TextConfig, gpu, self_test};
 use hearth_protocol::{
     EngineFailure, EngineStatus, FailureKind, GenerateRequest, GenerationEvent, GenerationStats, ModelInfo, ModelMemory,
 };
@@ -35,6 +37,16 @@ pub struct ModelFiles {
     /// tokenizer_config.json (a folder): its `chat_template` (a string or a list of named
     /// templates) when there is no chat_template.jinja, and its `bos_token`.
     tokenizer_config_json: Option<String>,
+    /// The model's assistant (speculative decoding), when installed.
+    drafter: Option<DrafterFiles>,
+}
+
+/// An assistant's files: its config.json and its one safetensors file.
+struct DrafterFiles {
+    /// Its repository (what the engine's details name).
+    name: String,
+    config_json: String,
+    weights: Weights,
 }
 
 enum Weights {
@@ -65,6 +77,7 @@ impl ModelFiles {
             tokenizer_json,
             chat_template,
             tokenizer_config_json,
+            drafter: None,
         }
     }
 
@@ -97,6 +110,7 @@ impl ModelFiles {
             tokenizer_json,
             chat_template,
             tokenizer_config_json,
+            drafter: None,
         })
     }
 
@@ -120,6 +134,7 @@ impl ModelFiles {
             tokenizer_json: Vec::new(),
             chat_template,
             tokenizer_config_json: None,
+            drafter: None,
         }
     }
 
@@ -136,8 +151,52 @@ impl ModelFiles {
             tokenizer_json,
             chat_template,
             tokenizer_config_json: None,
+            drafter: None,
         }
     }
+
+    /// These files with the model's assistant (speculative decoding): its `config_json` and
+    /// `model.safetensors` of `size` bytes read by `read_weights(path, offset, length)` (as for
+    /// [`Self::streamed`]). A failing assistant leaves the model working without it.
+    pub fn with_drafter(
+        mut self,
+        name: String,
+        config_json: String,
+        size: f64,
+        read_weights: js_sys::Function,
+    ) -> ModelFiles {
+        let files = vec![WeightFile { path: "model.safetensors".into(), size: size as u64 }];
+        let weights = Weights::Streamed(StreamedWeights::new(files, read_weights));
+        self.drafter = Some(DrafterFiles { name, config_json, weights });
+        self
+    }
+
+    /// [`Self::with_drafter`] with the weights whole (a test build's bundled assistant).
+    pub fn with_drafter_bytes(mut self, name: String, config_json: String, weights: Vec<u8>) -> ModelFiles {
+        self.drafter = Some(DrafterFiles { name, config_json, weights: Weights::Whole(weights) });
+        self
+    }
+}
+
+/// Loads an assistant beside the loaded model; why not, in words, when it cannot.
+async fn load_drafter(files: DrafterFiles, main: &TextConfig, device: &Device) -> Result<Drafter, String> {
+    let config = DrafterConfig::from_json(&files.config_json).map_err(|e| e.to_string())?;
+    let drafter = match files.weights {
+        Weights::Whole(bytes) => {
+            let source = MemorySource::new(format!("{}/model.safetensors", files.name), bytes);
+            let mut checkpoint = Checkpoint::from_sources(vec![Box::new(source)]).map_err(|e| e.to_string())?;
+            Drafter::load(config, main, &mut checkpoint, device)
+        }
+        Weights::Streamed(streamed) => {
+            let mut checkpoint = streamed.open(None).await.map_err(|e| e.message)?;
+            // Every tensor at once (158 MB in bf16 for E2B's), then dropped.
+            streamed.fetch_under(&checkpoint, &[String::new()]).await.map_err(|e| e.message)?;
+            let drafter = Drafter::load(config, main, &mut checkpoint, device);
+            streamed.release_all();
+            drafter
+        }
+    };
+    drafter.map_err(|e| e.to_string())
 }
 
 /// A Hugging Face folder's parts: config.json (+ generation_config.json), tokenizer.json, the
@@ -386,7 +445,19 @@ async fn load_model(
     let on_progress = |done: usize, total: usize| {
         on_status(&EngineStatus::Loading { model: name.clone(), done: done as u32, total: total as u32 })
     };
+    let mut files = files;
+    let drafter_files = files.drafter.take();
     let (model, parts, (file_bytes, peak_read_bytes), tower) = load_weights(files, device, &on_progress).await?;
+    let (drafter, drafter_name, drafter_failure) = match drafter_files {
+        Some(d) => {
+            let repo = d.name.clone();
+            match load_drafter(d, &parts.config, device).await {
+                Ok(drafter) => (Some(drafter), Some(repo), None),
+                Err(why) => (None, None, Some(why)),
+            }
+        }
+        None => (None, None, None),
+    };
     let (tower, vision_failure) = match tower {
         Some(Ok(tower)) => (Some(tower), None),
         Some(Err(why)) => (None, Some(why)),
@@ -419,8 +490,12 @@ async fn load_model(
         memory,
         sees_images,
         vision_failure,
+        drafter: drafter_name,
+        drafter_failure,
+        drafter_offer: None,
     };
-    let shared = SharedModel::new(model, parts, cache, conversation_caches, clock_ms).with_vision(tower);
+    let shared =
+        SharedModel::new(model, parts, cache, conversation_caches, clock_ms).with_vision(tower).with_drafter(drafter);
     Ok(LoadedModel { shared, info })
 }
 
@@ -447,12 +522,17 @@ pub async fn generate(request: &GenerateRequest, emit: &impl Fn(&GenerationEvent
         let prompt = template.render(&render).map_err(|e| e.to_string())?;
         let ids = tokenizer.encode(&prompt).map_err(|e| e.to_string())?;
         let mut sampler = Sampler::new(SamplingOptions::greedy());
+        let mut speculation = model
+            .drafter
+            .as_deref()
+            .filter(|_| request.drafting)
+            .map(|drafter| Speculation::new(DraftSource::Assistant(drafter), hearth_engine::MAX_DRAFT));
         let options = GenerateOptions {
             max_tokens: request.max_tokens as usize,
             stop_tokens,
             tool_calls: None,
             images: None,
-            speculation: None,
+            speculation: speculation.as_mut(),
         };
         let on_token = |token_id, text: &str| {
             emit(&GenerationEvent::Token { request_id, token_id, text: text.into() });
@@ -474,6 +554,8 @@ pub async fn generate(request: &GenerateRequest, emit: &impl Fn(&GenerationEvent
                 decode_tokens_per_s: generation.decode_tokens_per_s(),
                 decode_host_ms_per_token: generation.decode_host_ms_per_token(),
                 first_decode_host_ms: generation.first_decode_host_ms(),
+                drafted_tokens: generation.speculation.as_ref().map_or(0, |s| s.drafted as u32),
+                accepted_tokens: generation.speculation.as_ref().map_or(0, |s| s.accepted as u32),
             },
             token_ids: generation.token_ids,
             text: generation.text,

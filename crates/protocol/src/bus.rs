@@ -34,6 +34,9 @@ pub enum TabToWorker {
     WatchEngine,
     /// The user agreed to download this model (the one a `needs_model` status offered).
     InstallModel { model_id: String },
+    /// The user agreed to download the loaded model's assistant (the `drafter_offer` of its
+    /// `ready` status): speculative decoding, faster replies.
+    InstallDrafter { model_id: String },
     /// "Use a model file you already have": open the options page at its models section (a
     /// content script cannot open a file picker into the extension's storage).
     OpenModelOptions,
@@ -194,6 +197,9 @@ pub enum WorkerToEngine {
     /// Download, verify and store a model, then load it; `installing` statuses stream meanwhile
     /// and the response is the final `EngineStatus`.
     InstallModel { model_id: String },
+    /// Download, verify and store the assistant of `model_id`, then load the model again with it;
+    /// the response is the final `EngineStatus`.
+    InstallDrafter { model_id: String },
     /// Start a task in the tab's conversation (created on first use).
     StartTask {
         tab_id: u32,
@@ -297,6 +303,10 @@ mod tests {
         assert_eq!(
             TabToWorker::from_json(r#"{"kind":"install_model","model_id":"m"}"#),
             Some(TabToWorker::InstallModel { model_id: "m".into() })
+        );
+        assert_eq!(
+            TabToWorker::from_json(r#"{"kind":"install_drafter","model_id":"m"}"#),
+            Some(TabToWorker::InstallDrafter { model_id: "m".into() })
         );
         assert_eq!(TabToWorker::from_json(r#"{"kind":"load_transcript"}"#), Some(TabToWorker::LoadTranscript));
         assert_eq!(TabToWorker::from_json(r#"{"kind":"clear_transcript"}"#), Some(TabToWorker::ClearTranscript));

@@ -79,6 +79,20 @@ pub struct ModelInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional)]
     pub vision_failure: Option<String>,
+    /// The assistant the model drafts with (speculative decoding), when one is installed and
+    /// loaded: its repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub drafter: Option<String>,
+    /// Why the installed assistant did not load (the model then decodes without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub drafter_failure: Option<String>,
+    /// The model's published assistant when it is not installed (its manifest names one): what
+    /// the overlay offers to download. Filled in by the offscreen document from the manifest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub drafter_offer: Option<crate::ModelOffer>,
 }
 
 /// What a loaded model costs in memory, in bytes.

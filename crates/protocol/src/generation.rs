@@ -10,6 +10,14 @@ pub struct GenerateRequest {
     /// The user's message, rendered as a user turn with the model's chat template.
     pub prompt: String,
     pub max_tokens: u32,
+    /// Draft with the model's assistant when it has one (the settings' "Draft with the
+    /// assistant"; greedy, the answer is the same).
+    #[serde(default = "drafting_by_default")]
+    pub drafting: bool,
+}
+
+fn drafting_by_default() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
@@ -46,4 +54,9 @@ pub struct GenerationStats {
     /// The first decoded token's host milliseconds, apart: its step also creates the one-token
     /// kernels' pipelines and buffers.
     pub first_decode_host_ms: f64,
+    /// Tokens the assistant drafted and, of them, the model accepted (0 without an assistant).
+    #[serde(default)]
+    pub drafted_tokens: u32,
+    #[serde(default)]
+    pub accepted_tokens: u32,
 }

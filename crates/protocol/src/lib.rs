@@ -29,8 +29,8 @@ pub use engine::{
 };
 pub use generation::{GenerateRequest, GenerationEvent, GenerationStats};
 pub use model::{
-    BUNDLED_MODEL_FILES, DrafterManifest, GgufInspection, GgufSummary, KnownUpload, ManifestFile, ModelFormat,
-    ModelManifest, ModelOffer, ModelProgress,
+    BUNDLED_ASSISTANT_FILES, BUNDLED_MODEL_FILES, DrafterManifest, GgufInspection, GgufSummary, KnownUpload,
+    ManifestFile, ModelFormat, ModelManifest, ModelOffer, ModelProgress,
 };
 pub use task::{
     ActionTarget, AgentEvent, Decision, ElementInfo, FormInfo, IMAGE_BUDGETS, Outcome, PageInfo, Passages, PauseReason,

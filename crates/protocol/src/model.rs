@@ -10,6 +10,10 @@ use ts_rs::TS;
 pub const BUNDLED_MODEL_FILES: [&str; 5] =
     ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja"];
 
+/// The files of the test model's assistant (crates/model/fixtures/tiny-chat-assistant), which a
+/// test build carries in `test-models/<name>/assistant/`: test builds draft with it.
+pub const BUNDLED_ASSISTANT_FILES: [&str; 2] = ["config.json", "model.safetensors"];
+
 /// One model that can be downloaded and checked: where it comes from and what its files must be.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(deny_unknown_fields)]

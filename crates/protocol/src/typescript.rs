@@ -8,13 +8,13 @@ use hearth_agent::{PointTarget, ToolImage};
 use ts_rs::{Config, TS};
 
 use crate::{
-    ActionTarget, AdapterReport, AgentEvent, Article, BUNDLED_MODEL_FILES, ChatInput, Decision, DrafterManifest,
-    ElementInfo, EngineFailure, EngineStatus, EngineToWorker, FAILURE_KEYS, FailureKind, FailureText, FormInfo,
-    GenerateRequest, GenerationEvent, GenerationStats, GgufInspection, GgufSummary, KnownUpload, ManifestFile,
-    ModelFormat, ModelInfo, ModelManifest, ModelMemory, ModelOffer, ModelProgress, OptionsToWorker, Outcome, PageInfo,
-    PanelTabState, PanelToWorker, Passages, PauseReason, RiskLevel, RiskReason, SelfTestReport, Snapshot, Source,
-    TabToWorker, TaskAction, TaskError, TaskRefusal, TaskSettings, TaskUpdate, ToolMode, ToolOutput, ToolReply,
-    ToolRequest, WorkerToEngine, WorkerToPanel, WorkerToTab,
+    ActionTarget, AdapterReport, AgentEvent, Article, BUNDLED_ASSISTANT_FILES, BUNDLED_MODEL_FILES, ChatInput,
+    Decision, DrafterManifest, ElementInfo, EngineFailure, EngineStatus, EngineToWorker, FAILURE_KEYS, FailureKind,
+    FailureText, FormInfo, GenerateRequest, GenerationEvent, GenerationStats, GgufInspection, GgufSummary, KnownUpload,
+    ManifestFile, ModelFormat, ModelInfo, ModelManifest, ModelMemory, ModelOffer, ModelProgress, OptionsToWorker,
+    Outcome, PageInfo, PanelTabState, PanelToWorker, Passages, PauseReason, RiskLevel, RiskReason, SelfTestReport,
+    Snapshot, Source, TabToWorker, TaskAction, TaskError, TaskRefusal, TaskSettings, TaskUpdate, ToolMode, ToolOutput,
+    ToolReply, ToolRequest, WorkerToEngine, WorkerToPanel, WorkerToTab,
 };
 
 /// Path of the generated file, relative to the repository root.
@@ -149,6 +149,12 @@ pub fn typescript_module() -> String {
             "BUNDLED_MODEL_FILES",
             "BundledModelFile",
             strings(&BUNDLED_MODEL_FILES),
+        ),
+        (
+            "The files of the test model's assistant, in `test-models/<name>/assistant/` (crates/protocol `BUNDLED_ASSISTANT_FILES`).",
+            "BUNDLED_ASSISTANT_FILES",
+            "BundledAssistantFile",
+            strings(&BUNDLED_ASSISTANT_FILES),
         ),
     ];
     for (doc, name, type_name, items) in lists {

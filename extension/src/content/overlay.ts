@@ -204,6 +204,9 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
   const site = siteOf(location.href) ?? location.origin;
   let transcript: Transcript = emptyTranscript();
   let status: EngineStatus = { state: "idle" };
+  /** The download `id` asks for: the loaded model's assistant when that is what is offered, else a model. */
+  const installMessage = (id: string): TabToWorker =>
+    status.state === "ready" && status.model?.drafter_offer?.id === id ? { kind: "install_drafter", model_id: id } : { kind: "install_model", model_id: id };
   /** Messages typed before the model was ready, sent when it is. */
   const queued: TabToWorker[] = [];
   const store = new TranscriptStore();
@@ -265,7 +268,7 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
     surface: "overlay",
     handlers: {
       retry: () => connect(),
-      install: (modelId) => send({ kind: "install_model", model_id: modelId }),
+      install: (modelId) => send(installMessage(modelId)),
       openModelOptions: () => send({ kind: "open_model_options" }),
       ownModel: (name) => ownModels.find((m) => m.name === name),
       submit,
@@ -471,7 +474,7 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
         connect();
         break;
       case "install":
-        send({ kind: "install_model", model_id: input.model_id });
+        send(installMessage(input.model_id));
         break;
       case "open_model_options":
         send({ kind: "open_model_options" });

@@ -29,6 +29,16 @@ export class ModelFiles {
      * step's bytes. Its metadata holds the config, tokenizer and chat template.
      */
     static streamed_gguf(name: string, path: string, size: number, read_weights: Function, chat_template?: string | null): ModelFiles;
+    /**
+     * These files with the model's assistant (speculative decoding): its `config_json` and
+     * `model.safetensors` of `size` bytes read by `read_weights(path, offset, length)` (as for
+     * [`Self::streamed`]). A failing assistant leaves the model working without it.
+     */
+    with_drafter(name: string, config_json: string, size: number, read_weights: Function): ModelFiles;
+    /**
+     * [`Self::with_drafter`] with the weights whole (a test build's bundled assistant).
+     */
+    with_drafter_bytes(name: string, config_json: string, weights: Uint8Array | number[]): ModelFiles;
 }
 
 /**

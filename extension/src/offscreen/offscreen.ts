@@ -7,7 +7,7 @@
 // tasks, or install models.
 
 import { readArticle } from "./article";
-import type { BundledModelFile, EngineFailure, EngineStatus, FailureKey, ModelManifest, ModelOffer, TaskUpdate, ToolReply, ToolRequest, WorkerToEngine } from "../generated/protocol";
+import type { BundledAssistantFile, BundledModelFile, EngineFailure, EngineStatus, FailureKey, ModelManifest, ModelOffer, TaskUpdate, ToolReply, ToolRequest, WorkerToEngine } from "../generated/protocol";
 import { failure } from "../shared/failures";
 import { dropped, isMessage, sendFromEngine, senderRole } from "../shared/messages";
 import { buildInfo, DEFAULT_MODEL_ID, isOwnModelId, loadManifest, totalBytes, unpinnedReason } from "../shared/models";
@@ -128,7 +128,7 @@ async function bundledModel(wasm: Wasm, folder: string): Promise<ModelFiles> {
   const bytes = (file: BundledModelFile) => fetchBytes(base + file);
   const text = async (file: BundledModelFile) => new TextDecoder().decode(await bytes(file));
   const name = folder.split("/").pop() ?? "model";
-  return new wasm.ModelFiles(
+  const files = new wasm.ModelFiles(
     `${name} (test model, random weights)`,
     await text("config.json"),
     await text("generation_config.json"),
@@ -136,6 +136,10 @@ async function bundledModel(wasm: Wasm, folder: string): Promise<ModelFiles> {
     await bytes("tokenizer.json"),
     await text("chat_template.jinja"),
   );
+  // Its assistant (random weights too): test builds draft with it.
+  const assistant = (file: BundledAssistantFile) => fetchBytes(`${base}assistant/${file}`);
+  const config = new TextDecoder().decode(await assistant("config.json"));
+  return files.with_drafter_bytes(`${name}-assistant (test model)`, config, await assistant("model.safetensors"));
 }
 
 /**
@@ -269,6 +273,7 @@ async function engineStatus(modelId: string | null): Promise<EngineStatus> {
 
   let key: string;
   let files: ModelFiles | undefined;
+  let assistantOffer: ModelOffer | null = null;
   try {
     if (modelId === null && bundled) {
       key = `bundled:${bundled}`;
@@ -279,7 +284,11 @@ async function engineStatus(modelId: string | null): Promise<EngineStatus> {
       if (problem) return problem;
       // The pinned revision, or an earlier upload of the same weights that the user brought.
       const installed = await store.installedVariant(manifest);
-      key = `store:${manifest.id}@${(installed ?? manifest).revision}`;
+      // Its assistant, loaded beside it once installed (the settings decide per task whether it drafts).
+      const assistant = assistantOf(manifest);
+      const withAssistant = assistant !== null && installed !== null && (await store.isInstalled(assistant));
+      if (assistant && !withAssistant) assistantOffer = await offerOf(assistant);
+      key = `store:${manifest.id}@${(installed ?? manifest).revision}${withAssistant ? "+assistant" : ""}`;
       if (loadedModel !== key) {
         if (!installed) {
           // No download before the GPU has shown that it can run the model.
@@ -287,6 +296,7 @@ async function engineStatus(modelId: string | null): Promise<EngineStatus> {
           return status.state === "ready" ? { state: "needs_model", model: await offerOf(manifest) } : status;
         }
         files = await storedModel(wasm, installed);
+        if (withAssistant && assistant) files = await withStoredAssistant(files, manifest, assistant);
       }
     }
   } catch (error) {
@@ -298,7 +308,41 @@ async function engineStatus(modelId: string | null): Promise<EngineStatus> {
   const damaged = storeFailure as store.InstallError | null;
   if (status.state === "failed" && damaged) return { state: "failed", failure: damaged.failure };
   if (status.state === "ready" && files !== undefined) loadedModel = key;
+  // The model's assistant, when it has one that is not installed: the overlay offers it.
+  if (status.state === "ready" && status.model && assistantOffer) status.model.drafter_offer = assistantOffer;
   return status;
+}
+
+/** The assistant a manifest names, as a manifest of its own: its one weights file, stored like a model's. */
+function assistantOf(m: ModelManifest): ModelManifest | null {
+  const d = m.drafter;
+  if (!d) return null;
+  return { id: `${m.id}--assistant`, name: `${m.name}: assistant`, repo: d.repo, revision: d.revision, format: "safetensors", files: [d.weights] };
+}
+
+/** `files` with the stored assistant of `m` (read by ranges, as the model's weights are). */
+async function withStoredAssistant(files: ModelFiles, m: ModelManifest, assistant: ModelManifest): Promise<ModelFiles> {
+  const [weights] = assistant.files;
+  const file = await store.openFile(assistant, weights.path);
+  const read = weightReader(assistant, new Map([["model.safetensors", file]]));
+  return files.with_drafter(assistant.repo, JSON.stringify(m.drafter?.config ?? {}), file.size, read);
+}
+
+/** Downloads and verifies the assistant of `modelId` ("" is the build's default), then loads the model again with it. */
+function installDrafter(modelId: string): Promise<EngineStatus> {
+  installing ??= (async () => {
+    const id = modelId || DEFAULT_MODEL_ID;
+    try {
+      const wasm = await loadEngine();
+      const assistant = assistantOf(await manifestOf(id));
+      if (!assistant) return failed("model_download", "failureDownloadStopped", `${id} has no assistant`);
+      await store.download(assistant, () => new wasm.Sha256(), () => {}, downloadOptions());
+    } catch (error) {
+      return failureOf(error);
+    }
+    return engineStatus(modelId || null);
+  })().finally(() => (installing = null));
+  return installing;
 }
 
 /** Downloads and installs `modelId`, streaming `installing` statuses, then starts the engine with it. */
@@ -381,6 +425,9 @@ chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) =>
       return true;
     case "install_model":
       void installModel(msg.model_id).catch(unexpected("model_download", "failureDownloadStopped")).then(sendResponse);
+      return true;
+    case "install_drafter":
+      void installDrafter(msg.model_id).catch(unexpected("model_download", "failureDownloadStopped")).then(sendResponse);
       return true;
     case "start_task":
     case "task_control":

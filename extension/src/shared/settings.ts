@@ -30,6 +30,8 @@ export interface Settings {
   chatSurface: ChatSurface;
   /** Soft tokens a screenshot costs the model: more sees finer detail, and takes longer. */
   imageBudget: ImageBudget;
+  /** Draft with the model's assistant when it is installed (faster; at temperature 0 the same answer). */
+  drafting: boolean;
 }
 
 export type ImageBudget = (typeof IMAGE_BUDGETS)[number];
@@ -43,6 +45,7 @@ export const DEFAULT_SETTINGS: Settings = {
   toolModes: { ...DEFAULT_TOOL_MODES },
   chatSurface: "overlay",
   imageBudget: DEFAULT_IMAGE_BUDGET,
+  drafting: true,
 };
 
 /** Tokens per model call: enough for a long answer in `done`. */
@@ -81,6 +84,7 @@ function sanitize(s: Settings): Settings {
     toolModes: toolModes(s.toolModes),
     chatSurface: s.chatSurface === "panel" ? "panel" : "overlay",
     imageBudget: IMAGE_BUDGETS.find((b) => b === s.imageBudget) ?? DEFAULT_IMAGE_BUDGET,
+    drafting: s.drafting !== false,
   };
 }
 
@@ -136,5 +140,6 @@ export function taskSettings(settings: Settings): TaskSettings {
     max_new_tokens: MAX_NEW_TOKENS,
     tool_modes: settings.toolModes,
     image_budget: settings.imageBudget,
+    drafting: settings.drafting,
   };
 }

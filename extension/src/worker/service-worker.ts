@@ -265,6 +265,9 @@ function fromTab(msg: TabToWorker, tabId: number, tab: chrome.tabs.Tab | undefin
     case "install_model":
       if (status.state === "needs_model" && status.model.id === msg.model_id) void installModel(msg.model_id);
       break;
+    case "install_drafter":
+      if (status.state === "ready" && status.model?.drafter_offer?.id === msg.model_id) void installDrafter();
+      break;
     case "open_model_options":
       // "Use a model file you already have": the file is chosen in the options page, at its models.
       void chrome.tabs.create({ url: chrome.runtime.getURL("options.html#models") });
@@ -518,6 +521,29 @@ async function installModel(modelId: string): Promise<void> {
     next = await fromTheEngine(answer, silenceMs(INSTALL_SILENCE_MS));
   } catch (error) {
     // A document that went away or went silent is replaced by Retry, as after a failed start.
+    const lost = error instanceof EngineSilent || error instanceof EngineGone;
+    next = lost ? engineFailure(error) : { state: "failed", failure: failure("model_download", "failureDownloadStopped", String(error)) };
+  } finally {
+    installInFlight = false;
+  }
+  if (next) setStatus(next);
+}
+
+/**
+ * Downloads the loaded model's assistant in the offscreen document, which then loads the model
+ * again with it (`loading` statuses meanwhile); a failed download leaves the model as it was.
+ */
+async function installDrafter(): Promise<void> {
+  if (installInFlight) return;
+  installInFlight = true;
+  let next: EngineStatus | undefined;
+  try {
+    await ensureOffscreenDocument();
+    // The settings' model ("" is the build's default), whose assistant was offered.
+    const model = (await loadSettings()).model;
+    const answer = toOffscreen({ kind: "install_drafter", model_id: model }) as Promise<EngineStatus | undefined>;
+    next = await fromTheEngine(answer, silenceMs(INSTALL_SILENCE_MS));
+  } catch (error) {
     const lost = error instanceof EngineSilent || error instanceof EngineGone;
     next = lost ? engineFailure(error) : { state: "failed", failure: failure("model_download", "failureDownloadStopped", String(error)) };
   } finally {

@@ -1,6 +1,7 @@
 // The tiny test model (real formats, random weights) generates in the browser on WebGPU through the
 // offscreen document, streams its tokens, and produces exactly the tokens the native CLI produces
-// for the same model and prompt (greedy). A tiny Gemma 3 GGUF (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 blocks)
+// for the same model and prompt (greedy): drafting with its bundled assistant (speculative
+// decoding, on by default) and without it. A tiny Gemma 3 GGUF (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 blocks)
 // then runs through the packed path: GGUF parsed in wasm, tokenizer from its metadata, blocks
 // repacked, the fused 4- and 8-bit kernels on WebGPU; its greedy ids are transformers'.
 
@@ -51,23 +52,29 @@ test("the browser generates the native CLI's greedy tokens", { timeout: 600_000 
     assert.equal(await waitForEngine(page, ["ready", "failed"]), "ready");
     assert.match(await overlayData(page, "model"), /tiny-chat/);
     // Generation runs in the offscreen document's wasm module, called as the engine calls it.
-    const events = await chrome.console.evaluate(
-      "/offscreen.html",
-      `(async () => {
-        const engine = await import(chrome.runtime.getURL("wasm/hearth_offscreen.js"));
-        const events = [];
-        const request = { request_id: 7, prompt: ${JSON.stringify(PROMPT)}, max_tokens: ${MAX_TOKENS} };
-        await engine.generate(JSON.stringify(request), (json) => events.push(JSON.parse(json)));
-        return events;
-      })()`,
-      540_000,
-    );
-    const done = events.at(-1);
-    assert.equal(done.event, "done", `generation failed: ${JSON.stringify(done)}`);
-    const streamed = events.filter((e) => e.event === "token").map((e) => e.token_id);
-    assert.deepEqual(streamed, done.token_ids, "every token was streamed");
-    console.log(`browser: ${done.token_ids.length} tokens, ${JSON.stringify(done.stats)}`);
-    assert.deepEqual(done.token_ids, native, "browser tokens equal the native CLI's");
+    const generate = (drafting) =>
+      chrome.console.evaluate(
+        "/offscreen.html",
+        `(async () => {
+          const engine = await import(chrome.runtime.getURL("wasm/hearth_offscreen.js"));
+          const events = [];
+          const request = { request_id: 7, prompt: ${JSON.stringify(PROMPT)}, max_tokens: ${MAX_TOKENS}, drafting: ${drafting} };
+          await engine.generate(JSON.stringify(request), (json) => events.push(JSON.parse(json)));
+          return events;
+        })()`,
+        540_000,
+      );
+    for (const drafting of [true, false]) {
+      const events = await generate(drafting);
+      const done = events.at(-1);
+      assert.equal(done.event, "done", `generation failed: ${JSON.stringify(done)}`);
+      const streamed = events.filter((e) => e.event === "token").map((e) => e.token_id);
+      assert.deepEqual(streamed, done.token_ids, "every token was streamed");
+      console.log(`browser, drafting ${drafting}: ${done.token_ids.length} tokens, ${JSON.stringify(done.stats)}`);
+      assert.deepEqual(done.token_ids, native, `browser tokens equal the native CLI's (drafting ${drafting})`);
+      if (drafting) assert.ok(done.stats.drafted_tokens > 0, "the bundled assistant drafted");
+      else assert.equal(done.stats.drafted_tokens, 0, "nothing drafted with drafting off");
+    }
     assert.deepEqual(chrome.console.errors, []);
   } finally {
     await chrome.close();

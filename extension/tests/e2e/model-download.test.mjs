@@ -5,7 +5,8 @@
 // the last stored part, reject the corrupt file, install the rest only after their SHA-256
 // matched, never fetch a verified file twice, and, after a browser restart, load the model without
 // a single request. Then the options page deletes it and installs it again from a
-// folder on disk, offline.
+// folder on disk, offline. Last, the overlay offers the model's assistant (speculative decoding),
+// downloads and checks it, and the model drafts with it: the same greedy tokens, sooner.
 
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
@@ -20,6 +21,7 @@ import { serve } from "../lib/server.mjs";
 
 const ROOT = resolve(import.meta.dirname, "../../..");
 const MODEL_DIR = join(ROOT, "crates/model/fixtures/tiny-chat");
+const ASSISTANT_DIR = join(ROOT, "crates/model/fixtures/tiny-chat-assistant");
 const manifest = JSON.parse(readFileSync(join(ROOT, "models/test/tiny-chat.json"), "utf8"));
 const TOTAL = manifest.files.reduce((sum, f) => sum + f.size, 0);
 /** Small parts, so that model.safetensors (372 KB) is stored in six of them. */
@@ -38,7 +40,8 @@ let chrome;
 
 before(async () => {
   pages = await serve(resolve(import.meta.dirname, "../pages"));
-  hub = await serveHub([{ repo: manifest.repo, revision: manifest.revision, dir: MODEL_DIR }], { chunkBytes: 8 * 1024, chunkDelayMs: 25 });
+  const assistant = { repo: manifest.drafter.repo, revision: manifest.drafter.revision, dir: ASSISTANT_DIR };
+  hub = await serveHub([{ repo: manifest.repo, revision: manifest.revision, dir: MODEL_DIR }, assistant], { chunkBytes: 8 * 1024, chunkDelayMs: 25 });
   profile = mkdtempSync(join(tmpdir(), "hearth-download-profile-"));
 });
 
@@ -275,5 +278,40 @@ test("options: delete the model, then load it from a folder on this computer, of
   for (const f of manifest.files) {
     assert.equal(createHash("sha256").update(readFileSync(join(MODEL_DIR, f.path))).digest("hex"), f.sha256, f.path);
   }
+  assert.deepEqual(unexpectedErrors(), []);
+});
+
+test("the model's assistant: offered, downloaded and checked, loaded beside the model; drafting keeps the greedy tokens", { timeout: 120_000 }, async () => {
+  const page = await openOverlay();
+  assert.equal(await waitForData(page, "engine", ["ready", "failed"], 60_000), "ready", `engine: ${await overlayData(page, "failure")}`);
+  assert.equal(await waitForData(page, "drafter-offer", "tiny-chat--assistant", 10_000), "tiny-chat--assistant");
+  assert.equal(await overlayData(page, "drafter"), "", "no assistant loaded before the download");
+  const offer = await overlayText(page, ".engine .drafter-offer");
+  assert.ok(offer.includes(`Download the assistant (${kb(manifest.drafter.weights.size)})`), offer);
+  const before = hub.requests.length;
+  await setHooks({ downloadBase: hub.url });
+  await clickInOverlay(page, "button.download-drafter");
+  // Downloaded, checked, then the model loads again with it.
+  assert.equal(await waitForData(page, "drafter", "hearth-test/tiny-chat-assistant", 60_000), "hearth-test/tiny-chat-assistant");
+  assert.equal(await overlayData(page, "engine"), "ready");
+  assert.equal(await overlayData(page, "drafter-offer"), null, "nothing offered once installed");
+  const fetched = hub.requests.slice(before);
+  assert.ok(fetched.length > 0 && fetched.every((r) => r.repo === manifest.drafter.repo && r.path === "model.safetensors"), JSON.stringify(fetched));
+  await screenshot(page, "drafter-installed");
+
+  // The engine drafts with it: the same greedy tokens as without, and it says what it drafted.
+  const generate = (drafting) =>
+    inOffscreen(`(async () => {
+      const engine = await import(chrome.runtime.getURL("wasm/hearth_offscreen.js"));
+      const events = [];
+      await engine.generate(JSON.stringify({ request_id: 3, prompt: "Say hello to the lantern shop.", max_tokens: 16, drafting: ${drafting} }), (json) => events.push(JSON.parse(json)));
+      return events.at(-1);
+    })()`);
+  const drafted = await generate(true);
+  const plain = await generate(false);
+  assert.equal(drafted.event, "done", JSON.stringify(drafted));
+  assert.deepEqual(drafted.token_ids, plain.token_ids);
+  assert.ok(drafted.stats.drafted_tokens > 0, JSON.stringify(drafted.stats));
+  assert.equal(plain.stats.drafted_tokens, 0);
   assert.deepEqual(unexpectedErrors(), []);
 });

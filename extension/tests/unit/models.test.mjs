@@ -2,6 +2,7 @@
 // the fixture, and no manifest that Hearth would install lacks a hash. No browser needed.
 
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { readFileSync, readdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { test } from "node:test";
@@ -41,13 +42,27 @@ test("every manifest has exactly the schema's fields", () => {
   assert.ok(paths.length >= 3);
   for (const path of paths) {
     const m = read(path);
-    const keys = Object.keys(m).filter((k) => k !== "known_uploads" && k !== "vision_files").sort();
+    const keys = Object.keys(m).filter((k) => k !== "known_uploads" && k !== "vision_files" && k !== "drafter").sort();
     assert.deepEqual(keys, ["files", "format", "id", "name", "repo", "revision"], path);
     assert.ok(m.revision && m.files.every((f) => f.size !== null && f.sha256 !== null), `${path}: no unpinned manifest ships`);
     for (const u of m.known_uploads ?? []) assert.deepEqual(Object.keys(u).sort(), ["note", "path", "revision", "sha256", "size"], `${path}: known upload`);
     assert.equal(`${m.id}.json`, path.split("/").pop(), path);
     for (const f of [...m.files, ...(m.vision_files ?? [])]) assert.deepEqual(Object.keys(f).sort(), ["path", "sha256", "size"], `${path}: ${f.path}`);
+    if (m.drafter) {
+      assert.deepEqual(Object.keys(m.drafter).sort(), ["config", "repo", "revision", "weights"], `${path}: drafter`);
+      assert.deepEqual(Object.keys(m.drafter.weights).sort(), ["path", "sha256", "size"], `${path}: drafter weights`);
+      assert.equal(m.drafter.config.model_type, "gemma4_assistant", `${path}: drafter config`);
+    }
   }
+});
+
+test("the test model's assistant is its fixture, byte for byte", () => {
+  const { drafter } = read("models/test/tiny-chat.json");
+  const dir = join(ROOT, "crates/model/fixtures/tiny-chat-assistant");
+  const weights = readFileSync(join(dir, "model.safetensors"));
+  assert.equal(drafter.weights.size, weights.length);
+  assert.equal(drafter.weights.sha256, createHash("sha256").update(weights).digest("hex"));
+  assert.deepEqual(drafter.config, JSON.parse(readFileSync(join(dir, "config.json"), "utf8")));
 });
 
 test("pin refuses a folder that lacks a listed file", async () => {

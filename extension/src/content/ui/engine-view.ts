@@ -4,7 +4,8 @@
 // or failed (what happened, what fixes it, and Retry). The state is mirrored into `data` (in test
 // builds the dataset of the overlay's hidden test-state element, inside its shadow root): data-engine,
 // data-adapter, data-self-test, data-values, data-fused-error, data-failure, data-model,
-// data-model-verified ("false" for the user's own model file), data-offer, data-download, data-load.
+// data-model-verified ("false" for the user's own model file), data-offer, data-download, data-load,
+// data-drafter (the assistant the model drafts with), data-drafter-offer (the assistant offered).
 // `needs_model` also offers "Use a model file you already have" (the options page, at its models).
 
 import { INSTALL_FAILURES, type EngineStatus } from "../../generated/protocol";
@@ -47,6 +48,8 @@ export function engineView(
       delete data.offer;
       delete data.download;
       delete data.load;
+      delete data.drafter;
+      delete data.drafterOffer;
       data.engine = status.state;
       switch (status.state) {
         case "idle":
@@ -83,6 +86,22 @@ export function engineView(
             model ? t("modelFacts", model.name, String(model.layers), formatNumber(model.context_tokens), formatNumber(model.load_ms)) : t("noModel"),
           );
           if (model) fact(t("factSight"), model.sees_images ? t("sightYes") : model.vision_failure ? t("sightFailed", model.vision_failure) : t("sightNo"));
+          if (model) {
+            const offer = model.drafter_offer;
+            fact(t("factDrafter"), model.drafter ? t("drafterYes", model.drafter) : model.drafter_failure ? t("drafterFailed", model.drafter_failure) : offer ? t("drafterOffered") : t("drafterNo"));
+            data.drafter = model.drafter ?? "";
+            if (offer) {
+              // The model's published assistant: a small download that makes replies faster.
+              data.drafterOffer = offer.id;
+              const download = button("download-drafter", t("drafterDownload", formatBytes(offer.total_bytes)));
+              download.dataset.model = offer.id;
+              download.addEventListener("click", () => {
+                download.disabled = true;
+                install(offer.id);
+              });
+              body.append(el("p", { class: "drafter-offer" }, t("drafterPrompt"), " ", download));
+            }
+          }
           const result = el(
             "p",
             { class: test.passed ? "self-test" : "self-test bad" },

@@ -67,6 +67,8 @@ export function settingsForm(onChange: (patch: Partial<Settings>) => void): Sett
     ...IMAGE_BUDGETS.map((b) => el("option", { value: String(b) }, t("imageBudgetOption", String(b)))),
   );
   imageBudget.addEventListener("change", () => onChange({ imageBudget: Number(imageBudget.value) as ImageBudget }));
+  const drafting = el("input", { class: "setting-drafting", name: "drafting", type: "checkbox" });
+  drafting.addEventListener("change", () => onChange({ drafting: drafting.checked }));
   surface.addEventListener("change", () => onChange({ chatSurface: surface.value === "panel" ? "panel" : "overlay" }));
   model.addEventListener("change", () => onChange({ model: model.value }));
   thinking.addEventListener("change", () => onChange({ thinking: thinking.checked }));
@@ -87,6 +89,7 @@ export function settingsForm(onChange: (patch: Partial<Settings>) => void): Sett
     field(temperature, t("temperatureSetting"), t("temperatureHelp")),
     field(surface, t("chatSurfaceSetting"), t("chatSurfaceHelp")),
     field(imageBudget, t("imageBudgetSetting"), t("imageBudgetHelp")),
+    field(drafting, t("draftingSetting"), t("draftingHelp")),
   );
   function show(settings: Settings): void {
     shown = settings;
@@ -101,6 +104,7 @@ export function settingsForm(onChange: (patch: Partial<Settings>) => void): Sett
     temperature.value = String(settings.temperature);
     surface.value = settings.chatSurface;
     imageBudget.value = String(settings.imageBudget);
+    drafting.checked = settings.drafting;
   }
   return { element, show };
 }
