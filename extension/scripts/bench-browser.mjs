@@ -4,6 +4,7 @@
 //
 //   cargo xtask build    # a test build in dist/extension
 //   node scripts/bench-browser.mjs --model gemma-3-270m-q4_k_m.gguf [--tokens 16] [--hearth-only] [--profile out.cpuprofile] [--prompt text]
+//                                   [--speculative 2,4]
 //
 // `--hearth-only` leaves wllama out (a synthetic file whose figures are only Hearth's host cost).
 // `--profile out.cpuprofile` records the offscreen document's thread during Hearth's generation
@@ -35,6 +36,8 @@ const model = resolve(option("--model", ""));
 const tokens = Number(option("--tokens", "16"));
 const hearthOnly = process.argv.includes("--hearth-only");
 const profile = option("--profile", null);
+// `--speculative 2,4`: also a verification of k+1 tokens against one decoded token (speculative decoding's cost).
+const speculative = option("--speculative", null)?.split(",").map(Number) ?? null;
 if (!existsSync(model) || !statSync(model).isFile()) {
   console.error(`usage: node scripts/bench-browser.mjs --model <file.gguf> [--tokens 16] (no file at ${model})`);
   process.exit(2);
@@ -221,11 +224,23 @@ async function hearth(chrome, server) {
       printProfile(stopped.profile);
     }
     result = { ...loaded, done: generated };
+    if (speculative) {
+      const costs = await chrome.console.evaluate(
+        "/offscreen.html",
+        `(async () => {
+          const engine = await import(chrome.runtime.getURL("wasm/hearth_offscreen.js"));
+          return JSON.parse(await engine.measureVerification(${JSON.stringify(JSON.stringify(speculative))}, 5));
+        })()`,
+        3_600_000,
+      );
+      if (costs.error) throw new Error(`the verification could not be measured: ${costs.error}`);
+      result.verification = costs;
+    }
   }
   await page.close();
   if (result.status.state !== "ready") throw new Error(`Hearth could not load the model: ${JSON.stringify(result.status)}`);
   if (result.done?.event !== "done") throw new Error(`Hearth's generation failed: ${JSON.stringify(result.done)}`);
-  return { adapter, load_ms: result.status.model.load_ms, stats: result.done.stats, text: result.done.text ?? "" };
+  return { adapter, load_ms: result.status.model.load_ms, stats: result.done.stats, text: result.done.text ?? "", verification: result.verification };
 }
 
 async function wllama(chrome, server, gpuLayers) {
@@ -268,6 +283,12 @@ try {
     console.log(`| ${label} | ${(run.loadMs / 1e3).toFixed(1)} s | ${t.prompt_per_second.toFixed(2)} | ${t.predicted_per_second.toFixed(2)} | ${(ourDecode / t.predicted_per_second).toFixed(3)} |`);
   }
   console.log(`\nHearth's host time per decoded token (the offscreen document's thread building the step and its sampling, GPU waits excluded): ${ours.stats.decode_host_ms_per_token.toFixed(2)} ms (median of the tokens after the first; the first, which also creates the one-token step's pipelines: ${ours.stats.first_decode_host_ms.toFixed(2)} ms).`);
+  if (ours.verification) {
+    console.log("\nSpeculative decoding's cost in this browser (median of 5 after a warm-up; random weights: the costs, not the acceptance):\n");
+    console.log("| k | verify k+1 tokens, ms | one decoded token, ms | ratio |");
+    console.log("|---|---|---|---|");
+    for (const c of ours.verification) console.log(`| ${c.k} | ${c.verify_ms.toFixed(1)} | ${c.token_ms.toFixed(1)} | ${(c.verify_ms / c.token_ms).toFixed(2)} |`);
+  }
   console.log(`\nHearth's text: ${JSON.stringify(ours.text)}`);
   if (!hearthOnly) console.log(`wllama's text (CPU): ${JSON.stringify(cpu.text)}`);
 } finally {

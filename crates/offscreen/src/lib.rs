@@ -87,6 +87,23 @@ pub async fn generate(request: String, on_event: js_sys::Function) {
     }
 }
 
+/// Speculative decoding's cost in this browser, on the loaded model
+/// (`extension/scripts/bench-browser.mjs --speculative`): for each k of `ks` (a JSON array), the
+/// median milliseconds of a verification of k+1 tokens (ids read back, then rewound) beside one
+/// decoded token (the recorded step and its 4-byte readback), as JSON
+/// `[{k, verify_ms, token_ms}]`, or `{error}`.
+#[wasm_bindgen(js_name = measureVerification)]
+pub async fn measure_verification(ks: String, repeats: u32) -> String {
+    let result = match serde_json::from_str::<Vec<usize>>(&ks) {
+        Ok(ks) => engine_state::measure_verification(&ks, repeats.max(1) as usize).await,
+        Err(err) => Err(format!("ks must be a JSON array of numbers: {err}")),
+    };
+    match result {
+        Ok(rows) => serde_json::to_string(&rows).unwrap_or_default(),
+        Err(error) => serde_json::json!({ "error": error }).to_string(),
+    }
+}
+
 /// Connects agent tasks to JavaScript: `on_update(tabId, taskUpdateJson)` receives every
 /// `TaskUpdate`; `run_tool(toolRequestJson)` returns a Promise of a `ToolReply` as JSON.
 #[wasm_bindgen(js_name = setTaskHost)]

@@ -80,6 +80,15 @@ export function generate(request: string, on_event: Function): Promise<void>;
  */
 export function inspectGguf(file_name: string, size: number, read: Function): Promise<string>;
 
+/**
+ * Speculative decoding's cost in this browser, on the loaded model
+ * (`extension/scripts/bench-browser.mjs --speculative`): for each k of `ks` (a JSON array), the
+ * median milliseconds of a verification of k+1 tokens (ids read back, then rewound) beside one
+ * decoded token (the recorded step and its 4-byte readback), as JSON
+ * `[{k, verify_ms, token_ms}]`, or `{error}`.
+ */
+export function measureVerification(ks: string, repeats: number): Promise<string>;
+
 export function on_load(): void;
 
 /**
