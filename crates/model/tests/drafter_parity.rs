@@ -9,8 +9,11 @@ use std::path::{Path, PathBuf};
 use burn::tensor::{Device, Tensor};
 use hearth_model::drafter::{self, Drafter, DrafterError};
 use hearth_model::model_dir::{load_config, load_model};
-use hearth_model::{CacheOptions, Gemma, KvCache, gpu};
+use hearth_model::{CacheOptions, Gemma, KvCache};
 use serde::Deserialize;
+
+mod common;
+use common::{devices, rows};
 
 const TOLERANCE: f32 = 1e-3;
 
@@ -39,24 +42,6 @@ fn fixture_dir() -> PathBuf {
 fn fixture() -> Fixture {
     let text = std::fs::read_to_string(fixture_dir().join("expected.json")).expect("fixture present");
     serde_json::from_str(&text).expect("fixture parses")
-}
-
-fn devices() -> Vec<(&'static str, Device)> {
-    let mut devices = vec![("cpu", Device::flex())];
-    match gpu::init_gpu_blocking() {
-        Ok(gpu) => devices.push(("wgpu", gpu.device)),
-        Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => {
-            eprintln!("no GPU, testing the CPU backend only: {err}")
-        }
-        Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
-    }
-    devices
-}
-
-fn rows(t: Tensor<2>) -> Vec<Vec<f32>> {
-    let [_, width] = t.dims();
-    let values: Vec<f32> = pollster::block_on(t.into_data_async()).unwrap().try_into_vec().unwrap();
-    values.chunks(width).map(<[f32]>::to_vec).collect()
 }
 
 fn argmax(row: &[f32]) -> u32 {

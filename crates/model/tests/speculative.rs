@@ -14,7 +14,10 @@ use hearth_model::generate::{GenerateOptions, Generation, generate};
 use hearth_model::model_dir::load_model;
 use hearth_model::speculative::{DraftSource, Speculation};
 use hearth_model::tokenizer::Tokenizer;
-use hearth_model::{CacheOptions, Gemma, Sampler, SamplingOptions, Session, gpu};
+use hearth_model::{CacheOptions, Gemma, Sampler, SamplingOptions, Session};
+
+mod common;
+use common::devices;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
@@ -23,18 +26,6 @@ fn fixtures() -> PathBuf {
 /// tiny-chat's tokenizer: it spells every id of the 128-token main model.
 fn tokenizer() -> Tokenizer {
     Tokenizer::from_bytes(&std::fs::read(fixtures().join("tiny-chat/tokenizer.json")).unwrap()).unwrap()
-}
-
-fn devices() -> Vec<(&'static str, Device)> {
-    let mut devices = vec![("cpu", Device::flex())];
-    match gpu::init_gpu_blocking() {
-        Ok(gpu) => devices.push(("wgpu", gpu.device)),
-        Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => {
-            eprintln!("no GPU, testing the CPU backend only: {err}")
-        }
-        Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
-    }
-    devices
 }
 
 const STOP: [u32; 1] = [1];

@@ -9,8 +9,11 @@ use std::path::{Path, PathBuf};
 use burn::tensor::{Device, Tensor};
 use hearth_model::model_dir::ModelFiles;
 use hearth_model::vision::{RgbImage, VisionTower};
-use hearth_model::{CacheOptions, Gemma, KvCache, PromptImage, PromptImages, Session, SoftTokens, gpu};
+use hearth_model::{CacheOptions, Gemma, KvCache, PromptImage, PromptImages, Session, SoftTokens};
 use serde::Deserialize;
+
+mod common;
+use common::{devices, rows};
 
 const TOLERANCE: f32 = 1e-3;
 
@@ -33,24 +36,6 @@ struct Case {
 
 fn fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gemma4-vision")
-}
-
-fn devices() -> Vec<(&'static str, Device)> {
-    let mut devices = vec![("cpu", Device::flex())];
-    match gpu::init_gpu_blocking() {
-        Ok(gpu) => devices.push(("wgpu", gpu.device)),
-        Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => {
-            eprintln!("no GPU, testing the CPU backend only: {err}")
-        }
-        Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
-    }
-    devices
-}
-
-fn rows(t: Tensor<2>) -> Vec<Vec<f32>> {
-    let [_, width] = t.dims();
-    let values: Vec<f32> = pollster::block_on(t.into_data_async()).unwrap().try_into_vec().unwrap();
-    values.chunks(width).map(<[f32]>::to_vec).collect()
 }
 
 fn check(label: &str, actual: &[Vec<f32>], expected: &[Vec<f32>]) {
