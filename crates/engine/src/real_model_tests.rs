@@ -117,6 +117,15 @@ fn png_data_url(width: u32, height: u32, seed: u8) -> String {
 
 /// One greedy step over `prompt` with `images`: the text and the prompt's token count.
 fn step_with_images(model: &SharedModel, prompt: &str, images: Vec<PromptImage>) -> Result<(String, usize), String> {
+    step_with_images_drafting(model, prompt, images, false)
+}
+
+fn step_with_images_drafting(
+    model: &SharedModel,
+    prompt: &str,
+    images: Vec<PromptImage>,
+    drafting: bool,
+) -> Result<(String, usize), String> {
     let request = GenerationRequest {
         prompt: prompt.into(),
         max_new_tokens: 8,
@@ -126,7 +135,7 @@ fn step_with_images(model: &SharedModel, prompt: &str, images: Vec<PromptImage>)
         images,
     };
     let chunks = pollster::block_on(
-        generate_step(model.clone(), tab_conversation(2), SamplingOptions::greedy(), 70, false, request)
+        generate_step(model.clone(), tab_conversation(2), SamplingOptions::greedy(), 70, drafting, request)
             .collect::<Vec<_>>(),
     );
     let (mut text, mut prompt_tokens) = (String::new(), 0);
@@ -170,6 +179,30 @@ fn a_screenshot_becomes_soft_tokens_at_its_placeholder() {
     let blind = tiny_model();
     let e = step_with_images(&blind, prompt, vec![shot(3)]).unwrap_err();
     assert!(e.contains("cannot see images"), "{e}");
+}
+
+/// A step with a screenshot drafts too: the prompt's last position comes from the image-bearing
+/// prefill, and the text is the one without drafting.
+#[test]
+fn a_step_with_a_screenshot_drafts_the_same_text() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/fixtures/tiny-chat-assistant");
+    let model = tiny_seeing_model();
+    let config = model.session.try_lock().expect("unused").model().config.clone();
+    let drafter = hearth_model::drafter::load_dir(&dir, &config, &Device::flex()).expect("the assistant loads");
+    let model = model.with_drafter(Some(drafter));
+    let prompt = "<bos><|turn>user\nWhat is this?<|image|><turn|>\n<|turn>model\n";
+    let shot = PromptImage {
+        key: "call_5".into(),
+        image: std::sync::Arc::new(ToolImage {
+            data_url: png_data_url(64, 40, 5),
+            thumbnail: String::new(),
+            width: 64,
+            height: 40,
+        }),
+    };
+    let plain = step_with_images_drafting(&model, prompt, vec![shot.clone()], false).expect("the plain step");
+    let drafted = step_with_images_drafting(&model, prompt, vec![shot], true).expect("the drafted step");
+    assert_eq!(drafted, plain);
 }
 
 /// The text `burn_generate` streams and the number of tokens it decoded.
