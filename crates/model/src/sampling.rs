@@ -58,9 +58,15 @@ impl Sampler {
 
     /// Reads back a chosen id (the only readback of a decoded token: 4 bytes).
     pub async fn read(choice: Tensor<2, Int>) -> Result<u32, SampleError> {
+        Self::read_all(choice).await?.first().copied().ok_or_else(|| SampleError("empty result".into()))
+    }
+
+    /// Reads back ids chosen on the device, `[rows, 1]`, in one readback.
+    pub async fn read_all(choice: Tensor<2, Int>) -> Result<Vec<u32>, SampleError> {
         let data = choice.into_data_async().await.map_err(|e| SampleError(e.to_string()))?;
-        let id = data.iter::<i64>().next().ok_or_else(|| SampleError("empty result".into()))?;
-        u32::try_from(id).map_err(|_| SampleError(format!("invalid token id {id}")))
+        data.iter::<i64>()
+            .map(|id| u32::try_from(id).map_err(|_| SampleError(format!("invalid token id {id}"))))
+            .collect()
     }
 
     /// The chosen id as a [1, 1] tensor, still on the device (its kernels launched, nothing

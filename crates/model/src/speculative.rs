@@ -238,7 +238,7 @@ pub(crate) async fn generate_speculative(
         let (logits, states) = session.verify(&verified)?;
         let rows = constrain_rows(logits, calls.as_deref_mut(), &marks, vocab);
         let (accepted, correction) = if sampler.is_greedy() {
-            let chosen = read_ids(rows.argmax(1)).await?;
+            let chosen = Sampler::read_all(rows.argmax(1)).await?;
             let accepted = drafts.iter().zip(&chosen).take_while(|(d, c)| d == c).count();
             (accepted, chosen[accepted])
         } else {
@@ -307,7 +307,7 @@ async fn accept_sampled(
     let [_, k] = target.ids.dims();
     let device = target.scores.device();
     if m == 0 {
-        let id = read_ids(sampler.draw(&target)).await?[0];
+        let id = Sampler::read_all(sampler.draw(&target)).await?[0];
         return Ok((0, id));
     }
     let head = |c: &Candidates, rows: std::ops::Range<usize>| Candidates {
@@ -374,12 +374,4 @@ fn constrain_rows(
     }
     calls.reset(now);
     if any { Tensor::cat(rows, 0) } else { logits }
-}
-
-/// Ids chosen on the device, `[rows, 1]`, read back together.
-async fn read_ids(choice: Tensor<2, Int>) -> Result<Vec<u32>, SampleError> {
-    let data = choice.into_data_async().await.map_err(|e| SampleError::new(e.to_string()))?;
-    data.iter::<i64>()
-        .map(|id| u32::try_from(id).map_err(|_| SampleError::new(format!("invalid token id {id}"))))
-        .collect()
 }

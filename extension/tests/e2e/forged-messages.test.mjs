@@ -221,6 +221,8 @@ test("(c) requests meant for the offscreen document, old and new shapes, are ign
     { kind: "start_task", tab_id: tabB, text: "PWNED start", page: null, settings, history: "PWNED" },
     { kind: "start_engine", model_id: "no-such-model" },
     { kind: "install_model", model_id: "tiny-chat" },
+    // The assistant's download, straight to the engine: only the worker may ask for it.
+    { kind: "install_drafter", model_id: "tiny-chat" },
   ];
   const outcomes = await sendAll([...forEngine.map((msg) => ({ to: "offscreen", msg })), ...forEngine]);
   // start_engine would be answered with an EngineStatus, had the offscreen document taken it.
