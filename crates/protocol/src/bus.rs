@@ -74,6 +74,29 @@ pub enum TabToWorker {
     },
     /// "Open in side panel" in the overlay: the worker opens the side panel of this tab's window.
     OpenSidePanel,
+    /// A citation chip of another page's passage: the worker opens `url` in a new tab, fenced like
+    /// any tab the task opens, and refuses (response `false`) while a task runs in this tab and
+    /// `url` is outside its sites.
+    OpenSource { url: String },
+    /// The response is this tab's view of the settings (`SettingsView`). Settings live where only
+    /// Hearth's own pages can write them (storage restricted to trusted contexts): a content
+    /// script reads them through the worker and never writes them.
+    GetSettings,
+    /// "Turn off on this site": the worker adds the sender's own site (its committed URL's origin)
+    /// to the disabled sites. The one setting a tab may change, and only towards doing less.
+    DisableSite,
+    /// "All settings…": open the options page.
+    OpenOptions,
+}
+
+/// What a tab's content script may know of the settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct SettingsView {
+    /// The user turned Hearth off on this tab's site.
+    pub disabled: bool,
+    /// The user's own model files (name, file name…), which the engine view marks as not verified.
+    #[ts(type = "unknown")]
+    pub own_models: serde_json::Value,
 }
 
 /// What the side panel (`sidepanel.html`) sends to the service worker over its port. The panel
@@ -249,14 +272,23 @@ pub enum WorkerToTab {
     /// The tab's own id, which the overlay stores its transcript under (the worker also gives it
     /// in its answer to `watch_engine`).
     TabInfo { tab_id: u32 },
-    /// The fence (worker/fence.ts) blocked a request of this tab during the agent's run: the page
-    /// tried to open `url` (method GET) or to send a form to it (POST). The overlay asks the user.
-    FenceBlocked { url: String, host: String, method: String },
+    /// The fence (worker/fence.ts) blocked a request of this tab (or of a tab its task opened)
+    /// during the agent's run: the page tried to open `url` (method GET) or to send a form to it
+    /// (POST), or a download of `file` from `url` is held (DOWNLOAD). The overlay asks the user.
+    FenceBlocked {
+        url: String,
+        host: String,
+        method: String,
+        #[serde(default)]
+        file: Option<String>,
+    },
     /// A side panel shows this tab (`attached`), or no longer does: while one does, the overlay
     /// stays closed and sends its chat with `panel_chat`. The response is `true`.
     PanelAttached { attached: bool },
     /// The user acted in the side panel showing this tab.
     PanelInput { input: ChatInput },
+    /// The settings changed (on Hearth's own pages): this tab's view of them.
+    SettingsChanged { view: SettingsView },
 }
 
 /// JSON in and out, for every message enum.

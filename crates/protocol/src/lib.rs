@@ -20,7 +20,7 @@ mod task;
 pub mod typescript;
 
 pub use bus::{
-    Article, BusMessage, ChatInput, EngineToWorker, OptionsToWorker, PanelTabState, PanelToWorker, TabToWorker,
+    Article, BusMessage, ChatInput, EngineToWorker, OptionsToWorker, PanelTabState, PanelToWorker, SettingsView, TabToWorker,
     WorkerToEngine, WorkerToPanel, WorkerToTab,
 };
 pub use engine::{

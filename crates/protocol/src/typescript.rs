@@ -13,7 +13,7 @@ use crate::{
     FailureText, FormInfo, GenerateRequest, GenerationEvent, GenerationStats, GgufInspection, GgufSummary, KnownUpload,
     ManifestFile, ModelFormat, ModelInfo, ModelManifest, ModelMemory, ModelOffer, ModelProgress, OptionsToWorker,
     Outcome, PageInfo, PanelTabState, PanelToWorker, Passages, PauseReason, RiskLevel, RiskReason, SelfTestReport,
-    Snapshot, Source, TabToWorker, TaskAction, TaskError, TaskRefusal, TaskSettings, TaskUpdate, ToolMode, ToolOutput,
+    SettingsView, Snapshot, Source, TabToWorker, TaskAction, TaskError, TaskRefusal, TaskSettings, TaskUpdate, ToolMode, ToolOutput,
     ToolReply, ToolRequest, WorkerToEngine, WorkerToPanel, WorkerToTab,
 };
 
@@ -30,6 +30,7 @@ pub fn typescript_module() -> String {
         WorkerToEngine::decl(&cfg),
         Article::decl(&cfg),
         WorkerToTab::decl(&cfg),
+        SettingsView::decl(&cfg),
         PanelToWorker::decl(&cfg),
         PanelTabState::decl(&cfg),
         WorkerToPanel::decl(&cfg),

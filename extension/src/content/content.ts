@@ -3,7 +3,7 @@
 
 import type { ToolReply, ToolRequest, WorkerToTab } from "../generated/protocol";
 import { isFromWorker, isMessage } from "../shared/messages";
-import { hideForCapture, mountOverlayWhenReady, openWithSelection, panelInput, protectOverlay, setPanelAttached } from "./overlay";
+import { hideForCapture, mountOverlayWhenReady, openWithSelection, panelInput, protectOverlay, setPanelAttached, settingsChanged } from "./overlay";
 import { executeTool, ToolFailure } from "./page-tools";
 
 /** Tools in progress; stop aborts them. */
@@ -46,6 +46,9 @@ function onTabMessage(msg: WorkerToTab, sendResponse: (reply: ToolReply | boolea
     case "hide_for_capture":
       void hideForCapture(msg.hidden).then(() => sendResponse(true));
       return true;
+    case "settings_changed":
+      settingsChanged(msg.view);
+      return false;
     case "cancel_tools":
       for (const controller of running) controller.abort();
       running.clear();

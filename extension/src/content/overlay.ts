@@ -23,10 +23,10 @@
 // chat (`panel_chat`, through the worker) and its controls come back as `panel_input`, done here
 // with the same handlers as the overlay's own controls; the overlay stays closed meanwhile.
 
-import type { ChatInput, Decision, EngineStatus, TabToWorker, TaskAction, WorkerToTab } from "../generated/protocol";
+import type { ChatInput, Decision, EngineStatus, SettingsView, TabToWorker, TaskAction, WorkerToTab } from "../generated/protocol";
 import { isFromWorker, isMessage, sendFromTab } from "../shared/messages";
-import { watchOwnModels, type OwnModel } from "../shared/own-models";
-import { isSiteDisabled, loadSettings, onSettingsChanged, saveSettings, siteOf, type Settings } from "../shared/settings";
+import type { OwnModel } from "../shared/own-models";
+import { siteOf } from "../shared/settings";
 import { OVERLAY_CSS } from "./overlay-style";
 import { type Listen } from "./ui/composer";
 import { clip, el } from "../shared/ui/builders";
@@ -60,7 +60,7 @@ const MAX_QUOTE = 4000;
 
 interface Overlay {
   openWithSelection(): void;
-  settingsChanged(settings: Settings): void;
+  settingsChanged(view: SettingsView): void;
   /** A side panel shows this tab's chat (true), or no longer does. */
   panelShown(shown: boolean): void;
   /** What the user did in the side panel showing this tab. */
@@ -97,7 +97,6 @@ interface HostParts {
 
 let parts: HostParts | null = null;
 let overlay: Overlay | null = null;
-let watchingSettings = false;
 /** Whether a side panel shows this tab (told by the worker; kept for an overlay mounted later). */
 let sidePanelShown = false;
 
@@ -149,20 +148,16 @@ export function mountOverlay(): void {
   if (overlay) return;
   protectOverlay();
   overlay = createOverlay(parts!);
-  if (!watchingSettings) {
-    watchingSettings = true;
-    onSettingsChanged((next) => {
-      if (isSiteDisabled(next, location.href)) unmountOverlay();
-      else if (!overlay) overlay = createOverlay(parts!);
-      else overlay.settingsChanged(next);
-    });
-  }
-  loadSettings().then(
-    (settings) => {
-      if (isSiteDisabled(settings, location.href)) unmountOverlay();
-    },
-    () => {},
-  );
+  // The settings are closed to content scripts: the worker tells this tab its view of them.
+  sendFromTab({ kind: "get_settings" }).then((view) => settingsChanged(view as SettingsView | undefined), () => {});
+}
+
+/** The worker's view of the settings for this tab (now, or after a change on Hearth's own pages). */
+export function settingsChanged(view: SettingsView | undefined): void {
+  if (!view || typeof view !== "object") return;
+  if (view.disabled) return unmountOverlay();
+  if (!overlay) overlay = createOverlay(parts!);
+  overlay.settingsChanged(view);
 }
 
 /** Opens the panel with the page's selection (if any) shown above the composer: the keyboard shortcut. */
@@ -250,12 +245,21 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
       composer.focus();
     },
     hasSource: (number: number) => sourceOf(transcript, number) !== undefined,
+    sourceOpens(number: number) {
+      const url = sourceOf(transcript, number)?.url;
+      return url && url.split("#")[0] !== location.href.split("#")[0] ? url : null;
+    },
     showSource(number: number) {
       const source = sourceOf(transcript, number);
       if (!source) return;
       const here = (url: string) => url.split("#")[0] === location.href.split("#")[0];
       // Another page's passage (read_link): that page, in a new tab.
-      if (!here(source.url)) return void window.open(source.url, "_blank", "noopener,noreferrer");
+      // (The worker opens it, fenced like any tab the task opens, and never outside the task's sites while it runs.)
+      if (!here(source.url)) {
+        return void send({ kind: "open_source", url: source.url }, (opened) => {
+          if (opened === false) commit(localError(transcript, t("sourceNotOpened", source.url)));
+        });
+      }
       const found = findPassage(source.text);
       data.passage = found ? String(number) : "";
       if (!found) return;
@@ -273,11 +277,7 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
       ownModel: (name) => ownModels.find((m) => m.name === name),
       submit,
       stop,
-      saveSettings: (patch) =>
-        void saveSettings(patch).then((s) => {
-          form.show(s);
-          saved.textContent = t("settingsSaved");
-        }),
+      openOptions: () => send({ kind: "open_options" }),
       openSidePanel: () => send({ kind: "open_side_panel" }),
     },
     actions,
@@ -290,7 +290,7 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
     transcript: () => transcript,
     status: () => status,
   });
-  const { launcher, panel, close, continueButton, composer, settingsView, form, saved, clear, disableSite } = ui;
+  const { launcher, panel, close, continueButton, composer, settingsView, saved, clear, disableSite } = ui;
   // A constructed stylesheet, not a <style> element: a page's strict CSP (style-src) would block
   // the element's inline CSS, but does not apply to stylesheets built through the CSSOM.
   const sheet = new CSSStyleSheet();
@@ -309,12 +309,6 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
       setOpen(false);
     }
   });
-  removals.push(
-    watchOwnModels((models) => {
-      ownModels = models;
-      ui.renderEngine();
-    }),
-  );
 
   // --- opening and closing ---------------------------------------------------------------------
   function setOpen(open: boolean, focus = true): void {
@@ -364,7 +358,11 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
   }
 
   function control(action: TaskAction): void {
-    send({ kind: "task_control", action });
+    send({ kind: "task_control", action }, (reply) => {
+      // The worker voided a decision that came after the page moved the tab off the task's sites.
+      const moved = (reply as { void_on?: string } | null)?.void_on;
+      if (typeof moved === "string") commit(localError(transcript, t("decisionVoid", moved)));
+    });
   }
 
   const listener = (message: unknown, sender: chrome.runtime.MessageSender) => {
@@ -389,7 +387,7 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
         void restore(msg.tab_id);
         break;
       case "fence_blocked": {
-        const touched = fenceBlocked(transcript, msg.url, msg.host, msg.method);
+        const touched = fenceBlocked(transcript, msg.url, msg.host, msg.method, msg.file ?? null);
         commit(touched);
         if (touched.length) needsUser(touched[0]);
         break;
@@ -535,11 +533,9 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
 
   disableSite.addEventListener("click", () => {
     if (transcript.task === "running") control({ action: "stop" });
-    void loadSettings().then((s) => {
-      const sites = s.disabledSites.includes(site) ? s.disabledSites : [...s.disabledSites, site];
-      unmountOverlay();
-      return saveSettings({ disabledSites: sites });
-    });
+    // The one setting a tab may change (towards less): the worker adds this tab's own site.
+    send({ kind: "disable_site" });
+    unmountOverlay();
   });
 
   // --- rendering -------------------------------------------------------------------------------
@@ -599,8 +595,9 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
       if (quote) composer.setSelection(clip(quote, MAX_QUOTE));
       else composer.focus();
     },
-    settingsChanged(settings) {
-      if (!settingsView.hidden) form.show(settings);
+    settingsChanged(view) {
+      ownModels = Array.isArray(view.own_models) ? (view.own_models as OwnModel[]) : [];
+      ui.renderEngine();
     },
     panelShown: showInPanel,
     panelInput: fromPanel,

@@ -99,7 +99,7 @@ const ui = createChat({
     },
     saveSettings: (patch) =>
       void saveSettings(patch).then((s) => {
-        ui.form.show(s);
+        ui.form?.show(s);
         ui.saved.textContent = t("settingsSaved");
       }),
   },

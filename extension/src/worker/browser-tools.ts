@@ -7,7 +7,9 @@ import type { Article, PageInfo, RiskReason, ToolArguments, ToolReply, ToolReque
 import { sendToEngine, sendToTab } from "../shared/messages";
 import { isSiteDisabled, loadSettings, toolMode } from "../shared/settings";
 import { BOUND_TO_JUDGED_ORIGIN, isWorkerTool, timeLimitMs, type WorkerTool } from "../shared/tool-executors";
-import { approvedSite, blockedSince, onSite, siteKey, withApproved } from "./fence";
+import * as downloads from "./downloads";
+import { blockedSince, withApproved } from "./fence";
+import { approvedSite, onSite, siteKey, type SiteKey } from "./site";
 
 /**
  * Tabs where the agent itself is navigating, and how (navigate opens, go_back goes back): the
@@ -89,8 +91,10 @@ async function runWithin(request: ToolRequest): Promise<ToolReply> {
   // Reading another page fetches it here: nothing in the tab changes, and the tab's fence is not
   // opened for the site the user allowed to be read.
   if (name === "read_link") return readLink(argumentsOf<"read_link">(args).url ?? "", request.judged_url ?? tab.url ?? "", request.approved);
-  // What the user approved for this call passes the fence while it runs.
-  return withApproved(tabId, request.approved, request.judged_url ?? tab.url, async () => {
+  // What the user approved for this call passes the fence while it runs (a download included).
+  const approvedDownload = request.approved.some((r) => r.kind === "download");
+  const run = (body: () => Promise<ToolReply>) => (approvedDownload ? downloads.approveDuring(tabId, body) : body());
+  return withApproved(tabId, request.approved, request.judged_url ?? tab.url, () => run(async () => {
     if (!isWorkerTool(name)) return inTab(tabId, request);
     // One entry per worker tool: the compiler refuses a missing or a stale one.
     const workerTools: Record<WorkerTool, () => Promise<ToolReply>> = {
@@ -105,7 +109,7 @@ async function runWithin(request: ToolRequest): Promise<ToolReply> {
     } catch (error) {
       return failed(`${request.name} failed: ${error instanceof Error ? error.message : String(error)}`);
     }
-  });
+  }));
 }
 
 /** Runs a page tool in the tab's content script. */
@@ -138,7 +142,8 @@ async function readLink(rawUrl: string, pageUrl: string, approved: readonly Risk
   if (url.protocol !== "https:" && url.protocol !== "http:") return failed("Only http:// and https:// pages can be read.");
   const scheme = pageUrl.startsWith("http:") ? "http" : "https";
   const page = siteKey(pageUrl);
-  const sites = [...(page ? [page] : []), ...approved.flatMap((r) => (r.kind === "off_site" ? [approvedSite(r.host, scheme)] : []))];
+  // The page's own site, and exactly the sites this call's card named (a local server's port included).
+  const sites = [page, ...approved.map((r) => (r.kind === "off_site" ? approvedSite(r.host, scheme) : null))].filter((s): s is SiteKey => s !== null);
   const permitted = (address: string) => sites.some((site) => onSite(address, site));
   if (!permitted(url.href)) return failed(`Reading ${url.host} (another site) needs the user's approval; nothing was fetched.`);
   let response: Response;

@@ -16,6 +16,7 @@
 // finds the fences it set (the approved sites live in storage.session beside them).
 
 import type { RiskReason } from "../generated/protocol";
+import { approvedSite, onSite, sameSite, siteCondition, siteKey, type SiteKey } from "./site";
 
 /** How long the fence stays up after a run ends (a click's navigation may start late). */
 export const SETTLE_MS = 3_000;
@@ -25,65 +26,15 @@ const PRIORITY = { blockNavigation: 1, allowSite: 2, blockPost: 3, allowPost: 4 
 
 type Rule = chrome.declarativeNetRequest.Rule;
 
-/** What identifies a site in the fence (the agent's policy compares the same way, policy/site.rs). */
-export interface SiteKey {
-  scheme: string;
-  /** The host without a leading `www.` (its subdomains count as the site), or an IP / localhost with its port. */
-  host: string;
-  /** Set for IP addresses and localhost, where the port tells two servers apart ("*": any port,
-   * for a host the user allowed on a card, which names the host only). */
-  port: string | null;
-}
-
-const isLocal = (host: string) => host === "localhost" || host.endsWith(".localhost") || /^\d+\.\d+\.\d+\.\d+$/.test(host) || host.startsWith("[");
-
-/** The site of an http(s) URL, or null. */
-export function siteKey(url: string): SiteKey | null {
-  let parsed: URL;
-  try {
-    parsed = new URL(url);
-  } catch {
-    return null;
-  }
-  const scheme = parsed.protocol.replace(/:$/, "");
-  if (scheme !== "http" && scheme !== "https") return null;
-  const host = parsed.hostname.toLowerCase();
-  if (isLocal(host)) return { scheme, host, port: parsed.port || (scheme === "https" ? "443" : "80") };
-  return { scheme, host: host.replace(/^www\./, ""), port: null };
-}
-
-export const sameSite = (a: SiteKey | null, b: SiteKey | null): boolean => a !== null && b !== null && JSON.stringify(a) === JSON.stringify(b);
-
-/** The site a card's approval of `host` (an off-site reason) names, on a page using `scheme`. */
-export function approvedSite(host: string, scheme: string): SiteKey {
-  const lower = host.toLowerCase();
-  return isLocal(lower) ? { scheme, host: lower, port: "*" } : { scheme, host: lower.replace(/^www\./, ""), port: null };
-}
-
-/** Whether `url` is on `site` as the fence's rules match it (a named host's subdomains count; an
- * https address counts for an http site). */
-export function onSite(url: string, site: SiteKey): boolean {
-  const key = siteKey(url);
-  if (key === null || (key.scheme !== site.scheme && !(site.scheme === "http" && key.scheme === "https"))) return false;
-  if (site.port !== null) return key.port !== null && key.host === site.host && (site.port === "*" || key.port === site.port);
-  return key.port === null && (key.host === site.host || key.host.endsWith(`.${site.host}`));
-}
-
-const escape = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-
-/** The request condition matching a site's URLs (an https upgrade of an http site counts). */
-function siteCondition(site: SiteKey): chrome.declarativeNetRequest.RuleCondition {
-  if (site.port !== null) {
-    const defaultPort = site.port === (site.scheme === "https" ? "443" : "80");
-    const port = site.port === "*" ? "(:[0-9]+)?" : defaultPort ? `(:${site.port})?` : `:${site.port}`;
-    return { regexFilter: `^${site.scheme}://${escape(site.host)}${port}[/?#]` };
-  }
-  return { requestDomains: [site.host], ...(site.scheme === "https" ? { urlFilter: "|https://" } : {}) };
-}
-
+/**
+ * A task's rules: those scoped to its tabs (`tabIds`, the task's tab first, then the tabs it opened
+ * during the task), and those for tabs not yet known (`excludedTabIds`, the task's tab first, then
+ * every tab that existed when the fence went up): a tab the page opens is fenced from its first
+ * request, before the worker has even heard of the tab.
+ */
 async function rulesOf(tabId: number): Promise<Rule[]> {
   const rules = await chrome.declarativeNetRequest.getSessionRules();
-  return rules.filter((r) => r.condition.tabIds?.length === 1 && r.condition.tabIds[0] === tabId);
+  return rules.filter((r) => r.condition.tabIds?.[0] === tabId || r.condition.excludedTabIds?.[0] === tabId);
 }
 
 async function freshIds(count: number): Promise<number[]> {
@@ -94,14 +45,25 @@ async function freshIds(count: number): Promise<number[]> {
 }
 
 const approvedKey = (tabId: number) => `fence:${tabId}`;
+const openedKey = (tabId: number) => `fence-opened:${tabId}`;
 
 async function approvedSites(tabId: number): Promise<SiteKey[]> {
   const stored = (await chrome.storage.session.get(approvedKey(tabId)))[approvedKey(tabId)];
   return Array.isArray(stored) ? (stored as SiteKey[]) : [];
 }
 
-/** Puts the fence up around `tabId` for a run whose page is `pageUrl` (its site is approved). */
-export async function raise(tabId: number, pageUrl: string | undefined): Promise<void> {
+/** The tabs the task's tab opened while its fence was up (they carry the same fence). */
+export async function openedTabs(tabId: number): Promise<number[]> {
+  const stored = (await chrome.storage.session.get(openedKey(tabId)))[openedKey(tabId)];
+  return Array.isArray(stored) ? (stored as number[]).filter(Number.isInteger) : [];
+}
+
+/**
+ * Puts the fence up around `tabId`. `pageUrl` is the page a task starts on: its site joins the
+ * approved set. A run that resumes passes none: only a task's start and the user's Allow on a card
+ * add a site (a decision never approves the site the tab happens to be on).
+ */
+export async function raise(tabId: number, pageUrl?: string): Promise<void> {
   cancelLift(tabId);
   const sites = await approvedSites(tabId);
   const own = pageUrl ? siteKey(pageUrl) : null;
@@ -110,12 +72,20 @@ export async function raise(tabId: number, pageUrl: string | undefined): Promise
   await install(tabId, sites);
 }
 
+/** The hosts that start requests on a site's pages, as `initiatorDomains` names them. */
+const initiatorHost = (site: SiteKey) => site.host;
+
 async function install(tabId: number, sites: SiteKey[]): Promise<void> {
   const old = await rulesOf(tabId);
   // Temporary POST allowances of a running call survive a re-install.
   const kept = old.filter((r) => r.priority === PRIORITY.allowPost);
-  const ids = await freshIds(sites.length + 2);
-  const tabIds = [tabId];
+  const tabIds = [tabId, ...(await openedTabs(tabId))];
+  // Tabs not yet opened: every tab but those that exist now (the task's own first).
+  const existing = (await chrome.tabs.query({})).flatMap((t) => (t.id !== undefined && !tabIds.includes(t.id) ? [t.id] : []));
+  const excludedTabIds = [tabId, ...existing];
+  const initiatorDomains = [...new Set(sites.map(initiatorHost))];
+  const newTabs = initiatorDomains.length > 0;
+  const ids = await freshIds(2 * sites.length + 4);
   const rules: Rule[] = [
     { id: ids[0]!, priority: PRIORITY.blockNavigation, action: { type: "block" }, condition: { tabIds, resourceTypes: ["main_frame"] } },
     {
@@ -123,14 +93,71 @@ async function install(tabId: number, sites: SiteKey[]): Promise<void> {
       condition: { tabIds, resourceTypes: ["main_frame", "sub_frame"], requestMethods: ["post"] },
     },
     ...sites.map((site, i): Rule => ({
-      id: ids[i + 2]!, priority: PRIORITY.allowSite, action: { type: "allow" },
+      id: ids[i + 4]!, priority: PRIORITY.allowSite, action: { type: "allow" },
       condition: { tabIds, resourceTypes: ["main_frame"], requestMethods: ["get", "head"], ...siteCondition(site) },
     })),
   ];
+  // A tab the task's pages open (a script's window.open, a link with a target, a form posted to a
+  // new window): the same rules, for requests the task's sites start in a tab that is not known yet.
+  if (newTabs) {
+    rules.push(
+      { id: ids[2]!, priority: PRIORITY.blockNavigation, action: { type: "block" }, condition: { excludedTabIds, initiatorDomains, resourceTypes: ["main_frame"] } },
+      {
+        id: ids[3]!, priority: PRIORITY.blockPost, action: { type: "block" },
+        condition: { excludedTabIds, initiatorDomains, resourceTypes: ["main_frame"], requestMethods: ["post"] },
+      },
+      ...sites.map((site, i): Rule => ({
+        id: ids[sites.length + i + 4]!, priority: PRIORITY.allowSite, action: { type: "allow" },
+        condition: { excludedTabIds, initiatorDomains, resourceTypes: ["main_frame"], requestMethods: ["get", "head"], ...siteCondition(site) },
+      })),
+    );
+  }
   await chrome.declarativeNetRequest.updateSessionRules({
     removeRuleIds: old.filter((r) => !kept.includes(r)).map((r) => r.id),
     addRules: rules,
   });
+}
+
+/**
+ * A tab `tabId`'s task opened while its fence is up: it carries the same fence (the rules for
+ * unknown tabs covered its first request).
+ */
+export async function adoptOpenedTab(tabId: number, opened: number): Promise<void> {
+  if (!(await isRaised(tabId))) return;
+  const tabs = await openedTabs(tabId);
+  if (!tabs.includes(opened)) await chrome.storage.session.set({ [openedKey(tabId)]: [...tabs, opened] });
+  await install(tabId, await approvedSites(tabId));
+}
+
+/**
+ * The task whose fence covers `tabId`: its own tab, a tab it opened, or (for a tab not known yet)
+ * the task whose sites started the request (`initiator`).
+ */
+export async function taskOf(tabId: number, initiator?: string): Promise<number | null> {
+  const rules = await chrome.declarativeNetRequest.getSessionRules();
+  const own = rules.find((r) => r.condition.tabIds?.includes(tabId));
+  if (own?.condition.tabIds) return own.condition.tabIds[0]!;
+  let host = "";
+  try {
+    host = initiator ? new URL(initiator).hostname.replace(/^\[|\]$/g, "") : "";
+  } catch {
+    // No initiator: no task.
+  }
+  const fresh = rules.find(
+    (r) => r.condition.excludedTabIds && !r.condition.excludedTabIds.includes(tabId) && r.condition.initiatorDomains?.some((d) => host === d || host.endsWith(`.${d}`)),
+  );
+  return fresh?.condition.excludedTabIds?.[0] ?? null;
+}
+
+/** Whether `url` is on a site of `tabId`'s task (its own page's, or one the user allowed). */
+export async function onApprovedSite(tabId: number, url: string | undefined): Promise<boolean> {
+  return url !== undefined && (await approvedSites(tabId)).some((site) => onSite(url, site));
+}
+
+/** The tabs whose task has its fence up. */
+export async function raisedTasks(): Promise<number[]> {
+  const rules = await chrome.declarativeNetRequest.getSessionRules();
+  return [...new Set(rules.flatMap((r) => (r.condition.tabIds?.length ? [r.condition.tabIds[0]!] : [])))];
 }
 
 /** Whether the fence is up around `tabId`. */
@@ -159,17 +186,18 @@ export async function withApproved<T>(tabId: number, approved: readonly RiskReas
   const scheme = pageUrl?.startsWith("http:") ? "http" : "https";
   for (const reason of approved) {
     if (reason.kind !== "off_site") continue;
-    const host = reason.host;
-    await approveSite(tabId, approvedSite(host, scheme));
+    const site = approvedSite(reason.host, scheme);
+    if (site) await approveSite(tabId, site);
   }
-  const posts = approved.flatMap((r) => (r.kind === "posts_form" ? [r.host] : []));
+  // A form may post to the server the card named: its domain, or exactly its host and port.
+  const posts = approved.flatMap((r) => (r.kind === "posts_form" ? [approvedSite(r.host, scheme)] : [])).filter((s): s is SiteKey => s !== null);
   let ids: number[] = [];
   if (posts.length > 0 && (await isRaised(tabId))) {
     ids = await freshIds(posts.length);
     await chrome.declarativeNetRequest.updateSessionRules({
-      addRules: posts.map((host, i): Rule => ({
+      addRules: posts.map((site, i): Rule => ({
         id: ids[i]!, priority: PRIORITY.allowPost, action: { type: "allow" },
-        condition: { tabIds: [tabId], resourceTypes: ["main_frame", "sub_frame"], requestMethods: ["post"], requestDomains: [host.replace(/^\[|\]$/g, "")] },
+        condition: { tabIds: [tabId], resourceTypes: ["main_frame", "sub_frame"], requestMethods: ["post"], ...siteCondition(site) },
       })),
     });
   }
@@ -196,6 +224,8 @@ export async function lift(tabId: number, now = false): Promise<void> {
   cancelLift(tabId);
   const remove = async () => {
     lifts.delete(tabId);
+    // The tabs opened during this run are the user's once it is over.
+    await chrome.storage.session.remove(openedKey(tabId));
     const rules = await rulesOf(tabId);
     if (rules.length > 0) await chrome.declarativeNetRequest.updateSessionRules({ removeRuleIds: rules.map((r) => r.id) });
   };
@@ -203,21 +233,27 @@ export async function lift(tabId: number, now = false): Promise<void> {
   lifts.set(tabId, setTimeout(() => void remove().catch(() => {}), SETTLE_MS));
 }
 
-/** Forgets a task's approved sites (the conversation was forgotten, or the tab closed). */
+/** Forgets a task's approved sites and opened tabs (the conversation was forgotten, or the tab closed). */
 export async function forget(tabId: number): Promise<void> {
   await lift(tabId, true);
-  await chrome.storage.session.remove(approvedKey(tabId));
+  await chrome.storage.session.remove([approvedKey(tabId), openedKey(tabId)]);
 }
 
 /** A request the fence stopped, as the browser reported it. */
 export interface Blocked {
+  /** The task's tab, whose overlay asks the user. */
   tabId: number;
+  /** The tab the request was made in: the task's, or one its pages opened (`opened`). */
+  inTab: number;
+  opened: boolean;
   url: string;
   method: string;
   /** The top-level page (false: a frame's form). */
   topLevel: boolean;
   /** Set when the page started it; unset when the browser did (the address bar, back, a bookmark, an extension). */
   initiator?: string;
+  /** A held download (downloads.ts): its id. */
+  download?: number;
 }
 
 /** When each tab last had a request blocked (read by a navigation to tell how it ended). */
@@ -235,10 +271,12 @@ export function watch(onBlocked: (blocked: Blocked) => void): void {
     (details) => {
       if (details.error !== "net::ERR_BLOCKED_BY_CLIENT" || details.tabId < 0) return;
       if (details.type === "main_frame") lastBlocked.set(details.tabId, { url: details.url, at: Date.now() });
-      void isRaised(details.tabId).then((raised) => {
-        if (!raised) return;
+      void taskOf(details.tabId, details.initiator).then((task) => {
+        if (task === null) return;
         onBlocked({
-          tabId: details.tabId,
+          tabId: task,
+          inTab: details.tabId,
+          opened: task !== details.tabId,
           url: details.url,
           method: details.method,
           topLevel: details.type === "main_frame",

@@ -10,13 +10,15 @@
 // storage.session (every tab's transcript and agent history) stays closed to content scripts: the
 // overlay loads and saves its own tab's transcript through the worker.
 
-import { FRESH_ENGINE_FAILURES, type EngineStatus, type EngineToWorker, type OptionsToWorker, type PanelToWorker, type TabToWorker, type TaskAction, type WorkerToEngine, type WorkerToPanel, type WorkerToTab } from "../generated/protocol";
+import { FRESH_ENGINE_FAILURES, type EngineStatus, type EngineToWorker, type OptionsToWorker, type PanelToWorker, type SettingsView, type TabToWorker, type TaskAction, type WorkerToEngine, type WorkerToPanel, type WorkerToTab } from "../generated/protocol";
 import { failure, localizeFailure } from "../shared/failures";
 import { dropped, isMessage, senderRole, sendToEngine, sendToTab } from "../shared/messages";
-import { loadSettings, onSettingsChanged, isSiteDisabled, siteOf, taskSettings, type ChatSurface } from "../shared/settings";
+import { loadSettings, onSettingsChanged, isSiteDisabled, saveSettings, siteOf, taskSettings, type ChatSurface, type Settings } from "../shared/settings";
+import { ownModels, watchOwnModels } from "../shared/own-models";
 import { registerContentScript } from "./register-content-script";
 import { agentNavigating, runTool } from "./browser-tools";
 import * as fence from "./fence";
+import * as downloads from "./downloads";
 
 const OFFSCREEN_URL = "offscreen.html";
 
@@ -60,10 +62,19 @@ function silenceMs(normal: number): number {
  */
 const MAX_TRANSCRIPT_CHARS = 2_000_000;
 
-chrome.runtime.onInstalled.addListener(() => void registerContentScript());
-chrome.runtime.onStartup.addListener(() => void registerContentScript());
+// The settings (storage.sync), the user's own model records (storage.local) and every tab's
+// transcript (storage.session) are open to Hearth's own pages only: a content script (the page's
+// process, which a hostile page may have compromised) can neither read nor write them. It reads
+// its view of the settings through this worker, and may only turn Hearth off on its own site.
+// Set before the content script is registered, and again at every start (Chrome keeps it).
+const trusted = Promise.all(
+  (["local", "sync", "session"] as const).map((area) => chrome.storage[area].setAccessLevel({ accessLevel: "TRUSTED_CONTEXTS" as chrome.storage.AccessLevel })),
+).catch((error: unknown) => console.warn("Hearth: storage could not be closed to content scripts", error));
+chrome.runtime.onInstalled.addListener(() => void trusted.then(registerContentScript));
+chrome.runtime.onStartup.addListener(() => void trusted.then(registerContentScript));
 onSettingsChanged((settings) => {
   void registerContentScript();
+  pushSettingsViews(settings);
   setSurface(settings.chatSurface);
   // A site turned off (or on) again: the panels showing it say so.
   for (const [port, tabId] of panels) if (tabId !== null) void watchTab(port, tabId);
@@ -192,9 +203,11 @@ chrome.tabs.onRemoved.addListener((tabId) => {
   void fence.forget(tabId).catch(() => {});
 });
 
-// A request the fence stopped. One the browser started itself (the address bar, back, a bookmark)
-// while the agent was not navigating is the user's: the task stops, the fence lifts and the
-// navigation goes ahead. One the page started becomes a card: allowed, its site joins the task's set.
+// A request the fence stopped becomes a card in the task's overlay naming its full address:
+// allowed, its site joins the task's set and the user's Allow opens it. The worker never opens an
+// address on the page's behalf. One the browser started itself (no initiator: the user's address
+// bar or Back button, and equally the page's own history.back()) also stops the task and lifts
+// the fence, since it may be the user leaving.
 fence.watch((blocked) => void onFenceBlocked(blocked));
 
 /** The requests the fence blocked in each tab, which a `fence_decision` may answer (once each). */
@@ -202,43 +215,106 @@ const blockedRequests = new Map<number, fence.Blocked[]>();
 
 async function onFenceBlocked(blocked: fence.Blocked): Promise<void> {
   const { tabId, url } = blocked;
-  // A blocked go_back is undone by going forward again, anything else by going back.
-  const undo = agentNavigating.get(tabId) === "back" ? (id: number) => chrome.tabs.goForward(id) : (id: number) => chrome.tabs.goBack(id);
-  // (A frame's request is never the user's: they navigate the tab, not a frame in it.)
-  if (blocked.topLevel && !blocked.initiator && !agentNavigating.has(tabId)) {
-    await controlTask(tabId, { action: "stop" });
-    await fence.lift(tabId, true);
-    if (blocked.method === "GET") await chrome.tabs.update(tabId, { url });
-    return;
-  }
   const list = blockedRequests.get(tabId) ?? [];
   list.push(blocked);
   blockedRequests.set(tabId, list.slice(-8));
-  // A blocked top-level navigation commits the browser's error page in the tab (just after the
-  // error is reported): back to the page.
-  if (blocked.topLevel) {
-    for (let waited = 0; waited < 3_000; waited += 100) {
+  if (blocked.opened) {
+    // A tab the task's pages opened tried to leave the task's sites (its first request, or a later
+    // one): it is closed, and the task's own overlay asks.
+    await chrome.tabs.remove(blocked.inTab).catch(() => {});
+  } else if (blocked.topLevel) {
+    // No initiator: the browser started it (the user's address bar, bookmark or Back button, or
+    // the page's own history.back(), which Chrome reports the same way before anything commits).
+    // The task stops and the fence lifts, but the tab is never moved on the page's behalf: the
+    // card below asks, and only the user's Allow opens the address (or they go there again).
+    if (!blocked.initiator && !agentNavigating.has(tabId)) {
+      await controlTask(tabId, { action: "stop" });
+      await fence.lift(tabId, true);
+    }
+    await restorePage(tabId, url);
+  }
+  await showFenceCard(tabId, url, blocked.method);
+}
+
+// A download started while a task's fence is up waits for the user's decision on a card.
+downloads.watch(({ task, id, url, file }) => {
+  const list = blockedRequests.get(task) ?? [];
+  blockedRequests.set(task, [...list, { tabId: task, inTab: task, opened: false, url, method: "DOWNLOAD", topLevel: false, download: id }].slice(-8));
+  void showFenceCard(task, url, "DOWNLOAD", file);
+});
+
+/** The page each tab last loaded that the fence did not block: where a blocked navigation is undone to. */
+const lastLoaded = new Map<number, string>();
+chrome.tabs.onUpdated.addListener((tabId, change, tab) => {
+  if (change.status !== "complete" || !tab.url || !/^https?:/.test(tab.url)) return;
+  if (fence.blockedSince(tabId, Date.now() - 10_000) === tab.url) return;
+  lastLoaded.set(tabId, tab.url);
+});
+
+/**
+ * Takes a tab off the error page a blocked top-level navigation committed (just after the error is
+ * reported), back to the page it was on: forward again after a blocked history move, back after a
+ * blocked new entry, and, where the blocked navigation replaced the entry (a redirect, a meta
+ * refresh), by opening that page again (it is on the task's sites).
+ */
+async function restorePage(tabId: number, blockedUrl: string): Promise<void> {
+  const before = lastLoaded.get(tabId);
+  const onError = async () => {
+    const tab = await chrome.tabs.get(tabId).catch(() => null);
+    return tab !== null && (tab.url === blockedUrl || tab.url?.startsWith("chrome-error:") === true);
+  };
+  for (let waited = 0; waited < 3_000 && !(await onError()); waited += 100) await new Promise((r) => setTimeout(r, 100));
+  if (!(await onError())) return;
+  const settled = async () => {
+    for (let waited = 0; waited < 5_000; waited += 100) {
       const tab = await chrome.tabs.get(tabId).catch(() => null);
-      if (!tab) return;
-      if (tab.url === url || tab.url?.startsWith("chrome-error:")) {
-        await undo(tabId).catch(() => {});
-        break;
-      }
+      if (!tab) return null;
+      if (tab.status === "complete" && tab.url !== blockedUrl) return tab.url ?? null;
       await new Promise((r) => setTimeout(r, 100));
     }
-  }
+    return null;
+  };
+  const forward = agentNavigating.get(tabId) !== "open" && (await chrome.tabs.goForward(tabId).then(() => true, () => false));
+  if (!forward) await chrome.tabs.goBack(tabId).catch(() => {});
+  const landed = await settled();
+  if (before && landed !== before && (await fence.onApprovedSite(tabId, before))) await chrome.tabs.update(tabId, { url: before }).catch(() => {});
+}
+
+/** The fence's card in `tabId`'s overlay, naming the full address (a page still loading misses it: retried). */
+async function showFenceCard(tabId: number, url: string, method: string, file: string | null = null): Promise<void> {
   let host = url;
   try {
     host = new URL(url).host;
   } catch {
     // Shown whole.
   }
-  // The overlay of the restored page shows the card (a page still loading misses it: retried).
   for (let attempt = 0; attempt < 10; attempt++) {
-    const shown = await sendToTab(tabId, { kind: "fence_blocked", url, host, method: blocked.method }).then(() => true, () => false);
+    const shown = await sendToTab(tabId, { kind: "fence_blocked", url, host, method, file }).then(() => true, () => false);
     if (shown) return;
     await new Promise((r) => setTimeout(r, 500));
   }
+}
+
+// A tab that a task's tab (or a tab it opened) opens while the fence is up carries the same fence.
+// Its first request was already judged by the rules for unknown tabs when the task's sites started
+// it; one started otherwise (another site's frame in the page) and leading off the task's sites is
+// closed, and the task's overlay asks.
+chrome.tabs.onCreated.addListener((tab) => void onTabOpened(tab));
+
+async function onTabOpened(tab: chrome.tabs.Tab): Promise<void> {
+  if (tab.id === undefined || tab.openerTabId === undefined) return;
+  const task = await fence.taskOf(tab.openerTabId);
+  if (task === null) return;
+  await fence.adoptOpenedTab(task, tab.id);
+  const url = tab.pendingUrl ?? tab.url ?? "";
+  if (!/^https?:/.test(url) || (await fence.onApprovedSite(task, url))) return;
+  // The rules may have blocked it already (its block report closes the tab): give it a moment.
+  await new Promise((r) => setTimeout(r, 500));
+  if (!(await chrome.tabs.get(tab.id).then(() => true, () => false)) || fence.blockedSince(tab.id, Date.now() - 2_000)) return;
+  await chrome.tabs.remove(tab.id).catch(() => {});
+  const list = blockedRequests.get(task) ?? [];
+  blockedRequests.set(task, [...list, { tabId: task, inTab: tab.id, opened: true, url, method: "GET", topLevel: true }].slice(-8));
+  await showFenceCard(task, url, "GET");
 }
 
 /** Where the agent's record of a tab's conversation is kept (memory only, like the transcript). */
@@ -279,8 +355,8 @@ function fromTab(msg: TabToWorker, tabId: number, tab: chrome.tabs.Tab | undefin
     case "fence_decision":
       return fenceDecision(tabId, msg.url, msg.allow);
     case "task_control":
-      void controlTask(tabId, msg.action);
-      break;
+      // The reply says when a decision was void (the tab had moved off the task's sites).
+      return controlTask(tabId, msg.action).then((voided) => voided ?? null);
     case "load_transcript":
       return chrome.storage.session.get(transcriptKey(tabId)).then((stored) => stored[transcriptKey(tabId)] ?? null);
     case "save_transcript":
@@ -290,6 +366,19 @@ function fromTab(msg: TabToWorker, tabId: number, tab: chrome.tabs.Tab | undefin
     case "panel_chat":
       // To the panels showing this tab only (a tab's chat never reaches a panel showing another).
       for (const [port, shown] of panels) if (shown === tabId) toPanel(port, { kind: "chat", tab_id: tabId, chat: msg.chat });
+      break;
+    case "open_source":
+      return openSource(tabId, msg.url);
+    case "get_settings":
+      return loadSettings().then((settings) => settingsView(url, settings));
+    case "disable_site": {
+      // The sender's own site, as the browser reports its committed URL: a tab can only do less.
+      const site = siteOf(url);
+      if (site) void loadSettings().then((s) => (s.disabledSites.includes(site) ? s : saveSettings({ disabledSites: [...s.disabledSites, site] })));
+      break;
+    }
+    case "open_options":
+      void chrome.tabs.create({ url: chrome.runtime.getURL("options.html") });
       break;
     case "open_side_panel":
       // The overlay's "Open in side panel" (the click's gesture comes with its message).
@@ -336,6 +425,38 @@ function fromOptions(msg: OptionsToWorker): Promise<unknown> | undefined {
   return undefined;
 }
 
+/** Every tab's content script hears its view of the settings (a site turned off unmounts). */
+function pushSettingsViews(settings: Settings): void {
+  void chrome.tabs.query({}).then((tabs) => {
+    for (const tab of tabs) {
+      const id = tab.id;
+      if (id !== undefined) void settingsView(tab.url, settings).then((view) => sendToTab(id, { kind: "settings_changed", view }).catch(() => {}));
+    }
+  });
+}
+// (A model file installed or removed in the options page: the engine views name it.)
+let ownModelsSeen = false;
+watchOwnModels(() => {
+  if (ownModelsSeen) void loadSettings().then(pushSettingsViews);
+  ownModelsSeen = true;
+});
+
+/** What a tab on `url` may know of the settings. */
+async function settingsView(url: string | undefined, settings: Settings): Promise<SettingsView> {
+  return { disabled: isSiteDisabled(settings, url), own_models: await ownModels() };
+}
+
+/**
+ * A citation chip's other page, in a new tab that the fence follows like any tab the task opens;
+ * while a task runs in `tabId`, never outside its sites.
+ */
+async function openSource(tabId: number, url: string): Promise<boolean> {
+  if (!/^https?:\/\//.test(url)) return false;
+  if ((await fence.isRaised(tabId)) && !(await fence.onApprovedSite(tabId, url))) return false;
+  await chrome.tabs.create({ url, openerTabId: tabId });
+  return true;
+}
+
 /** Stores the overlay's transcript of `tabId` (it is the overlay's data: only its size is checked). */
 async function saveTranscript(tabId: number, transcript: unknown): Promise<boolean> {
   const size = JSON.stringify(transcript ?? null).length;
@@ -371,19 +492,32 @@ async function fenceDecision(tabId: number, url: string, allow: boolean): Promis
   const at = list.findIndex((b) => b.url === url);
   if (at < 0) return false;
   const [blocked] = list.splice(at, 1);
+  if (blocked?.download !== undefined) return downloads.decide(tabId, blocked.download, allow);
   if (!allow || !blocked) return true;
   await fence.approve(tabId, url);
-  if (blocked.topLevel && blocked.method === "GET") await chrome.tabs.update(tabId, { url });
+  // The user's Allow opens it where the page tried to: this tab, or a new one (which the fence follows).
+  if (blocked.topLevel && blocked.method === "GET") {
+    if (blocked.opened) await chrome.tabs.create({ url, openerTabId: tabId });
+    else await chrome.tabs.update(tabId, { url });
+  }
   return true;
 }
 
-async function controlTask(tabId: number, action: TaskAction) {
+async function controlTask(tabId: number, action: TaskAction): Promise<{ void_on: string } | undefined> {
   if (action.action !== "stop" && action.action !== "forget") {
-    // The run goes on (a decision, an answer, continue, steer): the fence is up while it runs.
     const tab = await chrome.tabs.get(tabId).catch(() => null);
-    if (tab) await fence.raise(tabId, tab.url).catch(() => {});
+    // A decision decides only what its card showed: one that arrives after the page moved the tab
+    // off the task's sites approves nothing (it goes to the engine as a Deny, and the card says so).
+    let voided: { void_on: string } | undefined;
+    if (action.action === "confirm" && action.decision !== "deny" && !(await fence.onApprovedSite(tabId, tab?.url))) {
+      voided = { void_on: tab?.url ?? "" };
+      action = { ...action, decision: "deny" };
+    }
+    // The run goes on (a decision, an answer, continue, steer): the fence is up while it runs,
+    // around the task's sites only (never the site the tab happens to be on now).
+    if (tab) await fence.raise(tabId).catch(() => {});
     await toOffscreen({ kind: "task_control", tab_id: tabId, action }).catch(() => {});
-    return;
+    return voided;
   }
   // The engine is told first, then the running tool is cancelled in the tab at once (whatever the
   // engine is doing): the cancelled tool's reply reaches the engine after the stop, so the task
@@ -397,6 +531,7 @@ async function controlTask(tabId: number, action: TaskAction) {
     await fence.lift(tabId, true).catch(() => {});
   }
   await told;
+  return undefined;
 }
 
 function toOffscreen(msg: WorkerToEngine): Promise<unknown> {

@@ -9,34 +9,11 @@
 // reached the other site or the page's own server, observed on those servers.
 
 import assert from "node:assert/strict";
-import { readFile } from "node:fs/promises";
-import { createServer } from "node:http";
-import { resolve } from "node:path";
 import { after, before, test } from "node:test";
 import { launch, until } from "../lib/browser.mjs";
-import { clickInOverlay, clickLauncher, overlayHost, overlayText, queryOverlay, screenshot } from "../lib/overlay.mjs";
-import { ask, call, decide, denyCard, done, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
-
-const PAGES = resolve(import.meta.dirname, "../pages");
-
-/** A server that logs every request but the favicon; `pages` are served from tests/pages. */
-async function loggingServer(host, pages) {
-  const log = [];
-  const server = createServer(async (req, res) => {
-    if (req.url === "/favicon.ico") return void res.writeHead(204).end();
-    log.push(`${req.method} ${req.url}`);
-    const path = new URL(req.url, "http://x").pathname;
-    // A same-site address that redirects to another site (?to=<url>).
-    if (path === "/go") return void res.writeHead(302, { location: new URL(req.url, "http://x").searchParams.get("to") ?? "/" }).end();
-    if (pages && req.method === "GET" && /^\/attacks\/[a-z-]+\.html$/.test(path)) {
-      const body = await readFile(resolve(PAGES, `.${path}`)).catch(() => null);
-      if (body) return void res.writeHead(200, { "content-type": "text/html; charset=utf-8" }).end(body);
-    }
-    res.writeHead(200, { "content-type": "text/html" }).end("<!doctype html><title>Thanks</title><p>Got it.</p>");
-  });
-  await new Promise((r) => server.listen(0, "127.0.0.1", r));
-  return { url: `http://${host}:${server.address().port}`, log, close: () => new Promise((r) => server.close(r)) };
-}
+import { loggingServer } from "../lib/server.mjs";
+import { clickLauncher, overlayHost, overlayText, screenshot } from "../lib/overlay.mjs";
+import { answerFenceCard, ask, call, decide, denyCard, done, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 
 let site;
 let attacker;
@@ -109,16 +86,6 @@ test("<base target> makes a same-site link open a new tab: it asks", { timeout: 
   assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
   assert.equal(chrome.context.pages().length, tabs, "no new tab was opened");
 });
-
-/** Waits for the fence's card in the overlay (saving a screenshot as `picture`) and answers it. */
-async function answerFenceCard(page, expected, decision, picture) {
-  await until(async () => (await queryOverlay(page, ".card.fence")).length > 0, "the fence's card");
-  const card = await overlayText(page, ".card.fence");
-  for (const words of expected) assert.ok(card.includes(words), `the fence card says ${JSON.stringify(words)}: ${card}`);
-  if (picture) await screenshot(page, picture);
-  await clickInOverlay(page, `.card.fence button[data-fence="${decision}"]`);
-  return card;
-}
 
 test("the browser's fence stops what the page does after a harmless click, and asks", { timeout: 180_000 }, async () => {
   const url = pageUrl("fence");
@@ -221,7 +188,7 @@ test("going back to another site's page is judged like opening it", { timeout: 1
   }
 });
 
-test("an approval does not travel: a script approved on one site does not run after the page moved the tab to another", { timeout: 120_000 }, async () => {
+test("a decision made after the page moved the tab elsewhere is void: the card says so, nothing runs, nothing is approved", { timeout: 120_000 }, async () => {
   const page = await openAgentPage(chrome, pageUrl("fence"));
   await useScript(chrome, [call("run_javascript", `code:${str('document.title = "RAN-HERE"')}`), done("Renamed it.")]);
   await ask(page, "Rename the page.");
@@ -238,20 +205,33 @@ test("an approval does not travel: a script approved on one site does not run af
   await decide(page, "allow_once");
   assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
   assert.equal(await page.title(), "Thanks", "the script did not run on the other site");
+  // The Allow came after the move: it is void, the card says where the tab was, the model hears no.
+  await until(async () => (await overlayText(page, ".card.error-card")).includes(elsewhere), "the card saying the decision was void");
   const prompts = await scriptedPrompts(chrome);
-  assert.match(prompts.at(-1), /not on http:\/\/127\.0\.0\.1/, `the model learns where it was judged: ${prompts.at(-1)}`);
+  assert.match(prompts.at(-1), /The user denied this action/, `the model is told no: ${prompts.at(-1)}`);
 });
 
-test("the user's own navigation is never trapped by the fence", { timeout: 180_000 }, async () => {
-  const page = await openAgentPage(chrome, pageUrl("fence"));
+test("the user's own navigation during a run stops the task and is theirs to confirm; the worker never replays it", { timeout: 180_000 }, async () => {
+  const url = pageUrl("fence");
+  const page = await openAgentPage(chrome, url);
   await useScript(chrome, [call("wait_for", `text:${str("never shown")},timeout_seconds:20`), done("Waited.")]);
   await ask(page, "Wait for the newsletter.");
   await waitForTask(page, ["running"]);
-  // While the agent runs, the user types another site's address: it opens, and the task stops.
+  // While the agent runs, the user types another site's address. Before anything commits Chrome
+  // reports it as it reports the page's own history.back(): the task stops, the tab is not moved.
   await new Promise((r) => setTimeout(r, 1_000));
   const elsewhere = `${attacker.url}/users-own-choice`;
   await page.goto(elsewhere).catch(() => {});
+  await until(async () => page.url() === url, "the tab to be back on the task's page");
+  assert.notEqual(await waitForTask(page, ["stopped", "done", "failed", "paused"]), "running");
+  assert.deepEqual(attacker.log.filter((l) => l.includes("users-own-choice")), [], "nothing was sent for the page");
+  // The card names the full address; the user's Allow opens it.
+  await answerFenceCard(page, [elsewhere.replace(/^http:\/\//, "")], "allow");
   await until(async () => page.url() === elsewhere && attacker.log.includes("GET /users-own-choice"), "the user's navigation to go through");
+  // The fence is down (the task stopped): typed again, an address simply opens.
+  const again = `${attacker.url}/typed-again`;
+  await page.goto(again);
+  assert.ok(attacker.log.includes("GET /typed-again"));
 });
 
 test("the console stayed clean", () => {

@@ -11,6 +11,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { launch, until } from "../lib/browser.mjs";
 import { servePages } from "../lib/pages.mjs";
+import { contentScriptWorld as worldOf } from "../lib/content-world.mjs";
 import { clickLauncher, overlayHost, overlayState, waitForData, waitForEngine } from "../lib/overlay.mjs";
 import { ask, call, decide, done, pageText as text, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 
@@ -52,43 +53,6 @@ async function tabIdOf(page) {
 
 /** What the worker keeps in storage.session under `key` (read in the worker itself). */
 const stored = (key) => inWorker(`chrome.storage.session.get(${JSON.stringify(key)}).then((s) => s[${JSON.stringify(key)}] ?? null)`);
-
-/**
- * A function evaluating code in the isolated world Chromium gives Hearth's content script in the
- * top frame of `page` (the world whose `chrome.runtime` speaks as the content script).
- */
-async function contentScriptWorld(page) {
-  const extensionId = chrome.console.extensionId();
-  const name = await inWorker(`chrome.i18n.getMessage("extensionName")`);
-  const cdp = await page.context().newCDPSession(page);
-  const contexts = [];
-  cdp.on("Runtime.executionContextCreated", ({ context }) => contexts.push(context));
-  cdp.on("Runtime.executionContextDestroyed", ({ executionContextId }) => {
-    const at = contexts.findIndex((c) => c.id === executionContextId);
-    if (at >= 0) contexts.splice(at, 1);
-  });
-  const { frameTree } = await cdp.send("Page.getFrameTree");
-  await cdp.send("Runtime.enable");
-  let world;
-  await until(() => {
-    world = contexts.find(
-      (c) =>
-        c.auxData?.type === "isolated" &&
-        c.auxData?.frameId === frameTree.frame.id &&
-        (c.name === name || c.origin === `chrome-extension://${extensionId}`),
-    );
-    return world !== undefined;
-  }, `the content script's isolated world (contexts: ${JSON.stringify(contexts.map((c) => [c.name, c.auxData]))})`);
-  const evaluate = async (expression) => {
-    const { result, exceptionDetails } = await cdp.send("Runtime.evaluate", { expression, contextId: world.id, awaitPromise: true, returnByValue: true });
-    if (exceptionDetails) throw new Error(`in the content script: ${exceptionDetails.exception?.description ?? exceptionDetails.text}`);
-    return result.value;
-  };
-  // It is the content script's world: our extension's runtime, and the overlay's host in its DOM.
-  assert.equal(await evaluate("chrome.runtime.id"), extensionId);
-  assert.equal(await evaluate(`typeof chrome.runtime.sendMessage`), "function");
-  return evaluate;
-}
 
 /** Sends each message with chrome.runtime.sendMessage from tab A's content script; returns the outcomes. */
 function sendAll(messages) {
@@ -153,7 +117,7 @@ test("two tabs: B waits for its user's confirmation, A's content script is reach
   pageA = await openAgentPage(chrome, `${pages.url}/agent/editor.html?forged-a`);
   tabA = await tabIdOf(pageA);
   assert.notEqual(tabA, tabB);
-  asContentScript = await contentScriptWorld(pageA);
+  asContentScript = await worldOf(chrome, pageA);
   // Tab B has settled: its stored state no longer changes.
   let last;
   await until(async () => {

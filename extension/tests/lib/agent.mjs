@@ -2,7 +2,9 @@
 // confirmation and answer buttons), and the model is the scripted one of test builds, loaded
 // into the offscreen document's engine.
 
-import { clickInOverlay, clickLauncher, overlayData, overlayHost, overlayText, waitForData, waitForEngine } from "./overlay.mjs";
+import assert from "node:assert/strict";
+import { until } from "./browser.mjs";
+import { clickInOverlay, clickLauncher, overlayData, overlayHost, overlayText, queryOverlay, screenshot, waitForData, waitForEngine } from "./overlay.mjs";
 
 /** A tool call as Gemma 4 writes it. */
 export const call = (name, args = "") => `<|tool_call>call:${name}{${args}}<tool_call|>`;
@@ -98,5 +100,15 @@ export async function denyCard(page, expected) {
     if (!card.includes(words)) throw new Error(`the card for ${callId} does not say ${JSON.stringify(words)}: ${card}`);
   }
   await decide(page, "deny");
+  return card;
+}
+
+/** Waits for the fence's card in the overlay (saving a screenshot as `picture`) and answers it. */
+export async function answerFenceCard(page, expected, decision, picture) {
+  await until(async () => (await queryOverlay(page, ".card.fence")).length > 0, "the fence's card");
+  const card = await overlayText(page, ".card.fence");
+  for (const words of expected) assert.ok(card.includes(words), `the fence card says ${JSON.stringify(words)}: ${card}`);
+  if (picture) await screenshot(page, picture);
+  await clickInOverlay(page, `.card.fence button[data-fence="${decision}"]`);
   return card;
 }

@@ -26,7 +26,7 @@ pub mod target;
 pub mod words;
 
 pub use grants::{Decision, Grants};
-pub use site::{host_of, site_of, site_of_url, web_url};
+pub use site::{host_for_site, host_of, site_of, site_of_url, web_url};
 pub use target::{ActionTarget, describe_target};
 pub use words::danger_word;
 
@@ -58,6 +58,11 @@ pub enum RiskReason {
     },
     /// A link or form that opens a new tab or window.
     NewWindow,
+    /// A link with `download`: it saves `file` from `host` to the user's disk.
+    Download {
+        file: String,
+        host: String,
+    },
     /// Submits a form with method POST (it sends data that may commit something), to `host`.
     PostsForm {
         host: String,
@@ -143,12 +148,12 @@ pub fn assess(
     let from_site = page_url.and_then(|u| web_url(u, None)).and_then(|u| site_of_url(&u));
     // Leaving the site, by whatever means: judged on the destination URL as the browser reads it.
     let judge_destination = |reasons: &mut BTreeSet<RiskReason>, url: &url::Url| {
-        let host = url.host_str().unwrap_or_default().to_owned();
+        let host = host_for_site(url);
         if from_site.is_none() || from_site != site_of_url(url) {
             reasons.insert(RiskReason::OffSite { host: host.clone() });
         }
         if is_sensitive_url(url.as_str()) {
-            reasons.insert(RiskReason::SensitivePage { host });
+            reasons.insert(RiskReason::SensitivePage { host: url.host_str().unwrap_or_default().to_owned() });
         }
     };
     if matches!(call, ToolCall::RunJavascript(_)) {
@@ -188,6 +193,14 @@ pub fn assess(
             if opens_elsewhere(el.attr("target")) {
                 reasons.insert(RiskReason::NewWindow);
             }
+            // A download is an effect of its own, wherever it comes from (same site included).
+            if let Some(name) = el.attr("download") {
+                let url = el.attr("href").and_then(|h| web_url(h, page_url));
+                reasons.insert(RiskReason::Download {
+                    file: download_name(name, url.as_ref()),
+                    host: url.as_ref().map(host_for_site).unwrap_or_default(),
+                });
+            }
         }
         if types {
             if is_password_field(el) {
@@ -205,7 +218,7 @@ pub fn assess(
         if submits && let Some(submission) = submission_of(el) {
             match web_url(submission.action, page_url) {
                 Some(url) => {
-                    let host = url.host_str().unwrap_or_default().to_owned();
+                    let host = host_for_site(&url);
                     judge_destination(&mut reasons, &url);
                     if submission.method == "post" {
                         reasons.insert(RiskReason::PostsForm { host });
@@ -275,6 +288,14 @@ fn label_text(el: &ElementInfo) -> String {
 /// whatever a click on it activates a link (a span inside one).
 fn is_link(el: &ElementInfo) -> bool {
     el.attr("href").is_some()
+}
+
+/// The file a `download` link saves, as a card names it: the attribute's name, else the last
+/// segment of the address.
+fn download_name(attribute: &str, url: Option<&url::Url>) -> String {
+    let from_url = || url.and_then(|u| u.path_segments()?.next_back().filter(|s| !s.is_empty()).map(str::to_owned));
+    let name = Some(attribute.trim()).filter(|a| !a.is_empty()).map(str::to_owned).or_else(from_url).unwrap_or_else(|| "a file".to_owned());
+    name.chars().take(100).collect()
 }
 
 /// Whether a browsing-context name opens another tab or window (`_blank`, or a named one).
@@ -483,12 +504,28 @@ mod tests {
     }
 
     #[test]
+    fn a_download_link_asks_even_on_the_same_site() {
+        let here = "https://shop.test/orders";
+        let a = with(link("/invoices/42.pdf"), &[("download", "")]);
+        assert_eq!(
+            click(&a, here).reasons,
+            vec![RiskReason::Download { file: "42.pdf".into(), host: "shop.test".into() }]
+        );
+        let a = with(link("/invoices/42.pdf"), &[("download", "statement.csv")]);
+        assert_eq!(
+            click(&a, here).reasons,
+            vec![RiskReason::Download { file: "statement.csv".into(), host: "shop.test".into() }]
+        );
+        assert!(click(&link("/invoices/42.pdf"), here).reasons.is_empty(), "a plain same-site link needs no card");
+    }
+
+    #[test]
     fn local_servers_on_other_ports_are_other_sites() {
         let here = "http://127.0.0.1:8080/page";
         assert!(
             click(&link("http://127.0.0.1:9000/x"), here)
                 .reasons
-                .contains(&RiskReason::OffSite { host: "127.0.0.1".into() })
+                .contains(&RiskReason::OffSite { host: "127.0.0.1:9000".into() })
         );
         assert!(click(&link("http://127.0.0.1:8080/x"), here).reasons.is_empty());
         let local = "http://localhost:8080/";

@@ -30,6 +30,23 @@ pub fn site_of(host: &str) -> String {
     psl::domain_str(host).map_or_else(|| host.to_owned(), str::to_owned)
 }
 
+/// Whether the port tells two sites apart on this host (IP addresses and `localhost`).
+fn sited_by_port(site: &str) -> bool {
+    site.parse::<std::net::IpAddr>().is_ok() || site == "localhost" || site.ends_with(".localhost")
+}
+
+/// The host a card and a grant name for a destination: the host, and for IP addresses and
+/// `localhost` its port too (`127.0.0.1:8080`), so that an approval of one local server is never
+/// an approval of another on the same machine. The worker reads it back with the same rule
+/// (extension/src/worker/site.ts `approvedSite`).
+pub fn host_for_site(url: &Url) -> String {
+    let host = url.host_str().unwrap_or_default();
+    match url.port_or_known_default() {
+        Some(port) if sited_by_port(&site_of(host)) => format!("{host}:{port}"),
+        _ => host.to_owned(),
+    }
+}
+
 /// The site of a URL: its scheme and the site of its host (see [`site_of`]), and for IP
 /// addresses and `localhost` the port too (nothing else tells two servers on one machine apart:
 /// `http://localhost:8080` and `http://localhost:9000` are two sites). `None` when it is not an
@@ -37,14 +54,32 @@ pub fn site_of(host: &str) -> String {
 pub fn site_of_url(url: &Url) -> Option<String> {
     let host = url.host_str().filter(|h| !h.is_empty())?;
     let site = site_of(host);
-    let by_port = site.parse::<std::net::IpAddr>().is_ok() || site == "localhost" || site.ends_with(".localhost");
-    let port = url.port_or_known_default().filter(|_| by_port).map(|p| format!(":{p}")).unwrap_or_default();
+    let port = url.port_or_known_default().filter(|_| sited_by_port(&site)).map(|p| format!(":{p}")).unwrap_or_default();
     Some(format!("{}://{site}{port}", url.scheme()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The table the worker's twin (extension/src/worker/site.ts) is tested against too
+    /// (extension/tests/unit/site.test.mjs): one rule on both sides of the boundary.
+    #[test]
+    fn the_shared_site_table() {
+        #[derive(serde::Deserialize)]
+        struct Case {
+            url: String,
+            site: Option<String>,
+            host: Option<String>,
+        }
+        let cases: Vec<Case> = serde_json::from_str(include_str!("site-cases.json")).expect("site-cases.json parses");
+        assert!(cases.len() >= 20);
+        for case in cases {
+            let url = web_url(&case.url, None);
+            assert_eq!(url.as_ref().and_then(site_of_url), case.site, "site of {}", case.url);
+            assert_eq!(url.as_ref().map(host_for_site), case.host, "host named for {}", case.url);
+        }
+    }
 
     #[test]
     fn hosts_as_the_browser_parses_them() {

@@ -17,6 +17,8 @@ export interface LinkEffect {
   target: string;
   /** `<a ping>` addresses the browser notifies when the link is followed. */
   ping: string[];
+  /** `<a download>`: the file name it suggests ("" for none); null when it is not a download. */
+  download: string | null;
 }
 
 /** A form submission: destination, method and browsing context. */
@@ -80,7 +82,7 @@ function linkEffect(a: HTMLAnchorElement | HTMLAreaElement): LinkEffect {
     .split(/\s+/)
     .filter(Boolean)
     .map((p) => resolved(p, a.baseURI));
-  return { href: a.href, target: a.getAttribute("target") || baseTarget(a.ownerDocument), ping };
+  return { href: a.href, target: a.getAttribute("target") || baseTarget(a.ownerDocument), ping, download: a.getAttribute("download") };
 }
 
 /** Whether the browser treats `el` as a submit button (its parsed type, not the raw attribute). */
@@ -176,7 +178,7 @@ export function harmlessLinkWithin(el: Element, actual: Element): boolean {
   } catch {
     return false;
   }
-  return origin === actual.ownerDocument.location.origin && link.ping.length === 0 && ["", "_self", "_top", "_parent"].includes(target);
+  return origin === actual.ownerDocument.location.origin && link.ping.length === 0 && link.download === null && ["", "_self", "_top", "_parent"].includes(target);
 }
 
 /** The failure when the effect differs from the one judged: nothing was done. */

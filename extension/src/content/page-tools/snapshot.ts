@@ -217,6 +217,7 @@ function effectAttributes(el: Element, effect: Effect): Array<[string, string]> 
     out.push(["href", clean(effect.link.href, 300)]);
     if (effect.link.target) out.push(["target", effect.link.target]);
     if (effect.link.ping.length > 0) out.push(["ping", effect.link.ping.join(" ")]);
+    if (effect.link.download !== null) out.push(["download", clean(effect.link.download, 100)]);
   }
   if (effect.submit) out.push(["submits", "true"]);
   const typed = effect.field;

@@ -14,6 +14,8 @@ export interface CardActions {
   fence(entryId: number, allow: boolean): void;
   /** Whether passage `number` was given to the model in this conversation. */
   hasSource(number: number): boolean;
+  /** The address a chip opens in a new tab (another page's passage), or null (this page's: shown here). */
+  sourceOpens?(number: number): string | null;
   /** Shows passage `number`: on this page, or its page in a new tab. */
   showSource(number: number): void;
 }
@@ -97,7 +99,12 @@ function withCitations(fragment: DocumentFragment, actions: CardActions): Docume
       if (!actions.hasSource(number)) {
         return el("span", { class: "cite unverified", title: t("citationUnverified"), "data-cite": String(number) }, part);
       }
-      const chip = button("cite", String(number), t("citationShow", String(number)), { "data-cite": String(number) });
+      // A chip that opens another page says which, in full.
+      const opens = actions.sourceOpens?.(number) ?? null;
+      const chip = button("cite", String(number), opens ? t("citationOpens", opens) : t("citationShow", String(number)), {
+        "data-cite": String(number),
+        ...(opens ? { "data-opens": opens } : {}),
+      });
       chip.addEventListener("click", () => actions.showSource(number));
       return chip;
     });
@@ -224,7 +231,7 @@ function fenceCard(entry: Extract<Entry, { kind: "fence" }>, actions: CardAction
   return el(
     "section",
     { class: "card confirm fence risk-high", role: "group", "aria-labelledby": titleId, "data-fence-url": entry.url },
-    el("h3", { id: titleId }, t(entry.method === "POST" ? "fenceBlockedPost" : "fenceBlockedOpen", entry.host)),
+    el("h3", { id: titleId }, entry.method === "DOWNLOAD" ? t("downloadCard", entry.file ?? "", entry.host) : t(entry.method === "POST" ? "fenceBlockedPost" : "fenceBlockedOpen", entry.host)),
     el("p", { class: "target-destination" }, el("span", { class: "sign", "aria-hidden": "true" }, "→ "), clip(entry.url, 200)),
     el("p", { class: "message" }, t("fenceExplained")),
     el("div", { class: "actions" }, ...buttons),
@@ -318,6 +325,8 @@ export function reasonText(reason: RiskReason): string {
       return t("reasonNewWindow");
     case "posts_form":
       return t("reasonPostsForm", reason.host);
+    case "download":
+      return t("reasonDownload", reason.file, reason.host);
     case "user_asks_every_time":
       return t("reasonUserAsksEveryTime");
     case "nothing_at_point":

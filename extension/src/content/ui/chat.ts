@@ -92,7 +92,7 @@ export function createChat(options: ChatOptions): Chat {
     settingsToggle.setAttribute("aria-expanded", String(show));
     saved.textContent = "";
     if (show) {
-      void loadSettings().then((s) => form.show(s));
+      if (form) void loadSettings().then((s) => form.show(s));
       settingsView.querySelector<HTMLElement>("select, input, button")?.focus();
     } else {
       composer.focus();

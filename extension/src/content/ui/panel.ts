@@ -18,7 +18,10 @@ export interface PanelHandlers {
   ownModel(name: string): OwnModel | undefined;
   submit(text: string, selection: string | null): boolean;
   stop(): void;
-  saveSettings(patch: Partial<Settings>): void;
+  /** The side panel (an extension page) saves the settings itself. */
+  saveSettings?(patch: Partial<Settings>): void;
+  /** The overlay lives in the page, where settings are never written: "All settings…" opens the options page. */
+  openOptions?(): void;
   /** "Open in side panel" (the overlay's header). */
   openSidePanel?(): void;
 }
@@ -38,7 +41,8 @@ export interface Panel {
   continueButton: HTMLButtonElement;
   composer: Composer;
   settingsView: HTMLElement;
-  form: SettingsForm;
+  /** The settings form: the side panel's only (the overlay has none). */
+  form: SettingsForm | null;
   saved: HTMLElement;
   clear: HTMLButtonElement;
   disableSite: HTMLButtonElement;
@@ -64,7 +68,11 @@ export function buildPanel(handlers: PanelHandlers, listen: Listen, site: string
   const composer = createComposer({ submit: handlers.submit, stop: handlers.stop }, listen);
   const chat = el("div", { class: "chat" }, empty, log, taskbar, composer.element);
 
-  const form = settingsForm(handlers.saveSettings);
+  const save = handlers.saveSettings;
+  const form = surface === "panel" && save ? settingsForm(save) : null;
+  const openOptions = handlers.openOptions;
+  const allSettings = form ? null : button("open-options", t("openSettings"));
+  allSettings?.addEventListener("click", () => openOptions?.());
   const saved = el("p", { class: "meta saved", role: "status" });
   const disableSite = button("disable-site danger", t("disableSite", site));
   const clear = button("clear", t("clearConversation"));
@@ -72,7 +80,8 @@ export function buildPanel(handlers: PanelHandlers, listen: Listen, site: string
     "div",
     { class: "settings-view", id: "hearth-settings", hidden: true },
     el("h3", {}, t("settingsTitle")),
-    form.element,
+    form ? form.element : el("p", { class: "help" }, t("settingsElsewhere")),
+    allSettings,
     el("div", { class: "settings-actions" }, clear, disableSite),
     el("p", { class: "help" }, t("disableSiteHelp")),
     saved,

@@ -36,7 +36,7 @@ export type Entry = { id: number } & (
     }
   | { kind: "ask"; callId: string; question: string; options: string[]; answer?: string }
   /** The browser's fence blocked a request of the page during the run (worker/fence.ts). */
-  | { kind: "fence"; url: string; host: string; method: string; allowed?: boolean }
+  | { kind: "fence"; url: string; host: string; method: string; file?: string; allowed?: boolean }
   /** The task's deliverable (`done`); `unbacked`: it claims to have read or searched, but no
    * page text was read for it. */
   | { kind: "result"; text: string; success: boolean; unbacked?: boolean }
@@ -201,10 +201,10 @@ export function decide(t: Transcript, id: number, decision: Decision): Touched {
 }
 
 /** The fence blocked `url`: a card asks whether its site may join the task's set. */
-export function fenceBlocked(t: Transcript, url: string, host: string, method: string): Touched {
+export function fenceBlocked(t: Transcript, url: string, host: string, method: string, file: string | null = null): Touched {
   const open = t.entries.find((e) => e.kind === "fence" && e.url === url && e.allowed === undefined);
   if (open) return [];
-  return [add(t, { kind: "fence", url: url.slice(0, MAX_TEXT), host: host.slice(0, 200), method }).id];
+  return [add(t, { kind: "fence", url: url.slice(0, MAX_TEXT), host: host.slice(0, 200), method, ...(file ? { file: file.slice(0, 200) } : {}) }).id];
 }
 
 /** The user's answer to a fence card; the entry, when it changed. */
