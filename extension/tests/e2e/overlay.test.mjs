@@ -395,18 +395,22 @@ describe("the overlay", () => {
     await page.close();
   });
 
-  test("settings: the gear view saves, disabling the site removes the overlay, the options page turns it back on", { timeout: 180_000 }, async () => {
+  test("settings: the gear view opens the options page (the page itself never writes them), disabling the site removes the overlay, the options page turns it back on", { timeout: 180_000 }, async () => {
     const { page } = await openOverlay(chrome, "settings");
     await clickInOverlay(page, "button.settings");
     assert.equal(await waitForData(page, "view", "settings"), "settings");
-    assert.equal(await overlayEval(page, "select.setting-model", "function () { return this.value; }"), "gemma-4-e2b-it");
-    await clickInOverlay(page, "input.setting-thinking");
-    await until(async () => (await settingsIn(chrome))?.thinking === true, "thinking saved to storage.sync");
-    await clickInOverlay(page, "input.setting-max-iterations");
-    await page.keyboard.press("Control+A");
-    await page.keyboard.type("7");
-    await page.keyboard.press("Tab");
+    // No settings form in the page's document: "All settings…" opens Hearth's own page.
+    assert.equal((await queryOverlay(page, ".settings-form")).length, 0);
+    const optionsPage = chrome.context.waitForEvent("page", { predicate: (p) => p.url().endsWith("/options.html") });
+    await clickInOverlay(page, "button.open-options");
+    const settingsPage = await optionsPage;
+    await settingsPage.locator("body[data-loaded]").waitFor();
+    await settingsPage.locator(".setting-thinking").check();
+    await until(async () => (await settingsIn(chrome))?.thinking === true, "thinking saved");
+    await settingsPage.locator(".setting-max-iterations").fill("7");
+    await settingsPage.locator(".setting-max-iterations").press("Tab");
     await until(async () => (await settingsIn(chrome))?.maxIterations === 7, "max iterations saved");
+    await settingsPage.close();
     await screenshot(page, "overlay-settings");
 
     const origin = new URL(server.url).origin;
