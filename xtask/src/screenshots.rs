@@ -12,12 +12,13 @@ struct Picture {
     artifact: &'static str,
 }
 
-/// Every picture the README shows (docs/<artifact>).
+/// Every picture the README and docs/threat-model.md show (docs/<artifact>).
 const PICTURES: &[Picture] = &[
     Picture { suite: "tests/e2e/agent.test.mjs", artifact: "agent-confirmation-card.png" },
     Picture { suite: "tests/e2e/agent.test.mjs", artifact: "agent-react-form-done.png" },
     Picture { suite: "tests/e2e/agent.test.mjs", artifact: "agent-sources.png" },
     Picture { suite: "tests/e2e/consent-effects.test.mjs", artifact: "fence-card.png" },
+    Picture { suite: "tests/e2e/channels.test.mjs", artifact: "fence-download.png" },
     Picture { suite: "tests/e2e/side-panel.test.mjs", artifact: "side-panel.png" },
     Picture { suite: "tests/e2e/vision.test.mjs", artifact: "agent-vision.png" },
 ];

@@ -20,8 +20,8 @@ mod task;
 pub mod typescript;
 
 pub use bus::{
-    Article, BusMessage, ChatInput, EngineToWorker, OptionsToWorker, PanelTabState, PanelToWorker, SettingsView, TabToWorker,
-    WorkerToEngine, WorkerToPanel, WorkerToTab,
+    Article, BusMessage, ChatInput, EngineToWorker, OptionsToWorker, PanelTabState, PanelToWorker, SettingsView,
+    TabToWorker, WorkerToEngine, WorkerToPanel, WorkerToTab,
 };
 pub use engine::{
     AdapterReport, EngineFailure, EngineStatus, FAILURE_KEYS, FailureKind, FailureText, ModelInfo, ModelMemory,

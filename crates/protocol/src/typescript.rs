@@ -13,8 +13,8 @@ use crate::{
     FailureText, FormInfo, GenerateRequest, GenerationEvent, GenerationStats, GgufInspection, GgufSummary, KnownUpload,
     ManifestFile, ModelFormat, ModelInfo, ModelManifest, ModelMemory, ModelOffer, ModelProgress, OptionsToWorker,
     Outcome, PageInfo, PanelTabState, PanelToWorker, Passages, PauseReason, RiskLevel, RiskReason, SelfTestReport,
-    SettingsView, Snapshot, Source, TabToWorker, TaskAction, TaskError, TaskRefusal, TaskSettings, TaskUpdate, ToolMode, ToolOutput,
-    ToolReply, ToolRequest, WorkerToEngine, WorkerToPanel, WorkerToTab,
+    SettingsView, Snapshot, Source, TabToWorker, TaskAction, TaskError, TaskRefusal, TaskSettings, TaskUpdate,
+    ToolMode, ToolOutput, ToolReply, ToolRequest, WorkerToEngine, WorkerToPanel, WorkerToTab,
 };
 
 /// Path of the generated file, relative to the repository root.

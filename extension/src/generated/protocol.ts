@@ -21,7 +21,15 @@ export type Article = { title: string, passages: Array<string>, };
 
 export type WorkerToTab = { "kind": "engine_status", status: EngineStatus, } | { "kind": "task_update", update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, } | { "kind": "cancel_tools" } | { "kind": "hide_for_capture", hidden: boolean, } | { "kind": "open_overlay" } | { "kind": "tab_info", tab_id: number, } | { "kind": "fence_blocked", url: string, host: string, method: string, file: string | null, } | { "kind": "panel_attached", attached: boolean, } | { "kind": "panel_input", input: ChatInput, } | { "kind": "settings_changed", view: SettingsView, };
 
-export type SettingsView = { disabled: boolean, own_models: unknown, };
+export type SettingsView = { 
+/**
+ * The user turned Hearth off on this tab's site.
+ */
+disabled: boolean, 
+/**
+ * The user's own model files (name, file name…), which the engine view marks as not verified.
+ */
+own_models: unknown, };
 
 export type PanelToWorker = { "kind": "watch_tab", tab_id: number, } | { "kind": "input", tab_id: number, input: ChatInput, };
 

@@ -294,7 +294,11 @@ fn is_link(el: &ElementInfo) -> bool {
 /// segment of the address.
 fn download_name(attribute: &str, url: Option<&url::Url>) -> String {
     let from_url = || url.and_then(|u| u.path_segments()?.next_back().filter(|s| !s.is_empty()).map(str::to_owned));
-    let name = Some(attribute.trim()).filter(|a| !a.is_empty()).map(str::to_owned).or_else(from_url).unwrap_or_else(|| "a file".to_owned());
+    let name = Some(attribute.trim())
+        .filter(|a| !a.is_empty())
+        .map(str::to_owned)
+        .or_else(from_url)
+        .unwrap_or_else(|| "a file".to_owned());
     name.chars().take(100).collect()
 }
 

@@ -40,7 +40,7 @@ fn sited_by_port(site: &str) -> bool {
 /// an approval of another on the same machine. The worker reads it back with the same rule
 /// (extension/src/worker/site.ts `approvedSite`).
 pub fn host_for_site(url: &Url) -> String {
-    let host = url.host_str().unwrap_or_default();
+    let host = url.host_str().unwrap_or_default().trim_end_matches('.');
     match url.port_or_known_default() {
         Some(port) if sited_by_port(&site_of(host)) => format!("{host}:{port}"),
         _ => host.to_owned(),
@@ -54,7 +54,8 @@ pub fn host_for_site(url: &Url) -> String {
 pub fn site_of_url(url: &Url) -> Option<String> {
     let host = url.host_str().filter(|h| !h.is_empty())?;
     let site = site_of(host);
-    let port = url.port_or_known_default().filter(|_| sited_by_port(&site)).map(|p| format!(":{p}")).unwrap_or_default();
+    let port =
+        url.port_or_known_default().filter(|_| sited_by_port(&site)).map(|p| format!(":{p}")).unwrap_or_default();
     Some(format!("{}://{site}{port}", url.scheme()))
 }
 
