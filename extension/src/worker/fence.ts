@@ -135,7 +135,8 @@ export async function adoptOpenedTab(tabId: number, opened: number): Promise<voi
  */
 export async function taskOf(tabId: number, initiator?: string): Promise<number | null> {
   const rules = await chrome.declarativeNetRequest.getSessionRules();
-  const own = rules.find((r) => r.condition.tabIds?.includes(tabId));
+  // Its own task first, then a task that adopted it.
+  const own = rules.find((r) => r.condition.tabIds?.[0] === tabId) ?? rules.find((r) => r.condition.tabIds?.includes(tabId));
   if (own?.condition.tabIds) return own.condition.tabIds[0]!;
   let host = "";
   try {
@@ -147,6 +148,11 @@ export async function taskOf(tabId: number, initiator?: string): Promise<number 
     (r) => r.condition.excludedTabIds && !r.condition.excludedTabIds.includes(tabId) && r.condition.initiatorDomains?.some((d) => host === d || host.endsWith(`.${d}`)),
   );
   return fresh?.condition.excludedTabIds?.[0] ?? null;
+}
+
+/** Whether `tabId` had a task (its approved set exists until the conversation is forgotten). */
+export async function hasTask(tabId: number): Promise<boolean> {
+  return (await approvedSites(tabId)).length > 0;
 }
 
 /** Whether `url` is on a site of `tabId`'s task (its own page's, or one the user allowed). */

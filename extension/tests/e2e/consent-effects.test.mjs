@@ -12,7 +12,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { launch, until } from "../lib/browser.mjs";
 import { loggingServer } from "../lib/server.mjs";
-import { clickLauncher, overlayHost, overlayText, screenshot } from "../lib/overlay.mjs";
+import { clickLauncher, overlayData, overlayHost, overlayText, queryOverlay, screenshot } from "../lib/overlay.mjs";
 import { answerFenceCard, ask, call, decide, denyCard, done, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 
 let site;
@@ -223,7 +223,8 @@ test("the user's own navigation during a run stops the task and is theirs to con
   const elsewhere = `${attacker.url}/users-own-choice`;
   await page.goto(elsewhere).catch(() => {});
   await until(async () => page.url() === url, "the tab to be back on the task's page");
-  assert.notEqual(await waitForTask(page, ["stopped", "done", "failed", "paused"]), "running");
+  await until(async () => (await queryOverlay(page, ".card.fence")).length > 0, "the fence's card");
+  assert.notEqual(await overlayData(page, "task"), "running", "the task stopped");
   assert.deepEqual(attacker.log.filter((l) => l.includes("users-own-choice")), [], "nothing was sent for the page");
   // The card names the full address; the user's Allow opens it.
   await answerFenceCard(page, [elsewhere.replace(/^http:\/\//, "")], "allow");
