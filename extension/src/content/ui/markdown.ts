@@ -304,6 +304,9 @@ function renderInline(inline: Inline): Node {
       a.href = inline.href;
       a.target = "_blank";
       a.rel = "noopener noreferrer";
+      // The model chose it: the full address shows before the click (and the text can never hide
+      // where it leads). Opened from the page's document, a new tab during a run carries the fence.
+      a.title = inline.href;
       return withInlines(a, inline.children);
     }
   }
