@@ -501,15 +501,12 @@ fn run_generate(
 fn logits(dir: PathBuf, tokens: &[u32], step_by_step: bool, args: &DeviceArgs) -> Result<(), String> {
     let device = device(args)?;
     let model = load_model(&dir, &device).map_err(|e| e.to_string())?;
-    let mut cache =
-        KvCache::new(&model.config, CacheOptions { max_context: tokens.len().max(1), ..Default::default() }, &device);
+    let options = CacheOptions { max_context: tokens.len().max(1), ..Default::default() };
     let rows: Vec<Tensor<2>> = if step_by_step {
-        tokens
-            .iter()
-            .map(|&t| model.forward(&[t], &mut cache, true))
-            .collect::<Result<_, _>>()
-            .map_err(|e| e.to_string())?
+        // (A recording that fails on this GPU is recovered from: the steps run again unrecorded.)
+        model.step_by_step_logits(tokens, options).map_err(|e| e.to_string())?
     } else {
+        let mut cache = KvCache::new(&model.config, options, &device);
         vec![model.forward(tokens, &mut cache, true).map_err(|e| e.to_string())?]
     };
     let vocab = model.config.vocab_size;

@@ -11,7 +11,7 @@ use hearth_kernels::{
 };
 use hearth_weights::{AffineTensor, HostTensor};
 
-use crate::cache::{ChunkGeometry, KvCache};
+use crate::cache::{CacheOptions, ChunkGeometry, KvCache};
 use crate::config::TextConfig;
 pub use crate::error::ModelError;
 use crate::step_recording;
@@ -605,6 +605,31 @@ impl Gemma {
     /// kernel is launched one by one as for a prompt).
     pub fn set_step_recording(&self, enabled: bool) {
         self.recording.set_enabled(enabled);
+    }
+
+    /// Whether one-token steps are recorded and replayed now (on, and no recording failed).
+    pub fn records_steps(&self) -> bool {
+        self.recording.active()
+    }
+
+    /// Makes the next recording of a step fail as a device's may (a test of the fallback: the
+    /// step reports `ModelError::Recording`, the model runs launch by launch from then on).
+    pub fn fail_next_recording(&self) {
+        self.recording.fail_next();
+    }
+
+    /// The logits after each of `tokens`, fed one at a time to a new cache: `[1, vocab]` each.
+    /// A recording that fails on this device (the cache's buffers are lost with it) is not the
+    /// caller's failure: the steps are run again from the first, launch by launch.
+    pub fn step_by_step_logits(&self, tokens: &[u32], options: CacheOptions) -> Result<Vec<Tensor<2>>, ModelError> {
+        let run = |cache: &mut KvCache| {
+            tokens.iter().map(|&t| self.forward(&[t], cache, true)).collect::<Result<Vec<_>, _>>()
+        };
+        match run(&mut KvCache::new(&self.config, options, self.device())) {
+            // The model no longer records: this second pass cannot fail the same way.
+            Err(ModelError::Recording(_)) => run(&mut KvCache::new(&self.config, options, self.device())),
+            other => other,
+        }
     }
 
     /// The tokens' embeddings `[S, h]` (scaled) and, for Gemma 4, their rows of the per-layer

@@ -32,11 +32,21 @@ use crate::error::ModelError;
 pub(crate) struct Recording {
     off: AtomicBool,
     failed: AtomicBool,
+    /// The next recording fails as a device's may (`Gemma::fail_next_recording`).
+    fail_next: AtomicBool,
 }
 
 impl Recording {
     pub(crate) fn set_enabled(&self, enabled: bool) {
         self.off.store(!enabled, Ordering::Relaxed);
+    }
+
+    pub(crate) fn active(&self) -> bool {
+        !self.off.load(Ordering::Relaxed) && !self.failed.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn fail_next(&self) {
+        self.fail_next.store(true, Ordering::Relaxed);
     }
 }
 
@@ -177,16 +187,20 @@ pub(crate) fn step(
     }
     // Recorded, not run: the next token's replay is its first execution.
     let recorded_logits = run();
+    // (A failure asked for by a test takes the path a device's failure takes.)
+    let forced = model.recording().fail_next.swap(false, Ordering::Relaxed);
     match Dispatch::graph_stop_capture(device) {
-        Ok(graph) => {
+        Ok(graph) if !forced => {
             *slot = Some(RecordedStep { graph, input, logits: recorded_logits });
             Ok(logits)
         }
-        Err(err) => {
+        captured => {
+            let reason =
+                captured.err().map_or_else(|| "a recording made to fail for a test".to_owned(), |err| err.to_string());
             // The recorded launches never ran, and the buffers they write (the cache's among
             // them) now report the failure on any read: the caller starts the cache over.
             model.recording().failed.store(true, Ordering::Relaxed);
-            Err(ModelError::Recording(err.to_string()))
+            Err(ModelError::Recording(reason))
         }
     }
 }

@@ -123,6 +123,25 @@ fn step_by_step_logits_match_transformers() {
     });
 }
 
+/// A recording that fails on the device (made to fail here, as lavapipe's sometimes do: "no room
+/// … a graph capture is recording") is recovered from: `hearth logits --step-by-step` finishes
+/// with transformers' logits, and the model runs launch by launch from then on.
+#[test]
+fn a_failed_recording_falls_back_and_finishes() {
+    for_each_model(|label, model, expected| {
+        if !label.ends_with("wgpu") {
+            return; // Only a GPU records.
+        }
+        model.set_step_recording(true);
+        assert!(model.records_steps());
+        model.fail_next_recording();
+        let rows = model.step_by_step_logits(&expected.tokens, CacheOptions::default()).unwrap();
+        assert!(!model.records_steps(), "{label}: the recording failed, and the model stopped recording");
+        let rows: Vec<Vec<f32>> = rows.into_iter().flat_map(read).collect();
+        check(&format!("{label} step-by-step after a failed recording"), &rows, &expected.logits);
+    });
+}
+
 /// Chunks of 3 with a ring of window + 3 slots: the sliding cache wraps many times.
 #[test]
 fn chunked_prefill_through_a_wrapping_ring_matches() {
