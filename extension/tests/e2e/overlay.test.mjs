@@ -229,17 +229,19 @@ describe("the overlay", () => {
       await toTab(chrome, tabId, ended({ kind: "needs_confirmation", call_id: callId }));
       await waitForData(page, "task", "confirm");
       const card = `.confirm[data-call-id="${callId}"]`;
-      assert.equal(
-        await overlayEval(page, `${card} button[data-decision="deny"]`, "function () { return this.getRootNode().activeElement === this; }"),
-        true,
-        "focus moves to the card (its safe button)",
+      // Focus moves to the card (its safe button), and stays there when the card is drawn again.
+      await until(
+        () => overlayEval(page, `${card} button[data-decision="deny"]`, "function () { return this.getRootNode().activeElement === this; }"),
+        "focus on the card's safe button",
+        3_000,
       );
       assert.match(await overlayText(page, card), /the target mentions “delete”[\s\S]*bank\.example looks like a sensitive site/);
       if (decision === "allow_once") await screenshot(page, "overlay-confirm");
       await clickInOverlay(page, `${card} button[data-decision="${decision}"]`);
       await waitForWorkerMessage(chrome, tabId, controlOf({ action: "confirm", call_id: callId, decision }), `confirm ${decision} for ${callId}`);
       assert.equal(await waitForData(page, "task", "running"), "running");
-      assert.equal(await overlayEval(page, `${card} button[data-decision="allow_once"]`, "function () { return this.disabled; }"), true);
+      // (The card is drawn again with the decision within a frame.)
+      await until(() => overlayEval(page, `${card} button[data-decision="allow_once"]`, "function () { return this.disabled; }"), "the card's buttons disabled", 3_000);
     }
 
     // A question with options; then one answered in the composer.

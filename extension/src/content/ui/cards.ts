@@ -213,12 +213,13 @@ function confirmCard(entry: Extract<Entry, { kind: "confirm" }>, actions: CardAc
   );
 }
 
-/** A request the browser's fence stopped: the page tried to open a site or send a form. */
+/** A request the browser's fence stopped (the page tried to open a site or send a form), or a download it holds. */
 function fenceCard(entry: Extract<Entry, { kind: "fence" }>, actions: CardActions): HTMLElement {
   const titleId = uid("fence-title");
+  const download = entry.method === "DOWNLOAD";
   const choices: [boolean, string][] = [
-    [false, t("decisionDeny")],
-    [true, t("fenceAllow")],
+    [false, t(download ? "downloadDelete" : "decisionDeny")],
+    [true, t(download ? "downloadKeep" : "fenceAllow")],
   ];
   const buttons = choices.map(([allow, label]) => {
     const b = button(`decision ${allow ? "allow" : "deny"}`, label, undefined, { "data-fence": allow ? "allow" : "deny" });
@@ -233,7 +234,7 @@ function fenceCard(entry: Extract<Entry, { kind: "fence" }>, actions: CardAction
     { class: "card confirm fence risk-high", role: "group", "aria-labelledby": titleId, "data-fence-url": entry.url },
     el("h3", { id: titleId }, entry.method === "DOWNLOAD" ? t("downloadCard", entry.file ?? "", entry.host) : t(entry.method === "POST" ? "fenceBlockedPost" : "fenceBlockedOpen", entry.host)),
     el("p", { class: "target-destination" }, el("span", { class: "sign", "aria-hidden": "true" }, "→ "), clip(entry.url, 200)),
-    el("p", { class: "message" }, t("fenceExplained")),
+    el("p", { class: "message" }, t(download ? "downloadExplained" : "fenceExplained")),
     el("div", { class: "actions" }, ...buttons),
     chosen ? el("p", { class: "meta", role: "status" }, t("youChose", chosen[1])) : null,
   );

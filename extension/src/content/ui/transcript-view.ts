@@ -55,9 +55,14 @@ export class TranscriptView {
       const old = this.nodes.get(entry.id);
       if (old) {
         keepDisclosures(old, fresh);
-        const hadFocus = old.contains(root.activeElement);
+        const focused = old.contains(root.activeElement) ? (root.activeElement as HTMLElement) : null;
         old.replaceWith(fresh);
-        if (hadFocus) this.parts.focusComposer();
+        // A card drawn again keeps the focus on the same button (a decision's, an option's).
+        if (focused) {
+          const same = counterpart(focused, fresh);
+          if (same) same.focus();
+          else this.parts.focusComposer();
+        }
       } else {
         log.append(fresh);
       }
@@ -92,4 +97,15 @@ function keepDisclosures(old: HTMLElement, fresh: HTMLElement): void {
   const after = [...fresh.querySelectorAll("details")];
   if (fresh instanceof HTMLDetailsElement) after.unshift(fresh);
   after.forEach((d, i) => (d.open = before[i] ?? d.open));
+}
+
+/** The element of `fresh` that plays `focused`'s part in the node it replaces (same button), if enabled. */
+function counterpart(focused: HTMLElement, fresh: HTMLElement): HTMLElement | null {
+  for (const key of ["data-decision", "data-fence", "data-option", "data-cite"]) {
+    const value = focused.getAttribute(key);
+    if (value === null) continue;
+    const match = [...fresh.querySelectorAll<HTMLElement>(`[${key}]`)].find((e) => e.getAttribute(key) === value);
+    return match && !(match as HTMLButtonElement).disabled ? match : null;
+  }
+  return null;
 }
