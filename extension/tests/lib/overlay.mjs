@@ -78,6 +78,9 @@ export async function overlayState(page) {
   return out;
 }
 
+/** Longer than the transcript's redraw delay (transcript-view.ts). */
+const REDRAW_MS = 50;
+
 /**
  * Waits until the overlay's `data-<name>` is `wanted` (a value, or one of an array; null for
  * absent); returns it. With `{ not: true }`, waits until it is none of them.
@@ -89,7 +92,12 @@ export async function waitForData(page, name, wanted, timeout = 15_000, { not = 
   let value = null;
   for (;;) {
     value = (await testState(cdp).catch(() => null))?.[`data-${name}`] ?? null;
-    if (values.includes(value) !== not) return value;
+    if (values.includes(value) !== not) {
+      // The state is mirrored at once; the transcript is drawn within a frame after it
+      // (transcript-view.ts, 16 ms): what a test reads next is on screen.
+      await new Promise((r) => setTimeout(r, REDRAW_MS));
+      return value;
+    }
     if (Date.now() > deadline) {
       throw new Error(`the overlay's data-${name} is ${JSON.stringify(value)} after ${timeout} ms, waiting for it ${not ? "not " : ""}to be ${values.map((v) => JSON.stringify(v)).join(" or ")}`);
     }
