@@ -292,7 +292,9 @@ async function restorePage(tabId: number, blockedUrl: string): Promise<boolean> 
 async function showFenceCard(tabId: number, url: string, method: string, file: string | null = null): Promise<void> {
   let host = url;
   try {
-    host = new URL(url).host;
+    // A blob: or filesystem: address names the page's origin inside it.
+    const parsed = new URL(url);
+    host = parsed.host || new URL(parsed.pathname).host || url;
   } catch {
     // Shown whole.
   }
