@@ -1,12 +1,24 @@
-//! Attention of one new token (decode) in one kernel: the query's RMSNorm and RoPE, scores,
-//! softcap, mask, softmax and the weighted sum of values, for every query head, without writing
-//! the scores to device memory. It replaces the query's norm + RoPE, two matmuls, two layout
-//! copies and the softmax kernel (6 dispatches a layer).
+//! Attention of one new token (decode), split over the keys (flash-decoding): the query's RMSNorm
+//! and RoPE, scores, softcap, mask, softmax and the weighted sum of values, for every query head,
+//! without writing the scores to device memory. Two launches a layer replace the query's norm +
+//! RoPE, two matmuls, two layout copies and the softmax kernel.
 //!
-//! One thread block per query head walks the keys in chunks held in shared memory with an online
-//! softmax: a running maximum and sum, and per-thread accumulators for a slice of the head's
-//! dimensions, rescaled when the maximum grows. Context length is therefore unbounded by shared
-//! memory. Prefill (many queries) keeps the matmul path, where batching pays.
+//! - **Split pass**: one workgroup per (key/value head, pass over its query heads, key split).
+//!   All query heads of a GQA group (up to [`QUERY_FLOATS`] floats of them, else in passes) share
+//!   each tile of keys and values, so K and V are read once per pass, not once per query head. The
+//!   keys are split so that one launch fills the GPU (about [`TARGET_WORKGROUPS`] workgroups,
+//!   at least [`MIN_KEYS_PER_SPLIT`] keys each); the number of splits is fixed per cache, the keys
+//!   per split follow the key count in the chunk table, so a recorded step replays at the next
+//!   position. For the scores each thread owns a key of the tile (its dot products against every
+//!   query head of the pass, the key read once); for the values each thread owns a slice of the
+//!   head's dimensions (reads coalesced across threads). No reduction crosses threads per key, so
+//!   the kernel needs no subgroup operations: it runs the same with and without WebGPU's
+//!   `subgroups` feature. Each split writes its unnormalised accumulator, its maximum and its sum.
+//! - **Combine pass**: one workgroup per query head merges the splits' partial softmaxes.
+//!
+//! A sliding layer reads only the ring slots holding its window: the chunk table names the first
+//! slot and the count, the slots wrap at the cache's capacity. Prefill (many queries) keeps the
+//! matmul path, where batching pays.
 
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Backend, Dispatch, backend_extension};
@@ -20,140 +32,272 @@ use crate::chunk_table::ChunkTable;
 use crate::fused::HeadColumns;
 use crate::launch::{block_reduce, bounded_tanh, empty_output, has_fused_kernels};
 
-/// Threads per query head (a power of two: reductions are trees).
+/// Threads per workgroup (a power of two: the query norm's reduction is a tree); also the keys
+/// of a tile, one per thread.
 const THREADS: u32 = 64;
-/// Keys scored per pass; their weights live in shared memory (4 KiB).
-const CHUNK: u32 = 1024;
-/// The largest head the kernel takes (Gemma 4's global layers: 512); 2 KiB of shared memory.
+/// Levels of the tree that reduces over [`THREADS`].
+const LEVELS: u32 = THREADS.trailing_zeros();
+/// The largest head the kernel takes (Gemma 4's global layers: 512).
 const MAX_HEAD_DIM: u32 = 512;
+/// Shared memory for the normed, rotated query heads of a pass (8 KiB): a group of 8 heads of
+/// 256, or 4 of 512.
+const QUERY_FLOATS: u32 = 2048;
+/// The most query heads one pass takes (accumulators: heads × dimensions per thread ≤ 32).
+const MAX_PASS_HEADS: u32 = 8;
+/// Workgroups one split launch aims at: twice the compute units of a large GPU (an H200 has 132).
+const TARGET_WORKGROUPS: u32 = 256;
+/// The fewest keys a split is given at the cache's capacity: fewer make the partial results
+/// (`H·(d+2)` floats a split) cost more than the keys and values they stand for.
+const MIN_KEYS_PER_SPLIT: u32 = 32;
 
-/// `out[h] = Σ_t softmax_t(softcap(q_h·k_t · scale) + mask_t) · v_t` for query head `h`, with
-/// key/value head `h / group` and `q_h = RoPE(RMSNorm(q_raw_h) · q_norm)` (`table`: the token's
-/// [`crate::ChunkTable`] `[2, 2d]`, its cos then sin, then its position and the key count `n`;
-/// head h of q at `q_offset + h·d`, q may be the start of a joint q/k/v projection). Keys and
-/// values are the first `n` rows of `[Hkv, capacity, d]` with `kv_stride` elements between heads
-/// (a cache); out is `[H, d]`. `n` comes from the table, so a recorded step replays at the next
-/// position. Seven storage buffers: WebGPU guarantees eight per stage and cubecl keeps one.
+/// How a decode attention launch is split: per key/value head, `passes` over its query heads of
+/// `heads_per_pass`, each pass over `splits` ranges of keys; then one combining workgroup per
+/// query head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeSplit {
+    pub kv_heads: u32,
+    pub heads_per_pass: u32,
+    pub passes: u32,
+    pub splits: u32,
+}
+
+impl DecodeSplit {
+    /// The split for `heads` query heads over `kv_heads` key/value heads of `d` dimensions, in a
+    /// cache of `capacity` slots (the most keys a step can see).
+    pub fn new(heads: usize, kv_heads: usize, d: usize, capacity: usize) -> Self {
+        let group = (heads / kv_heads.max(1)).max(1) as u32;
+        let heads_per_pass = group.min(QUERY_FLOATS / (d as u32).max(1)).clamp(1, MAX_PASS_HEADS);
+        let passes = group.div_ceil(heads_per_pass);
+        let kv_heads = kv_heads.max(1) as u32;
+        let by_keys = (capacity as u32).div_ceil(MIN_KEYS_PER_SPLIT).max(1);
+        let by_target = TARGET_WORKGROUPS.div_ceil(kv_heads * passes).max(1);
+        DecodeSplit { kv_heads, heads_per_pass, passes, splits: by_keys.min(by_target) }
+    }
+
+    /// Workgroups of the split pass.
+    pub fn split_workgroups(&self) -> u32 {
+        self.kv_heads * self.passes * self.splits
+    }
+
+    /// Keys each split reads when the step sees `keys` of them.
+    pub fn keys_per_split(&self, keys: usize) -> usize {
+        keys.div_ceil(self.splits as usize)
+    }
+}
+
+/// The split pass (see the module's notes). Query head `h` of the pass is head
+/// `kv_head·group + pass·heads_per_pass + h`; `q_h = RoPE(RMSNorm(q_raw_h) · q_norm)` (`table`:
+/// the token's [`crate::ChunkTable`], its cos then sin, then its position, the key count `n` and
+/// the first slot). The `j`-th key is slot `(first + j) % capacity` of `[Hkv, capacity, d]` with
+/// `kv_stride` elements between heads; head h of q at `q_offset + h·d`. `partials` is
+/// `[H, splits, d + 2]`: the split's accumulator `Σ_t e^(s_t − m)·v_t`, then `m`, then
+/// `Σ_t e^(s_t − m)`. Seven storage buffers: WebGPU guarantees eight per stage and cubecl keeps
+/// one.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn decode_attention_kernel(
+fn decode_attention_split_kernel(
     q: &[f32],
     q_norm: &[f32],
     table: &[f32],
     keys: &[f32],
     values: &[f32],
     mask: &[f32],
-    out: &mut [f32],
+    partials: &mut [f32],
     group: u32,
     d: u32,
     q_offset: u32,
     kv_stride: u32,
+    capacity: u32,
+    passes: u32,
     scale: f32,
     cap: f32,
     eps: f32,
     #[comptime] softcap: bool,
-    #[comptime] threads: u32,
-    #[comptime] levels: u32,
+    #[comptime] heads_per_pass: u32,
     #[comptime] dims_per_thread: u32,
 ) {
-    let head = CUBE_POS_X;
     let thread = UNIT_POS_X;
-    let q_base = q_offset + head * d;
-    let out_base = head * d;
-    let kv_base = (head / group) * kv_stride;
+    let kv_head = CUBE_POS_X / passes;
+    let pass = CUBE_POS_X % passes;
+    let split = CUBE_POS_Y;
+    let splits = CUBE_COUNT_Y;
+    let first_head = kv_head * group + pass * heads_per_pass;
+    let pass_heads = u32::min(heads_per_pass, group - pass * heads_per_pass);
+    let kv_base = kv_head * kv_stride;
     let n = u32::cast_from(table[(2 * d + 1) as usize]);
+    let first_slot = u32::cast_from(table[(2 * d + 2) as usize]);
+    let per_split = (n + splits - 1) / splits;
+    let begin = u32::min(n, split * per_split);
+    let end = u32::min(n, begin + per_split);
 
-    // The query head, normed and rotated, into shared memory (read once per key below).
-    let mut query = Shared::<[f32]>::new_slice(MAX_HEAD_DIM as usize);
-    let mut square = f32::new(0.0);
-    let mut i = thread;
-    while i < d {
-        let v = q[(q_base + i) as usize];
-        square += v * v;
-        i += threads;
-    }
-    let inv_rms = 1.0 / f32::sqrt(block_reduce(square, false, threads, levels) / f32::cast_from(d) + eps);
+    // The pass's query heads, normed and rotated, into shared memory (heads beyond the group: 0).
+    let mut query = Shared::<[f32]>::new_slice(QUERY_FLOATS as usize);
     let half = d / 2;
-    let mut i = thread;
-    while i < d {
-        let partner = (i + half) % d;
-        let normed = q[(q_base + i) as usize] * inv_rms * q_norm[i as usize];
-        let mut rotated = q[(q_base + partner) as usize] * inv_rms * q_norm[partner as usize];
-        if i < half {
-            rotated = -rotated;
+    for h in 0..heads_per_pass {
+        let q_base = q_offset + (first_head + h) * d;
+        let live = h < pass_heads;
+        let mut square = f32::new(0.0);
+        let mut i = thread;
+        while i < d {
+            if live {
+                let v = q[(q_base + i) as usize];
+                square += v * v;
+            }
+            i += THREADS;
         }
-        query[i as usize] = normed * table[i as usize] + rotated * table[(d + i) as usize];
-        i += threads;
+        let inv_rms = 1.0 / f32::sqrt(block_reduce(square, false, THREADS, LEVELS) / f32::cast_from(d) + eps);
+        let mut i = thread;
+        while i < d {
+            let mut value = f32::new(0.0);
+            if live {
+                let partner = (i + half) % d;
+                let normed = q[(q_base + i) as usize] * inv_rms * q_norm[i as usize];
+                let mut rotated = q[(q_base + partner) as usize] * inv_rms * q_norm[partner as usize];
+                if i < half {
+                    rotated = -rotated;
+                }
+                value = normed * table[i as usize] + rotated * table[(d + i) as usize];
+            }
+            query[(h * d + i) as usize] = value;
+            i += THREADS;
+        }
+        // Every thread has read the reduction's result before the next head's reduction.
+        sync_cube();
     }
-    sync_cube();
 
-    let mut weights = Shared::<[f32]>::new_slice(CHUNK as usize);
-    let mut acc = Array::<f32>::new(dims_per_thread as usize);
+    // Scores of a tile (head-major), then each head's correction for the tile.
+    let mut weights = Shared::<[f32]>::new_slice((MAX_PASS_HEADS * THREADS) as usize);
+    let mut corrections = Shared::<[f32]>::new_slice(MAX_PASS_HEADS as usize);
+    let mut acc = Array::<f32>::new((heads_per_pass * dims_per_thread) as usize);
     #[unroll]
-    for j in 0..dims_per_thread {
-        acc[j as usize] = 0.0;
+    for a in 0..heads_per_pass * dims_per_thread {
+        acc[a as usize] = 0.0;
     }
+    let mut dots = Array::<f32>::new(heads_per_pass as usize);
+    // Thread h < pass_heads keeps head h's running maximum and sum.
     let mut running_max = f32::min_value();
     let mut running_sum = f32::new(0.0);
-    let mut start = 0u32;
-    while start < n {
-        // Scores of this chunk's keys, one key per thread at a time.
-        let mut local_max = f32::min_value();
-        let mut t = thread;
-        while t < CHUNK {
-            let key = start + t;
-            let mut score = f32::min_value();
-            if key < n {
-                let row = kv_base + key * d;
-                let mut dot = f32::new(0.0);
-                for i in 0..d {
-                    dot += query[i as usize] * keys[(row + i) as usize];
+    let mut tile = begin;
+    while tile < end {
+        let count = u32::min(THREADS, end - tile);
+        // One key per thread, dotted with every query head of the pass.
+        #[unroll]
+        for h in 0..heads_per_pass {
+            dots[h as usize] = 0.0;
+        }
+        if thread < count {
+            let slot = (first_slot + tile + thread) % capacity;
+            let row = kv_base + slot * d;
+            for i in 0..d {
+                let k = keys[(row + i) as usize];
+                #[unroll]
+                for h in 0..heads_per_pass {
+                    dots[h as usize] += query[(h * d + i) as usize] * k;
                 }
-                score = dot * scale;
+            }
+            #[unroll]
+            for h in 0..heads_per_pass {
+                let mut score = dots[h as usize] * scale;
                 if softcap {
                     score = bounded_tanh(score / cap) * cap;
                 }
-                score += mask[key as usize];
-            }
-            weights[t as usize] = score;
-            local_max = f32::max(local_max, score);
-            t += threads;
-        }
-        // The reductions' barriers also publish `weights` to every thread.
-        let new_max = f32::max(running_max, block_reduce(local_max, true, threads, levels));
-        let correction = f32::exp(running_max - new_max);
-        let mut local_sum = f32::new(0.0);
-        let mut t = thread;
-        while t < CHUNK {
-            let p = f32::exp(weights[t as usize] - new_max);
-            weights[t as usize] = p;
-            local_sum += p;
-            t += threads;
-        }
-        running_sum = running_sum * correction + block_reduce(local_sum, false, threads, levels);
-        running_max = new_max;
-        let count = u32::min(CHUNK, n - start);
-        #[unroll]
-        for j in 0..dims_per_thread {
-            let dim = thread + j * threads;
-            if dim < d {
-                let mut sum = acc[j as usize] * correction;
-                for t in 0..count {
-                    sum += weights[t as usize] * values[(kv_base + (start + t) * d + dim) as usize];
-                }
-                acc[j as usize] = sum;
+                weights[(h * THREADS + thread) as usize] = score + mask[slot as usize];
             }
         }
-        // Every thread is done with this chunk's weights before the next overwrites them.
         sync_cube();
-        start += CHUNK;
-    }
-    #[unroll]
-    for j in 0..dims_per_thread {
-        let dim = thread + j * threads;
-        if dim < d {
-            out[(out_base + dim) as usize] = acc[j as usize] / running_sum;
+        // Head `thread`'s softmax over the tile: new maximum, weights, sum.
+        if thread < pass_heads {
+            let base = thread * THREADS;
+            let mut tile_max = f32::min_value();
+            for t in 0..count {
+                tile_max = f32::max(tile_max, weights[(base + t) as usize]);
+            }
+            let new_max = f32::max(running_max, tile_max);
+            let correction = f32::exp(running_max - new_max);
+            let mut tile_sum = f32::new(0.0);
+            for t in 0..count {
+                let p = f32::exp(weights[(base + t) as usize] - new_max);
+                weights[(base + t) as usize] = p;
+                tile_sum += p;
+            }
+            running_sum = running_sum * correction + tile_sum;
+            running_max = new_max;
+            corrections[thread as usize] = correction;
         }
+        sync_cube();
+        // Values: each thread its dimensions, every head of the pass.
+        #[unroll]
+        for h in 0..heads_per_pass {
+            let correction = corrections[h as usize];
+            #[unroll]
+            for j in 0..dims_per_thread {
+                acc[(h * dims_per_thread + j) as usize] *= correction;
+            }
+        }
+        for t in 0..count {
+            let row = kv_base + ((first_slot + tile + t) % capacity) * d;
+            #[unroll]
+            for j in 0..dims_per_thread {
+                let dim = thread + j * THREADS;
+                if dim < d {
+                    let v = values[(row + dim) as usize];
+                    #[unroll]
+                    for h in 0..heads_per_pass {
+                        acc[(h * dims_per_thread + j) as usize] += weights[(h * THREADS + t) as usize] * v;
+                    }
+                }
+            }
+        }
+        // Every thread is done with this tile's weights before the next overwrites them.
+        sync_cube();
+        tile += THREADS;
+    }
+
+    let width = d + 2;
+    #[unroll]
+    for h in 0..heads_per_pass {
+        if h < pass_heads {
+            let base = ((first_head + h) * splits + split) * width;
+            #[unroll]
+            for j in 0..dims_per_thread {
+                let dim = thread + j * THREADS;
+                if dim < d {
+                    partials[(base + dim) as usize] = acc[(h * dims_per_thread + j) as usize];
+                }
+            }
+            if thread == h {
+                partials[(base + d) as usize] = running_max;
+                partials[(base + d + 1) as usize] = running_sum;
+            }
+        }
+    }
+}
+
+/// The combine pass: `out[h] = Σ_s e^(m_s − M)·acc_s / Σ_s e^(m_s − M)·sum_s` over the splits of
+/// head `h` (`M`: their largest maximum). An empty split (maximum `f32::MIN`, sum 0) adds nothing.
+#[cube(launch)]
+fn decode_attention_combine_kernel(partials: &[f32], out: &mut [f32], d: u32, splits: u32) {
+    let head = CUBE_POS_X;
+    let width = d + 2;
+    let base = head * splits * width;
+    let mut largest = f32::min_value();
+    for s in 0..splits {
+        largest = f32::max(largest, partials[(base + s * width + d) as usize]);
+    }
+    let mut denominator = f32::new(0.0);
+    for s in 0..splits {
+        let at = base + s * width + d;
+        denominator += f32::exp(partials[at as usize] - largest) * partials[(at + 1) as usize];
+    }
+    let mut dim = UNIT_POS_X;
+    while dim < d {
+        let mut sum = f32::new(0.0);
+        for s in 0..splits {
+            let at = base + s * width;
+            sum += f32::exp(partials[(at + d) as usize] - largest) * partials[(at + dim) as usize];
+        }
+        out[(head * d + dim) as usize] = sum / denominator;
+        dim += THREADS;
     }
 }
 
@@ -161,8 +305,9 @@ fn decode_attention_kernel(
 pub trait AttentionKernels: Backend {
     /// One query token: `heads` heads of q `[1, total]` from column `column`, before their norm
     /// (`q_norm` `[d]`, `eps`) and RoPE (the token's chunk table `[2, 2d]`, which also holds the
-    /// key count `n`), keys and values `[Hkv, ≥ n, d]`, mask `[1, ≥ n]` → `[1, H·d]`. `cap` ≤ 0
-    /// means no softcap.
+    /// key count `n` and the first slot), keys and values `[Hkv, capacity, d]` read from slot
+    /// `first` for `n` slots (wrapping), mask `[1, capacity]` → `[1, H·d]`. `cap` ≤ 0 means no
+    /// softcap.
     #[allow(clippy::too_many_arguments)]
     fn fused_decode_attention(
         q: FloatTensor<Self>,
@@ -217,30 +362,42 @@ impl AttentionKernels for CubeBackend {
             // One stride for both.
             (keys, values, stride) = (into_contiguous(keys), into_contiguous(values), rows * d);
         }
+        let split = DecodeSplit::new(heads, kv_heads, d, rows);
         let client = q.client.clone();
-        let out = empty_output(&q, burn::tensor::Shape::new([1, heads * d]));
-        decode_attention_kernel::launch(
+        let partials = empty_output(&q, burn::tensor::Shape::new([heads, split.splits as usize, d + 2]));
+        decode_attention_split_kernel::launch(
             &client,
-            CubeCount::Static(heads as u32, 1, 1),
+            CubeCount::Static(split.kv_heads * split.passes, split.splits, 1),
             CubeDim::new_1d(THREADS),
-            q.into_buffer_arg(),
+            q.clone().into_buffer_arg(),
             into_contiguous(q_norm).into_buffer_arg(),
             into_contiguous(table).into_buffer_arg(),
             keys.into_buffer_arg(),
             values.into_buffer_arg(),
             into_contiguous(mask).into_buffer_arg(),
-            out.clone().into_buffer_arg(),
+            partials.clone().into_buffer_arg(),
             (heads / kv_heads) as u32,
             d as u32,
             column as u32,
             stride as u32,
+            rows as u32,
+            split.passes,
             scale,
             cap,
             eps,
             cap > 0.0,
-            THREADS,
-            THREADS.trailing_zeros(),
+            split.heads_per_pass,
             (d as u32).div_ceil(THREADS),
+        );
+        let out = empty_output(&q, burn::tensor::Shape::new([1, heads * d]));
+        decode_attention_combine_kernel::launch(
+            &client,
+            CubeCount::Static(heads as u32, 1, 1),
+            CubeDim::new_1d(THREADS),
+            partials.into_buffer_arg(),
+            out.clone().into_buffer_arg(),
+            d as u32,
+            split.splits,
         );
         out
     }
@@ -375,5 +532,78 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The split launch against the matmul path over the same keys in order: the keys are the
+    /// `n` slots from `first`, wrapping at the capacity (a sliding layer's window in its ring),
+    /// for GQA groups of 1, 4 and 8 (8 heads of 512: two passes), key counts that leave splits
+    /// empty, fill one tile, or span several tiles per split, with a partly masked window.
+    #[test]
+    fn decode_attention_reads_wrapped_slots_in_splits() {
+        let Some(gpu) = crate::launch::test_gpu() else { return };
+        // (heads, kv heads, d, capacity, first slot, keys)
+        let cases = [
+            (8, 1, 256, 1040, 1000, 512),
+            (8, 2, 256, 1040, 700, 511),
+            (8, 1, 512, 4096, 0, 3),
+            (8, 1, 512, 600, 590, 377),
+            (4, 4, 64, 64, 63, 64),
+            (6, 2, 32, 4096, 17, 2049),
+        ];
+        for (heads, kv_heads, d, capacity, first, n) in cases {
+            let split = DecodeSplit::new(heads, kv_heads, d, capacity);
+            let q = Tensor::<3>::from_data(TensorData::new(values(heads * d, d + n), [1, heads, d]), &gpu);
+            let norm = Tensor::<1>::from_data(TensorData::new(values(d, 5), [d]), &gpu);
+            let inv_freq: Vec<f32> = (0..d / 2).map(|i| 1.0 / 10_000f32.powf(2.0 * i as f32 / d as f32)).collect();
+            let table = ChunkTable::new(&inv_freq, 4000, 1, crate::KeySlots { first, count: n }, &gpu);
+            let (cos, sin) = crate::fused::reference::split_cos_sin(&table.rotations());
+            let (key_data, value_data) = (values(kv_heads * capacity * d, 7), values(kv_heads * capacity * d, 9));
+            // The first tenth of the window masked, as a sliding mask may.
+            let mask_data: Vec<f32> = (0..capacity)
+                .map(|slot| if (slot + capacity - first) % capacity < n / 10 { -1e30 } else { 0.0 })
+                .collect();
+            let in_order = |data: &[f32]| -> Vec<f32> {
+                (0..kv_heads)
+                    .flat_map(|h| (0..n).map(move |j| (h, (first + j) % capacity)))
+                    .flat_map(|(h, slot)| data[(h * capacity + slot) * d..(h * capacity + slot + 1) * d].to_vec())
+                    .collect()
+            };
+            let ordered = |data: &[f32]| Tensor::<3>::from_data(TensorData::new(in_order(data), [kv_heads, n, d]), &gpu);
+            let ordered_mask: Vec<f32> = (0..n).map(|j| mask_data[(first + j) % capacity]).collect();
+            let whole = |data: Vec<f32>| Tensor::<3>::from_data(TensorData::new(data, [kv_heads, capacity, d]), &gpu);
+            for softcap in [None, Some(5.0)] {
+                let want = read(reference(
+                    q.clone(),
+                    (&norm, &cos, &sin),
+                    ordered(&key_data),
+                    ordered(&value_data),
+                    Tensor::<2>::from_data(TensorData::new(ordered_mask.clone(), [1, n]), &gpu),
+                    softcap,
+                ));
+                let columns = HeadColumns { x: q.clone().reshape([1, heads * d]), column: 0, heads, head_dim: d };
+                let query = DecodeQuery { q: columns, norm: &norm, table: &table, eps: 1e-6 };
+                let mask = Tensor::<2>::from_data(TensorData::new(mask_data.clone(), [1, capacity]), &gpu);
+                let got =
+                    read(decode_attention(query, whole(key_data.clone()), whole(value_data.clone()), mask, 0.3, softcap));
+                let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                assert!(diff < 1e-4, "H {heads}/{kv_heads} d {d} slots {first}+{n} of {capacity} {split:?}: {diff}");
+            }
+        }
+    }
+
+    /// The split a launch takes: the group's heads in passes that fit shared memory, splits that
+    /// fill a large GPU without leaving a split under 32 keys at the cache's capacity.
+    #[test]
+    fn decode_split_fills_the_gpu_within_its_bounds() {
+        // E2B's global layers: 8 heads of 512 over one KV head, an 8 K cache.
+        let global = DecodeSplit::new(8, 1, 512, 8192);
+        assert_eq!((global.heads_per_pass, global.passes, global.splits), (4, 2, 128));
+        assert_eq!(global.split_workgroups(), 256);
+        assert_eq!(global.keys_per_split(4096), 32);
+        // E2B's sliding layers: one pass of 8 heads of 256 over a 1,040-slot ring.
+        let sliding = DecodeSplit::new(8, 1, 256, 1040);
+        assert_eq!((sliding.heads_per_pass, sliding.passes, sliding.splits), (8, 1, 33));
+        // A short cache is never split below 32 keys a split.
+        assert_eq!(DecodeSplit::new(8, 2, 256, 64).splits, 2);
     }
 }

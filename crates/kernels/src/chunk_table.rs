@@ -7,9 +7,23 @@ use burn::tensor::{Device, Tensor, TensorData};
 
 use crate::overwrite::overwrite;
 
+/// The cache slots a chunk's attention reads: `count` of them from slot `first`, wrapping at the
+/// cache's capacity (a sliding layer's window in its ring). A bare count starts at slot 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeySlots {
+    pub first: usize,
+    pub count: usize,
+}
+
+impl From<usize> for KeySlots {
+    fn from(count: usize) -> Self {
+        KeySlots { first: 0, count }
+    }
+}
+
 /// `[S + 1, 2d]` f32: row `t` is the cos, then the sin, of position `start + t` (`d` each, both
-/// halves of the head at the same frequencies); the last row is `start`, the key count, then
-/// zeros. Positions and counts stay below 2²⁴, where f32 holds every integer.
+/// halves of the head at the same frequencies); the last row is `start`, the key count, the first
+/// key's slot, then zeros. Positions and counts stay below 2²⁴, where f32 holds every integer.
 #[derive(Clone)]
 pub struct ChunkTable {
     pub table: Tensor<2>,
@@ -20,21 +34,22 @@ pub struct ChunkTable {
 impl ChunkTable {
     /// The table of positions `start..start + tokens` whose attention sees `keys` keys, for
     /// RoPE frequencies `inv_freq` (`d / 2` of them).
-    pub fn new(inv_freq: &[f32], start: usize, tokens: usize, keys: usize, device: &Device) -> Self {
+    pub fn new(inv_freq: &[f32], start: usize, tokens: usize, keys: impl Into<KeySlots>, device: &Device) -> Self {
         let d = inv_freq.len() * 2;
+        let keys = keys.into();
         let data = Self::values(inv_freq, start, tokens, keys);
         ChunkTable { table: Tensor::from_data(TensorData::new(data, [tokens + 1, 2 * d]), device), start }
     }
 
     /// Rewrites the table in place for a chunk of as many tokens (its buffer stays the one a
     /// recorded step reads).
-    pub fn rewrite(&mut self, inv_freq: &[f32], start: usize, keys: usize) {
+    pub fn rewrite(&mut self, inv_freq: &[f32], start: usize, keys: impl Into<KeySlots>) {
         let tokens = self.tokens();
-        overwrite(&mut self.table, Self::values(inv_freq, start, tokens, keys));
+        overwrite(&mut self.table, Self::values(inv_freq, start, tokens, keys.into()));
         self.start = start;
     }
 
-    fn values(inv_freq: &[f32], start: usize, tokens: usize, keys: usize) -> Vec<f32> {
+    fn values(inv_freq: &[f32], start: usize, tokens: usize, keys: KeySlots) -> Vec<f32> {
         let d = inv_freq.len() * 2;
         let mut values = Vec::with_capacity((tokens + 1) * 2 * d);
         for p in start..start + tokens {
@@ -43,7 +58,7 @@ impl ChunkTable {
             values.extend(angles().map(|angle| angle.cos() as f32));
             values.extend(angles().map(|angle| angle.sin() as f32));
         }
-        values.extend([start as f32, keys as f32]);
+        values.extend([start as f32, keys.count as f32, keys.first as f32]);
         values.resize((tokens + 1) * 2 * d, 0.0);
         values
     }

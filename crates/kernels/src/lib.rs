@@ -9,10 +9,11 @@
 //! - [`fused`]: element-wise chains as single kernels: RMSNorm, residual add + norm, the attention
 //!   softmax, the GELU gate, keys/values/queries normed and rotated into the cache; and
 //!   [`fused::reference`], the same maths as tensor operations.
-//! - [`attention`]: a decoded token's whole attention in one kernel.
+//! - [`attention`]: a decoded token's whole attention, split over the keys (flash-decoding) and
+//!   combined: two launches.
 //! - [`block_table`]: a large lookup table (Gemma 4's per-layer embeddings) kept on the device in
 //!   its stored GGUF blocks, rows decoded by a kernel when looked up.
-//! - [`chunk_table`]: a chunk's RoPE rotations, start and key count in one buffer the kernels
+//! - [`chunk_table`]: a chunk's RoPE rotations, start and key slots in one buffer the kernels
 //!   read (so a recorded decode step replays at the next position); [`overwrite`]: rewriting a
 //!   tensor in its own buffer.
 //! - [`mask`]: a token bitset applied to the logits on the device (constrained tool calls).
@@ -34,9 +35,9 @@ pub mod overwrite;
 pub mod tuning;
 
 pub use affine::AffineMatrix;
-pub use attention::{DecodeQuery, decode_attention, fused_decode_applies};
+pub use attention::{DecodeQuery, DecodeSplit, decode_attention, fused_decode_applies};
 pub use block_table::{BlockTable, gather_by_block};
-pub use chunk_table::ChunkTable;
+pub use chunk_table::{ChunkTable, KeySlots};
 pub use fused::{
     CacheInput, HeadColumns, Slots, add_rms_norm, attention_softmax, copy_into, gelu_tanh_mul, rms_norm, softcap,
     write_cache, write_keys_values,

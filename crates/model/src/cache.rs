@@ -10,7 +10,7 @@
 //! compaction rewrote what follows.
 
 use burn::tensor::{Device, Tensor, TensorData};
-use hearth_kernels::{ChunkTable, HeadColumns, fused_decode_applies, overwrite, write_keys_values};
+use hearth_kernels::{ChunkTable, HeadColumns, KeySlots, fused_decode_applies, overwrite, write_keys_values};
 
 use crate::config::{LayerType, TextConfig};
 use crate::error::ModelError;
@@ -475,7 +475,15 @@ impl KvCache {
                 else {
                     continue;
                 };
-                table.rewrite(inv_freq, start, keys(kind));
+                // A sliding layer reads only the slots of its window (the mask stays exact).
+                let slots = match kind {
+                    LayerType::Full => KeySlots::from(start + 1),
+                    LayerType::Sliding => {
+                        let count = (start + 1).min(window);
+                        KeySlots { first: (start + 1 - count) % self.ring_capacity, count }
+                    }
+                };
+                table.rewrite(inv_freq, start, slots);
                 masks[kind.index()] = match kind {
                     LayerType::Sliding => inputs.sliding_mask.as_mut().map(|mask| {
                         overwrite(mask, sliding_mask_values());
