@@ -18,6 +18,7 @@ use hearth_model::{
 use hearth_weights::{AffineParams, AffineTensor, Checkpoint, FileRange, MemorySource, Quantization};
 use serde_json::{Value, json};
 
+mod profile;
 mod speculative;
 mod vision;
 
@@ -90,6 +91,11 @@ pub struct BenchOptions {
     /// verification against a decoded token, of the draft steps, and tokens per second.
     #[arg(long, value_delimiter = ',')]
     pub speculative: Vec<usize>,
+    /// After the decode figures, one decoded token kernel by kernel with each launch timed on
+    /// the GPU (per kernel kind: launches, µs, share), and the decode attention's split at 64 and
+    /// 4,096 positions. `--prefill` sets the position profiled.
+    #[arg(long)]
+    pub profile: bool,
     /// Tokens each timed generation of `--speculative` writes.
     #[arg(long, default_value_t = 32)]
     pub speculative_tokens: usize,
@@ -460,9 +466,18 @@ fn measure(
         "| GPU dispatches per decoded token | {dispatches} ({:.1} per layer); the first after a prefill {first_dispatches} |",
         dispatches as f64 / layers as f64
     );
+    println!(
+        "| weight bytes read a decoded token (every decoder matrix and the tied head once; the per-layer table is \
+         looked up by row) | {:.2} GB; the file holds {:.2} GB |",
+        weights.device as f64 / 1e9,
+        file_bytes as f64 / 1e9
+    );
     println!();
     print_top_kernels(&counts);
-    crate::host_cost::report(device, &mut session, &mut sampler, next, options.decode, dispatches)?;
+    next = crate::host_cost::report(device, &mut session, &mut sampler, next, options.decode, dispatches)?;
+    if options.profile {
+        next = profile::run(&mut session, &mut sampler, next, cache)?;
+    }
 
     if !options.speculative.is_empty() {
         let model =

@@ -61,3 +61,65 @@ pub fn time_dispatches<T>(clock: fn() -> u64, work: impl FnOnce() -> T) -> (T, L
     let (last, costs) = observer.state.lock().map(|s| s.clone()).unwrap_or_default();
     (result, costs, end.saturating_sub(last))
 }
+
+/// One launch's GPU time as measured: its length, and whether the device timed it (timestamp
+/// queries) or the host did around a blocking submit (adapters without timestamps).
+#[derive(Clone, Copy, Debug)]
+pub struct KernelTime {
+    pub kernel: &'static str,
+    pub seconds: f64,
+    pub on_device: bool,
+}
+
+enum Measurement {
+    Unread(&'static str, cubecl::logging::ProfileDuration),
+    Read(KernelTime),
+}
+
+#[derive(Default)]
+struct Profiler(Mutex<Vec<Measurement>>);
+
+impl LaunchObserver for Profiler {
+    fn launched(&self, _kernel: &'static str) {}
+
+    fn timing(&self) -> cubecl::logging::TimingRequest {
+        // Unread until the pass is over, so the kernels run back to back as they do untimed.
+        cubecl::logging::TimingRequest::Deferred
+    }
+
+    fn profiled(&self, kernel: &'static str, profile: cubecl::logging::ProfileDuration) {
+        if let Ok(mut all) = self.0.lock() {
+            all.push(Measurement::Unread(kernel, profile));
+        }
+    }
+
+    fn timed(&self, kernel: &'static str, duration: cubecl::logging::Duration, method: cubecl::logging::TimingMethod) {
+        let on_device = matches!(method, cubecl::logging::TimingMethod::Device);
+        if let Ok(mut all) = self.0.lock() {
+            all.push(Measurement::Read(KernelTime { kernel, seconds: duration.as_secs_f64(), on_device }));
+        }
+    }
+}
+
+/// Runs `work` with every kernel it launches timed on the GPU, then reads the timings (waiting for
+/// the device): one [`KernelTime`] per launch, in launch order. Replays of a recorded step launch
+/// nothing, so profile a step launched kernel by kernel.
+pub fn profile_dispatches<T>(work: impl FnOnce() -> T) -> (T, Vec<KernelTime>) {
+    let profiler = Arc::new(Profiler::default());
+    let watching = LaunchObservation::new(profiler.clone());
+    let result = work();
+    drop(watching);
+    let measurements = profiler.0.lock().map(|mut all| std::mem::take(&mut *all)).unwrap_or_default();
+    let times = measurements
+        .into_iter()
+        .filter_map(|measurement| match measurement {
+            Measurement::Read(time) => Some(time),
+            Measurement::Unread(kernel, profile) => {
+                let on_device = matches!(profile.timing_method(), cubecl::logging::TimingMethod::Device);
+                let ticks = pollster::block_on(profile.resolve())?;
+                Some(KernelTime { kernel, seconds: ticks.duration().as_secs_f64(), on_device })
+            }
+        })
+        .collect();
+    (result, times)
+}

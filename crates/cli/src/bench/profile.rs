@@ -1,0 +1,112 @@
+//! `hearth bench --profile`: where a decoded token's GPU time goes, per kernel kind (launches a
+//! token, GPU µs from timestamp queries where the adapter has them, share), and what can be
+//! checked without a GPU: dispatches a token, weight bytes read a token against the file's size,
+//! and how each decode attention launch is split at a short and a long context.
+
+use std::collections::BTreeMap;
+
+use hearth_kernels::DecodeSplit;
+use hearth_kernels::dispatches::{KernelTime, profile_dispatches};
+use hearth_model::config::LayerType;
+use hearth_model::{CacheOptions, Sampler, Session};
+
+/// Context lengths at which the attention split is shown.
+const SPLIT_DEPTHS: [usize; 2] = [64, 4096];
+
+/// One decode step launched kernel by kernel with each launch timed on the GPU, at the session's
+/// position; then the split of the decode attention launches.
+pub fn run(session: &mut Session, sampler: &mut Sampler, next: u32, cache: CacheOptions) -> Result<u32, String> {
+    session.model().set_step_recording(false);
+    // One untimed step first: the kernels compiled, the rings copied after the prefill.
+    let logits = session.step(next).map_err(|e| e.to_string())?;
+    let next = pollster::block_on(sampler.sample(logits)).map_err(|e| e.to_string())?;
+    let position = session.cache().len();
+    let (step, times) = profile_dispatches(|| session.step(next));
+    let next = pollster::block_on(sampler.sample(step.map_err(|e| e.to_string())?)).map_err(|e| e.to_string())?;
+    session.model().set_step_recording(true);
+    print_kernel_times(&times, position);
+    print_attention_splits(session, cache);
+    Ok(next)
+}
+
+fn print_kernel_times(times: &[KernelTime], position: usize) {
+    let mut by_kind: BTreeMap<String, (usize, f64)> = BTreeMap::new();
+    for time in times {
+        let entry = by_kind.entry(crate::host_cost::short(time.kernel)).or_default();
+        entry.0 += 1;
+        entry.1 += time.seconds;
+    }
+    let total: f64 = times.iter().map(|t| t.seconds).sum();
+    let on_device = times.iter().filter(|t| t.on_device).count();
+    let clock = if on_device == times.len() {
+        "the device's timestamp queries".to_string()
+    } else {
+        format!(
+            "{} of {} launches timed on the host around a blocking submit (no timestamp queries on this adapter): \
+             those include the submit and are not the kernel's own time",
+            times.len() - on_device,
+            times.len()
+        )
+    };
+    println!("## Profile: one decoded token at position {position}, kernel by kernel\n");
+    println!("Timed with {clock}; kernels run back to back as in an unrecorded step. Sum {:.3} ms.\n", total * 1e3);
+    println!("| kernel | launches a token | GPU µs a token | µs a launch | share |");
+    println!("|---|---|---|---|---|");
+    let mut rows: Vec<(String, (usize, f64))> = by_kind.into_iter().collect();
+    rows.sort_by(|a, b| b.1.1.total_cmp(&a.1.1));
+    for (kind, (launches, seconds)) in rows {
+        println!(
+            "| `{kind}` | {launches} | {:.1} | {:.1} | {:.1} % |",
+            seconds * 1e6,
+            seconds * 1e6 / launches as f64,
+            100.0 * seconds / total.max(1e-12)
+        );
+    }
+    println!();
+}
+
+/// The decode attention launches of one token (layers with their own keys and values and the
+/// KV-shared ones alike) at each of [`SPLIT_DEPTHS`]: workgroups of the split and combine passes,
+/// keys a split reads, and the bytes of keys, values and partial results.
+fn print_attention_splits(session: &Session, cache: CacheOptions) {
+    let config = &session.model().config;
+    let ring = (config.window().max(1) + cache.max_chunk.max(1)).min(cache.max_context);
+    println!("## Decode attention launches (split pass + combine pass per layer)\n");
+    println!(
+        "Workgroups to fill a GPU: about twice its compute units (an H200 has 132; WebGPU does not say how many an \
+         adapter has).\n"
+    );
+    println!(
+        "| layers | heads / KV heads × d | cache slots | position | keys read | splits × passes × KV heads = workgroups \
+         | keys a split | K+V MB read | partials MB |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let mut kinds: BTreeMap<(&str, usize, usize), usize> = BTreeMap::new();
+    for layer in &config.layers {
+        let kind = match layer.kind {
+            LayerType::Full => "full",
+            LayerType::Sliding => "sliding",
+        };
+        *kinds.entry((kind, layer.head_dim, layer.num_kv_heads)).or_default() += 1;
+    }
+    for ((kind, d, kv_heads), count) in kinds {
+        let slots = if kind == "full" { cache.max_context } else { ring };
+        let split = DecodeSplit::new(config.num_heads, kv_heads, d, slots);
+        for depth in SPLIT_DEPTHS {
+            let keys = if kind == "full" { (depth + 1).min(slots) } else { (depth + 1).min(config.window()) };
+            let kv_mb = (2 * kv_heads * keys * d * 4) as f64 / 1e6 * split.passes as f64;
+            let partial_mb = (config.num_heads * split.splits as usize * (d + 2) * 4) as f64 / 1e6;
+            println!(
+                "| {count} {kind} | {} / {kv_heads} × {d} | {slots} | {depth} | {keys} | {} × {} × {} = {} | {} | {kv_mb:.2} | \
+                 {partial_mb:.2} |",
+                config.num_heads,
+                split.splits,
+                split.passes,
+                split.kv_heads,
+                split.split_workgroups(),
+                split.keys_per_split(keys),
+            );
+        }
+    }
+    println!();
+}
