@@ -71,6 +71,10 @@ pub struct BenchOptions {
     /// instead of the shape chosen per matrix: to try shapes on a new adapter.
     #[arg(long)]
     pub gemm_tile: Option<hearth_kernels::tuning::GemmTile>,
+    /// The fewest keys each split of the decode attention reads (default 16): to try the split
+    /// on a new adapter without a rebuild.
+    #[arg(long)]
+    pub split_keys: Option<u32>,
     /// Measure this model (folder or GGUF file) instead of a synthetic E2B/E4B.
     #[arg(long)]
     pub model: Option<PathBuf>,
@@ -123,6 +127,10 @@ pub fn run(device: &Device, adapter: &str, memory: DeviceMemory, options: &Bench
     if let Some(tile) = options.gemm_tile {
         hearth_kernels::tuning::set_gemm_tile(tile).map_err(|e| e.to_string())?;
         println!("Every tiled GEMM launch uses the tile {tile} (threads×rows×tokens×depth, `--gemm-tile`).\n");
+    }
+    if let Some(keys) = options.split_keys {
+        hearth_kernels::tuning::set_decode_split_keys(keys).map_err(|e| e.to_string())?;
+        println!("Each decode attention split reads at least {keys} keys (`--split-keys`).\n");
     }
     if options.vision {
         return vision::run(device, memory, options);
@@ -474,9 +482,9 @@ fn measure(
     );
     println!();
     print_top_kernels(&counts);
-    next = crate::host_cost::report(device, &mut session, &mut sampler, next, options.decode, dispatches)?;
+    let next = crate::host_cost::report(device, &mut session, &mut sampler, next, options.decode, dispatches)?;
     if options.profile {
-        next = profile::run(&mut session, &mut sampler, next, cache)?;
+        profile::run(&mut session, &mut sampler, next, cache)?;
     }
 
     if !options.speculative.is_empty() {

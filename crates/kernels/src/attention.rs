@@ -9,7 +9,7 @@
 //!   keys are split so that one launch fills the GPU (about [`TARGET_WORKGROUPS`] workgroups,
 //!   at least [`MIN_KEYS_PER_SPLIT`] keys each); the number of splits is fixed per cache, the keys
 //!   per split follow the key count in the chunk table, so a recorded step replays at the next
-//!   position. For the scores each thread owns a key of the tile (its dot products against every
+//!   position (a short context leaves the last splits empty). For the scores each thread owns a key of the tile (its dot products against every
 //!   query head of the pass, the key read once); for the values each thread owns a slice of the
 //!   head's dimensions (reads coalesced across threads). No reduction crosses threads per key, so
 //!   the kernel needs no subgroup operations: it runs the same with and without WebGPU's
@@ -46,9 +46,11 @@ const QUERY_FLOATS: u32 = 2048;
 const MAX_PASS_HEADS: u32 = 8;
 /// Workgroups one split launch aims at: twice the compute units of a large GPU (an H200 has 132).
 const TARGET_WORKGROUPS: u32 = 256;
-/// The fewest keys a split is given at the cache's capacity: fewer make the partial results
-/// (`H·(d+2)` floats a split) cost more than the keys and values they stand for.
-const MIN_KEYS_PER_SPLIT: u32 = 32;
+/// The fewest keys a split reads (unless the bench chooses otherwise, [`crate::tuning`]): a
+/// split's partial results (`group·(d+2)` floats) cost `group / (2·keys)` of the keys and values
+/// it stands for, a quarter for Gemma 4's groups of 8 at 16 keys. Short contexts therefore use
+/// fewer splits; the rest end at once and write only their (empty) maximum and sum.
+const MIN_KEYS_PER_SPLIT: u32 = 16;
 
 /// How a decode attention launch is split: per key/value head, `passes` over its query heads of
 /// `heads_per_pass`, each pass over `splits` ranges of keys; then one combining workgroup per
@@ -59,6 +61,8 @@ pub struct DecodeSplit {
     pub heads_per_pass: u32,
     pub passes: u32,
     pub splits: u32,
+    /// The fewest keys a split reads.
+    pub min_keys: u32,
 }
 
 impl DecodeSplit {
@@ -69,9 +73,10 @@ impl DecodeSplit {
         let heads_per_pass = group.min(QUERY_FLOATS / (d as u32).max(1)).clamp(1, MAX_PASS_HEADS);
         let passes = group.div_ceil(heads_per_pass);
         let kv_heads = kv_heads.max(1) as u32;
-        let by_keys = (capacity as u32).div_ceil(MIN_KEYS_PER_SPLIT).max(1);
+        let min_keys = crate::tuning::decode_split_keys().unwrap_or(MIN_KEYS_PER_SPLIT);
+        let by_keys = (capacity as u32).div_ceil(min_keys).max(1);
         let by_target = TARGET_WORKGROUPS.div_ceil(kv_heads * passes).max(1);
-        DecodeSplit { kv_heads, heads_per_pass, passes, splits: by_keys.min(by_target) }
+        DecodeSplit { kv_heads, heads_per_pass, passes, splits: by_keys.min(by_target), min_keys }
     }
 
     /// Workgroups of the split pass.
@@ -79,9 +84,14 @@ impl DecodeSplit {
         self.kv_heads * self.passes * self.splits
     }
 
-    /// Keys each split reads when the step sees `keys` of them.
+    /// Keys each split reads when the step sees `keys` of them (the last split may read fewer).
     pub fn keys_per_split(&self, keys: usize) -> usize {
-        keys.div_ceil(self.splits as usize)
+        keys.div_ceil(self.splits as usize).max(self.min_keys as usize)
+    }
+
+    /// Splits that read any key when the step sees `keys` of them.
+    pub fn active_splits(&self, keys: usize) -> usize {
+        keys.div_ceil(self.keys_per_split(keys).max(1))
     }
 }
 
@@ -109,6 +119,7 @@ fn decode_attention_split_kernel(
     kv_stride: u32,
     capacity: u32,
     passes: u32,
+    min_keys: u32,
     scale: f32,
     cap: f32,
     eps: f32,
@@ -126,7 +137,7 @@ fn decode_attention_split_kernel(
     let kv_base = kv_head * kv_stride;
     let n = u32::cast_from(table[(2 * d + 1) as usize]);
     let first_slot = u32::cast_from(table[(2 * d + 2) as usize]);
-    let per_split = (n + splits - 1) / splits;
+    let per_split = u32::max((n + splits - 1) / splits, min_keys);
     let begin = u32::min(n, split * per_split);
     let end = u32::min(n, begin + per_split);
 
@@ -258,11 +269,14 @@ fn decode_attention_split_kernel(
     for h in 0..heads_per_pass {
         if h < pass_heads {
             let base = ((first_head + h) * splits + split) * width;
-            #[unroll]
-            for j in 0..dims_per_thread {
-                let dim = thread + j * THREADS;
-                if dim < d {
-                    partials[(base + dim) as usize] = acc[(h * dims_per_thread + j) as usize];
+            // An empty split's accumulator is never read (its sum is 0).
+            if begin < end {
+                #[unroll]
+                for j in 0..dims_per_thread {
+                    let dim = thread + j * THREADS;
+                    if dim < d {
+                        partials[(base + dim) as usize] = acc[(h * dims_per_thread + j) as usize];
+                    }
                 }
             }
             if thread == h {
@@ -274,7 +288,8 @@ fn decode_attention_split_kernel(
 }
 
 /// The combine pass: `out[h] = Σ_s e^(m_s − M)·acc_s / Σ_s e^(m_s − M)·sum_s` over the splits of
-/// head `h` (`M`: their largest maximum). An empty split (maximum `f32::MIN`, sum 0) adds nothing.
+/// head `h` (`M`: their largest maximum). An empty split (maximum `f32::MIN`, sum 0) adds nothing
+/// and its accumulator is not read.
 #[cube(launch)]
 fn decode_attention_combine_kernel(partials: &[f32], out: &mut [f32], d: u32, splits: u32) {
     let head = CUBE_POS_X;
@@ -294,7 +309,10 @@ fn decode_attention_combine_kernel(partials: &[f32], out: &mut [f32], d: u32, sp
         let mut sum = f32::new(0.0);
         for s in 0..splits {
             let at = base + s * width;
-            sum += f32::exp(partials[(at + d) as usize] - largest) * partials[(at + dim) as usize];
+            // Empty splits (sum 0) wrote no accumulator.
+            if partials[(at + d + 1) as usize] > 0.0 {
+                sum += f32::exp(partials[(at + d) as usize] - largest) * partials[(at + dim) as usize];
+            }
         }
         out[(head * d + dim) as usize] = sum / denominator;
         dim += THREADS;
@@ -382,6 +400,7 @@ impl AttentionKernels for CubeBackend {
             stride as u32,
             rows as u32,
             split.passes,
+            split.min_keys,
             scale,
             cap,
             eps,
@@ -592,18 +611,20 @@ mod tests {
     }
 
     /// The split a launch takes: the group's heads in passes that fit shared memory, splits that
-    /// fill a large GPU without leaving a split under 32 keys at the cache's capacity.
+    /// fill a large GPU, never under 16 keys a split (a short context leaves splits empty).
     #[test]
     fn decode_split_fills_the_gpu_within_its_bounds() {
         // E2B's global layers: 8 heads of 512 over one KV head, an 8 K cache.
         let global = DecodeSplit::new(8, 1, 512, 8192);
         assert_eq!((global.heads_per_pass, global.passes, global.splits), (4, 2, 128));
         assert_eq!(global.split_workgroups(), 256);
-        assert_eq!(global.keys_per_split(4096), 32);
-        // E2B's sliding layers: one pass of 8 heads of 256 over a 1,040-slot ring.
-        let sliding = DecodeSplit::new(8, 1, 256, 1040);
-        assert_eq!((sliding.heads_per_pass, sliding.passes, sliding.splits), (8, 1, 33));
-        // A short cache is never split below 32 keys a split.
-        assert_eq!(DecodeSplit::new(8, 2, 256, 64).splits, 2);
+        assert_eq!((global.keys_per_split(4096), global.active_splits(4096)), (32, 128));
+        assert_eq!((global.keys_per_split(65), global.active_splits(65)), (16, 5));
+        // E2B's sliding layers: one pass of 8 heads of 256 over a 1,024-slot ring, 512 keys read.
+        let sliding = DecodeSplit::new(8, 1, 256, 1024);
+        assert_eq!((sliding.heads_per_pass, sliding.passes, sliding.splits), (8, 1, 64));
+        assert_eq!(sliding.active_splits(512), 32);
+        // A short cache: one split per 16 slots.
+        assert_eq!(DecodeSplit::new(8, 2, 256, 64).splits, 4);
     }
 }

@@ -1,5 +1,5 @@
-//! Process-wide kernel choices for measuring: which kernel the model's prompt products take and
-//! the tiled GEMM's tile. `hearth bench` sets them once, before the first launch, to compare
+//! Process-wide kernel choices for measuring: which kernel the model's prompt products take, the
+//! tiled GEMM's tile and the fewest keys a decode attention split reads. `hearth bench` sets them once, before the first launch, to compare
 //! today's kernels with earlier ones or to try tile shapes on a new adapter without a rebuild.
 //! The product never sets them: unset, every launch takes the tuned default.
 
@@ -19,6 +19,7 @@ pub enum ProductKernel {
 
 static PREFILL_KERNEL: OnceLock<ProductKernel> = OnceLock::new();
 static GEMM_TILE: OnceLock<GemmTile> = OnceLock::new();
+static SPLIT_KEYS: OnceLock<u32> = OnceLock::new();
 
 /// Why a choice was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -29,6 +30,8 @@ pub enum TuningError {
     Syntax(String),
     #[error("GEMM tile {0}: {1}")]
     Invalid(GemmTile, &'static str),
+    #[error("a decode attention split takes 1 to 4,096 keys at least, got {0}")]
+    SplitKeys(u32),
 }
 
 /// The kernel that multiplies a prompt (16 tokens or more) by a packed matrix when the model lets
@@ -50,6 +53,20 @@ pub fn set_gemm_tile(tile: GemmTile) -> Result<(), TuningError> {
 
 pub(crate) fn gemm_tile() -> Option<GemmTile> {
     GEMM_TILE.get().copied()
+}
+
+/// The fewest keys each split of the decode attention reads (the default is
+/// `attention::MIN_KEYS_PER_SPLIT`): fewer splits more of the GPU's units, more splits write more
+/// partial results.
+pub fn set_decode_split_keys(keys: u32) -> Result<(), TuningError> {
+    if !(1..=4096).contains(&keys) {
+        return Err(TuningError::SplitKeys(keys));
+    }
+    SPLIT_KEYS.set(keys).map_err(|_| TuningError::AlreadySet("decode split keys"))
+}
+
+pub(crate) fn decode_split_keys() -> Option<u32> {
+    SPLIT_KEYS.get().copied()
 }
 
 /// The tiled GEMM's work split: a block of `threads` owns `threads · rows_per_thread` output rows

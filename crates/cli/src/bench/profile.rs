@@ -15,18 +15,18 @@ const SPLIT_DEPTHS: [usize; 2] = [64, 4096];
 
 /// One decode step launched kernel by kernel with each launch timed on the GPU, at the session's
 /// position; then the split of the decode attention launches.
-pub fn run(session: &mut Session, sampler: &mut Sampler, next: u32, cache: CacheOptions) -> Result<u32, String> {
+pub fn run(session: &mut Session, sampler: &mut Sampler, next: u32, cache: CacheOptions) -> Result<(), String> {
     session.model().set_step_recording(false);
     // One untimed step first: the kernels compiled, the rings copied after the prefill.
     let logits = session.step(next).map_err(|e| e.to_string())?;
     let next = pollster::block_on(sampler.sample(logits)).map_err(|e| e.to_string())?;
     let position = session.cache().len();
     let (step, times) = profile_dispatches(|| session.step(next));
-    let next = pollster::block_on(sampler.sample(step.map_err(|e| e.to_string())?)).map_err(|e| e.to_string())?;
+    pollster::block_on(sampler.sample(step.map_err(|e| e.to_string())?)).map_err(|e| e.to_string())?;
     session.model().set_step_recording(true);
     print_kernel_times(&times, position);
     print_attention_splits(session, cache);
-    Ok(next)
+    Ok(())
 }
 
 fn print_kernel_times(times: &[KernelTime], position: usize) {
@@ -78,9 +78,9 @@ fn print_attention_splits(session: &Session, cache: CacheOptions) {
     );
     println!(
         "| layers | heads / KV heads × d | cache slots | position | keys read | splits × passes × KV heads = workgroups \
-         | keys a split | K+V MB read | partials MB |"
+         | splits reading keys | keys a split | K+V MB read | partials MB |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut kinds: BTreeMap<(&str, usize, usize), usize> = BTreeMap::new();
     for layer in &config.layers {
         let kind = match layer.kind {
@@ -95,15 +95,19 @@ fn print_attention_splits(session: &Session, cache: CacheOptions) {
         for depth in SPLIT_DEPTHS {
             let keys = if kind == "full" { (depth + 1).min(slots) } else { (depth + 1).min(config.window()) };
             let kv_mb = (2 * kv_heads * keys * d * 4) as f64 / 1e6 * split.passes as f64;
-            let partial_mb = (config.num_heads * split.splits as usize * (d + 2) * 4) as f64 / 1e6;
+            let active = split.active_splits(keys);
+            // Written by the split pass and read by the combine: an accumulator per active split,
+            // a maximum and a sum per split.
+            let partial_mb = (config.num_heads * (active * d + split.splits as usize * 2) * 4) as f64 / 1e6;
             println!(
-                "| {count} {kind} | {} / {kv_heads} × {d} | {slots} | {depth} | {keys} | {} × {} × {} = {} | {} | {kv_mb:.2} | \
-                 {partial_mb:.2} |",
+                "| {count} {kind} | {} / {kv_heads} × {d} | {slots} | {depth} | {keys} | {} × {} × {} = {} | {} | {} | \
+                 {kv_mb:.2} | {partial_mb:.2} |",
                 config.num_heads,
                 split.splits,
                 split.passes,
                 split.kv_heads,
                 split.split_workgroups(),
+                active * (split.passes * split.kv_heads) as usize,
                 split.keys_per_split(keys),
             );
         }
