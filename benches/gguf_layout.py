@@ -31,7 +31,8 @@ import struct
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FIXTURE = os.path.join(ROOT, "crates/model/fixtures/gemma4-gguf/model.gguf")
+# The bench bundle carries the fixture beside this script and names it here.
+FIXTURE = os.environ.get("HEARTH_GGUF_FIXTURE") or os.path.join(ROOT, "crates/model/fixtures/gemma4-gguf/model.gguf")
 ALIGN = 32
 VOCAB = 262144
 PLE = 256  # hidden_size_per_layer_input

@@ -12,7 +12,11 @@
 #   HEARTH_SYSTEM_VULKAN=1    use the system's Vulkan loader instead of lib/libvulkan.so.1
 #   HEARTH_GEMM_TILES="64x8x16x16 128x4x16x16 …"   after the kernel step, the prefill product
 #                             once more per tile (threads×rows×tokens×depth, 60 s each)
-# Needs bash, coreutils and a Vulkan driver; no cargo, no network. Each step has its own time
+#   HEARTH_SPLIT_KEYS="8 32 64"   after the side-by-side, decode at depth 4,096 on the layout
+#                             GGUF once more per fewest-keys-a-split of the decode attention
+#   HEARTH_LAYOUT_DIR=<dir>   where the 3.3 GB layout GGUF is written (default: a temporary folder)
+# Needs bash, coreutils and a Vulkan driver; no cargo, no network. The side-by-side with llama.cpp
+# (first, when llama-bench.xz is here) also needs python3 and 3.3 GB of disk. Each step has its own time
 # limit, so one slow step does not lose the rest. Exits 0 when the kernel step finished.
 set -euo pipefail
 
@@ -25,7 +29,7 @@ for arg in "$@"; do
     case "$arg" in
         --quick) quick=1 ;;
         -h | --help)
-            sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         -*)
@@ -88,6 +92,8 @@ else
 fi
 
 say() { echo "run.sh: $*" >&2; }
+# What `step` runs: hearth, unless a step names another program (the peer).
+program="$here/hearth"
 
 {
     echo "# Hearth bench bundle — $host, $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -135,14 +141,16 @@ step() {
     shift 3
     limit="${HEARTH_STEP_TIMEOUT:-$limit}"
     steps_total=$((steps_total + 1))
-    say "$title: hearth $* (time limit ${limit} s)"
-    printf '\n## %s\n\n`hearth %s` (time limit %s s)\n\n' "$title" "$*" "$limit" >>"$out"
+    local name
+    name="$(basename "$program")"
+    say "$title: $name $* (time limit ${limit} s)"
+    printf '\n## %s\n\n`%s %s` (time limit %s s)\n\n' "$title" "$name" "$*" "$limit" >>"$out"
     local keep_kernels=0 start status
     if [ "$title" = Kernels ]; then keep_kernels=1; fi
     if [ "$kind" = text ]; then echo '```' >>"$out"; fi
     start=$(date +%s)
     set +e
-    timeout --kill-after=10 "$limit" "$here/hearth" "$@" 2>"$tmp/stderr" |
+    timeout --kill-after=10 "$limit" "$program" "$@" 2>"$tmp/stderr" |
         if [ "$kind" = text ]; then cat; else
             awk -v keep_kernels="$keep_kernels" '
                 /^# hearth bench/ { next }
@@ -183,7 +191,96 @@ step() {
     } >>"$out"
 }
 
+# One figure from a step's section of the results: the first line after `## <title>` that matches
+# `pattern`, and in it the number `sed_expr` extracts ("" when absent).
+figure() {
+    local title="$1" pattern="$2" sed_expr="$3"
+    awk -v title="## $title" -v pattern="$pattern" '
+        $0 == title { inside = 1; next }
+        inside && /^## / && !/^### / { inside = 0 }
+        inside && $0 ~ pattern { print; exit }
+    ' "$out" | sed -n "$sed_expr"
+}
+
+# Hearth and llama.cpp's llama-bench on the same GGUF (laid out like the published E2B file) and
+# the same driver: decode at depth 64 and 4,096, prefill of 4,096 tokens, and their ratio; Hearth's
+# per-kernel profile and llama.cpp's per-operation timings (GGML_VK_PERF_LOGGER) beside them.
+side_by_side() {
+    local heading="Hearth beside llama.cpp (same GGUF, same driver)"
+    if [ ! -f "$here/llama-bench.xz" ]; then
+        printf '\n## %s\n\nSkipped: this bundle has no llama-bench (`cargo xtask llama-bench`, then make the bundle again).\n' \
+            "$heading" >>"$out"
+        return
+    fi
+    if ! command -v python3 >/dev/null 2>&1; then
+        printf '\n## %s\n\nSkipped: no python3 here to write the layout GGUF.\n' "$heading" >>"$out"
+        return
+    fi
+    local peer="$tmp/llama-bench"
+    if ! { xz -dc "$here/llama-bench.xz" >"$peer" 2>/dev/null ||
+        python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' \
+            "$here/llama-bench.xz" >"$peer"; }; then
+        printf '\n## %s\n\nSkipped: llama-bench.xz could not be decompressed.\n' "$heading" >>"$out"
+        return
+    fi
+    chmod +x "$peer"
+    local layout_dir="${HEARTH_LAYOUT_DIR:-$tmp}" layers=() short=64 long=4096 tokens=32 runs=3
+    if [ "$quick" = 1 ]; then
+        layers=(--layers 5)
+        short=8 long=32 tokens=4 runs=1
+        # ggml skips Vulkan devices of the CPU type (lavapipe) unless named.
+        export GGML_VK_VISIBLE_DEVICES="${GGML_VK_VISIBLE_DEVICES:-0}"
+    fi
+    mkdir -p "$layout_dir"
+    layout="$layout_dir/gemma4-e2b-layout.gguf"
+    say "writing $layout (gguf_layout.py e2b ${layers[*]})"
+    {
+        printf '\n## %s\n\n' "$heading"
+        if HEARTH_GGUF_FIXTURE="$here/gemma4-fixture.gguf" python3 "$here/gguf_layout.py" e2b "$layout" "${layers[@]}" 2>&1; then
+            echo
+        else
+            echo
+            echo "Writing the layout GGUF **failed**: the side-by-side did not run."
+            layout=""
+        fi
+    } >>"$out"
+    if [ -z "$layout" ]; then return; fi
+    local model=(--model "$layout" --gemm-tokens 0 --profile)
+    step "Hearth, depth $short" md 180 bench "${model[@]}" --prefill "$short" --decode "$tokens"
+    step "Hearth, depth $long" md 240 bench "${model[@]}" --prefill "$long" --decode "$tokens"
+    program="$peer" step "llama.cpp" text 300 -m "$layout" -ngl 99 -fa 1 -p "$long" -n "$tokens" \
+        -d "$short,$long" -r "$runs"
+    GGML_VK_PERF_LOGGER=1 program="$peer" step "llama.cpp per operation, depth $long" text 120 -m "$layout" \
+        -ngl 99 -fa 1 -p 0 -n 8 -d "$long" -r 1
+
+    local tokens_per_s='s/.*= \([0-9.]*\) tokens\/s.*/\1/p'
+    local llama_mean='s/.*| *\([0-9.][0-9.]*\) ± [0-9.]* *|.*/\1/p'
+    local rows=(
+        "decode at depth $short|$(figure "Hearth, depth $short" '^\| decode ' "$tokens_per_s")|$(figure llama.cpp "tg$tokens @ d$short" "$llama_mean")"
+        "decode at depth $long|$(figure "Hearth, depth $long" '^\| decode ' "$tokens_per_s")|$(figure llama.cpp "tg$tokens @ d$long" "$llama_mean")"
+        "prefill of $long tokens|$(figure "Hearth, depth $long" '^\| prefill ' "$tokens_per_s")|$(figure llama.cpp "pp$long @ d$short" "$llama_mean")"
+    )
+    {
+        printf '\n## Hearth ÷ llama.cpp\n\n'
+        echo "Tokens/s on the same file and driver (llama.cpp's prefill at depth $short)."
+        echo
+        echo "| figure | Hearth tokens/s | llama.cpp tokens/s | Hearth ÷ llama.cpp |"
+        echo "|---|---|---|---|"
+        for row in "${rows[@]}"; do
+            IFS='|' read -r what ours theirs <<<"$row"
+            ratio="$(awk -v a="$ours" -v b="$theirs" 'BEGIN { if (a != "" && b != "" && b > 0) printf "%.2f", a / b; else print "?" }')"
+            echo "| $what | ${ours:-?} | ${theirs:-?} | $ratio |"
+        done
+    } >>"$out"
+    for keys in ${HEARTH_SPLIT_KEYS:-}; do
+        step "Split keys $keys, depth $long" md 180 bench "${model[@]}" --prefill "$long" --decode "$tokens" \
+            --split-keys "$keys"
+    done
+    rm -f "$layout"
+}
+
 step "Self-test" text 60 self-test
+side_by_side
 step "Kernels" md 90 bench --kernels-only "${kernel_flags[@]}"
 for tile in ${HEARTH_GEMM_TILES:-}; do
     step "GEMM tile $tile" md 60 bench --kernels-only "${kernel_flags[@]}" --gemm-shapes q,kv,gate-up,down --gemm-tile "$tile"

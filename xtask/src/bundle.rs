@@ -86,6 +86,8 @@ pub fn write(dir: &Path, hearth: &Path, root: &Path) -> Result<(), String> {
         copy(path, &lib.join(name))?;
     }
 
+    let peer = add_peer(dir, &lib, root, &mut libraries);
+
     let mut glibc = glibc_needed(&read(&binary)?);
     for (name, _) in &libraries {
         glibc = glibc.max(glibc_needed(&read(&lib.join(name))?));
@@ -102,7 +104,9 @@ pub fn write(dir: &Path, hearth: &Path, root: &Path) -> Result<(), String> {
         .map_err(|e| format!("writing {}: {e}", readme.display()))?;
 
     let mut total = 0;
-    for file in [binary, script, readme].into_iter().chain(names.iter().map(|name| lib.join(name))) {
+    let mut files = vec![binary, script, readme];
+    files.extend(peer);
+    for file in files.into_iter().chain(names.iter().map(|name| lib.join(name))) {
         let bytes = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
         total += bytes;
         eprintln!("xtask: bundle {:>6.1} MB  {}", bytes as f64 / 1e6, file.display());
@@ -115,6 +119,58 @@ pub fn write(dir: &Path, hearth: &Path, root: &Path) -> Result<(), String> {
         dir.display()
     );
     Ok(())
+}
+
+/// The peer for the side-by-side, when it builds here: llama.cpp's `llama-bench` (Vulkan,
+/// [`crate::llama_bench`]) compressed with xz, the libraries it links that a bare system may lack
+/// (into lib/), and what writes the E2B layout GGUF on the device (benches/gguf_layout.py and the
+/// tiny GGUF whose metadata it copies). Without it the bundle still runs Hearth's steps and says
+/// the side-by-side was skipped. Returns the files added.
+fn add_peer(dir: &Path, lib: &Path, root: &Path, libraries: &mut Vec<(String, PathBuf)>) -> Vec<PathBuf> {
+    let built = match crate::llama_bench::build() {
+        Ok(binary) => binary,
+        Err(e) => {
+            eprintln!("xtask: warning: no llama-bench in the bundle ({e}); its side-by-side step will say so");
+            return Vec::new();
+        }
+    };
+    let mut added = Vec::new();
+    let peer = dir.join("llama-bench");
+    let compressed = dir.join("llama-bench.xz");
+    let _ = std::fs::remove_file(&compressed);
+    let result = (|| -> Result<(), String> {
+        copy(&built, &peer)?;
+        process::run(process::command("strip", &[&peer.display().to_string()]))?;
+        let ldd = process::output("ldd", &[&built.display().to_string()])
+            .ok_or_else(|| format!("`ldd {}` failed", built.display()))?;
+        for (name, path) in libraries_to_bundle(&ldd)? {
+            if !libraries.iter().any(|(n, _)| *n == name) {
+                copy(&path, &lib.join(&name))?;
+                libraries.push((name, path));
+            }
+        }
+        // 38 MB stripped, about 6 MB compressed: the device tool carries at most 64 MiB.
+        process::run(process::command("xz", &["-9e", "-T0", &peer.display().to_string()]))?;
+        for (from, to) in [
+            ("benches/gguf_layout.py", "gguf_layout.py"),
+            ("crates/model/fixtures/gemma4-gguf/model.gguf", "gemma4-fixture.gguf"),
+        ] {
+            copy(&root.join(from), &dir.join(to))?;
+            added.push(dir.join(to));
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_file(&peer);
+    match result {
+        Ok(()) => {
+            added.push(compressed);
+            added
+        }
+        Err(e) => {
+            eprintln!("xtask: warning: no llama-bench in the bundle ({e})");
+            Vec::new()
+        }
+    }
 }
 
 /// run.sh, naming the commit the binary was built from.
@@ -141,8 +197,14 @@ them all to one Markdown file: results.md, or results-<host>-<UTC time>.md here.
 the kernel step finished. `./run.sh --quick` (2 layers, a few tokens, a tiny agent step) checks
 the bundle on a slow adapter; `./run.sh --help` lists the settings.
 
+With llama-bench.xz present (llama.cpp's Vulkan llama-bench, `cargo xtask llama-bench`), it
+first writes a GGUF laid out like the published E2B file (gguf_layout.py, python3, 3.3 GB in a
+temporary folder) and runs Hearth and llama-bench on it at depth 64 and 4,096, with Hearth's
+per-kernel profile beside llama.cpp's per-operation timings, and prints Hearth ÷ llama.cpp.
+
 Files: hearth (the CLI, stripped), run.sh, lib/ ({}: put on LD_LIBRARY_PATH by run.sh; the GL
-dispatch libraries let NVIDIA's Vulkan driver start in a container that lacks them).
+dispatch libraries let NVIDIA's Vulkan driver start in a container that lacks them);
+llama-bench.xz, gguf_layout.py and gemma4-fixture.gguf when the peer was built.
 ",
         libraries.join(", ")
     )
@@ -309,7 +371,13 @@ mod tests {
             "kernel_flags=(--gemm-tokens 64)",
             "agent_flags=(--agent 16 8 2)",
             "--speculative 2,4,8",
-            "timeout --kill-after=10 \"$limit\" \"$here/hearth\"",
+            "timeout --kill-after=10 \"$limit\" \"$program\"",
+            "program=\"$here/hearth\"",
+            // The side-by-side comes right after the self-test: a lent GPU's first minutes go to it.
+            "step \"Self-test\" text 60 self-test\nside_by_side\n",
+            "program=\"$peer\" step \"llama.cpp\" text 300 -m \"$layout\" -ngl 99 -fa 1",
+            "GGML_VK_PERF_LOGGER=1 program=\"$peer\" step",
+            "--profile",
             "export LD_LIBRARY_PATH=\"$here/lib",
             "nvidia-smi -L",
         ] {

@@ -9,7 +9,10 @@
 //! - `bench [-- flags]`  speed and memory figures (`hearth bench`: fused 4-bit GEMV vs copy, models
 //!   with the real Gemma 4 E2B/E4B shapes), for benches/RESULTS.md; `-- --browser --model <gguf>`:
 //!   browser decode, Hearth beside wllama; `--bundle <dir>`: a folder (hearth, the Vulkan loader,
-//!   run.sh) that runs those benches on another machine's adapter without cargo
+//!   run.sh, and llama.cpp's llama-bench when it builds) that runs those benches on another
+//!   machine's adapter without cargo, Hearth beside llama.cpp on the same file
+//! - `llama-bench`  build llama.cpp's llama-bench (Vulkan) from the pinned llama-cpp-python sdist
+//!   into the cache (not part of `test`; the bundle carries it)
 //! - `screenshots`  the README's pictures, taken by the e2e tests, into docs/
 //! - `gen-types`  regenerate the TypeScript protocol from the Rust types (`build` refreshes the
 //!   wasm exports' declaration, extension/src/generated/hearth_offscreen.d.ts)
@@ -21,6 +24,7 @@ mod build;
 mod bundle;
 mod chrome;
 mod fixtures;
+mod llama_bench;
 mod process;
 mod screenshots;
 mod test;
@@ -44,6 +48,7 @@ fn main() -> ExitCode {
         "screenshots" => screenshots::screenshots(),
         "gen-types" => gen_types(),
         "fixtures" => fixtures::fixtures(flags),
+        "llama-bench" => llama_bench::build().map(drop),
         "help" | "--help" | "-h" => {
             println!("{}", HELP);
             Ok(())
@@ -70,7 +75,11 @@ const HELP: &str = "usage: cargo xtask <command>
   bench [-- <hearth bench flags>]   speed and memory figures (see `hearth bench --help`);
                                     -- --browser --model <file.gguf>: browser decode vs wllama
   bench --bundle <dir>              build hearth into <dir> with the Vulkan loader and run.sh, which
-                                    runs the kernel and E2B/E4B benches anywhere into one Markdown file
+                                    runs the kernel and E2B/E4B benches anywhere into one Markdown file,
+                                    and Hearth beside llama.cpp's llama-bench on the same GGUF
+  llama-bench                       build llama.cpp's llama-bench (Vulkan) from the pinned
+                                    llama-cpp-python sdist into $HEARTH_CACHE/llama-cpp (apt-get
+                                    install cmake glslc libvulkan-dev spirv-headers; ~6 min)
   screenshots                       the README's pictures, taken by the e2e tests, into docs/
   gen-types                         regenerate extension/src/generated/protocol.ts
   fixtures [NAME…]                  regenerate the test fixtures from their seeded scripts (all, or
