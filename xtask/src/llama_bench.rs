@@ -98,7 +98,8 @@ fn guard_layer_settings(file: &Path) -> Result<(), String> {
     const GUARD: &str = "#ifdef VK_EXT_layer_settings";
     const FIRST: &str = "VkBool32 enable_best_practice = layer_settings;";
     const LAST: &str = "&layer_setting_info);";
-    const WITHOUT: &str = "    vk::InstanceCreateInfo instance_create_info(vk::InstanceCreateFlags{}, &app_info, layers, extensions);";
+    const WITHOUT: &str =
+        "    vk::InstanceCreateInfo instance_create_info(vk::InstanceCreateFlags{}, &app_info, layers, extensions);";
     let text = std::fs::read_to_string(file).map_err(|e| format!("reading {}: {e}", file.display()))?;
     let lines: Vec<&str> = text.lines().collect();
     let Some(first) = lines.iter().position(|l| l.trim() == FIRST) else {

@@ -4,9 +4,11 @@
 //! f32.
 //!
 //! Layout (MLX's, also GGUF's blocks after [`hearth_weights::gguf_affine`] repacks them): codes
-//! `[rows, k·bits/32]` u32 with element j of a word in bits `bits·j…`; scales and biases
-//! interleaved, `[rows, 2·k/group]` f32 (one 8-byte read per group, and one binding: a kernel
-//! must stay within WebGPU's 8 storage buffers per shader stage, one of which cubecl keeps).
+//! `[rows, k·bits/32]` u32 with element j of a word in bits `bits·j…`; scales and biases in one
+//! buffer of u32 words ([`ScaleLayout`]; one binding: a kernel must stay within WebGPU's 8 storage
+//! buffers per shader stage, one of which cubecl keeps): f32 (scale, bias) pairs, or, for a
+//! symmetric format whose scales are halves (GGUF's Q4_0 and Q8_0), two f16 scales a word and
+//! the bias `−offset · scale` computed, so Q4_0 stays 4.5 bits a weight on the device (not 6).
 //!
 //! On the cubecl backends (wgpu natively, WebGPU in the browser) the product is one dispatch. On
 //! the CPU backend (Flex, used by tests and machines without a GPU) the same maths runs as tensor
@@ -23,7 +25,9 @@ use hearth_weights::{AffineParams, AffineTensor};
 
 use crate::affine_gemm::{self, Epilogue};
 use crate::fused::{gelu_tanh_mul, reference};
-use crate::launch::{bounded_tanh, empty_output, grid, has_fused_kernels};
+use crate::launch::{
+    SCALE_HALF, SCALE_PAIRS, SCALE_SINGLE, bounded_tanh, empty_output, grid, group_bias, group_scale, has_fused_kernels,
+};
 use crate::tuning::ProductKernel;
 
 /// Threads that share one output row (a power of two: they sum in a tree).
@@ -47,9 +51,9 @@ const TOKEN_TILE: u32 = 8;
 #[allow(clippy::too_many_arguments)]
 fn affine_matmul_kernel(
     codes: &[u32],
-    scale_bias: &[f32],
+    scale_bias: &[u32],
     codes_up: &[u32],
-    scale_bias_up: &[f32],
+    scale_bias_up: &[u32],
     x: &[f32],
     aux: &[f32],
     out: &mut [f32],
@@ -58,6 +62,8 @@ fn affine_matmul_kernel(
     tokens: u32,
     eps: f32,
     cap: f32,
+    offset: f32,
+    #[comptime] scale_kind: u32,
     #[comptime] normed: bool,
     #[comptime] gated: bool,
     #[comptime] gated_by_input: bool,
@@ -89,16 +95,16 @@ fn affine_matmul_kernel(
         let mut w = thread;
         while w < words {
             let word = codes[(row * words + w) as usize];
-            let g = (row * groups + (w * per_word) / group) as usize;
-            let scale = scale_bias[2 * g];
-            let bias = scale_bias[2 * g + 1];
+            let g = (w * per_word) / group;
+            let scale = group_scale(scale_bias, row, g, groups, scale_kind);
+            let bias = group_bias(scale_bias, row, g, groups, scale, offset, scale_kind);
             let mut word_up = 0u32;
             let mut scale_up = f32::new(0.0);
             let mut bias_up = f32::new(0.0);
             if gated {
                 word_up = codes_up[(row * words + w) as usize];
-                scale_up = scale_bias_up[2 * g];
-                bias_up = scale_bias_up[2 * g + 1];
+                scale_up = group_scale(scale_bias_up, row, g, groups, scale_kind);
+                bias_up = group_bias(scale_bias_up, row, g, groups, scale_up, offset, scale_kind);
             }
             #[unroll]
             for s in 0..tile {
@@ -205,12 +211,14 @@ fn affine_matmul_kernel(
 #[allow(clippy::too_many_arguments)]
 fn affine_rows_kernel(
     codes: &[u32],
-    scale_bias: &[f32],
+    scale_bias: &[u32],
     ids: &[u32],
     out: &mut [f32],
     k: u32,
     first_row: u32,
     rows: u32,
+    offset: f32,
+    #[comptime] scale_kind: u32,
     #[comptime] group: u32,
     #[comptime] bits: u32,
     #[comptime] threads: u32,
@@ -228,9 +236,9 @@ fn affine_rows_kernel(
         let w = position % words;
         let row = id - first_row;
         let word = codes[(row * words + w) as usize];
-        let g = (row * (k / group) + (w * per_word) / group) as usize;
-        let scale = scale_bias[2 * g];
-        let bias = scale_bias[2 * g + 1];
+        let g = (w * per_word) / group;
+        let scale = group_scale(scale_bias, row, g, k / group, scale_kind);
+        let bias = group_bias(scale_bias, row, g, k / group, scale, offset, scale_kind);
         let base = (token * k + w * per_word) as usize;
         #[unroll]
         for j in 0..per_word {
@@ -242,17 +250,18 @@ fn affine_rows_kernel(
 /// The fused kernels as Burn backend operations (cubecl backends only).
 #[backend_extension(Cube)]
 pub trait AffineKernels: Backend {
-    /// `x · Wᵀ` for a packed `W` of `bits`-bit codes: codes `[rows, k·bits/32]`, scales and
-    /// biases interleaved `[rows, 2·k/group]`, x `[S, k]` → `[S, rows]`. When `normed`, x is
+    /// `x · Wᵀ` for a packed `W` of `bits`-bit codes: codes `[rows, k·bits/32]`, the scale words
+    /// of `layout` ([`ScaleLayout`]; both matrices alike), x `[S, k]` → `[S, rows]`. When `normed`, x is
     /// RMS-normalised first with the weight `[k]` in `aux` and `eps`. When `gated`, the output is
     /// `gelu_tanh(x·Wᵀ) · (x·W_upᵀ)` (otherwise the `*_up` are not read); when `gated_by_input`,
     /// `gelu_tanh(x·Wᵀ) · aux` (`[S, rows]`). `aux` is not read when neither needs it.
     #[allow(clippy::too_many_arguments)]
     fn affine_matmul(
         codes: IntTensor<Self>,
-        scale_bias: FloatTensor<Self>,
+        scale_bias: IntTensor<Self>,
         codes_up: IntTensor<Self>,
-        scale_bias_up: FloatTensor<Self>,
+        scale_bias_up: IntTensor<Self>,
+        layout: ScaleLayout,
         gated: bool,
         gated_by_input: bool,
         x: FloatTensor<Self>,
@@ -270,7 +279,8 @@ pub trait AffineKernels: Backend {
     /// they are. ids `[n]` u32. Returns `out`.
     fn affine_rows(
         codes: IntTensor<Self>,
-        scale_bias: FloatTensor<Self>,
+        scale_bias: IntTensor<Self>,
+        layout: ScaleLayout,
         ids: IntTensor<Self>,
         out: FloatTensor<Self>,
         first_row: usize,
@@ -283,6 +293,7 @@ impl AffineKernels for CubeBackend {
     fn affine_rows(
         codes: CubeTensor,
         scale_bias: CubeTensor,
+        layout: ScaleLayout,
         ids: CubeTensor,
         out: CubeTensor,
         first_row: usize,
@@ -306,6 +317,8 @@ impl AffineKernels for CubeBackend {
             k as u32,
             first_row as u32,
             rows as u32,
+            layout.offset(),
+            layout.kind(),
             group as u32,
             bits,
             THREADS,
@@ -318,6 +331,7 @@ impl AffineKernels for CubeBackend {
         scale_bias: CubeTensor,
         codes_up: CubeTensor,
         scale_bias_up: CubeTensor,
+        layout: ScaleLayout,
         gated: bool,
         gated_by_input: bool,
         x: CubeTensor,
@@ -339,7 +353,8 @@ impl AffineKernels for CubeBackend {
         };
         if tiled {
             let epilogue = Epilogue { normed, gated, gated_by_input, softcap: cap, eps };
-            return affine_gemm::launch(codes, scale_bias, codes_up, scale_bias_up, x, aux, epilogue, group, bits);
+            let scales = (scale_bias, scale_bias_up, layout);
+            return affine_gemm::launch(codes, codes_up, scales, x, aux, epilogue, group, bits);
         }
         let x = into_contiguous(x);
         let (rows, words) = (codes.meta.shape()[0], codes.meta.shape()[1]);
@@ -368,6 +383,8 @@ impl AffineKernels for CubeBackend {
             tokens as u32,
             eps,
             cap.unwrap_or(1.0),
+            layout.offset(),
+            layout.kind(),
             normed,
             gated,
             gated_by_input,
@@ -382,16 +399,96 @@ impl AffineKernels for CubeBackend {
     }
 }
 
+/// How a packed matrix's scales (and biases) lie in its scale words on the device.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ScaleLayout {
+    /// `[rows, 2·groups]` u32: the f32 bits of each group's scale, then its bias (MLX's affine
+    /// groups, GGUF's Q4_K and Q5_K with their minimums).
+    Pairs,
+    /// `[rows, ⌈groups/2⌉]` u32: two f16 scales a word (the even group in the low half), each
+    /// group's bias `−offset · scale`: a symmetric format with half scales kept at its own size
+    /// (Q4_0: 4.5 bits a weight, offset 8; Q8_0: 8.5 bits, offset 128; Q5_0, offset 16).
+    Half { offset: u32 },
+    /// `[rows, groups]` u32: each group's f32 scale, the bias `−offset · scale`: a symmetric
+    /// format whose scales are products no half holds (Q6_K's `d·sc`, offset 32).
+    Single { offset: u32 },
+}
+
+impl ScaleLayout {
+    /// The smallest layout that holds these scales and biases exactly: when every bias is
+    /// `−offset · scale` for one integer offset (bit for bit, so the kernels' `−offset · scale`
+    /// gives the same f32), [`Self::Half`] if every scale is a finite f16, else [`Self::Single`];
+    /// otherwise [`Self::Pairs`].
+    pub fn fitting(scales: &[f32], biases: &[f32], bits: u32) -> Self {
+        let Some((&scale, &bias)) = scales.iter().zip(biases).find(|(s, _)| **s != 0.0) else {
+            return ScaleLayout::Pairs;
+        };
+        let offset = -bias / scale;
+        let exact_offset = offset.fract() == 0.0 && (0.0..=f32::from(1u16 << bits.min(15))).contains(&offset);
+        if !exact_offset || !scales.iter().zip(biases).all(|(&s, &b)| s.is_finite() && -offset * s == b) {
+            return ScaleLayout::Pairs;
+        }
+        let halves = scales.iter().all(|&s| half::f16::from_f32(s).to_f32().to_bits() == s.to_bits());
+        let offset = offset as u32;
+        if halves { ScaleLayout::Half { offset } } else { ScaleLayout::Single { offset } }
+    }
+
+    pub(crate) fn offset(self) -> f32 {
+        match self {
+            ScaleLayout::Pairs => 0.0,
+            ScaleLayout::Half { offset } | ScaleLayout::Single { offset } => offset as f32,
+        }
+    }
+
+    /// The kernels' `scale_kind`.
+    pub(crate) fn kind(self) -> u32 {
+        match self {
+            ScaleLayout::Pairs => SCALE_PAIRS,
+            ScaleLayout::Half { .. } => SCALE_HALF,
+            ScaleLayout::Single { .. } => SCALE_SINGLE,
+        }
+    }
+
+    /// The scale words of rows of `groups` groups, and how many a row has.
+    fn words(self, scales: &[f32], biases: &[f32], groups: usize) -> (Vec<u32>, usize) {
+        match self {
+            ScaleLayout::Pairs => {
+                (scales.iter().zip(biases).flat_map(|(s, b)| [s.to_bits(), b.to_bits()]).collect(), 2 * groups)
+            }
+            ScaleLayout::Single { .. } => (scales.iter().map(|s| s.to_bits()).collect(), groups),
+            ScaleLayout::Half { .. } => {
+                let half = |s: f32| u32::from(half::f16::from_f32(s).to_bits());
+                let words = scales
+                    .chunks_exact(groups.max(1))
+                    .flat_map(|row| {
+                        row.chunks(2).map(move |pair| half(pair[0]) | pair.get(1).map_or(0, |&s| half(s) << 16))
+                    })
+                    .collect();
+                (words, groups.div_ceil(2))
+            }
+        }
+    }
+}
+
 /// A `[rows, k]` matrix stored as 4- or 8-bit codes with a scale and a bias per group of
 /// `group` values of a row.
 #[derive(Clone)]
 pub struct AffineMatrix {
     /// `[rows, k·bits/32]` u32
     codes: Tensor<2, Int>,
-    /// `[rows, 2·k/group]`: scale, bias, scale, bias, …
-    scale_bias: Tensor<2>,
+    scales: Scales,
     group: usize,
     bits: u32,
+}
+
+/// A packed matrix's scales and biases: as the kernels read them where they run, else as f32
+/// pairs for the tensor operations.
+#[derive(Clone)]
+enum Scales {
+    /// The cubecl backends: scale words in `layout`.
+    Words { words: Tensor<2, Int>, layout: ScaleLayout },
+    /// The CPU backend: `[rows, 2·groups]` f32, scale, bias, scale, bias, …
+    Pairs(Tensor<2>),
 }
 
 impl AffineMatrix {
@@ -433,12 +530,38 @@ impl AffineMatrix {
         device: &Device,
     ) -> Self {
         let (words, groups) = (k * params.bits as usize / 32, k / params.group_size);
-        let interleaved: Vec<f32> = scales.iter().zip(biases).flat_map(|(&s, &b)| [s, b]).collect();
+        let scales = if has_fused_kernels(device) {
+            let layout = ScaleLayout::fitting(scales, biases, params.bits);
+            let (data, per_row) = layout.words(scales, biases, groups);
+            Scales::Words {
+                words: Tensor::from_data(TensorData::new(data, [rows, per_row]), (device, DType::U32)),
+                layout,
+            }
+        } else {
+            let interleaved: Vec<f32> = scales.iter().zip(biases).flat_map(|(&s, &b)| [s, b]).collect();
+            Scales::Pairs(Tensor::from_data(TensorData::new(interleaved, [rows, 2 * groups]), device))
+        };
         AffineMatrix {
             codes: Tensor::from_data(TensorData::new(codes, [rows, words]), (device, DType::U32)),
-            scale_bias: Tensor::from_data(TensorData::new(interleaved, [rows, 2 * groups]), device),
+            scales,
             group: params.group_size,
             bits: params.bits,
+        }
+    }
+
+    /// How the scales lie on the device (`None` on the CPU backend, f32 pairs).
+    pub fn scale_layout(&self) -> Option<ScaleLayout> {
+        match &self.scales {
+            Scales::Words { layout, .. } => Some(*layout),
+            Scales::Pairs(_) => None,
+        }
+    }
+
+    /// The scale words and their layout (the cubecl backends only).
+    fn words(&self) -> (&Tensor<2, Int>, ScaleLayout) {
+        match &self.scales {
+            Scales::Words { words, layout } => (words, *layout),
+            Scales::Pairs(_) => panic!("packed kernels run only where the scales are uploaded as words"),
         }
     }
 
@@ -458,7 +581,11 @@ impl AffineMatrix {
     /// Bytes this matrix occupies on the device.
     pub fn device_bytes(&self) -> usize {
         let [rows, words] = self.codes.dims();
-        rows * words * 4 + 2 * rows * (self.k() / self.group) * 4
+        let scales = match &self.scales {
+            Scales::Words { words, .. } => words.shape().num_elements(),
+            Scales::Pairs(pairs) => pairs.shape().num_elements(),
+        };
+        (rows * words + scales) * 4
     }
 
     /// `x · Wᵀ`: [S, k] → [S, rows].
@@ -500,9 +627,12 @@ impl AffineMatrix {
         gelu_tanh_mul(gate, up.normed_matmul_transposed(x, norm_weight, eps))
     }
 
-    /// Whether `other` can share a gated launch with `self`: same shape, width and groups.
+    /// Whether `other` can share a gated launch with `self`: same shape, width, groups and scale
+    /// layout.
     pub fn pairs_with(&self, other: &AffineMatrix) -> bool {
-        self.codes.dims() == other.codes.dims() && (self.bits, self.group) == (other.bits, other.group)
+        self.codes.dims() == other.codes.dims()
+            && (self.bits, self.group) == (other.bits, other.group)
+            && self.scale_layout() == other.scale_layout()
     }
 
     /// `gelu_tanh(x·Wᵀ) · multiplier`, multiplier `[S, rows]`: one dispatch where the kernels run.
@@ -552,14 +682,18 @@ impl AffineMatrix {
         let (aux, eps) = match (norm, &gate) {
             (Some((weight, eps)), _) => (weight.clone().reshape([1, weight.dims()[0]]), eps),
             (None, Gate::ByInput(multiplier)) => ((*multiplier).clone(), 0.0),
-            (None, _) => (self.scale_bias.clone(), 0.0),
+            (None, _) => (x.clone(), 0.0),
         };
         debug_assert!(!(norm.is_some() && matches!(gate, Gate::ByInput(_))), "aux holds one of the two");
+        let (words, layout) = self.words();
+        let (second_words, second_layout) = second.words();
+        debug_assert_eq!(layout, second_layout, "a gated launch reads both matrices' scales alike");
         Tensor::from_dispatch(<Dispatch as AffineKernels>::affine_matmul(
             self.codes.clone().into_dispatch(),
-            self.scale_bias.clone().into_dispatch(),
+            words.clone().into_dispatch(),
             second.codes.clone().into_dispatch(),
-            second.scale_bias.clone().into_dispatch(),
+            second_words.clone().into_dispatch(),
+            layout,
             matches!(gate, Gate::ByMatrix(_)),
             matches!(gate, Gate::ByInput(_)),
             x.into_dispatch(),
@@ -583,9 +717,12 @@ impl AffineMatrix {
             self.rows_into(&mut out, &ids, 0);
             return out;
         }
+        let Scales::Pairs(pairs) = &self.scales else {
+            unreachable!("scale words are uploaded only where the kernels run")
+        };
         let picked = AffineMatrix {
             codes: self.codes.clone().select(0, ids.clone()),
-            scale_bias: self.scale_bias.clone().select(0, ids),
+            scales: Scales::Pairs(pairs.clone().select(0, ids)),
             group: self.group,
             bits: self.bits,
         };
@@ -600,9 +737,11 @@ impl AffineMatrix {
     pub fn rows_into(&self, out: &mut Tensor<2>, ids: &Tensor<1, Int>, first_row: usize) {
         assert!(has_fused_kernels(&self.codes.device()), "rows_into runs on the cubecl backends");
         assert_eq!(out.dims(), [ids.dims()[0], self.k()], "rows_into: output shape");
+        let (words, layout) = self.words();
         *out = Tensor::from_dispatch(<Dispatch as AffineKernels>::affine_rows(
             self.codes.clone().into_dispatch(),
-            self.scale_bias.clone().into_dispatch(),
+            words.clone().into_dispatch(),
+            layout,
             ids.clone().into_dispatch(),
             out.clone().into_dispatch(),
             first_row,
@@ -611,9 +750,17 @@ impl AffineMatrix {
         ));
     }
 
-    /// W as f32 through tensor operations: [rows, k].
+    /// W as f32: [rows, k] (by the row kernel where the kernels run, else tensor operations).
     pub fn dequantize(&self) -> Tensor<2> {
         let [rows, words] = self.codes.dims();
+        let Scales::Pairs(pairs) = &self.scales else {
+            let device = self.codes.device();
+            let ids: Vec<u32> = (0..rows as u32).collect();
+            let ids = Tensor::<1, Int>::from_data(TensorData::new(ids, [rows]), (&device, DType::U32));
+            let mut out = Tensor::empty([rows, self.k()], &device);
+            self.rows_into(&mut out, &ids, 0);
+            return out;
+        };
         let groups = self.k() / self.group;
         let (bits, mask) = (i64::from(self.bits), (1i64 << self.bits) - 1);
         // [rows, words, per_word]: field j of each word.
@@ -627,7 +774,7 @@ impl AffineMatrix {
             })
             .collect();
         let q = Tensor::cat(fields, 2).float().reshape([rows, groups, self.group]);
-        let pairs = self.scale_bias.clone().reshape([rows, groups, 2]);
+        let pairs = pairs.clone().reshape([rows, groups, 2]);
         let scales = pairs.clone().slice([0..rows, 0..groups, 0..1]);
         let biases = pairs.slice([0..rows, 0..groups, 1..2]);
         let w = q * scales + biases;
@@ -884,5 +1031,119 @@ mod tests {
         first.1.rows_into(&mut out, &on_device, first.0);
         let want: Vec<f32> = ids.iter().flat_map(|&r| row(r)).collect();
         assert_eq!(read(out), want, "both blocks");
+    }
+
+    /// A matrix in a symmetric format (GGUF's Q4_0, Q8_0 once repacked): f16 scales, some
+    /// negative and some subnormal, biases `−offset · scale`.
+    fn symmetric_matrix(rows: usize, k: usize, group: usize, bits: u32, offset: f32) -> (AffineTensor, Vec<f32>) {
+        symmetric_matrix_scaled(rows, k, group, bits, offset, 1.0)
+    }
+
+    /// The same with every scale times `factor` (1.0001: products no half holds, as Q6_K's).
+    fn symmetric_matrix_scaled(
+        rows: usize,
+        k: usize,
+        group: usize,
+        bits: u32,
+        offset: f32,
+        factor: f32,
+    ) -> (AffineTensor, Vec<f32>) {
+        let (t, _) = matrix(rows, k, group, bits, 7);
+        let groups = t.scales.len();
+        let scales: Vec<f32> = (0..groups)
+            .map(|g| {
+                let magnitude = if g % 7 == 3 { 3.0e-6 } else { 0.0004 + (g % 13) as f32 * 0.0007 };
+                let s = if g % 5 == 1 { -magnitude } else { magnitude };
+                half::f16::from_f32(s).to_f32() * factor
+            })
+            .collect();
+        let biases: Vec<f32> = scales.iter().map(|&s| -offset * s).collect();
+        let shape = vec![rows, k / group];
+        let t = AffineTensor::new(
+            "sym",
+            t.params,
+            (vec![rows, t.codes.len() / rows], t.codes),
+            (shape.clone(), scales),
+            (shape, biases),
+        )
+        .expect("consistent shapes");
+        let dense = t.dequantize().data;
+        (t, dense)
+    }
+
+    #[test]
+    fn symmetric_scales_fit_halves_and_nothing_else_does() {
+        let (q4_0, _) = symmetric_matrix(4, 96, 32, 4, 8.0);
+        assert_eq!(ScaleLayout::fitting(&q4_0.scales, &q4_0.biases, 4), ScaleLayout::Half { offset: 8 });
+        let (q8_0, _) = symmetric_matrix(4, 64, 32, 8, 128.0);
+        assert_eq!(ScaleLayout::fitting(&q8_0.scales, &q8_0.biases, 8), ScaleLayout::Half { offset: 128 });
+        // MLX's free biases; one bias off by an ulp.
+        let (mlx, _) = matrix(4, 96, 32, 4, 3);
+        assert_eq!(ScaleLayout::fitting(&mlx.scales, &mlx.biases, 4), ScaleLayout::Pairs);
+        let mut off = q4_0.biases.clone();
+        off[5] = f32::from_bits(off[5].to_bits() + 1);
+        assert_eq!(ScaleLayout::fitting(&q4_0.scales, &off, 4), ScaleLayout::Pairs);
+        // Q6_K's scales are products no half holds: one f32 a group, the bias still implied.
+        let mut wide = q4_0.scales.clone();
+        wide[2] = 0.1;
+        let biases: Vec<f32> = wide.iter().map(|s| -32.0 * s).collect();
+        assert_eq!(ScaleLayout::fitting(&wide, &biases, 8), ScaleLayout::Single { offset: 32 });
+    }
+
+    /// Symmetric formats' scales on the device (half scales: 4.5 bits a weight for Q4_0, 5 with
+    /// the odd group's padding here; one f32 scale a group for Q6_K's products, 10 bits): the
+    /// rows, the decode product, the prompt products and the gated pair against the host
+    /// dequantization.
+    #[test]
+    fn symmetric_scales_multiply_like_the_host_dequantization() {
+        let Some(gpu) = crate::launch::test_gpu() else { return };
+        let cases = [
+            (9, 96, 32, 4, 8.0, 1.0),
+            (40, 256, 32, 4, 8.0, 1.0),
+            (5, 64, 32, 8, 128.0, 1.0),
+            (7, 64, 16, 8, 32.0, 1.0001),
+        ];
+        for (rows, k, group, bits, offset, factor) in cases {
+            let (t, dense) = symmetric_matrix_scaled(rows, k, group, bits, offset, factor);
+            let (up, dense_up) = symmetric_matrix_scaled(rows, k, group, bits, offset, factor);
+            let m = AffineMatrix::upload(t, &gpu);
+            let up = AffineMatrix::upload(up, &gpu);
+            let offset_code = offset as u32;
+            let (layout, scale_words) = if factor == 1.0 {
+                (ScaleLayout::Half { offset: offset_code }, rows * (k / group).div_ceil(2))
+            } else {
+                (ScaleLayout::Single { offset: offset_code }, rows * k / group)
+            };
+            assert_eq!(m.scale_layout(), Some(layout));
+            assert_eq!(m.device_bytes(), (rows * k * bits as usize / 32 + scale_words) * 4);
+            assert_eq!(read(m.dequantize()), dense, "rows of {rows}x{k}/{group} {bits}-bit");
+            for tokens in [1, 3, 19] {
+                let x = inputs(tokens, k);
+                let xt = || Tensor::<2>::from_data(TensorData::new(x.clone(), [tokens, k]), &gpu);
+                let want = reference(&x, &dense, tokens, rows, k);
+                let scale = want.iter().map(|v| v.abs()).fold(1e-3, f32::max);
+                let close = |got: Vec<f32>, want: &[f32], what: &str| {
+                    let diff = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                    assert!(diff <= 1e-5 * scale * (k as f32).sqrt(), "{what} {tokens}x{rows}x{k} {bits}-bit: {diff}");
+                };
+                close(read(m.matmul_transposed(xt())), &want, "product");
+                let gelu = |v: f32| 0.5 * v * (1.0 + ((v + 0.044_715 * v * v * v) * 0.797_884_6).tanh());
+                let ones = Tensor::<1>::ones([k], &gpu);
+                // RMSNorm with unit weight, as the reference sees it: x scaled per token.
+                let normed: Vec<f32> = x
+                    .chunks(k)
+                    .flat_map(|row| {
+                        let inv = 1.0 / (row.iter().map(|v| v * v).sum::<f32>() / k as f32 + 1e-6).sqrt();
+                        row.iter().map(move |v| v * inv).collect::<Vec<_>>()
+                    })
+                    .collect();
+                let gated_normed: Vec<f32> = reference(&normed, &dense, tokens, rows, k)
+                    .iter()
+                    .zip(&reference(&normed, &dense_up, tokens, rows, k))
+                    .map(|(&g, &u)| gelu(g) * u)
+                    .collect();
+                close(read(m.normed_gated_matmul(&up, xt(), &ones, 1e-6)), &gated_normed, "gated");
+            }
+        }
     }
 }

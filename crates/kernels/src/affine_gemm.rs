@@ -21,7 +21,8 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use crate::launch::{bounded_tanh, empty_output, grid};
+use crate::affine::ScaleLayout;
+use crate::launch::{bounded_tanh, empty_output, grid, group_bias, group_scale};
 use crate::tuning::{self, GemmTile};
 
 /// The tile for a matrix of `rows` (every thread multiplies its rows by the same tokens, so a
@@ -67,9 +68,9 @@ pub(crate) struct Epilogue {
 #[allow(clippy::too_many_arguments, clippy::collapsible_if, clippy::assign_op_pattern)]
 fn affine_gemm_kernel(
     codes: &[u32],
-    scale_bias: &[f32],
+    scale_bias: &[u32],
     codes_up: &[u32],
-    scale_bias_up: &[f32],
+    scale_bias_up: &[u32],
     x: &[f32],
     aux: &[f32],
     out: &mut [f32],
@@ -78,6 +79,8 @@ fn affine_gemm_kernel(
     tokens: u32,
     eps: f32,
     cap: f32,
+    offset: f32,
+    #[comptime] scale_kind: u32,
     #[comptime] normed: bool,
     #[comptime] gated: bool,
     #[comptime] gated_by_input: bool,
@@ -162,13 +165,15 @@ fn affine_gemm_kernel(
                 bias_up[r as usize] = 0.0;
                 if row < rows && w < words {
                     word[r as usize] = codes[(row * words + w) as usize];
-                    let g = (row * groups + (w * per_word) / group) as usize;
-                    scale[r as usize] = scale_bias[2 * g];
-                    bias[r as usize] = scale_bias[2 * g + 1];
+                    let g = (w * per_word) / group;
+                    let group_scale_value = group_scale(scale_bias, row, g, groups, scale_kind);
+                    scale[r as usize] = group_scale_value;
+                    bias[r as usize] = group_bias(scale_bias, row, g, groups, group_scale_value, offset, scale_kind);
                     if gated {
                         word_up[r as usize] = codes_up[(row * words + w) as usize];
-                        scale_up[r as usize] = scale_bias_up[2 * g];
-                        bias_up[r as usize] = scale_bias_up[2 * g + 1];
+                        let up_scale = group_scale(scale_bias_up, row, g, groups, scale_kind);
+                        scale_up[r as usize] = up_scale;
+                        bias_up[r as usize] = group_bias(scale_bias_up, row, g, groups, up_scale, offset, scale_kind);
                     }
                 }
             }
@@ -252,9 +257,8 @@ fn affine_gemm_kernel(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch(
     codes: CubeTensor,
-    scale_bias: CubeTensor,
     codes_up: CubeTensor,
-    scale_bias_up: CubeTensor,
+    (scale_bias, scale_bias_up, layout): (CubeTensor, CubeTensor, ScaleLayout),
     x: CubeTensor,
     aux: CubeTensor,
     epilogue: Epilogue,
@@ -284,6 +288,8 @@ pub(crate) fn launch(
         tokens as u32,
         epilogue.eps,
         epilogue.softcap.unwrap_or(1.0),
+        layout.offset(),
+        layout.kind(),
         epilogue.normed,
         epilogue.gated,
         epilogue.gated_by_input,

@@ -587,7 +587,8 @@ mod tests {
                     .flat_map(|(h, slot)| data[(h * capacity + slot) * d..(h * capacity + slot + 1) * d].to_vec())
                     .collect()
             };
-            let ordered = |data: &[f32]| Tensor::<3>::from_data(TensorData::new(in_order(data), [kv_heads, n, d]), &gpu);
+            let ordered =
+                |data: &[f32]| Tensor::<3>::from_data(TensorData::new(in_order(data), [kv_heads, n, d]), &gpu);
             let ordered_mask: Vec<f32> = (0..n).map(|j| mask_data[(first + j) % capacity]).collect();
             let whole = |data: Vec<f32>| Tensor::<3>::from_data(TensorData::new(data, [kv_heads, capacity, d]), &gpu);
             for softcap in [None, Some(5.0)] {
@@ -602,8 +603,14 @@ mod tests {
                 let columns = HeadColumns { x: q.clone().reshape([1, heads * d]), column: 0, heads, head_dim: d };
                 let query = DecodeQuery { q: columns, norm: &norm, table: &table, eps: 1e-6 };
                 let mask = Tensor::<2>::from_data(TensorData::new(mask_data.clone(), [1, capacity]), &gpu);
-                let got =
-                    read(decode_attention(query, whole(key_data.clone()), whole(value_data.clone()), mask, 0.3, softcap));
+                let got = read(decode_attention(
+                    query,
+                    whole(key_data.clone()),
+                    whole(value_data.clone()),
+                    mask,
+                    0.3,
+                    softcap,
+                ));
                 let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
                 assert!(diff < 1e-4, "H {heads}/{kv_heads} d {d} slots {first}+{n} of {capacity} {split:?}: {diff}");
             }

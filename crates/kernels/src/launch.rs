@@ -81,3 +81,69 @@ pub(crate) fn test_gpu() -> Option<Device> {
         Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
     }
 }
+
+/// Scale words of f32 (scale, bias) pairs (`affine::ScaleLayout::Pairs`).
+pub(crate) const SCALE_PAIRS: u32 = 0;
+/// Two f16 scales a word, the bias `−offset · scale` (`ScaleLayout::Half`).
+pub(crate) const SCALE_HALF: u32 = 1;
+/// One f32 scale a word, the bias `−offset · scale` (`ScaleLayout::Single`).
+pub(crate) const SCALE_SINGLE: u32 = 2;
+
+/// The scale of group `group_in_row` of row `row` of a packed matrix, from its scale words laid
+/// out as `scale_kind` says (see `affine::ScaleLayout`): f32 bits of (scale, bias) pairs; two
+/// f16 scales a word, `(groups + 1) / 2` words a row, the even group in the low half; or one f32
+/// scale a word.
+#[cube]
+pub(crate) fn group_scale(
+    scale_words: &[u32],
+    row: u32,
+    group_in_row: u32,
+    groups: u32,
+    #[comptime] scale_kind: u32,
+) -> f32 {
+    if scale_kind == SCALE_HALF {
+        let word = scale_words[(row * ((groups + 1) / 2) + group_in_row / 2) as usize];
+        half_to_f32((word >> ((group_in_row % 2) * 16)) & 0xffff)
+    } else if scale_kind == SCALE_SINGLE {
+        f32::reinterpret(scale_words[(row * groups + group_in_row) as usize])
+    } else {
+        f32::reinterpret(scale_words[(2 * (row * groups + group_in_row)) as usize])
+    }
+}
+
+/// The bias of the same group: the pair's second value, or `−offset · scale` for a symmetric
+/// format (Q4_0's zero point 8, Q6_K's 32).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn group_bias(
+    scale_words: &[u32],
+    row: u32,
+    group_in_row: u32,
+    groups: u32,
+    scale: f32,
+    offset: f32,
+    #[comptime] scale_kind: u32,
+) -> f32 {
+    if scale_kind == SCALE_PAIRS {
+        f32::reinterpret(scale_words[(2 * (row * groups + group_in_row) + 1) as usize])
+    } else {
+        -offset * scale
+    }
+}
+
+/// An IEEE half's bits (low 16 of `bits`) as f32, exactly: normal and subnormal values and zeros
+/// (the packed scales are finite; infinities and NaN are never stored).
+#[cube]
+pub(crate) fn half_to_f32(bits: u32) -> f32 {
+    let exponent = (bits >> 10) & 0x1f;
+    let mantissa = bits & 0x3ff;
+    // Subnormal (and zero): mantissa · 2⁻²⁴, exact in f32.
+    let mut magnitude = f32::cast_from(mantissa) * 5.960_464_5e-8;
+    if exponent != 0 {
+        magnitude = f32::reinterpret(((exponent + 112) << 23) | (mantissa << 13));
+    }
+    if (bits & 0x8000) != 0 {
+        magnitude = -magnitude;
+    }
+    magnitude
+}
