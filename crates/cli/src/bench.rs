@@ -475,9 +475,10 @@ fn measure(
         dispatches as f64 / layers as f64
     );
     println!(
-        "| weight bytes read a decoded token (every decoder matrix and the tied head once; the per-layer table is \
-         looked up by row) | {:.2} GB; the file holds {:.2} GB |",
-        weights.device as f64 / 1e9,
+        "| weight bytes read a decoded token (every matrix and the tied head once; the {:.2} GB per-layer table on the \
+         device is looked up by row) | {:.2} GB, from a file of {:.2} GB |",
+        weights.looked_up as f64 / 1e9,
+        (weights.device - weights.looked_up) as f64 / 1e9,
         file_bytes as f64 / 1e9
     );
     println!();

@@ -162,6 +162,9 @@ struct PerLayerEmbeddings {
 pub struct WeightBytes {
     pub device: u64,
     pub host: u64,
+    /// Of `device`, what a decoded token reads only a row of (the per-layer-embedding table);
+    /// `device − looked_up` is what each decoded token reads (every matrix, and the tied head).
+    pub looked_up: u64,
 }
 
 pub struct Gemma {
@@ -418,11 +421,11 @@ impl Gemma {
         };
         let mut device = dense(&self.final_norm);
         device += self.embed_tokens.blocks.iter().map(|b| b.device_bytes() as u64).sum::<u64>();
-        let mut host = 0;
+        let (mut host, mut looked_up) = (0, 0);
         if let Some(ple) = &self.per_layer {
             device += linear(&ple.model_projection) + dense(&ple.projection_norm);
             let (on_device, on_host) = ple.table.bytes();
-            (device, host) = (device + on_device, host + on_host);
+            (device, host, looked_up) = (device + on_device, host + on_host, on_device);
         }
         for layer in &self.layers {
             let a = &layer.attention;
@@ -445,7 +448,7 @@ impl Gemma {
                 device += dense(norm);
             }
         }
-        WeightBytes { device, host }
+        WeightBytes { device, host, looked_up }
     }
 
     /// Runs `tokens` (positions `cache.len()..`) through the decoder, appending to `cache`, in
