@@ -26,7 +26,8 @@ use hearth_weights::{AffineParams, AffineTensor};
 use crate::affine_gemm::{self, Epilogue};
 use crate::fused::{gelu_tanh_mul, reference};
 use crate::launch::{
-    SCALE_HALF, SCALE_PAIRS, SCALE_SINGLE, bounded_tanh, empty_output, grid, group_bias, group_scale, has_fused_kernels,
+    SCALE_HALF, SCALE_PAIRS, SCALE_SINGLE, bounded_tanh, chunk_words_of, code_of, empty_output, grid, group_bias,
+    group_scale, has_fused_kernels, load_chunk,
 };
 use crate::tuning::ProductKernel;
 
@@ -77,9 +78,12 @@ fn affine_matmul_kernel(
     let row = CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X;
     let first_token = CUBE_POS_Z * tile;
     let thread = UNIT_POS_X;
-    let per_word = comptime!(32 / bits);
-    let mask = comptime!((1u32 << bits) - 1);
-    let words = k / per_word;
+    // A chunk: the fewest whole words holding whole codes (one word of 4- or 8-bit codes, three
+    // of 6-bit ones), never across a group.
+    let chunk_words = comptime!(chunk_words_of(bits));
+    let per_chunk = comptime!(chunk_words_of(bits) * 32 / bits);
+    let words = k * bits / 32;
+    let chunks = k / per_chunk;
     let groups = k / group;
 
     let mut acc = Array::<f32>::new(tile as usize);
@@ -92,17 +96,17 @@ fn affine_matmul_kernel(
         squares[s as usize] = 0.0;
     }
     if row < rows {
-        let mut w = thread;
-        while w < words {
-            let word = codes[(row * words + w) as usize];
-            let g = (w * per_word) / group;
+        let mut c = thread;
+        while c < chunks {
+            let chunk = load_chunk(codes, row * words + c * chunk_words, chunk_words);
+            let g = (c * per_chunk) / group;
             let scale = group_scale(scale_bias, row, g, groups, scale_kind);
             let bias = group_bias(scale_bias, row, g, groups, scale, offset, scale_kind);
-            let mut word_up = 0u32;
+            let mut chunk_up = Array::<u32>::new(chunk_words as usize);
             let mut scale_up = f32::new(0.0);
             let mut bias_up = f32::new(0.0);
             if gated {
-                word_up = codes_up[(row * words + w) as usize];
+                chunk_up = load_chunk(codes_up, row * words + c * chunk_words, chunk_words);
                 scale_up = group_scale(scale_bias_up, row, g, groups, scale_kind);
                 bias_up = group_bias(scale_bias_up, row, g, groups, scale_up, offset, scale_kind);
             }
@@ -110,21 +114,21 @@ fn affine_matmul_kernel(
             for s in 0..tile {
                 let token = first_token + s;
                 if token < tokens {
-                    let base = (token * k + w * per_word) as usize;
+                    let base = (token * k + c * per_chunk) as usize;
                     let mut dot = 0.0;
                     let mut dot_up = 0.0;
                     let mut sum = 0.0;
                     let mut square = 0.0;
                     #[unroll]
-                    for j in 0..per_word {
+                    for j in 0..per_chunk {
                         let mut value = x[base + j as usize];
                         if normed {
                             square += value * value;
-                            value *= aux[(w * per_word + j) as usize];
+                            value *= aux[(c * per_chunk + j) as usize];
                         }
-                        dot += f32::cast_from((word >> (j * bits)) & mask) * value;
+                        dot += f32::cast_from(code_of(&chunk, 0u32, j, bits)) * value;
                         if gated {
-                            dot_up += f32::cast_from((word_up >> (j * bits)) & mask) * value;
+                            dot_up += f32::cast_from(code_of(&chunk_up, 0u32, j, bits)) * value;
                         }
                         sum += value;
                     }
@@ -138,7 +142,7 @@ fn affine_matmul_kernel(
                     }
                 }
             }
-            w += threads;
+            c += threads;
         }
     }
 
@@ -205,7 +209,7 @@ fn affine_matmul_kernel(
 
 /// `out[i, :] = dequantized row ids[i] − first_row` for the ids this matrix holds (rows
 /// `first_row..first_row + rows` of a table split in blocks); the other rows of `out` are left as
-/// they are. One thread per code word: the embedding lookup of a packed block in one dispatch.
+/// they are. One thread per chunk of codes: the embedding lookup of a packed block in one dispatch.
 /// Grid: (blocks x, blocks y) of `threads` threads.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
@@ -223,26 +227,27 @@ fn affine_rows_kernel(
     #[comptime] bits: u32,
     #[comptime] threads: u32,
 ) {
-    let per_word = comptime!(32 / bits);
-    let mask = comptime!((1u32 << bits) - 1);
-    let words = k / per_word;
+    let chunk_words = comptime!(chunk_words_of(bits));
+    let per_chunk = comptime!(chunk_words_of(bits) * 32 / bits);
+    let words = k * bits / 32;
+    let chunks = k / per_chunk;
     let position = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * threads + UNIT_POS_X;
-    let token = position / words;
+    let token = position / chunks;
     let mut id = first_row + rows;
-    if position < ids.len() as u32 * words {
+    if position < ids.len() as u32 * chunks {
         id = ids[token as usize];
     }
     if id >= first_row && id < first_row + rows {
-        let w = position % words;
+        let c = position % chunks;
         let row = id - first_row;
-        let word = codes[(row * words + w) as usize];
-        let g = (w * per_word) / group;
+        let chunk = load_chunk(codes, row * words + c * chunk_words, chunk_words);
+        let g = (c * per_chunk) / group;
         let scale = group_scale(scale_bias, row, g, k / group, scale_kind);
         let bias = group_bias(scale_bias, row, g, k / group, scale, offset, scale_kind);
-        let base = (token * k + w * per_word) as usize;
+        let base = (token * k + c * per_chunk) as usize;
         #[unroll]
-        for j in 0..per_word {
-            out[base + j as usize] = scale * f32::cast_from((word >> (j * bits)) & mask) + bias;
+        for j in 0..per_chunk {
+            out[base + j as usize] = scale * f32::cast_from(code_of(&chunk, 0u32, j, bits)) + bias;
         }
     }
 }
@@ -300,12 +305,12 @@ impl AffineKernels for CubeBackend {
         group: usize,
         bits: u32,
     ) -> CubeTensor {
-        let per_word = (32 / bits) as usize;
+        let per_chunk = (chunk_words_of(bits) * 32 / bits) as usize;
         let n = ids.meta.shape()[0];
-        let (rows, k) = (codes.meta.shape()[0], codes.meta.shape()[1] * per_word);
+        let (rows, k) = (codes.meta.shape()[0], codes.meta.shape()[1] * 32 / bits as usize);
         let client = ids.client.clone();
         debug_assert!(out.is_contiguous() && out.meta.shape().num_elements() == n * k);
-        let (grid_x, grid_y) = grid(((n * k / per_word) as u32).div_ceil(THREADS));
+        let (grid_x, grid_y) = grid(((n * k / per_chunk) as u32).div_ceil(THREADS));
         affine_rows_kernel::launch(
             &client,
             CubeCount::Static(grid_x, grid_y, 1),
@@ -492,22 +497,25 @@ enum Scales {
 }
 
 impl AffineMatrix {
-    /// Whether codes of this width stay packed (the kernels read 4- and 8-bit words; loaders
-    /// dequantize other widths).
+    /// Whether codes of this width stay packed: 2- to 6- and 8-bit codes (MLX's widths; GGUF's
+    /// Q6_K as 6-bit codes) in groups of whole chunks (the fewest whole words holding whole
+    /// codes: one word of 4-bit codes, three of 6-bit ones). Loaders dequantize anything else.
     pub fn holds(t: &AffineTensor) -> bool {
-        matches!(t.params.bits, 4 | 8) && t.params.group_size.is_multiple_of(32 / t.params.bits as usize)
+        let bits = t.params.bits;
+        let per_chunk = (chunk_words_of(bits) * 32 / bits.max(1)) as usize;
+        matches!(bits, 2..=6 | 8) && t.params.group_size.is_multiple_of(per_chunk)
     }
 
     /// Uploads a host tensor of a width [`Self::holds`] (taken by value: its codes become the
     /// upload's buffer without another copy).
     pub fn upload(t: AffineTensor, device: &Device) -> Self {
-        assert!(Self::holds(&t), "AffineMatrix holds 4- or 8-bit codes");
+        assert!(Self::holds(&t), "AffineMatrix holds 2- to 6- and 8-bit codes in whole chunks");
         Self::from_parts(t.rows, t.cols, t.params, t.codes, &t.scales, &t.biases, device)
     }
 
     /// Rows `range` of a host tensor (a block of a split matrix).
     pub fn upload_rows(t: &AffineTensor, range: std::ops::Range<usize>, device: &Device) -> Self {
-        assert!(Self::holds(t), "AffineMatrix holds 4- or 8-bit codes");
+        assert!(Self::holds(t), "AffineMatrix holds 2- to 6- and 8-bit codes in whole chunks");
         let (words, groups) = (t.words_per_row(), t.groups_per_row());
         Self::from_parts(
             range.len(),
@@ -529,8 +537,15 @@ impl AffineMatrix {
         biases: &[f32],
         device: &Device,
     ) -> Self {
+        let fused = has_fused_kernels(device);
+        // The tensor operations read codes word by word: odd widths widen to bytes there.
+        let (codes, params) = if !fused && !32u32.is_multiple_of(params.bits) {
+            (widen_to_bytes(&codes, rows, k, params.bits), AffineParams { bits: 8, ..params })
+        } else {
+            (codes, params)
+        };
         let (words, groups) = (k * params.bits as usize / 32, k / params.group_size);
-        let scales = if has_fused_kernels(device) {
+        let scales = if fused {
             let layout = ScaleLayout::fitting(scales, biases, params.bits);
             let (data, per_row) = layout.words(scales, biases, groups);
             Scales::Words {
@@ -570,7 +585,7 @@ impl AffineMatrix {
     }
 
     pub fn k(&self) -> usize {
-        self.codes.dims()[1] * self.per_word()
+        self.codes.dims()[1] * 32 / self.bits as usize
     }
 
     /// Codes per u32 word.
@@ -782,6 +797,26 @@ impl AffineMatrix {
     }
 }
 
+/// `rows` rows of `k` codes of `bits` bits (each row a little-endian bit stream) as 8-bit codes.
+fn widen_to_bytes(codes: &[u32], rows: usize, k: usize, bits: u32) -> Vec<u32> {
+    let words_per_row = k * bits as usize / 32;
+    let mask = (1u64 << bits) - 1;
+    let mut out = vec![0u32; rows * k / 4];
+    for r in 0..rows {
+        let row = &codes[r * words_per_row..(r + 1) * words_per_row];
+        for j in 0..k {
+            let bit = j * bits as usize;
+            let (word, shift) = (bit / 32, bit % 32);
+            let mut wide = u64::from(row[word]);
+            if shift + bits as usize > 32 {
+                wide |= u64::from(row[word + 1]) << 32;
+            }
+            out[(r * k + j) / 4] |= (((wide >> shift) & mask) as u32) << (8 * (j % 4));
+        }
+    }
+    out
+}
+
 /// What multiplies `gelu_tanh(x·Wᵀ)` in a gated launch.
 enum Gate<'a> {
     None,
@@ -862,6 +897,12 @@ mod tests {
             (1, 300, 1536, 64, 4),
             (1, 33, 640, 32, 8),
             (11, 7, 256, 16, 8),
+            // Odd widths in a bit stream: 6-bit (GGUF's Q6_K, MLX), 3-, 5- and 2-bit (MLX).
+            (1, 21, 96, 16, 6),
+            (5, 9, 192, 32, 6),
+            (1, 11, 128, 32, 3),
+            (3, 6, 64, 32, 5),
+            (1, 5, 64, 16, 2),
         ];
         for (name, device) in devices() {
             for (tokens, rows, k, group, bits) in cases {
@@ -885,8 +926,15 @@ mod tests {
     /// inside a staged slice (40 = 2.5 slices), 4-bit and 8-bit groups; each against the host.
     #[test]
     fn tiled_and_token_tile_kernels_match_a_host_dequantization() {
-        let cases =
-            [(70, 65, 384, 64, 4), (64, 64, 256, 32, 4), (33, 9, 40, 8, 4), (3, 130, 640, 16, 8), (100, 40, 96, 32, 8)];
+        let cases = [
+            (70, 65, 384, 64, 4),
+            (64, 64, 256, 32, 4),
+            (33, 9, 40, 8, 4),
+            (3, 130, 640, 16, 8),
+            (100, 40, 96, 32, 8),
+            (40, 70, 160, 16, 6),
+            (20, 9, 96, 32, 3),
+        ];
         for (name, device) in devices() {
             for (tokens, rows, k, group, bits) in cases {
                 let (t, dense) = matrix(rows, k, group, bits, (tokens + rows * k) as u32);
@@ -1007,6 +1055,13 @@ mod tests {
             let want: Vec<f32> =
                 [49usize, 0, 17].iter().flat_map(|&r| dense[r * 640..(r + 1) * 640].to_vec()).collect();
             assert_eq!(got, want, "{name}: 8-bit rows");
+
+            // 6-bit codes, straddling words (GGUF's Q6_K embedding, repacked).
+            let (t, dense) = matrix(20, 96, 16, 6, 13);
+            let m = AffineMatrix::upload(t, &device);
+            let got = read(m.select_rows(&[19, 4]));
+            let want: Vec<f32> = [19usize, 4].iter().flat_map(|&r| dense[r * 96..(r + 1) * 96].to_vec()).collect();
+            assert_eq!(got, want, "{name}: 6-bit rows");
         }
     }
 

@@ -22,7 +22,7 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
 use crate::affine::ScaleLayout;
-use crate::launch::{bounded_tanh, empty_output, grid, group_bias, group_scale};
+use crate::launch::{bounded_tanh, chunk_words_of, code_of, empty_output, grid, group_bias, group_scale};
 use crate::tuning::{self, GemmTile};
 
 /// The tile for a matrix of `rows` (every thread multiplies its rows by the same tokens, so a
@@ -92,11 +92,12 @@ fn affine_gemm_kernel(
     #[comptime] tile_tokens: u32,
     #[comptime] depth: u32,
 ) {
-    let per_word = comptime!(32 / bits);
-    let mask = comptime!((1u32 << bits) - 1);
-    let slice_words = comptime!(depth / per_word);
+    let chunk_words = comptime!(chunk_words_of(bits));
+    let per_chunk = comptime!(chunk_words_of(bits) * 32 / bits);
+    let slice_chunks = comptime!(depth / per_chunk);
     let x_loads = comptime!(tile_tokens * depth / threads);
-    let words = k / per_word;
+    let words = k * bits / 32;
+    let chunks = k / per_chunk;
     let groups = k / group;
 
     let first_row = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * threads * rows_per_thread;
@@ -143,34 +144,44 @@ fn affine_gemm_kernel(
             }
         }
 
-        // Word by word of the slice: this thread's rows' words (a word never straddles two
-        // groups), then per value the tile's inputs, read once for all the rows.
+        // Chunk by chunk of the slice: this thread's rows' chunks of codes (a chunk never
+        // straddles two groups), then per value the tile's inputs, read once for all the rows.
         #[unroll]
-        for word_in_slice in 0..slice_words {
-            let w = k0 / per_word + word_in_slice;
-            let mut word = Array::<u32>::new(rows_per_thread as usize);
+        for chunk_in_slice in 0..slice_chunks {
+            let c = k0 / per_chunk + chunk_in_slice;
+            let mut chunk = Array::<u32>::new((rows_per_thread * chunk_words) as usize);
             let mut scale = Array::<f32>::new(rows_per_thread as usize);
             let mut bias = Array::<f32>::new(rows_per_thread as usize);
-            let mut word_up = Array::<u32>::new(rows_per_thread as usize);
+            let mut chunk_up = Array::<u32>::new((rows_per_thread * chunk_words) as usize);
             let mut scale_up = Array::<f32>::new(rows_per_thread as usize);
             let mut bias_up = Array::<f32>::new(rows_per_thread as usize);
             #[unroll]
             for r in 0..rows_per_thread {
                 let row = first_row + thread + threads * r;
-                word[r as usize] = 0u32;
+                #[unroll]
+                for i in 0..chunk_words {
+                    chunk[(r * chunk_words + i) as usize] = 0u32;
+                    chunk_up[(r * chunk_words + i) as usize] = 0u32;
+                }
                 scale[r as usize] = 0.0;
                 bias[r as usize] = 0.0;
-                word_up[r as usize] = 0u32;
                 scale_up[r as usize] = 0.0;
                 bias_up[r as usize] = 0.0;
-                if row < rows && w < words {
-                    word[r as usize] = codes[(row * words + w) as usize];
-                    let g = (w * per_word) / group;
+                if row < rows && c < chunks {
+                    #[unroll]
+                    for i in 0..chunk_words {
+                        chunk[(r * chunk_words + i) as usize] = codes[(row * words + c * chunk_words + i) as usize];
+                    }
+                    let g = (c * per_chunk) / group;
                     let group_scale_value = group_scale(scale_bias, row, g, groups, scale_kind);
                     scale[r as usize] = group_scale_value;
                     bias[r as usize] = group_bias(scale_bias, row, g, groups, group_scale_value, offset, scale_kind);
                     if gated {
-                        word_up[r as usize] = codes_up[(row * words + w) as usize];
+                        #[unroll]
+                        for i in 0..chunk_words {
+                            chunk_up[(r * chunk_words + i) as usize] =
+                                codes_up[(row * words + c * chunk_words + i) as usize];
+                        }
                         let up_scale = group_scale(scale_bias_up, row, g, groups, scale_kind);
                         scale_up[r as usize] = up_scale;
                         bias_up[r as usize] = group_bias(scale_bias_up, row, g, groups, up_scale, offset, scale_kind);
@@ -178,8 +189,8 @@ fn affine_gemm_kernel(
                 }
             }
             #[unroll]
-            for j in 0..per_word {
-                let kk = word_in_slice * per_word + j;
+            for j in 0..per_chunk {
+                let kk = chunk_in_slice * per_chunk + j;
                 let mut norm = f32::new(1.0);
                 if normed {
                     if k0 + kk < k {
@@ -193,11 +204,11 @@ fn affine_gemm_kernel(
                 }
                 #[unroll]
                 for r in 0..rows_per_thread {
-                    let code = f32::cast_from((word[r as usize] >> (j * bits)) & mask);
+                    let code = f32::cast_from(code_of(&chunk, r * chunk_words, j, bits));
                     let weight = (scale[r as usize] * code + bias[r as usize]) * norm;
                     let mut weight_up = f32::new(0.0);
                     if gated {
-                        let code_up = f32::cast_from((word_up[r as usize] >> (j * bits)) & mask);
+                        let code_up = f32::cast_from(code_of(&chunk_up, r * chunk_words, j, bits));
                         weight_up = (scale_up[r as usize] * code_up + bias_up[r as usize]) * norm;
                     }
                     #[unroll]
@@ -270,7 +281,12 @@ pub(crate) fn launch(
     let (tokens, k) = (x.meta.shape()[0], x.meta.shape()[1]);
     let client = x.client.clone();
     let out = empty_output(&x, Shape::new([tokens, rows]));
-    let tile = tile_for(rows, epilogue.gated);
+    let mut tile = tile_for(rows, epilogue.gated);
+    // A slice of k holds whole chunks of codes (16 values of 6-bit codes).
+    let per_chunk = chunk_words_of(bits) * 32 / bits;
+    if !tile.depth.is_multiple_of(per_chunk) {
+        tile.depth = tile.depth.next_multiple_of(per_chunk);
+    }
     let (grid_x, grid_y) = grid((rows as u32).div_ceil(tile.threads * tile.rows_per_thread));
     affine_gemm_kernel::launch(
         &client,

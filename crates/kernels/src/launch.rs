@@ -147,3 +147,43 @@ pub(crate) fn half_to_f32(bits: u32) -> f32 {
     }
     magnitude
 }
+
+/// Words in a chunk of `bits`-bit codes: the fewest whole words holding whole codes (1 for 2-, 4-
+/// and 8-bit codes; `bits` for odd widths; 3 for 6-bit). Codes lie in each row's little-endian bit
+/// stream (MLX's layout), so a code may straddle two words of a chunk, never two chunks.
+pub(crate) const fn chunk_words_of(bits: u32) -> u32 {
+    let mut g = 32;
+    let mut b = bits;
+    // gcd(bits, 32)
+    while b != 0 {
+        let t = g % b;
+        g = b;
+        b = t;
+    }
+    bits / g
+}
+
+/// A chunk's words, from word `at` of `codes`.
+#[cube]
+pub(crate) fn load_chunk(codes: &[u32], at: u32, #[comptime] chunk_words: u32) -> Array<u32> {
+    let mut chunk = Array::<u32>::new(chunk_words as usize);
+    #[unroll]
+    for i in 0..chunk_words {
+        chunk[i as usize] = codes[(at + i) as usize];
+    }
+    chunk
+}
+
+/// Code `j` of the chunk at word `first` of `chunks`: bits `bits·j…` of its bit stream.
+#[cube]
+pub(crate) fn code_of(chunks: &Array<u32>, #[comptime] first: u32, #[comptime] j: u32, #[comptime] bits: u32) -> u32 {
+    let bit = comptime!(j * bits);
+    let word = comptime!(first + bit / 32);
+    let shift = comptime!(bit % 32);
+    let mask = comptime!((1u32 << bits) - 1);
+    let mut code = chunks[word as usize] >> shift;
+    if comptime!(shift + bits > 32) {
+        code |= chunks[(word + 1) as usize] << comptime!(32 - shift);
+    }
+    code & mask
+}

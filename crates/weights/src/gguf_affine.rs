@@ -12,10 +12,11 @@
 //! | Q5_0 | `d·(q − 16)` | 8 bits, groups of 32, `(d, −16d)` |
 //! | Q5_1 | `d·q + m` | 8 bits, groups of 32, `(d, m)` |
 //! | Q5_K | `(d·sc)·q − dmin·m` | 8 bits, groups of 32 |
-//! | Q6_K | `(d·sc)·(q − 32)` | 8 bits, groups of 16, `(d·sc, −32·d·sc)` |
+//! | Q6_K | `(d·sc)·(q − 32)` | 6 bits, groups of 16, `(d·sc, −32·d·sc)` |
 //! | Q8_0 | `d·q`, q signed | 8 bits, groups of 32, codes `q + 128`, `(d, −128d)` |
 //!
-//! 5- and 6-bit codes travel in 8-bit containers: the kernels read 4- and 8-bit words only.
+//! 5-bit codes travel in 8-bit containers; 6-bit codes (Q6_K) stay 6 bits in each row's bit stream
+//! (MLX's layout for odd widths), which the kernels read in chunks of 3 words.
 //! Host dequantization of the repacked tensor equals ggml's reference exactly (bit for bit, except
 //! that `−0.0` may come out as `+0.0`): the products `d·sc` and `dmin·m` are formed in f32 as ggml
 //! forms them, and where the offset is folded into the bias (`−8d`, `−16d`, `−32·d·sc`, `−128d`)
@@ -33,7 +34,7 @@ pub fn affine_params(ty: GgmlType) -> Option<AffineParams> {
     let (bits, group_size) = match ty {
         Q4_0 | Q4_1 | Q4K => (4, 32),
         Q5_0 | Q5_1 | Q5K | Q8_0 => (8, 32),
-        Q6K => (8, 16),
+        Q6K => (6, 16),
         _ => return None,
     };
     Some(AffineParams { group_size, bits })
@@ -108,6 +109,20 @@ fn nibble_words(qs: &[u8], high: bool, words: &mut [u32]) {
     let shift = if high { 4 } else { 0 };
     for (i, word) in words.iter_mut().enumerate() {
         *word = nibble_word(u64_at(qs, 8 * i) >> shift);
+    }
+}
+
+/// 8-bit codes below 64 (four a word, the first in the low byte) as a 6-bit little-endian bit
+/// stream: every 16 codes into 3 words.
+fn pack_six_bit(bytes: &[u32], words: &mut [u32]) {
+    for (sixteen, out) in bytes.chunks_exact(4).zip(words.chunks_exact_mut(3)) {
+        let mut stream: u128 = 0;
+        for (j, code) in sixteen.iter().flat_map(|w| w.to_le_bytes()).enumerate() {
+            stream |= u128::from(code & 0x3f) << (6 * j);
+        }
+        for (i, word) in out.iter_mut().enumerate() {
+            *word = (stream >> (32 * i)) as u32;
+        }
     }
 }
 
@@ -198,15 +213,18 @@ fn repack_block(ty: GgmlType, b: &[u8], words: &mut [u32], scales: &mut [f32], b
             let d = half(b, 208);
             // Value 128·half + 32·k + l: low bits from nibble k / 2 of ql[64·half + 32·(k % 2) + l],
             // high bits from field k of qh[32·half + l]; group (16 values) 8·half + 2·k + l / 16.
+            // Read as bytes, then kept at 6 bits a code: the block's 256 codes in 48 words.
+            let mut bytes = [0u32; 64];
             for half_index in 0..2 {
                 for k in 0..4 {
                     for i in 0..4 {
                         let low = u64_at(ql, 64 * half_index + 32 * (k % 2) + 8 * i) >> (4 * (k / 2));
                         let high = (u64_at(qh, 32 * half_index + 8 * i) >> (2 * k)) & (LOW_BITS * 3);
-                        put_codes(words, 32 * half_index + 8 * k + 2 * i, (low & LOW_NIBBLES) | high << 4);
+                        put_codes(&mut bytes, 32 * half_index + 8 * k + 2 * i, (low & LOW_NIBBLES) | high << 4);
                     }
                 }
             }
+            pack_six_bit(&bytes, words);
             for (g, &sc) in sub_scales.iter().enumerate() {
                 let scale = d * (sc as i8) as f32;
                 (scales[g], biases[g]) = (scale, -32.0 * scale);
