@@ -282,6 +282,7 @@ pub trait AffineKernels: Backend {
     /// Rows `ids` of a packed `W` (rows `first_row..` of a larger table), dequantized, written
     /// into `out` `[n, k]` in its own buffer (contiguous); rows of ids outside `W` are left as
     /// they are. ids `[n]` u32. Returns `out`.
+    #[allow(clippy::too_many_arguments)]
     fn affine_rows(
         codes: IntTensor<Self>,
         scale_bias: IntTensor<Self>,

@@ -104,7 +104,8 @@ impl DecodeSplit {
 /// `Σ_t e^(s_t − m)`. Seven storage buffers: WebGPU guarantees eight per stage and cubecl keeps
 /// one.
 #[cube(launch)]
-#[allow(clippy::too_many_arguments)]
+// `div_ceil` is not a cube function.
+#[allow(clippy::too_many_arguments, clippy::manual_div_ceil)]
 fn decode_attention_split_kernel(
     q: &[f32],
     q_norm: &[f32],

@@ -94,6 +94,8 @@ pub(crate) const SCALE_SINGLE: u32 = 2;
 /// f16 scales a word, `(groups + 1) / 2` words a row, the even group in the low half; or one f32
 /// scale a word.
 #[cube]
+// `div_ceil` is not a cube function.
+#[allow(clippy::manual_div_ceil)]
 pub(crate) fn group_scale(
     scale_words: &[u32],
     row: u32,

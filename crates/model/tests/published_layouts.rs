@@ -442,6 +442,14 @@ fn gguf_layouts_of_e2b_and_e4b_load_as_published() {
         // Proportional RoPE reaches the full layers through rope_freqs: one factor per pair.
         let rope_freqs = plan.iter().find(|t| t.name == "rope_freqs.weight").map(|t| t.shape.clone());
         assert_eq!(rope_freqs, Some(vec![256]), "{what}");
+        // A slice of the per-layer table fits one storage binding in either form it may take on
+        // the device: its stored Q6_K blocks (6.56 bits a value) or repacked 6-bit codes.
+        let table = "model.embed_tokens_per_layer";
+        let rows = loader.table_rows_per_slice();
+        let stored = checkpoint.stored_blocks(table).map(|(_, row_bytes)| row_bytes).unwrap();
+        let packed = checkpoint.packed_row_bytes(table).unwrap();
+        assert!(rows * stored.max(packed) <= MAX_TENSOR_BYTES, "{what}: {rows} rows of {stored} / {packed} bytes");
+        assert!((rows + 1) * stored.max(packed) > MAX_TENSOR_BYTES, "{what}: slices as large as a binding allows");
         assert!(loader.next_reads(&checkpoint).is_some_and(|r| r.is_ok_and(|r| !r.is_empty())), "{what}");
     }
 }

@@ -341,8 +341,12 @@ impl GemmaLoader {
         if config.per_layer_input_size.is_some() {
             let table = format!("{prefix}embed_tokens_per_layer");
             if checkpoint.is_quantized(&table) {
-                // Sliced by the codes' row size, from the header.
-                let row_bytes = checkpoint.packed_row_bytes(&table).unwrap_or(1).max(1);
+                // Sliced by the larger of the row's two forms, from the header: a slice is kept
+                // either in its stored GGUF blocks (Q6_K: 6.56 bits a value) or repacked (6-bit
+                // codes and their scales' words), and neither may outgrow a storage binding.
+                let packed = checkpoint.packed_row_bytes(&table).unwrap_or(1);
+                let stored = checkpoint.stored_blocks(&table).map_or(0, |(_, row_bytes)| row_bytes);
+                let row_bytes = packed.max(stored).max(1);
                 rows_per_slice = (max_tensor_bytes / row_bytes).clamp(1, config.vocab_size.max(1));
                 let vocab = config.vocab_size;
                 let slices = (0..vocab).step_by(rows_per_slice);
@@ -399,6 +403,11 @@ impl GemmaLoader {
         }
         plan.push(global("norm.weight", vec![h]));
         plan
+    }
+
+    /// Rows of the per-layer-embedding table each load step reads and uploads as one tensor.
+    pub fn table_rows_per_slice(&self) -> usize {
+        self.rows_per_slice
     }
 
     /// Steps done and steps in all (for progress).
