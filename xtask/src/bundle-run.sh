@@ -21,8 +21,6 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# A copy that lost its modes (an archive, a sync) still runs.
-if [ ! -x "$here/hearth" ]; then chmod +x "$here/hearth"; fi
 quick=0
 out=""
 for arg in "$@"; do
@@ -47,6 +45,23 @@ mkdir -p "$(dirname "$out")"
 : >"$out"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
+
+# The CLI travels compressed (xz; Python's lzma where xz is missing); a bundle unpacked by hand
+# (a `hearth` beside this script) is used as it is.
+unpack() {
+    xz -dc "$1" >"$2" 2>/dev/null ||
+        python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$1" >"$2"
+}
+hearth="$here/hearth"
+if [ ! -f "$hearth" ]; then
+    hearth="$tmp/hearth"
+    if ! unpack "$here/hearth.xz" "$hearth"; then
+        echo "run.sh: could not unpack hearth.xz (needs xz or python3)" >&2
+        exit 1
+    fi
+fi
+# A copy that lost its modes (an archive, a sync) still runs.
+if [ ! -x "$hearth" ]; then chmod +x "$hearth"; fi
 
 # wgpu dlopens libvulkan.so.1 at run time (ldd does not list it): the bundled loader, unless asked.
 if [ "${HEARTH_SYSTEM_VULKAN:-0}" = 1 ]; then
@@ -93,7 +108,7 @@ fi
 
 say() { echo "run.sh: $*" >&2; }
 # What `step` runs: hearth, unless a step names another program (the peer).
-program="$here/hearth"
+program="$hearth"
 
 {
     echo "# Hearth bench bundle — $host, $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -217,9 +232,7 @@ side_by_side() {
         return
     fi
     local peer="$tmp/llama-bench"
-    if ! { xz -dc "$here/llama-bench.xz" >"$peer" 2>/dev/null ||
-        python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' \
-            "$here/llama-bench.xz" >"$peer"; }; then
+    if ! unpack "$here/llama-bench.xz" "$peer"; then
         printf '\n## %s\n\nSkipped: llama-bench.xz could not be decompressed.\n' "$heading" >>"$out"
         return
     fi

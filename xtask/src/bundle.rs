@@ -94,6 +94,13 @@ pub fn write(dir: &Path, hearth: &Path, root: &Path) -> Result<(), String> {
     }
     let glibc = glibc.map(|(major, minor)| format!("{major}.{minor}"));
 
+    // 64 MB stripped today: compressed (about a fifth), so that the bundle stays within the
+    // 64 MiB the device tool carries; run.sh unpacks it.
+    let compressed = dir.join("hearth.xz");
+    let _ = std::fs::remove_file(&compressed);
+    process::run(process::command("xz", &["-9", "-T0", &binary.display().to_string()]))?;
+    let binary = compressed;
+
     let revision = revision(root);
     let script = dir.join("run.sh");
     std::fs::write(&script, run_script(&revision)).map_err(|e| format!("writing {}: {e}", script.display()))?;
@@ -202,7 +209,7 @@ first writes a GGUF laid out like the published E2B file (gguf_layout.py, python
 temporary folder) and runs Hearth and llama-bench on it at depth 64 and 4,096, with Hearth's
 per-kernel profile beside llama.cpp's per-operation timings, and prints Hearth ÷ llama.cpp.
 
-Files: hearth (the CLI, stripped), run.sh, lib/ ({}: put on LD_LIBRARY_PATH by run.sh; the GL
+Files: hearth.xz (the CLI, stripped and compressed; run.sh unpacks it), run.sh, lib/ ({}: put on LD_LIBRARY_PATH by run.sh; the GL
 dispatch libraries let NVIDIA's Vulkan driver start in a container that lacks them);
 llama-bench.xz, gguf_layout.py and gemma4-fixture.gguf when the peer was built.
 ",
@@ -372,7 +379,7 @@ mod tests {
             "agent_flags=(--agent 16 8 2)",
             "--speculative 2,4,8",
             "timeout --kill-after=10 \"$limit\" \"$program\"",
-            "program=\"$here/hearth\"",
+            "program=\"$hearth\"",
             // The side-by-side comes right after the self-test: a lent GPU's first minutes go to it.
             "step \"Self-test\" text 60 self-test\nside_by_side\n",
             "program=\"$peer\" step \"llama.cpp\" text 300 -m \"$layout\" -ngl 99 -fa 1",

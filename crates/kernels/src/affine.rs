@@ -887,7 +887,7 @@ mod tests {
     }
 
     /// Decode (1 token), a partial token tile, several tiles; 4-bit groups of 32, 64 and 128,
-    /// 8-bit groups of 16 and 32 (GGUF's Q6_K and Q8_0 repacked); a k that is not a multiple of
+    /// 8-bit groups of 16 and 32 (GGUF's Q8_0 repacked), 6-bit ones (Q6_K); a k that is not a multiple of
     /// the threads' stride.
     #[test]
     fn fused_matmul_matches_a_host_dequantization() {
