@@ -95,7 +95,7 @@ if [ "$quick" = 1 ]; then
     kernel_flags=(--gemm-tokens 64)
     agent_flags=(--agent 16 8 2)
     # The drafter reads a full-attention layer: E2B's first is its fifth, E4B's its sixth.
-    speculative_flags=(--layers 6 --prefill 4 --decode 2 --gemm-tokens 0 --speculative 2)
+    speculative_flags=(--layers 6 --prefill 4 --decode 2 --gemm-tokens 0 --speculative 2 --speculative-tokens 6)
     mode="quick: prefill product of 64 tokens; 2 layers, prefill 4, decode 2; agent step 16 cached + 8 new tokens, 2 decoded (E2B)"
 else
     model_flags=(--prefill 64 --decode 16 --gemm-tokens 0)
