@@ -350,10 +350,10 @@ function fromTab(msg: TabToWorker, tabId: number, tab: chrome.tabs.Tab | undefin
       // A content script cannot learn its tab id otherwise (the overlay uses it to restore its transcript).
       return Promise.resolve({ tab_id: tabId });
     case "install_model":
-      if (status.state === "needs_model" && status.model.id === msg.model_id) void installModel(msg.model_id);
+      if (status.state === "needs_model" && status.model.id === msg.model_id) void install({ kind: "model", modelId: msg.model_id });
       break;
     case "install_drafter":
-      if (status.state === "ready" && status.model?.drafter_offer?.id === msg.model_id) void installDrafter();
+      if (status.state === "ready" && status.model?.drafter_offer?.id === msg.model_id) void install({ kind: "drafter" });
       break;
     case "open_model_options":
       // "Use a model file you already have": the file is chosen in the options page, at its models.
@@ -652,45 +652,34 @@ function fromTheEngine<T>(answer: Promise<T>, silence: number): Promise<T> {
   });
 }
 
-/** Downloads a model in the offscreen document (it streams `installing` statuses), then loads it. */
-async function installModel(modelId: string): Promise<void> {
+/**
+ * What an install downloads in the offscreen document: a model, which streams `installing`
+ * statuses and then loads; or the loaded model's assistant, after which the document loads the
+ * model again with it (`loading` statuses meanwhile; a failed download leaves the model as it was).
+ */
+type Install = { kind: "model"; modelId: string } | { kind: "drafter" };
+
+/** Runs one install at a time; its outcome becomes the status (Retry when the document was lost). */
+async function install(what: Install): Promise<void> {
   if (installInFlight) return;
   installInFlight = true;
-  const offered = status.state === "needs_model" ? status.model : null;
-  if (offered) {
-    const progress = { model_id: modelId, file: "", bytes: offered.stored_bytes, total: offered.total_bytes, bytes_per_s: 0, eta_s: null };
+  const offered = what.kind === "model" && status.state === "needs_model" ? status.model : null;
+  if (offered && what.kind === "model") {
+    const progress = { model_id: what.modelId, file: "", bytes: offered.stored_bytes, total: offered.total_bytes, bytes_per_s: 0, eta_s: null };
     setStatus({ state: "installing", model: offered, progress });
   }
   let next: EngineStatus | undefined;
   try {
     await ensureOffscreenDocument();
-    const answer = toOffscreen({ kind: "install_model", model_id: modelId }) as Promise<EngineStatus | undefined>;
+    // A drafter belongs to the settings' model ("" is the build's default), whose assistant was offered.
+    const message: WorkerToEngine =
+      what.kind === "model"
+        ? { kind: "install_model", model_id: what.modelId }
+        : { kind: "install_drafter", model_id: (await loadSettings()).model };
+    const answer = toOffscreen(message) as Promise<EngineStatus | undefined>;
     next = await fromTheEngine(answer, silenceMs(INSTALL_SILENCE_MS));
   } catch (error) {
     // A document that went away or went silent is replaced by Retry, as after a failed start.
-    const lost = error instanceof EngineSilent || error instanceof EngineGone;
-    next = lost ? engineFailure(error) : { state: "failed", failure: failure("model_download", "failureDownloadStopped", String(error)) };
-  } finally {
-    installInFlight = false;
-  }
-  if (next) setStatus(next);
-}
-
-/**
- * Downloads the loaded model's assistant in the offscreen document, which then loads the model
- * again with it (`loading` statuses meanwhile); a failed download leaves the model as it was.
- */
-async function installDrafter(): Promise<void> {
-  if (installInFlight) return;
-  installInFlight = true;
-  let next: EngineStatus | undefined;
-  try {
-    await ensureOffscreenDocument();
-    // The settings' model ("" is the build's default), whose assistant was offered.
-    const model = (await loadSettings()).model;
-    const answer = toOffscreen({ kind: "install_drafter", model_id: model }) as Promise<EngineStatus | undefined>;
-    next = await fromTheEngine(answer, silenceMs(INSTALL_SILENCE_MS));
-  } catch (error) {
     const lost = error instanceof EngineSilent || error instanceof EngineGone;
     next = lost ? engineFailure(error) : { state: "failed", failure: failure("model_download", "failureDownloadStopped", String(error)) };
   } finally {
