@@ -445,14 +445,14 @@ impl EngineBackend {
         } else {
             &reply
         };
-        let closed = request.stop_end(text, 0);
         let mut reply_ids = encode(text)?;
         let limited = reply_ids.len() > request.max_new_tokens;
         reply_ids.truncate(request.max_new_tokens);
-        // As `hearth_model::generate` leaves the cache: each token is stepped in to sample the
-        // next, so the token that ends a step (the close of a call, or the token limit) never
-        // is; a direct answer ends with a stop token sampled after its last token, which is.
-        let stepped = if closed.is_some() || limited { reply_ids.len().saturating_sub(1) } else { reply_ids.len() };
+        // As `hearth_model::generate` leaves the cache: each token is stepped in before it is
+        // read back (the readback lags a step), so the close of a call is too; the token at the
+        // limit is not (nothing comes after it). A direct answer's stop token is stepped as well,
+        // which this leaves out: the next prompt holds it, a token's difference.
+        let stepped = if limited { reply_ids.len().saturating_sub(1) } else { reply_ids.len() };
         let clock = Instant::now();
         let mut decoder = StreamDecoder::default();
         let mut chunks = Vec::new();

@@ -44,5 +44,5 @@ pub use fused::{
 };
 pub use launch::has_fused_kernels;
 pub use mask::mask_logits;
-pub use overwrite::{overwrite, overwrite_ids};
+pub use overwrite::{IdsReading, copy_ids_into, overwrite, overwrite_ids, read_ids_now};
 pub use tuning::ProductKernel;

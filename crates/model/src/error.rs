@@ -32,6 +32,12 @@ pub enum ModelError {
         "the cache holds {held} positions and cannot go back to {wanted} exactly; this conversation's cache was cleared and will be recomputed"
     )]
     Rewind { held: usize, wanted: usize },
+    /// A token chosen on the device was to be appended by a model whose lookups run on the host
+    /// (a bug in the caller: `Gemma::steps_on_device` says which).
+    #[error(
+        "this model looks its tokens up on the host: a token chosen on the GPU must be read back before it is appended"
+    )]
+    HostLookups,
     /// Recording the one-token step failed on this device; the model then runs its steps launch by
     /// launch (the session recomputes the conversation's cache, which the failure lost).
     #[error("recording the decode step on this GPU failed ({0}); steps now run unrecorded")]

@@ -4,7 +4,7 @@
 //! Shapes: S = new tokens in this call, n = keys visible, h = hidden, H = query heads,
 //! Hkv = key/value heads, d = head dim of the layer, L = layers, P = per-layer-input width.
 
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use hearth_kernels::{
     AffineMatrix, BlockTable, CacheInput, DecodeQuery, HeadColumns, Slots, add_rms_norm, attention_softmax,
     decode_attention, fused_decode_applies, gather_by_block, gelu_tanh_mul, has_fused_kernels, rms_norm, write_cache,
@@ -14,7 +14,7 @@ use hearth_weights::{AffineTensor, HostTensor};
 use crate::cache::{CacheOptions, ChunkGeometry, KvCache};
 use crate::config::TextConfig;
 pub use crate::error::ModelError;
-use crate::step_recording;
+use crate::step_recording::{self, StepToken};
 
 mod load;
 mod load_driver;
@@ -307,7 +307,8 @@ fn int_ids(ids: Vec<i32>, device: &Device) -> Tensor<1, Int> {
 
 /// Gemma 4's per-layer-embedding table, [vocab, L·P]: where it lives depends on how it is stored.
 enum TokenTable {
-    /// On the host (f32 for small models; packed codes on the CPU backend).
+    /// On the host (an f32 table too large for one device buffer: a bf16 checkpoint's; packed
+    /// codes on the CPU backend).
     Host(HostTable),
     /// Packed affine codes on the device, in row blocks (MLX checkpoints).
     Device(SplitEmbedding),
@@ -375,8 +376,8 @@ impl TokenTable {
     }
 }
 
-/// Gemma 4's per-layer-embedding table on the host: f32 for small models, packed
-/// 4-bit codes in row slices (never one buffer of a gigabyte or more) for quantized ones.
+/// Gemma 4's per-layer-embedding table on the host: f32 for a dense checkpoint's table too large
+/// for one device buffer (and every dense one on the CPU backend), packed 4-bit codes in row slices (never one buffer of a gigabyte or more) for quantized ones.
 enum HostTable {
     Dense(HostTensor),
     Affine { slices: Vec<AffineTensor>, rows_per_slice: usize },
@@ -589,7 +590,7 @@ impl Gemma {
             [token] if step_recording::applies(self, geometry.is_recordable()) => {
                 // The recording is the cache's; taken out while the step runs on the cache.
                 let mut slot = cache.recorded.take();
-                let logits = step_recording::step(self, *token, &mut slot, |x0, token_rows| {
+                let logits = step_recording::step(self, StepToken::Host(*token), &mut slot, |x0, token_rows| {
                     self.layers_and_head(x0, token_rows, cache, &geometry, false)
                 });
                 cache.recorded = slot;
@@ -599,6 +600,41 @@ impl Gemma {
                 let (x0, token_rows) = self.embed(tokens);
                 self.layers_and_head(x0, token_rows, cache, &geometry, all_positions)
             }
+        };
+        cache.commit(&geometry);
+        Ok(logits)
+    }
+
+    /// Whether a token chosen on the device can be appended without reading it back
+    /// ([`Self::forward_chosen`]): the lookups read their id from a device buffer.
+    pub fn steps_on_device(&self) -> bool {
+        self.looks_up_on_device()
+    }
+
+    /// Appends the token `chosen` (`[1, 1]` ids, chosen on the device by the last step's
+    /// sampling and not read back yet) and returns the logits after it `[1, vocab]`: the
+    /// recorded step replayed on the id where the model records, else its launches. Needs
+    /// [`Self::steps_on_device`]. A chosen id is never an image's placeholder.
+    pub fn forward_chosen(&self, chosen: &Tensor<2, Int>, cache: &mut KvCache) -> Result<Tensor<2>, ModelError> {
+        if !self.steps_on_device() {
+            return Err(ModelError::HostLookups);
+        }
+        // i32 ids (the wgpu backends' argmax) have the bits of the u32 the lookups read.
+        let mut ids = chosen.clone().reshape([1]);
+        if !matches!(ids.dtype(), DType::I32 | DType::U32) {
+            ids = ids.cast(DType::U32);
+        }
+        let geometry = cache.plan(1, &self.device)?;
+        let logits = if step_recording::applies(self, geometry.is_recordable()) {
+            let mut slot = cache.recorded.take();
+            let logits = step_recording::step(self, StepToken::Device(&ids), &mut slot, |x0, token_rows| {
+                self.layers_and_head(x0, token_rows, cache, &geometry, false)
+            });
+            cache.recorded = slot;
+            logits?
+        } else {
+            let (x0, token_rows) = self.embed_ids(&ids);
+            self.layers_and_head(x0, token_rows, cache, &geometry, false)
         };
         cache.commit(&geometry);
         Ok(logits)

@@ -7,6 +7,7 @@ use burn::tensor::{Int, Tensor};
 use hearth_kernels::mask_logits;
 
 use crate::constrain::CallConstraint;
+use crate::decode::Decoder;
 use crate::drafter::DrafterError;
 use crate::error::ModelError;
 use crate::sampling::{SampleError, Sampler};
@@ -134,7 +135,7 @@ pub async fn generate(
         return generate_speculative(session, sampler, tokenizer, prompt, options, speculation, now_ms, on_token).await;
     }
     let start = now_ms();
-    let mut decoder = StreamDecoder::default();
+    let mut decoder_text = StreamDecoder::default();
     let mut token_ids = Vec::new();
     let mut text = String::new();
 
@@ -146,24 +147,31 @@ pub async fn generate(
         Some(images) => session.prefill_with(prompt, images)?,
         None => session.prefill(prompt)?,
     };
-    let choice = choose(sampler, logits, calls.as_deref_mut());
-    let mut next = read(choice, calls.as_deref_mut()).await?;
-    let first_token_at = now_ms();
+    let mut decoder = Decoder::new(sampler, logits, calls.as_deref_mut());
+    let mut first_token_at = None;
     let mut decode_host_ms = Vec::new();
-    while token_ids.len() < options.max_tokens && !options.stop_tokens.contains(&next) {
-        token_ids.push(next);
-        let piece = decoder.push(tokenizer, next)?;
-        text.push_str(&piece);
-        if on_token(next, &piece).is_break() || token_ids.len() == options.max_tokens {
+    loop {
+        // The step after a token is submitted before the token is read back (`crate::decode`),
+        // except after the prompt's: the recording that the first step makes would hold up the
+        // first token's text.
+        let more = first_token_at.is_some() && token_ids.len() + 1 < options.max_tokens;
+        let next = decoder.next(session, sampler, calls.as_deref_mut(), more, &now_ms).await?;
+        if first_token_at.is_none() {
+            first_token_at = Some(now_ms());
+        } else {
+            decode_host_ms.push(next.host_ms);
+        }
+        if token_ids.len() >= options.max_tokens || options.stop_tokens.contains(&next.id) {
             break;
         }
-        // The host's part of a token ends where the readback's wait begins.
-        let started = now_ms();
-        let logits = session.step(next)?;
-        let choice = choose(sampler, logits, calls.as_deref_mut());
-        decode_host_ms.push(now_ms() - started);
-        next = read(choice, calls.as_deref_mut()).await?;
+        token_ids.push(next.id);
+        let piece = decoder_text.push(tokenizer, next.id)?;
+        text.push_str(&piece);
+        if on_token(next.id, &piece).is_break() || token_ids.len() == options.max_tokens {
+            break;
+        }
     }
+    let first_token_at = first_token_at.unwrap_or(start);
     Ok(Generation {
         token_ids,
         text,

@@ -9,6 +9,8 @@
 //!   token; [`error`]: the model's error.
 //! - [`drafter`]: Gemma 4's assistant, which drafts tokens from the main model's hidden state and
 //!   keys and values for speculative decoding.
+//! - [`decode`]: token after token with the readback a step behind (the next step is submitted
+//!   before a token's id is read back).
 //! - [`speculative`]: speculative decoding: drafts (the assistant's, or a lookup's) verified in
 //!   one chunk, the accepted prefix kept.
 //! - [`constrain`]: tool calls held to the offered tools' syntax while they are sampled.
@@ -19,6 +21,7 @@
 pub mod cache;
 pub mod config;
 pub mod constrain;
+pub mod decode;
 pub mod drafter;
 pub mod error;
 pub mod gemma;

@@ -40,6 +40,7 @@ impl SampleError {
     }
 }
 
+#[derive(Clone)]
 pub struct Sampler {
     options: SamplingOptions,
     rng: SplitMix64,
@@ -160,6 +161,7 @@ impl Candidates {
 }
 
 /// A small, portable, seedable generator: the same seed gives the same tokens natively and in wasm.
+#[derive(Clone)]
 struct SplitMix64(u64);
 
 impl SplitMix64 {

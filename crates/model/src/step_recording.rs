@@ -7,7 +7,7 @@
 //! with, so everything that changes per token lives in buffers rewritten before it:
 //! - the token id, in a one-id buffer the recorded lookups read (one launch per embedding block
 //!   and per-layer-table slice, each writing the rows it holds, so the launches do not depend on
-//!   the id). Where a table is on the host (small Gemma 4 models; the CPU backend never records)
+//!   the id). Where a table is on the host (a bf16 checkpoint's; the CPU backend never records)
 //!   the rows are looked up outside the recording and copied into its input buffers instead;
 //! - the position: each layer type's chunk table (RoPE rotation, cache slot, key count) and the
 //!   sliding layers' mask, rewritten in place by [`crate::cache::KvCache::plan`].
@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::backend::{Backend, BackendGraph, Dispatch};
 use burn::tensor::{DType, Int, Tensor, TensorData};
-use hearth_kernels::{copy_into, overwrite_ids};
+use hearth_kernels::{copy_ids_into, copy_into, overwrite_ids};
 
 use burn::tensor::Device;
 
@@ -80,6 +80,14 @@ impl RecordedStep {
     }
 }
 
+/// The token a step appends: known to the host, or chosen on the device by the last step and not
+/// read back yet (`[1]` ids; the readback lags a step behind, `crate::decode`).
+#[derive(Clone, Copy)]
+pub(crate) enum StepToken<'a> {
+    Host(u32),
+    Device(&'a Tensor<1, Int>),
+}
+
 /// What a replay reads that the token decides.
 #[allow(clippy::large_enum_variant)] // one per cache
 enum StepInput {
@@ -92,12 +100,17 @@ enum StepInput {
 
 impl StepInput {
     /// This step's input for `token`, in buffers a recording can keep reading.
-    fn new(model: &impl StepModel, token: u32) -> Self {
+    fn new(model: &impl StepModel, token: StepToken) -> Self {
         if model.looks_up_on_device() {
-            let ids = TensorData::new(vec![token], [1]);
-            return StepInput::Id(Tensor::from_data(ids, (model.device(), DType::U32)));
+            let ids = TensorData::new(vec![0u32], [1]);
+            let mut id = Tensor::from_data(ids, (model.device(), DType::U32));
+            match token {
+                StepToken::Host(token) => overwrite_ids(&mut id, vec![token]),
+                StepToken::Device(chosen) => copy_ids_into(&mut id, chosen.clone()),
+            }
+            return StepInput::Id(id);
         }
-        let (x0, token_rows) = model.embed(&[token]);
+        let (x0, token_rows) = embed(model, token);
         let stable = |t: Tensor<2>| {
             let mut input = Tensor::zeros(t.shape(), &t.device());
             copy_into(&mut input, t);
@@ -107,11 +120,12 @@ impl StepInput {
     }
 
     /// Rewrites the input, in its own buffers, for `token`.
-    fn rewrite(&mut self, model: &impl StepModel, token: u32) {
-        match self {
-            StepInput::Id(id) => overwrite_ids(id, vec![token]),
-            StepInput::Rows { x0, token_rows } => {
-                let (new_x0, new_rows) = model.embed(&[token]);
+    fn rewrite(&mut self, model: &impl StepModel, token: StepToken) {
+        match (self, token) {
+            (StepInput::Id(id), StepToken::Host(token)) => overwrite_ids(id, vec![token]),
+            (StepInput::Id(id), StepToken::Device(chosen)) => copy_ids_into(id, chosen.clone()),
+            (StepInput::Rows { x0, token_rows }, token) => {
+                let (new_x0, new_rows) = embed(model, token);
                 copy_into(x0, new_x0);
                 if let (Some(input), Some(rows)) = (token_rows.as_mut(), new_rows) {
                     copy_into(input, rows);
@@ -129,6 +143,15 @@ impl StepInput {
     }
 }
 
+/// The lookups of `token`, launched as they come (an id on the device only where the model looks
+/// up on the device: [`StepModel::looks_up_on_device`]).
+fn embed(model: &impl StepModel, token: StepToken) -> (Tensor<2>, Option<Tensor<2>>) {
+    match token {
+        StepToken::Host(token) => model.embed(&[token]),
+        StepToken::Device(ids) => model.embed_ids(ids),
+    }
+}
+
 /// Whether a step that can be recorded (`recordable`: a one-token step reading its position
 /// from the cache's decode inputs) is recorded or replayed.
 pub(crate) fn applies(model: &impl StepModel, recordable: bool) -> bool {
@@ -140,7 +163,7 @@ pub(crate) fn applies(model: &impl StepModel, recordable: bool) -> bool {
 /// everything after the lookups on the cache (`Gemma::layers_and_head`).
 pub(crate) fn step(
     model: &impl StepModel,
-    token: u32,
+    token: StepToken,
     slot: &mut Option<RecordedStep>,
     mut layers: impl FnMut(Tensor<2>, Option<Tensor<2>>) -> Tensor<2>,
 ) -> Result<Tensor<2>, ModelError> {
@@ -151,7 +174,7 @@ pub(crate) fn step(
         // caller keeps stays true (the normal decode loop has let go of them by now; the
         // recording serves again once the caller does).
         if !recorded.logits.can_mut() {
-            let (x0, token_rows) = model.embed(&[token]);
+            let (x0, token_rows) = embed(model, token);
             return Ok(layers(x0, token_rows));
         }
         recorded.input.rewrite(model, token);

@@ -155,6 +155,58 @@ fn constrained_calls_from_the_tiny_model_parse_on_the_gpu() {
     calls_parse_on(&gpu, 6);
 }
 
+/// With the readback a step behind (`Decoder`, which `generate` uses), the next token is chosen
+/// before this one is read; when this one opens a call, the next is chosen again under the call's
+/// mask. Sampled on the GPU (where steps take ids on the device), the tokens are those of reading
+/// every id before the next step. For calls to open often, the constraint here takes the token
+/// the random model writes most for its opener.
+#[test]
+fn the_lagged_readback_samples_what_synchronous_decoding_does() {
+    use hearth_model::decode::Decoder;
+    let gpu = match hearth_model::gpu::init_gpu_blocking() {
+        Ok(gpu) => gpu.device,
+        Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => return eprintln!("no GPU: {err}"),
+        Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
+    };
+    let dir = tiny_chat();
+    let tokenizer = load_tokenizer(&dir).expect("tokenizer");
+    let tools = builtin_tools();
+    let forced = prompt(&tokenizer, &tools);
+    // The prompt without the forced `<|tool_call>`: calls open where the model writes an opener.
+    let ids = &forced[..forced.len() - 1];
+    let grammar = Arc::new(grammar(&tools));
+    let mut session = Session::new(load_model(&dir, &gpu).expect("model"), CacheOptions::default());
+    assert!(session.steps_on_device(), "the tiny model's lookups take ids on the GPU");
+    let mut write = |vocab: Option<&Arc<VocabTrie>>, seed: u64, lagged: bool| {
+        let mut calls = vocab.map(|v| CallConstraint::new(grammar.clone(), v.clone()));
+        if let Some(calls) = calls.as_mut() {
+            calls.begin(ids);
+        }
+        let mut sampler = Sampler::new(SamplingOptions { temperature: 4.0, top_k: 0, top_p: 1.0, seed });
+        let (logits, _) = session.prefill(ids).expect("prefills");
+        let mut decoder = Decoder::new(&mut sampler, logits, calls.as_mut());
+        decoder.set_lagged(lagged);
+        (0..60)
+            .map(|_| {
+                let next = decoder.next(&mut session, &mut sampler, calls.as_mut(), true, || 0.0);
+                pollster::block_on(next).expect("decodes").id
+            })
+            .collect::<Vec<u32>>()
+    };
+    let free = write(None, 0, true);
+    let opener = *free.iter().max_by_key(|&&t| free.iter().filter(|&&u| u == t).count()).expect("tokens");
+    let real = VocabTrie::from_tokenizer(&tokenizer).expect("the fixture has Gemma 4's markers").markers();
+    let markers = hearth_model::constrain::Markers { call_open: opener, ..real };
+    let vocab = Arc::new(VocabTrie::with_markers(&tokenizer, markers).expect("vocabulary"));
+    let mut opened = 0;
+    for seed in 0..3 {
+        let lagged = write(Some(&vocab), seed, true);
+        assert_eq!(lagged, write(Some(&vocab), seed, false), "seed {seed}");
+        opened += lagged.iter().filter(|&&t| t == opener).count();
+    }
+    assert!(opened > 0, "no reply opened a call: the mask's second choice went untested");
+}
+
 /// `hearth generate --chat --tools … --force-call` prints a call that parses.
 #[test]
 fn the_cli_constrains_calls_to_a_tools_file() {

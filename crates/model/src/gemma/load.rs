@@ -26,6 +26,9 @@ fn tensor_prefix(checkpoint: &Checkpoint, configured: &str) -> String {
 /// llama.cpp's per-pair RoPE divisors of full-attention layers (GGUF only; no prefix).
 const ROPE_FREQS: &str = "rope_freqs.weight";
 
+/// The largest f32 per-layer table kept on the device as it is (one buffer).
+const DEVICE_DENSE_TABLE_BYTES: usize = 64 << 20;
+
 /// Reads tensors by their name under the config's prefix, checking shapes.
 struct Loader<'a> {
     checkpoint: &'a mut Checkpoint,
@@ -527,6 +530,15 @@ impl GemmaLoader {
             Some((model_projection, projection_norm)) => {
                 let rows_per_slice = self.rows_per_slice;
                 let table = match (self.dense_table, self.block_table) {
+                    // A small f32 table (the test models') is one block on the device where the
+                    // kernels run, so its lookups read ids from the device as packed tables'
+                    // do; a large one (a bf16 checkpoint's: gigabytes) stays on the host.
+                    (Some(dense), _)
+                        if has_fused_kernels(device) && dense.data.len() * 4 <= DEVICE_DENSE_TABLE_BYTES =>
+                    {
+                        let [vocab, width] = [dense.shape[0], dense.shape[1]];
+                        TokenTable::Device(SplitEmbedding::dense(dense.data, vocab, width, usize::MAX, device))
+                    }
                     (Some(dense), _) => TokenTable::Host(HostTable::Dense(dense)),
                     (None, Some(blocks)) => TokenTable::Blocks(blocks),
                     (None, None) if !self.device_slices.is_empty() => TokenTable::Device(SplitEmbedding {

@@ -1,0 +1,131 @@
+//! Token after token with the readback a step behind. A token's id is read back only for the
+//! host's needs (streaming its text, stop ids, the tool-call constraint); the next step does not
+//! wait for it: the chosen id stays on the device, the step that appends it is submitted, and
+//! only then is the id read. So the GPU has the next step queued when it finishes a token, and
+//! the host's work for a token (recording replay, sampling launches, the readback's wait)
+//! overlaps the GPU's.
+//!
+//! ```text
+//! sync:   [step t]→read t→[step t+1]→read t+1 …      (the GPU idles while the host works)
+//! lagged: read t ⟂ [step t][choose t+1] → read t+1 ⟂ [step t+1][choose t+2] …
+//! ```
+//!
+//! What the lag changes, and how each is put right:
+//! - A stop id (or the token limit) is known one step late: the step that appended it has run.
+//!   The session's held tokens name it ([`Session::settle`]), so the next prompt reuses it where
+//!   it matches and rewinds where it does not; the token is never streamed.
+//! - The tool-call constraint decides the next token's mask from this token: the next token is
+//!   chosen before this one is read only while no call is open, and chosen again (from the same
+//!   logits, the sampler's draw taken back) when this token opens one. Inside a call each
+//!   choice waits for the read (the mask is the host's), the steps still do not.
+//! - A recording that fails on the device while appending an unread id: the session rebuilds
+//!   its cache without it, and the id is read and appended the synchronous way.
+//!
+//! Greedy tokens, and seeded samples, are the same as with each id read before the next step.
+
+use burn::tensor::{Int, Tensor};
+use hearth_kernels::read_ids_now;
+
+use crate::constrain::CallConstraint;
+use crate::generate::{GenerateError, choose};
+use crate::sampling::{SampleError, Sampler};
+use crate::session::Session;
+
+/// A decode loop's state between tokens.
+pub struct Decoder {
+    next: Next,
+    lagged: bool,
+}
+
+#[allow(clippy::large_enum_variant)] // one per decode loop
+enum Next {
+    /// The next token, chosen on the device: neither read back nor appended.
+    Chosen(Tensor<2, Int>),
+    /// The last token, read back and not appended.
+    Read(u32),
+}
+
+/// A token the decoder read back, and the host's milliseconds for it: everything but the wait for
+/// the readback (the step's replay or launches, the sampling launches).
+#[derive(Debug, Clone, Copy)]
+pub struct Decoded {
+    pub id: u32,
+    pub host_ms: f64,
+}
+
+impl Decoder {
+    /// Starts after `logits` (a prefill's or a step's `[1, vocab]`, which the session's cache
+    /// ends with): the first token is chosen on the device. `calls` is where the constraint is
+    /// after the prompt.
+    pub fn new(sampler: &mut Sampler, logits: Tensor<2>, calls: Option<&mut CallConstraint>) -> Self {
+        Decoder { next: Next::Chosen(choose(sampler, logits, calls)), lagged: true }
+    }
+
+    /// Whether each step is submitted before its token is read back (on unless turned off; the
+    /// benchmark's baseline reads every id first).
+    pub fn set_lagged(&mut self, lagged: bool) {
+        self.lagged = lagged;
+    }
+
+    /// The next token, read back; the constraint advanced by it. `more`: whether a token after it
+    /// may be wanted (not at the caller's token limit): then the step appending it is submitted
+    /// before it is read, where the session can (its model looks ids up on the device, the
+    /// context has room). Else it is appended by the next call, if any.
+    pub async fn next(
+        &mut self,
+        session: &mut Session,
+        sampler: &mut Sampler,
+        mut calls: Option<&mut CallConstraint>,
+        more: bool,
+        now_ms: impl Fn() -> f64,
+    ) -> Result<Decoded, GenerateError> {
+        let started = now_ms();
+        let choice = match &self.next {
+            Next::Chosen(choice) => choice.clone(),
+            &Next::Read(id) => {
+                let logits = session.step(id)?;
+                choose(sampler, logits, calls.as_deref_mut())
+            }
+        };
+        // The copy back is submitted now, ahead of the step below.
+        let reading = read_ids_now(choice.clone());
+        let ahead = if more && self.lagged && session.steps_on_device() { session.step_chosen(&choice)? } else { None };
+        let Some(logits) = ahead else {
+            let host_ms = now_ms() - started;
+            let id = read_id(reading.await)?;
+            if let Some(calls) = calls {
+                calls.advance(id);
+            }
+            self.next = Next::Read(id);
+            return Ok(Decoded { id, host_ms });
+        };
+        // The token after this one, chosen before this one is read, where no open call masks it.
+        let before = sampler.clone();
+        let guess = calls.as_deref().is_none_or(|c| !c.in_call()).then(|| sampler.choose(logits.clone()));
+        let host_ms = now_ms() - started;
+        let id = read_id(reading.await)?;
+        session.settle(id);
+        if let Some(calls) = calls.as_deref_mut() {
+            calls.advance(id);
+        }
+        let next = match guess {
+            Some(guess) if calls.as_deref().is_none_or(|c| !c.in_call()) => guess,
+            guessed => {
+                // A call is open after this token: the next one is chosen under its mask (again,
+                // when this token opened it: with the guess's draw given back).
+                if guessed.is_some() {
+                    *sampler = before;
+                }
+                choose(sampler, logits, calls)
+            }
+        };
+        self.next = Next::Chosen(next);
+        Ok(Decoded { id, host_ms })
+    }
+}
+
+fn read_id(read: Result<Vec<i64>, String>) -> Result<u32, SampleError> {
+    let ids = read.map_err(SampleError::new)?;
+    let id = ids.first().copied().ok_or_else(|| SampleError::new("empty result".into()))?;
+    u32::try_from(id).map_err(|_| SampleError::new(format!("invalid token id {id}")))
+}
