@@ -19,6 +19,8 @@
 //! - `fixtures [NAME…]`  regenerate the test fixtures from their seeded scripts, in a pinned Python
 //!   environment of its own; a clean checkout stays clean
 
+#[cfg(test)]
+mod architecture;
 mod bench;
 mod build;
 mod bundle;

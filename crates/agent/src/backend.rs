@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use ts_rs::TS;
 
-use crate::page::{PageInfo, Snapshot};
+use crate::page::{PageInfo, PointTarget, Snapshot};
 
 /// A stop signal shared by the UI, the loop, the model and the running tool.
 #[derive(Debug, Clone, Default)]
@@ -215,19 +215,6 @@ pub struct ToolImage {
     pub thumbnail: String,
     pub width: u32,
     pub height: u32,
-}
-
-/// What a click at a point of the screenshot would land on.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
-pub struct PointTarget {
-    /// The element there, described as a snapshot describes it (numbered, so the overlay can
-    /// outline it); `None` where nothing is (the page's background, outside the page).
-    pub element: Option<crate::page::ElementInfo>,
-    /// The origin of another site's frame under the point: its content cannot be seen from the
-    /// page, so not judged either.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[ts(optional)]
-    pub frame_origin: Option<String>,
 }
 
 /// Passages of a page's text, in order, and the page they come from.

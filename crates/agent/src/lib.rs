@@ -35,11 +35,11 @@ mod task_loop_tests;
 pub use backend::SystemClock;
 pub use backend::{
     CancelToken, Clock, GenerationRequest, GenerationStats, ModelBackend, ModelChunk, ModelError, Passages,
-    PointTarget, PromptImage, ToolError, ToolExecutor, ToolImage, ToolInvocation, ToolOutput,
+    PromptImage, ToolError, ToolExecutor, ToolImage, ToolInvocation, ToolOutput,
 };
 pub use context::{ApproxTokenCounter, ContextBudget, Entry, EntryKind, TokenCounter};
 pub use events::{AgentEvent, PauseReason, Source, TaskError};
-pub use page::{ElementInfo, FormInfo, PageInfo, Snapshot};
+pub use page::{ElementInfo, FormInfo, PageInfo, PointTarget, Snapshot};
 pub use parser::{ParsedCall, ParsedOutput, StreamParser, parse_output, parse_to_json};
 pub use policy::{ActionTarget, Assessment, Decision, RiskReason};
 pub use task_loop::{

@@ -286,3 +286,16 @@ mod tests {
         assert_eq!(n.neutralize("<|tool_call>"), "<\u{200B}|tool_call>");
     }
 }
+
+/// What a click at a point of the screenshot would land on.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, TS)]
+pub struct PointTarget {
+    /// The element there, described as a snapshot describes it (numbered, so the overlay can
+    /// outline it); `None` where nothing is (the page's background, outside the page).
+    pub element: Option<ElementInfo>,
+    /// The origin of another site's frame under the point: its content cannot be seen from the
+    /// page, so not judged either.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub frame_origin: Option<String>,
+}

@@ -20,7 +20,7 @@ use hearth_chat::{ChatError, ChatTemplate, Message, MessageContent, RenderReques
 
 use crate::arguments::{self, AskUserArgs, DoneArgs, RunJavascriptArgs};
 use crate::backend::{
-    CancelToken, Clock, GenerationRequest, ModelBackend, ModelChunk, PointTarget, PromptImage, ToolExecutor, ToolImage,
+    CancelToken, Clock, GenerationRequest, ModelBackend, ModelChunk, PromptImage, ToolExecutor, ToolImage,
     ToolInvocation, ToolOutput,
 };
 use crate::breaker::FailureBreaker;
@@ -29,6 +29,7 @@ use crate::context::{
     prune_old_results, prune_page_results, prune_screenshots, remove_images, truncate_head_tail,
 };
 use crate::events::{AgentEvent, PauseReason, Source, TaskError};
+use crate::page::PointTarget;
 use crate::page::{GEMMA_MARKUP, Neutralizer, PageInfo, Snapshot};
 use crate::parser::{ParseEvent, ParsedOutput, ParserOptions, StreamParser};
 use crate::policy::grants::GrantScope;

@@ -25,10 +25,9 @@ use hearth_weights::{AffineParams, AffineTensor};
 
 use crate::affine_gemm::{self, Epilogue};
 use crate::fused::{gelu_tanh_mul, reference};
-use crate::launch::{
-    SCALE_HALF, SCALE_PAIRS, SCALE_SINGLE, bounded_tanh, chunk_words_of, code_of, empty_output, grid, group_bias,
-    group_scale, has_fused_kernels, load_chunk,
-};
+use crate::launch::{bounded_tanh, chunk_words_of, code_of, empty_output, grid, has_fused_kernels, load_chunk};
+pub use crate::scales::ScaleLayout;
+use crate::scales::{group_bias, group_scale};
 use crate::tuning::ProductKernel;
 
 /// Threads that share one output row (a power of two: they sum in a tree).
@@ -402,77 +401,6 @@ impl AffineKernels for CubeBackend {
             tile,
         );
         out
-    }
-}
-
-/// How a packed matrix's scales (and biases) lie in its scale words on the device.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum ScaleLayout {
-    /// `[rows, 2·groups]` u32: the f32 bits of each group's scale, then its bias (MLX's affine
-    /// groups, GGUF's Q4_K and Q5_K with their minimums).
-    Pairs,
-    /// `[rows, ⌈groups/2⌉]` u32: two f16 scales a word (the even group in the low half), each
-    /// group's bias `−offset · scale`: a symmetric format with half scales kept at its own size
-    /// (Q4_0: 4.5 bits a weight, offset 8; Q8_0: 8.5 bits, offset 128; Q5_0, offset 16).
-    Half { offset: u32 },
-    /// `[rows, groups]` u32: each group's f32 scale, the bias `−offset · scale`: a symmetric
-    /// format whose scales are products no half holds (Q6_K's `d·sc`, offset 32).
-    Single { offset: u32 },
-}
-
-impl ScaleLayout {
-    /// The smallest layout that holds these scales and biases exactly: when every bias is
-    /// `−offset · scale` for one integer offset (bit for bit, so the kernels' `−offset · scale`
-    /// gives the same f32), [`Self::Half`] if every scale is a finite f16, else [`Self::Single`];
-    /// otherwise [`Self::Pairs`].
-    pub fn fitting(scales: &[f32], biases: &[f32], bits: u32) -> Self {
-        let Some((&scale, &bias)) = scales.iter().zip(biases).find(|(s, _)| **s != 0.0) else {
-            return ScaleLayout::Pairs;
-        };
-        let offset = -bias / scale;
-        let exact_offset = offset.fract() == 0.0 && (0.0..=f32::from(1u16 << bits.min(15))).contains(&offset);
-        if !exact_offset || !scales.iter().zip(biases).all(|(&s, &b)| s.is_finite() && -offset * s == b) {
-            return ScaleLayout::Pairs;
-        }
-        let halves = scales.iter().all(|&s| half::f16::from_f32(s).to_f32().to_bits() == s.to_bits());
-        let offset = offset as u32;
-        if halves { ScaleLayout::Half { offset } } else { ScaleLayout::Single { offset } }
-    }
-
-    pub(crate) fn offset(self) -> f32 {
-        match self {
-            ScaleLayout::Pairs => 0.0,
-            ScaleLayout::Half { offset } | ScaleLayout::Single { offset } => offset as f32,
-        }
-    }
-
-    /// The kernels' `scale_kind`.
-    pub(crate) fn kind(self) -> u32 {
-        match self {
-            ScaleLayout::Pairs => SCALE_PAIRS,
-            ScaleLayout::Half { .. } => SCALE_HALF,
-            ScaleLayout::Single { .. } => SCALE_SINGLE,
-        }
-    }
-
-    /// The scale words of rows of `groups` groups, and how many a row has.
-    fn words(self, scales: &[f32], biases: &[f32], groups: usize) -> (Vec<u32>, usize) {
-        match self {
-            ScaleLayout::Pairs => {
-                (scales.iter().zip(biases).flat_map(|(s, b)| [s.to_bits(), b.to_bits()]).collect(), 2 * groups)
-            }
-            ScaleLayout::Single { .. } => (scales.iter().map(|s| s.to_bits()).collect(), groups),
-            ScaleLayout::Half { .. } => {
-                let half = |s: f32| u32::from(half::f16::from_f32(s).to_bits());
-                let words = scales
-                    .chunks_exact(groups.max(1))
-                    .flat_map(|row| {
-                        row.chunks(2).map(move |pair| half(pair[0]) | pair.get(1).map_or(0, |&s| half(s) << 16))
-                    })
-                    .collect();
-                (words, groups.div_ceil(2))
-            }
-        }
     }
 }
 

@@ -21,8 +21,8 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use crate::affine::ScaleLayout;
-use crate::launch::{bounded_tanh, chunk_words_of, code_of, empty_output, grid, group_bias, group_scale};
+use crate::launch::{bounded_tanh, chunk_words_of, code_of, empty_output, grid};
+use crate::scales::{ScaleLayout, group_bias, group_scale};
 use crate::tuning::{self, GemmTile};
 
 /// The tile for a matrix of `rows` (every thread multiplies its rows by the same tokens, so a
@@ -264,7 +264,7 @@ fn affine_gemm_kernel(
 }
 
 /// Launches the tiled kernel: `x` `[S, k]` times the packed `[rows, k]` → `[S, rows]`. The
-/// arguments are those of [`crate::affine::AffineKernels::affine_matmul`].
+/// arguments are those of `AffineKernels::affine_matmul` (in `affine.rs`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch(
     codes: CubeTensor,

@@ -15,11 +15,13 @@
 //!   its stored GGUF blocks, rows decoded by a kernel when looked up.
 //! - [`chunk_table`]: a chunk's RoPE rotations, start and key slots in one buffer the kernels
 //!   read (so a recorded decode step replays at the next position); [`overwrite`]: rewriting a
-//!   tensor in its own buffer.
+//!   tensor in its own buffer, a chosen id copied into a recording's id buffer, and ids read back
+//!   with the copy submitted at once.
 //! - [`mask`]: a token bitset applied to the logits on the device (constrained tool calls).
 //! - [`dispatches`]: kernel launches counted by name (for the benchmark).
 //! - [`tuning`]: process-wide kernel choices the benchmark sets (prompt kernel, GEMM tile).
-//! - `launch`: what the launches share (grid, outputs, block reduction, bounded tanh).
+//! - `launch`: what the launches share (grid, outputs, block reduction, bounded tanh, packed
+//!   codes' chunks); `scales`: how a packed matrix's scales lie in its words, and their readers.
 
 pub mod affine;
 mod affine_gemm;
@@ -32,6 +34,7 @@ pub mod fused;
 mod launch;
 pub mod mask;
 pub mod overwrite;
+mod scales;
 pub mod tuning;
 
 pub use affine::AffineMatrix;

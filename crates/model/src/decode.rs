@@ -1,3 +1,7 @@
+//! What every decode loop shares (plain, constrained and drafting: [`crate::generate`] and
+//! [`crate::speculative`]): the options, the result and its error, choosing a token on the device
+//! under the tool-call constraint and reading it back; and the plain loop's step, [`Decoder`].
+//!
 //! Token after token with the readback a step behind. A token's id is read back only for the
 //! host's needs (streaming its text, stop ids, the tool-call constraint); the next step does not
 //! wait for it: the chosen id stays on the device, the step that appends it is submitted, and
@@ -11,7 +15,8 @@
 //! ```
 //!
 //! What the lag changes, and how each is put right:
-//! - A stop id (or the token limit) is known one step late: the step that appended it has run.
+//! - A stop id is known one step late: the step that appended it has run (at the token limit the
+//!   caller asks for no step after the last token).
 //!   The session's held tokens name it ([`Session::settle`]), so the next prompt reuses it where
 //!   it matches and rewinds where it does not; the token is never streamed.
 //! - The tool-call constraint decides the next token's mask from this token: the next token is
@@ -24,12 +29,118 @@
 //! Greedy tokens, and seeded samples, are the same as with each id read before the next step.
 
 use burn::tensor::{Int, Tensor};
-use hearth_kernels::read_ids_now;
+use hearth_kernels::{mask_logits, read_ids_now};
 
 use crate::constrain::CallConstraint;
-use crate::generate::{GenerateError, choose};
+use crate::drafter::DrafterError;
+use crate::drafting::{Speculation, SpeculationStats};
+use crate::error::ModelError;
 use crate::sampling::{SampleError, Sampler};
-use crate::session::Session;
+use crate::session::{PromptImages, Session};
+use crate::tokenizer::TokenizerError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Sample(#[from] SampleError),
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    #[error("the drafter failed: {0}")]
+    Drafter(#[from] DrafterError),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    /// Generated ids, without the end-of-turn token.
+    pub token_ids: Vec<u32>,
+    pub text: String,
+    pub prompt_tokens: usize,
+    /// Prompt tokens actually computed (the rest came from the session's cache).
+    pub prefilled_tokens: usize,
+    /// Milliseconds from the start to the first sampled token.
+    pub prefill_ms: f64,
+    /// Milliseconds for the remaining tokens.
+    pub decode_ms: f64,
+    /// Of `decode_ms`, the host's, per decoded token: building the token's step and its sampling
+    /// on the device (Burn's operations, the kernels' launches), without the waits for the GPU.
+    /// Empty when drafting (a round's host time covers several tokens).
+    pub decode_host_ms: Vec<f64>,
+    /// What drafting did, when the generation drafted.
+    pub speculation: Option<SpeculationStats>,
+}
+
+impl Generation {
+    pub fn prefill_tokens_per_s(&self) -> f64 {
+        per_second(self.prefilled_tokens, self.prefill_ms)
+    }
+
+    /// Tokens after the first (which the prefill produced) per second of decoding.
+    pub fn decode_tokens_per_s(&self) -> f64 {
+        per_second(self.token_ids.len().saturating_sub(1), self.decode_ms)
+    }
+
+    /// The host's milliseconds per decoded token: the median of the tokens after the first, whose
+    /// step also creates the one-token kernels' pipelines and buffers (that one alone when it is
+    /// the only one; 0 when none was decoded).
+    pub fn decode_host_ms_per_token(&self) -> f64 {
+        let mut later = match self.decode_host_ms.as_slice() {
+            [] => return 0.0,
+            [only] => return *only,
+            [_, later @ ..] => later.to_vec(),
+        };
+        later.sort_by(f64::total_cmp);
+        let middle = later.len() / 2;
+        if later.len() % 2 == 1 { later[middle] } else { (later[middle - 1] + later[middle]) / 2.0 }
+    }
+
+    /// The host's milliseconds for the first decoded token (0 when none was decoded).
+    pub fn first_decode_host_ms(&self) -> f64 {
+        self.decode_host_ms.first().copied().unwrap_or(0.0)
+    }
+}
+
+/// Chooses the next token on the device, among those that keep a tool call valid while one is
+/// open; [`read`] reads it back.
+pub(crate) fn choose(sampler: &mut Sampler, logits: Tensor<2>, calls: Option<&mut CallConstraint>) -> Tensor<2, Int> {
+    sampler.choose(constrain(logits, calls))
+}
+
+/// `logits` ([1, vocab]) without the tokens an open tool call forbids.
+pub(crate) fn constrain(logits: Tensor<2>, calls: Option<&mut CallConstraint>) -> Tensor<2> {
+    let Some(calls) = calls else { return logits };
+    let vocab = logits.dims()[1];
+    match calls.mask(vocab) {
+        Some(words) => mask_logits(logits, words),
+        None => logits,
+    }
+}
+
+/// The chosen token, read back; an open tool call advances by it.
+pub(crate) async fn read(choice: Tensor<2, Int>, calls: Option<&mut CallConstraint>) -> Result<u32, SampleError> {
+    let id = Sampler::read(choice).await?;
+    if let Some(calls) = calls {
+        calls.advance(id);
+    }
+    Ok(id)
+}
+
+fn per_second(count: usize, ms: f64) -> f64 {
+    if ms > 0.0 { count as f64 * 1e3 / ms } else { 0.0 }
+}
+
+pub struct GenerateOptions<'a, 's> {
+    pub max_tokens: usize,
+    /// Any of these ends the reply (Gemma 4 -it: `<eos>`, `<turn|>`, `<|tool_response>`).
+    pub stop_tokens: &'a [u32],
+    /// Holds the tool calls the model opens to the offered tools' syntax (`None`: unconstrained).
+    pub tool_calls: Option<&'a mut CallConstraint>,
+    /// The prompt's images, whose soft tokens take its placeholders (`None`: no images).
+    pub images: Option<&'a PromptImages>,
+    /// Drafting (speculative decoding; `None`: one token per step).
+    pub speculation: Option<&'a mut Speculation<'s>>,
+}
 
 /// A decode loop's state between tokens.
 pub struct Decoder {

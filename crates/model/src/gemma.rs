@@ -299,6 +299,14 @@ impl SplitEmbedding {
     }
 }
 
+/// Ids chosen on the device (`[n, 1]`, a sampler's choice) as the `[n]` ids the lookups read:
+/// i32 ids (the wgpu backends' argmax) have the bits of the u32 the kernels read; others are cast.
+pub(crate) fn device_ids(chosen: &Tensor<2, Int>) -> Tensor<1, Int> {
+    let n = chosen.dims()[0];
+    let ids = chosen.clone().reshape([n]);
+    if matches!(ids.dtype(), DType::I32 | DType::U32) { ids } else { ids.cast(DType::U32) }
+}
+
 /// Token ids as a device tensor for `select`.
 fn int_ids(ids: Vec<i32>, device: &Device) -> Tensor<1, Int> {
     let n = ids.len();
@@ -619,11 +627,7 @@ impl Gemma {
         if !self.steps_on_device() {
             return Err(ModelError::HostLookups);
         }
-        // i32 ids (the wgpu backends' argmax) have the bits of the u32 the lookups read.
-        let mut ids = chosen.clone().reshape([1]);
-        if !matches!(ids.dtype(), DType::I32 | DType::U32) {
-            ids = ids.cast(DType::U32);
-        }
+        let ids = device_ids(chosen);
         let geometry = cache.plan(1, &self.device)?;
         let logits = if step_recording::applies(self, geometry.is_recordable()) {
             let mut slot = cache.recorded.take();
@@ -688,6 +692,11 @@ impl Gemma {
         self.embed_tokens.lookup(tokens, &self.device).mul_scalar(self.config.embed_scale)
     }
 
+    /// [`Self::token_embedding`] of ids on the device (`[S]`, where [`Self::looks_up_on_device`]).
+    pub(crate) fn token_embedding_ids(&self, ids: &Tensor<1, Int>) -> Tensor<2> {
+        self.embed_tokens.rows_of(ids).mul_scalar(self.config.embed_scale)
+    }
+
     /// [`Self::embed`], with the placeholders' rows replaced by the soft tokens (as transformers
     /// does: their per-layer rows are the pad token's, id 0).
     fn embed_with(&self, tokens: &[u32], soft_tokens: Option<&SoftTokens>) -> (Tensor<2>, Option<Tensor<2>>) {
@@ -725,7 +734,7 @@ impl Gemma {
     /// writing the rows it holds, so the launches do not depend on the ids.
     pub(crate) fn embed_ids(&self, ids: &Tensor<1, Int>) -> (Tensor<2>, Option<Tensor<2>>) {
         let c = &self.config;
-        let x0 = self.embed_tokens.rows_of(ids).mul_scalar(c.embed_scale);
+        let x0 = self.token_embedding_ids(ids);
         let token_rows = self.per_layer.as_ref().and_then(|ple| {
             let p = ple.table.width() / c.num_layers;
             ple.table.rows_of(ids, (p as f32).sqrt())

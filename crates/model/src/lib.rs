@@ -9,8 +9,10 @@
 //!   token; [`error`]: the model's error.
 //! - [`drafter`]: Gemma 4's assistant, which drafts tokens from the main model's hidden state and
 //!   keys and values for speculative decoding.
-//! - [`decode`]: token after token with the readback a step behind (the next step is submitted
-//!   before a token's id is read back).
+//! - [`decode`]: what every decode loop shares (options, the result, choosing and reading tokens)
+//!   and the plain loop's token after token with the readback a step behind; [`generate`]: the
+//!   entry, plain or drafting.
+//! - [`drafting`]: what a generation drafts with and what drafting did.
 //! - [`speculative`]: speculative decoding: drafts (the assistant's, or a lookup's) verified in
 //!   one chunk, the accepted prefix kept.
 //! - [`constrain`]: tool calls held to the offered tools' syntax while they are sampled.
@@ -23,6 +25,7 @@ pub mod config;
 pub mod constrain;
 pub mod decode;
 pub mod drafter;
+pub mod drafting;
 pub mod error;
 pub mod gemma;
 pub mod generate;

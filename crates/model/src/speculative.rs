@@ -20,7 +20,9 @@
 //! distributed as the main model's sampler would draw it. A drafted token the open tool call
 //! forbids is never proposed (the assistant's logits are masked; a lookup's draft ends there), and
 //! every verified row is masked as the plain loop would mask it. Only ids and, when sampling, the
-//! k acceptance ratios are read back.
+//! k acceptance ratios are read back. While no call is open the assistant's steps chain on the
+//! device (each draft's id feeds the next step unread) and the round reads back twice: the k
+//! drafts, then the verification; inside a call each draft is read before the next is masked.
 
 use std::ops::ControlFlow;
 
@@ -28,89 +30,12 @@ use burn::tensor::{Int, Tensor, TensorData};
 use hearth_kernels::mask_logits;
 
 use crate::constrain::{CallConstraint, ConstraintMark};
-use crate::drafter::{Drafter, DrafterError};
-use crate::generate::{GenerateError, GenerateOptions, Generation, choose, constrain, read};
+use crate::decode::{GenerateError, GenerateOptions, Generation, choose, constrain, read};
+use crate::drafter::DrafterError;
+pub use crate::drafting::{DraftLength, DraftSource, Speculation, SpeculationStats};
 use crate::sampling::{Candidates, SampleError, Sampler};
 use crate::session::{PromptImages, Session};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
-
-/// Where drafts come from.
-pub enum DraftSource<'a> {
-    /// Gemma 4's assistant model, reading the main model's cache.
-    Assistant(&'a Drafter),
-    /// A function of the tokens so far and the most it may propose: its guesses (prompt lookup;
-    /// a test's scripted drafts). Treated as certain (q = 1 for the guessed token).
-    Lookup(&'a mut dyn FnMut(&[u32], usize) -> Vec<u32>),
-}
-
-/// A generation's drafting: the source, how many tokens to draft, and what happened.
-pub struct Speculation<'a> {
-    pub source: DraftSource<'a>,
-    pub length: DraftLength,
-    pub stats: SpeculationStats,
-}
-
-impl<'a> Speculation<'a> {
-    /// Drafting from `source`, at most `max_draft` tokens a round.
-    pub fn new(source: DraftSource<'a>, max_draft: usize) -> Self {
-        Speculation { source, length: DraftLength::new(max_draft), stats: SpeculationStats::default() }
-    }
-}
-
-/// How many tokens a round drafts: two more after a round whose drafts were all accepted, one
-/// fewer after one with a rejection (transformers' "heuristic" schedule), between 1 and `max`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DraftLength {
-    pub current: usize,
-    pub max: usize,
-}
-
-impl DraftLength {
-    pub fn new(max: usize) -> Self {
-        let max = max.max(1);
-        DraftLength { current: max.min(4), max }
-    }
-
-    /// A fixed length (benchmarks).
-    pub fn fixed(k: usize) -> Self {
-        DraftLength { current: k.max(1), max: k.max(1) }
-    }
-
-    fn update(&mut self, drafted: usize, accepted: usize) {
-        if drafted == 0 || self.current == self.max && accepted == drafted {
-            return;
-        }
-        self.current = if accepted == drafted { self.current + 2 } else { self.current - 1 }.clamp(1, self.max);
-    }
-}
-
-/// What drafting did in one generation.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct SpeculationStats {
-    /// Verifications run.
-    pub rounds: usize,
-    /// Drafted tokens verified.
-    pub drafted: usize,
-    /// Of those, accepted.
-    pub accepted: usize,
-}
-
-impl SpeculationStats {
-    /// The share of drafted tokens accepted (0 when none was drafted).
-    pub fn acceptance(&self) -> f64 {
-        if self.drafted == 0 { 0.0 } else { self.accepted as f64 / self.drafted as f64 }
-    }
-
-    /// Drafted tokens per round.
-    pub fn mean_draft(&self) -> f64 {
-        if self.rounds == 0 { 0.0 } else { self.drafted as f64 / self.rounds as f64 }
-    }
-
-    /// Tokens each verification produced (accepted drafts + the correction).
-    pub fn tokens_per_round(&self) -> f64 {
-        if self.rounds == 0 { 0.0 } else { (self.accepted + self.rounds) as f64 / self.rounds as f64 }
-    }
-}
 
 /// The generated text so far, and the rules that end it.
 struct Output<'t> {
@@ -183,6 +108,45 @@ pub(crate) async fn generate_speculative(
         let mut draft_candidates: Vec<Candidates> = Vec::new();
         match &mut speculation.source {
             DraftSource::Assistant(drafter) if k > 0 => match drafter.context(session.cache()) {
+                Ok(context) if session.steps_on_device() && calls.as_deref().is_none_or(|c| !c.in_call()) => {
+                    // The chain on the device: each draft's id feeds the next step without a
+                    // readback, and the k ids come back in one.
+                    let mut state = hidden.clone();
+                    let mut choices: Vec<Tensor<2, Int>> = Vec::with_capacity(k);
+                    for _ in 0..k {
+                        let draft = match choices.last() {
+                            None => drafter.step(session.model(), &context, next, state)?,
+                            Some(last) => drafter.step_chosen(session.model(), &context, last, state)?,
+                        };
+                        choices.push(if sampler.is_greedy() {
+                            draft.logits.argmax(1)
+                        } else {
+                            let candidates = sampler.candidates(draft.logits);
+                            let choice = sampler.draw(&candidates);
+                            draft_candidates.push(candidates);
+                            choice
+                        });
+                        state = draft.state;
+                    }
+                    for id in Sampler::read_all(Tensor::cat(choices, 0)).await? {
+                        // Held to the constraint as the plain loop would hold it: after a draft
+                        // that opens a call, the first draft the call forbids ends the drafts
+                        // (drawn unmasked, the kept ones are still verified against the masked
+                        // rows with the distribution they were drawn from).
+                        if let Some(calls) = calls.as_deref_mut() {
+                            if !calls.allows(vocab, id) {
+                                break;
+                            }
+                            calls.advance(id);
+                            marks.push(calls.mark());
+                        }
+                        drafts.push(id);
+                        if is_stop(id) {
+                            break;
+                        }
+                    }
+                    draft_candidates.truncate(drafts.len());
+                }
                 Ok(context) => {
                     let (mut token, mut state) = (next, hidden.clone());
                     for _ in 0..k {

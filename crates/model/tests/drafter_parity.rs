@@ -6,10 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Device, Int, Tensor};
 use hearth_model::drafter::{self, Drafter, DrafterError};
 use hearth_model::model_dir::{load_config, load_model};
-use hearth_model::{CacheOptions, Gemma, KvCache};
+use hearth_model::{CacheOptions, Gemma, KvCache, Sampler};
 use serde::Deserialize;
 
 mod common;
@@ -82,6 +82,7 @@ fn check_case(label: &str, model: &Gemma, drafter: &Drafter, options: CacheOptio
 
     let context = drafter.context(&cache).unwrap();
     assert_eq!(context.position(), cache.len());
+    let state_at_start = state.clone();
     let (mut token, mut state) = (next, state);
     let mut drafted = Vec::new();
     let mut worst = 0.0f32;
@@ -96,6 +97,21 @@ fn check_case(label: &str, model: &Gemma, drafter: &Drafter, options: CacheOptio
         state = draft.state;
     }
     assert_eq!(drafted, case.drafted, "{label}: drafted ids");
+    if model.steps_on_device() {
+        // The same chain with each draft's id left on the device (as a round drafts while no
+        // call is open): the ids, read back once at the end, are transformers'.
+        let (mut state, mut choices) = (state_at_start, Vec::<Tensor<2, Int>>::new());
+        for _ in &case.logits {
+            let draft = match choices.last() {
+                None => drafter.step(model, &context, next, state).unwrap(),
+                Some(last) => drafter.step_chosen(model, &context, last, state).unwrap(),
+            };
+            choices.push(draft.logits.argmax(1));
+            state = draft.state;
+        }
+        let ids = pollster::block_on(Sampler::read_all(Tensor::cat(choices, 0))).unwrap();
+        assert_eq!(ids, case.drafted, "{label}: drafted ids, chained on the device");
+    }
     eprintln!("{label}: max |Δlogit| = {worst:.2e} (hidden {hidden_diff:.1e}), drafted {drafted:?}");
     worst
 }

@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 use ts_rs::TS;
 
 use crate::arguments::{Key, NavigateArgs, PressKeyArgs, ReadLinkArgs, ToolCall, TypeArgs};
-use crate::backend::PointTarget;
+use crate::page::PointTarget;
 use crate::page::{ElementInfo, FormInfo, PageInfo};
 use crate::tools::{RiskLevel, ToolDefinition};
 

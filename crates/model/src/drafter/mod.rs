@@ -47,7 +47,8 @@ pub use load::load_dir;
 use crate::cache::{KvCache, MASKED};
 use crate::config::LayerType;
 use crate::error::ModelError;
-use crate::gemma::Gemma;
+use crate::gemma::{Gemma, device_ids};
+use crate::step_recording::StepToken;
 
 /// One decoder layer: a Gemma 4 layer whose attention has queries only (keys and values are the
 /// main model's) and no per-layer input. Matrices are f32, stored `[in, out]`.
@@ -250,10 +251,36 @@ impl Drafter {
         token: u32,
         state: Tensor<2>,
     ) -> Result<Draft, DrafterError> {
-        let c = &self.config.text;
-        if token as usize >= c.vocab_size {
+        if token as usize >= self.config.text.vocab_size {
             return Err(ModelError::TokenOutOfRange(token).into());
         }
+        self.step_from(main, context, StepToken::Host(token), state)
+    }
+
+    /// [`Self::step`] from a token chosen on the device (`[1, 1]`: the last draft's choice, not
+    /// read back), so that a chain of draft steps needs no readback between them. Needs
+    /// [`Gemma::steps_on_device`].
+    pub fn step_chosen(
+        &self,
+        main: &Gemma,
+        context: &DraftContext,
+        chosen: &Tensor<2, Int>,
+        state: Tensor<2>,
+    ) -> Result<Draft, DrafterError> {
+        if !main.steps_on_device() {
+            return Err(ModelError::HostLookups.into());
+        }
+        self.step_from(main, context, StepToken::Device(&device_ids(chosen)), state)
+    }
+
+    fn step_from(
+        &self,
+        main: &Gemma,
+        context: &DraftContext,
+        token: StepToken,
+        state: Tensor<2>,
+    ) -> Result<Draft, DrafterError> {
+        let c = &self.config.text;
         let (width, main_width) = (self.config.backbone_hidden_size, main.config.hidden_size);
         if main_width != width {
             return Err(DrafterError::BackboneWidth { drafter: width, main: main_width });
@@ -262,7 +289,11 @@ impl Drafter {
             return Err(DrafterError::StateShape { width, actual: state.dims().to_vec() });
         }
         let eps = c.rms_norm_eps;
-        let input = Tensor::cat(vec![main.token_embedding(&[token]), state], 1); // [1, 2H]
+        let embedded = match token {
+            StepToken::Host(token) => main.token_embedding(&[token]),
+            StepToken::Device(ids) => main.token_embedding_ids(ids),
+        };
+        let input = Tensor::cat(vec![embedded, state], 1); // [1, 2H]
         let mut x = input.matmul(self.pre_projection.clone()); // [1, h]
         for (i, layer) in self.layers.iter().enumerate() {
             let shared = context.kinds[layer.kind.index()].as_ref().ok_or(DrafterError::CacheMismatch(i))?;
