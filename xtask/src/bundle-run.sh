@@ -14,6 +14,8 @@
 #                             once more per tile (threads×rows×tokens×depth, 60 s each)
 #   HEARTH_SPLIT_KEYS="8 32 64"   after the side-by-side, decode at depth 4,096 on the layout
 #                             GGUF once more per fewest-keys-a-split of the decode attention
+#   HEARTH_GEMV_ROWS="2 4 8"  after the kernel step, the GEMV tables once more per rows a block
+#                             of the decode products' kernel (default "2 4 8"; empty: none)
 #   HEARTH_LAYOUT_DIR=<dir>   where the 3.3 GB layout GGUF is written (default: a temporary folder)
 # Needs bash, coreutils and a Vulkan driver; no cargo, no network. The side-by-side with llama.cpp
 # (first, when llama-bench.xz is here) also needs python3 and 3.3 GB of disk. Each step has its own time
@@ -27,7 +29,7 @@ for arg in "$@"; do
     case "$arg" in
         --quick) quick=1 ;;
         -h | --help)
-            sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         -*)
@@ -295,6 +297,9 @@ side_by_side() {
 step "Self-test" text 60 self-test
 side_by_side
 step "Kernels" md 90 bench --kernels-only "${kernel_flags[@]}"
+for rows in ${HEARTH_GEMV_ROWS-2 4 8}; do
+    step "Kernels, GEMV $rows rows a block" md 90 bench --kernels-only --gemm-tokens 0 --gemv-rows "$rows"
+done
 for tile in ${HEARTH_GEMM_TILES:-}; do
     step "GEMM tile $tile" md 60 bench --kernels-only "${kernel_flags[@]}" --gemm-shapes q,kv,gate-up,down --gemm-tile "$tile"
 done

@@ -76,6 +76,10 @@ pub struct BenchOptions {
     /// on a new adapter without a rebuild.
     #[arg(long)]
     pub split_keys: Option<u32>,
+    /// Rows each block of the decode products' GEMV kernel multiplies (1, 2, 4 or 8; default 1):
+    /// to try the layout on a new adapter without a rebuild.
+    #[arg(long)]
+    pub gemv_rows: Option<u32>,
     /// Measure this model (folder or GGUF file) instead of a synthetic E2B/E4B.
     #[arg(long)]
     pub model: Option<PathBuf>,
@@ -132,6 +136,10 @@ pub fn run(device: &Device, adapter: &str, memory: DeviceMemory, options: &Bench
     if let Some(keys) = options.split_keys {
         hearth_kernels::tuning::set_decode_split_keys(keys).map_err(|e| e.to_string())?;
         println!("Each decode attention split reads at least {keys} keys (`--split-keys`).\n");
+    }
+    if let Some(rows) = options.gemv_rows {
+        hearth_kernels::tuning::set_gemv_rows(rows).map_err(|e| e.to_string())?;
+        println!("Each block of the GEMV kernel multiplies {rows} rows (`--gemv-rows`).\n");
     }
     if options.vision {
         return vision::run(device, memory, options);

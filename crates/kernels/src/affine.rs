@@ -34,9 +34,14 @@ use crate::tuning::ProductKernel;
 const THREADS: u32 = 64;
 /// Tokens one thread block multiplies at once (prefill); their weights are dequantized once.
 const TOKEN_TILE: u32 = 8;
+/// Rows of the GEMV-style kernel per thread block, unless `tuning::set_gemv_rows` says otherwise:
+/// one (64 lanes a row) until a GPU's measurement shows more to be faster.
+const DEFAULT_ROWS_PER_GROUP: u32 = 1;
 
 /// `out[s, r] = Σ_k x[s, k] · (scale[r, g(k)] · q[r, k] + bias[r, g(k)])`, for up to
-/// `TOKEN_TILE` tokens of `x` per block. Grid: (row blocks x, row blocks y, token tiles).
+/// `TOKEN_TILE` tokens of `x` per block. Each row takes `lanes` threads (the block's `threads` in
+/// `threads / lanes` rows; at least `tile` lanes, which write the row's tokens). Grid: (row groups
+/// x, row groups y, token tiles).
 ///
 /// When `normed`, `x` is first RMS-normalised with the weight in `aux` (the decoder's pre-norms): the
 /// weight multiplies each value as it is read and `(mean(x²) + eps)^-½` the finished dot product,
@@ -71,10 +76,14 @@ fn affine_matmul_kernel(
     #[comptime] group: u32,
     #[comptime] bits: u32,
     #[comptime] threads: u32,
+    #[comptime] lanes: u32,
     #[comptime] levels: u32,
     #[comptime] tile: u32,
 ) {
-    let row = CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X;
+    let rows_per_group = comptime!(threads / lanes);
+    let segment = UNIT_POS_X / lanes;
+    let lane = UNIT_POS_X % lanes;
+    let row = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * rows_per_group + segment;
     let first_token = CUBE_POS_Z * tile;
     let thread = UNIT_POS_X;
     // A chunk: the fewest whole words holding whole codes (one word of 4- or 8-bit codes, three
@@ -95,7 +104,7 @@ fn affine_matmul_kernel(
         squares[s as usize] = 0.0;
     }
     if row < rows {
-        let mut c = thread;
+        let mut c = lane;
         while c < chunks {
             let chunk = load_chunk(codes, row * words + c * chunk_words, chunk_words);
             let g = (c * per_chunk) / group;
@@ -141,11 +150,12 @@ fn affine_matmul_kernel(
                     }
                 }
             }
-            c += threads;
+            c += lanes;
         }
     }
 
-    // Sum the threads' partial dot products (and squares): trees in shared memory, one per token.
+    // Sum the lanes' partial dot products (and squares): trees in shared memory, one per token
+    // and row.
     let mut partial = Shared::<[f32]>::new_slice((tile * threads) as usize);
     let mut partial_up = Shared::<[f32]>::new_slice((tile * threads) as usize);
     let mut partial_squares = Shared::<[f32]>::new_slice((tile * threads) as usize);
@@ -162,8 +172,8 @@ fn affine_matmul_kernel(
     sync_cube();
     #[unroll]
     for level in 0..levels {
-        let stride = threads >> (level + 1);
-        if thread < stride {
+        let stride = lanes >> (level + 1);
+        if lane < stride {
             #[unroll]
             for s in 0..tile {
                 let at = (s * threads + thread) as usize;
@@ -181,13 +191,14 @@ fn affine_matmul_kernel(
         }
         sync_cube();
     }
-    if thread < tile && row < rows {
-        let token = first_token + thread;
+    if lane < tile && row < rows {
+        let token = first_token + lane;
         if token < tokens {
-            let mut value = partial[(thread * threads) as usize];
-            let mut value_up = partial_up[(thread * threads) as usize];
+            let at = (lane * threads + segment * lanes) as usize;
+            let mut value = partial[at];
+            let mut value_up = partial_up[at];
             if normed {
-                let inv_rms = 1.0 / f32::sqrt(partial_squares[(thread * threads) as usize] / f32::cast_from(k) + eps);
+                let inv_rms = 1.0 / f32::sqrt(partial_squares[at] / f32::cast_from(k) + eps);
                 value *= inv_rms;
                 value_up *= inv_rms;
             }
@@ -276,6 +287,7 @@ pub trait AffineKernels: Backend {
         group: usize,
         bits: u32,
         kernel: ProductKernel,
+        rows_per_group: u32,
     ) -> FloatTensor<Self>;
 
     /// Rows `ids` of a packed `W` (rows `first_row..` of a larger table), dequantized, written
@@ -347,6 +359,7 @@ impl AffineKernels for CubeBackend {
         group: usize,
         bits: u32,
         kernel: ProductKernel,
+        rows_per_group: u32,
     ) -> CubeTensor {
         let tiled = match kernel {
             ProductKernel::Auto => {
@@ -367,10 +380,18 @@ impl AffineKernels for CubeBackend {
         debug_assert_eq!(words * 32 / bits as usize, k, "codes and input disagree on k");
         let client = x.client.clone();
         let out = empty_output(&x, burn::tensor::Shape::new([tokens, rows]));
-        let (grid_x, grid_y) = grid(rows as u32);
-        let tiles = (tokens as u32).div_ceil(TOKEN_TILE).max(1);
         // A single token needs no token tile: a smaller kernel with fewer registers.
         let tile = if tokens == 1 { 1 } else { TOKEN_TILE };
+        // Rows a block multiplies: its threads split in as many groups of lanes, each at least
+        // the tile (the lanes that write a row's tokens).
+        let rows_per_group = match rows_per_group {
+            0 => crate::tuning::gemv_rows().unwrap_or(DEFAULT_ROWS_PER_GROUP),
+            r => r,
+        }
+        .clamp(1, THREADS / tile);
+        let lanes = THREADS / rows_per_group;
+        let (grid_x, grid_y) = grid((rows as u32).div_ceil(rows_per_group));
+        let tiles = (tokens as u32).div_ceil(TOKEN_TILE).max(1);
         let tiles = if tokens == 1 { 1 } else { tiles };
         affine_matmul_kernel::launch(
             &client,
@@ -397,7 +418,8 @@ impl AffineKernels for CubeBackend {
             group as u32,
             bits,
             THREADS,
-            THREADS.trailing_zeros(),
+            lanes,
+            lanes.trailing_zeros(),
             tile,
         );
         out
@@ -550,6 +572,16 @@ impl AffineMatrix {
         }
     }
 
+    /// `x · Wᵀ` by the GEMV-style kernel with `rows_per_group` rows per thread block (1, 2, 4 or
+    /// 8: 64, 32, 16 or 8 lanes a row) where the kernels run (its tests and the benchmark).
+    pub fn matmul_transposed_in_groups(&self, x: Tensor<2>, rows_per_group: u32) -> Tensor<2> {
+        if has_fused_kernels(&x.device()) {
+            self.launch_in_groups(Gate::None, x, None, None, ProductKernel::TokenTiles, rows_per_group.max(1))
+        } else {
+            self.matmul_transposed(x)
+        }
+    }
+
     /// `RMSNorm(x) · Wᵀ` with the norm's weight `[k]`: [S, k] → [S, rows], the norm fused into
     /// the product where the kernels run.
     pub fn normed_matmul_transposed(&self, x: Tensor<2>, norm_weight: &Tensor<1>, eps: f32) -> Tensor<2> {
@@ -616,6 +648,20 @@ impl AffineMatrix {
         cap: Option<f32>,
         kernel: ProductKernel,
     ) -> Tensor<2> {
+        self.launch_in_groups(gate, x, norm, cap, kernel, 0)
+    }
+
+    /// [`Self::launch_with`] with `rows_per_group` rows per block of the GEMV-style kernel (0:
+    /// the tuned default).
+    fn launch_in_groups(
+        &self,
+        gate: Gate,
+        x: Tensor<2>,
+        norm: Option<(&Tensor<1>, f32)>,
+        cap: Option<f32>,
+        kernel: ProductKernel,
+        rows_per_group: u32,
+    ) -> Tensor<2> {
         // Inputs the kernel does not read are bound to tensors at hand: this matrix in the second
         // matrix's place, its scales in `aux`'s. `aux` is the norm weight or the gate's multiplier
         // (a per-layer-input gate is never normed).
@@ -648,6 +694,7 @@ impl AffineMatrix {
             self.group,
             self.bits,
             kernel,
+            rows_per_group,
         ))
     }
 
@@ -846,6 +893,31 @@ mod tests {
                 assert!(
                     diff <= 1e-5 * scale * (k as f32).sqrt(),
                     "{name} {tokens}x{rows}x{k}/{group} {bits}-bit: {diff}"
+                );
+            }
+        }
+    }
+
+    /// The GEMV-style kernel with several rows per block (fewer lanes a row): the same products
+    /// for 1, 2, 4 and 8 rows, with row counts that leave the last block part empty, one token
+    /// and token tiles, and the chunk loop's stride not dividing `k`.
+    #[test]
+    fn rows_per_block_leave_the_product_unchanged() {
+        let Some(gpu) = crate::launch::test_gpu() else { return };
+        let cases = [(1, 41, 256, 64, 4), (1, 300, 1536, 64, 4), (9, 13, 640, 32, 8), (3, 7, 96, 16, 6)];
+        for (tokens, rows, k, group, bits) in cases {
+            let (t, dense) = matrix(rows, k, group, bits, (tokens * 31 + rows + k) as u32);
+            let x = inputs(tokens, k);
+            let m = AffineMatrix::upload(t, &gpu);
+            let want = reference(&x, &dense, tokens, rows, k);
+            let scale = want.iter().map(|v| v.abs()).fold(1.0, f32::max);
+            for rows_per_block in [1, 2, 4, 8] {
+                let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [tokens, k]), &gpu);
+                let got = read(m.matmul_transposed_in_groups(xt, rows_per_block));
+                let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                assert!(
+                    diff <= 1e-5 * scale * (k as f32).sqrt(),
+                    "{rows_per_block} rows a block, {tokens}x{rows}x{k}/{group} {bits}-bit: {diff}"
                 );
             }
         }

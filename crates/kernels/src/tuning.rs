@@ -20,6 +20,7 @@ pub enum ProductKernel {
 static PREFILL_KERNEL: OnceLock<ProductKernel> = OnceLock::new();
 static GEMM_TILE: OnceLock<GemmTile> = OnceLock::new();
 static SPLIT_KEYS: OnceLock<u32> = OnceLock::new();
+static GEMV_ROWS: OnceLock<u32> = OnceLock::new();
 
 /// Why a choice was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -32,6 +33,8 @@ pub enum TuningError {
     Invalid(GemmTile, &'static str),
     #[error("a decode attention split takes 1 to 4,096 keys at least, got {0}")]
     SplitKeys(u32),
+    #[error("a GEMV block multiplies 1, 2, 4 or 8 rows, got {0}")]
+    GemvRows(u32),
 }
 
 /// The kernel that multiplies a prompt (16 tokens or more) by a packed matrix when the model lets
@@ -130,6 +133,19 @@ impl GemmTile {
         }
         Ok(())
     }
+}
+
+/// Rows each block of the GEMV-style kernel multiplies (decode's products; 1, 2, 4 or 8: its 64
+/// threads split into as many rows), in place of the default (one).
+pub fn set_gemv_rows(rows: u32) -> Result<(), TuningError> {
+    if !matches!(rows, 1 | 2 | 4 | 8) {
+        return Err(TuningError::GemvRows(rows));
+    }
+    GEMV_ROWS.set(rows).map_err(|_| TuningError::AlreadySet("GEMV rows per block"))
+}
+
+pub(crate) fn gemv_rows() -> Option<u32> {
+    GEMV_ROWS.get().copied()
 }
 
 #[cfg(test)]

@@ -101,8 +101,18 @@ impl CacheOptions {
             .unwrap_or(0)
     }
 
-    fn ring_capacity(&self, config: &TextConfig) -> usize {
+    /// The sliding layers' ring: the window and one chunk (so every query of a chunk finds its
+    /// whole window), at most the context.
+    pub fn ring_capacity(&self, config: &TextConfig) -> usize {
         config.window().max(1).saturating_add(self.max_chunk.max(1)).min(self.max_context)
+    }
+
+    /// Key/value slots a layer of `kind` holds: every position (full attention) or the ring.
+    pub fn slots(&self, config: &TextConfig, kind: LayerType) -> usize {
+        match kind {
+            LayerType::Full => self.max_context,
+            LayerType::Sliding => self.ring_capacity(config),
+        }
     }
 }
 
@@ -204,10 +214,8 @@ impl ChunkGeometry {
 
 impl KvCache {
     pub fn new(config: &TextConfig, options: CacheOptions, device: &Device) -> Self {
-        let window = config.window().max(1);
-        let max_chunk = options.max_chunk.max(1);
         let full_capacity = options.max_context;
-        let ring_capacity = window.saturating_add(max_chunk).min(full_capacity);
+        let ring_capacity = options.ring_capacity(config);
         let mut inv_freq: [Option<Vec<f32>>; 2] = [None, None];
         let layers = config
             .layers
@@ -217,11 +225,7 @@ impl KvCache {
                 if layer.kv_producer.is_some() {
                     return None;
                 }
-                let capacity = match layer.kind {
-                    LayerType::Full => full_capacity,
-                    LayerType::Sliding => ring_capacity,
-                };
-                let shape = [layer.num_kv_heads, capacity, layer.head_dim];
+                let shape = [layer.num_kv_heads, options.slots(config, layer.kind), layer.head_dim];
                 Some(LayerKv {
                     kind: layer.kind,
                     keys: Tensor::zeros(shape, device),
@@ -248,7 +252,7 @@ impl KvCache {
         });
         KvCache {
             layers,
-            window,
+            window: config.window().max(1),
             full_capacity,
             ring_capacity,
             ring_positions: vec![None; ring_capacity],

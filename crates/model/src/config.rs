@@ -68,7 +68,7 @@ pub enum Family {
     Gemma4,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LayerType {
     /// Attends to the last `sliding_window` positions.
     Sliding,
@@ -77,6 +77,14 @@ pub enum LayerType {
 }
 
 impl LayerType {
+    /// As configs spell it (`sliding_attention`, `full_attention`), short.
+    pub fn name(self) -> &'static str {
+        match self {
+            LayerType::Sliding => "sliding",
+            LayerType::Full => "full",
+        }
+    }
+
     /// 0 or 1: the slot of per-type tables (RoPE, cache geometry).
     pub(crate) fn index(self) -> usize {
         match self {

@@ -70,7 +70,6 @@ fn print_kernel_times(times: &[KernelTime], position: usize) {
 /// keys a split reads, and the bytes of keys, values and partial results.
 fn print_attention_splits(session: &Session, cache: CacheOptions) {
     let config = &session.model().config;
-    let ring = (config.window().max(1) + cache.max_chunk.max(1)).min(cache.max_context);
     println!("## Decode attention launches (split pass + combine pass per layer)\n");
     println!(
         "Workgroups to fill a GPU: about twice its compute units (an H200 has 132; WebGPU does not say how many an \
@@ -81,27 +80,29 @@ fn print_attention_splits(session: &Session, cache: CacheOptions) {
          | splits reading keys | keys a split | K+V MB read | partials MB |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
-    let mut kinds: BTreeMap<(&str, usize, usize), usize> = BTreeMap::new();
+    let mut kinds: BTreeMap<(LayerType, usize, usize), usize> = BTreeMap::new();
     for layer in &config.layers {
-        let kind = match layer.kind {
-            LayerType::Full => "full",
-            LayerType::Sliding => "sliding",
-        };
-        *kinds.entry((kind, layer.head_dim, layer.num_kv_heads)).or_default() += 1;
+        *kinds.entry((layer.kind, layer.head_dim, layer.num_kv_heads)).or_default() += 1;
     }
     for ((kind, d, kv_heads), count) in kinds {
-        let slots = if kind == "full" { cache.max_context } else { ring };
+        let slots = cache.slots(config, kind);
         let split = DecodeSplit::new(config.num_heads, kv_heads, d, slots);
         for depth in SPLIT_DEPTHS {
-            let keys = if kind == "full" { (depth + 1).min(slots) } else { (depth + 1).min(config.window()) };
+            // A sliding layer reads only the slots that hold its window.
+            let reach = match kind {
+                LayerType::Full => slots,
+                LayerType::Sliding => config.window(),
+            };
+            let keys = (depth + 1).min(reach);
             let kv_mb = (2 * kv_heads * keys * d * 4) as f64 / 1e6 * split.passes as f64;
             let active = split.active_splits(keys);
             // Written by the split pass and read by the combine: an accumulator per active split,
             // a maximum and a sum per split.
             let partial_mb = (config.num_heads * (active * d + split.splits as usize * 2) * 4) as f64 / 1e6;
             println!(
-                "| {count} {kind} | {} / {kv_heads} × {d} | {slots} | {depth} | {keys} | {} × {} × {} = {} | {} | {} | \
+                "| {count} {} | {} / {kv_heads} × {d} | {slots} | {depth} | {keys} | {} × {} × {} = {} | {} | {} | \
                  {kv_mb:.2} | {partial_mb:.2} |",
+                kind.name(),
                 config.num_heads,
                 split.splits,
                 split.passes,
