@@ -147,6 +147,25 @@ impl WasmBuild {
     }
 }
 
+/// A short name for the checkout at `root` (a hash of its canonical path). Cargo decides that a
+/// path package is fresh by comparing its files' times with the last build's, not by where they
+/// are: in a target directory two checkouts share (`CARGO_TARGET_DIR`, as `.ci/run` sets it), an
+/// older checkout building after a newer one would be told its module is fresh and be handed the
+/// other's. Keyed by checkout, each keeps its own.
+pub fn checkout_key(root: &Path) -> String {
+    let canonical = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    // FNV-1a: stable across Rust releases (std's hasher is not promised to be).
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in canonical.to_string_lossy().bytes() {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    let name: String = canonical
+        .file_name()
+        .map(|n| n.to_string_lossy().chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_')).collect())
+        .unwrap_or_default();
+    format!("{name}-{:012x}", hash & 0xffff_ffff_ffff)
+}
+
 /// Cargo features of the offscreen module: test builds add the scripted model that the
 /// end-to-end agent suite drives; release builds have none.
 pub fn wasm_features(release: bool) -> &'static [&'static str] {
@@ -154,8 +173,9 @@ pub fn wasm_features(release: bool) -> &'static [&'static str] {
 }
 
 fn wasm_command(root: &Path, release: bool) -> Result<(Command, PathBuf), String> {
-    // Its own target dir: a different target and often a different rustc than the native build.
-    let target_dir = target_dir(root).join("wasm");
+    // Its own target dir: a different target and often a different rustc than the native build;
+    // and one per checkout (`checkout_key`).
+    let target_dir = target_dir(root).join("wasm").join(checkout_key(root));
     let toolchain = toolchain::wasm_toolchain()?;
     let mut cmd = match &toolchain {
         toolchain::WasmToolchain::Prebuilt => Command::new("cargo"),
@@ -303,6 +323,19 @@ fn command_style_linkage(module: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_checkout_has_its_own_wasm_build() {
+        let dir = std::env::temp_dir().join(format!("hearth-checkouts-{}", std::process::id()));
+        let (a, b) = (dir.join("hearth"), dir.join("copy/hearth"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        let key = checkout_key(&a);
+        assert_eq!(key, checkout_key(&a.join("../hearth")), "one checkout, one key");
+        assert_ne!(key, checkout_key(&b), "another checkout of the same name");
+        assert!(key.starts_with("hearth-") && key.len() == "hearth-".len() + 12, "{key}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn command_style_wrappers_are_found_in_the_name_section() {

@@ -566,7 +566,7 @@ impl AffineMatrix {
     /// `x · Wᵀ` by the given kernel where the kernels run (the benchmark's comparison).
     pub fn matmul_transposed_by(&self, x: Tensor<2>, kernel: ProductKernel) -> Tensor<2> {
         if has_fused_kernels(&x.device()) {
-            self.launch_with(Gate::None, x, None, None, kernel)
+            self.launch_in_groups(Gate::None, x, None, None, kernel, 0)
         } else {
             self.matmul_transposed(x)
         }
@@ -637,21 +637,10 @@ impl AffineMatrix {
     }
 
     fn launch_capped(&self, gate: Gate, x: Tensor<2>, norm: Option<(&Tensor<1>, f32)>, cap: Option<f32>) -> Tensor<2> {
-        self.launch_with(gate, x, norm, cap, ProductKernel::Auto)
+        self.launch_in_groups(gate, x, norm, cap, ProductKernel::Auto, 0)
     }
 
-    fn launch_with(
-        &self,
-        gate: Gate,
-        x: Tensor<2>,
-        norm: Option<(&Tensor<1>, f32)>,
-        cap: Option<f32>,
-        kernel: ProductKernel,
-    ) -> Tensor<2> {
-        self.launch_in_groups(gate, x, norm, cap, kernel, 0)
-    }
-
-    /// [`Self::launch_with`] with `rows_per_group` rows per block of the GEMV-style kernel (0:
+    /// The product by `kernel`, with `rows_per_group` rows per block of the GEMV-style kernel (0:
     /// the tuned default).
     fn launch_in_groups(
         &self,

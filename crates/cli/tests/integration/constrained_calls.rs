@@ -145,13 +145,21 @@ fn constrained_calls_from_the_tiny_model_parse_on_the_cpu() {
     calls_parse_on(&Device::flex(), 16);
 }
 
+/// The GPU (required when `HEARTH_REQUIRE_GPU` is set; else `None` where there is none).
+fn test_gpu() -> Option<Device> {
+    match hearth_model::gpu::init_gpu_blocking() {
+        Ok(gpu) => Some(gpu.device),
+        Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => {
+            eprintln!("no GPU: {err}");
+            None
+        }
+        Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
+    }
+}
+
 #[test]
 fn constrained_calls_from_the_tiny_model_parse_on_the_gpu() {
-    let gpu = match hearth_model::gpu::init_gpu_blocking() {
-        Ok(gpu) => gpu.device,
-        Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => return eprintln!("no GPU: {err}"),
-        Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
-    };
+    let Some(gpu) = test_gpu() else { return };
     calls_parse_on(&gpu, 6);
 }
 
@@ -163,11 +171,7 @@ fn constrained_calls_from_the_tiny_model_parse_on_the_gpu() {
 #[test]
 fn the_lagged_readback_samples_what_synchronous_decoding_does() {
     use hearth_model::decode::Decoder;
-    let gpu = match hearth_model::gpu::init_gpu_blocking() {
-        Ok(gpu) => gpu.device,
-        Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => return eprintln!("no GPU: {err}"),
-        Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
-    };
+    let Some(gpu) = test_gpu() else { return };
     let dir = tiny_chat();
     let tokenizer = load_tokenizer(&dir).expect("tokenizer");
     let tools = builtin_tools();
