@@ -497,7 +497,7 @@ impl AffineMatrix {
         };
         let (words, groups) = (k * params.bits as usize / 32, k / params.group_size);
         let scales = if fused {
-            let layout = ScaleLayout::fitting(scales, biases, params.bits);
+            let layout = ScaleLayout::fitting(scales, biases, params.bits, groups);
             let (data, per_row) = layout.words(scales, biases, groups);
             Scales::Words {
                 words: Tensor::from_data(TensorData::new(data, [rows, per_row]), (device, DType::U32)),
@@ -1119,20 +1119,108 @@ mod tests {
     #[test]
     fn symmetric_scales_fit_halves_and_nothing_else_does() {
         let (q4_0, _) = symmetric_matrix(4, 96, 32, 4, 8.0);
-        assert_eq!(ScaleLayout::fitting(&q4_0.scales, &q4_0.biases, 4), ScaleLayout::Half { offset: 8 });
+        assert_eq!(ScaleLayout::fitting(&q4_0.scales, &q4_0.biases, 4, 3), ScaleLayout::Half { offset: 8 });
         let (q8_0, _) = symmetric_matrix(4, 64, 32, 8, 128.0);
-        assert_eq!(ScaleLayout::fitting(&q8_0.scales, &q8_0.biases, 8), ScaleLayout::Half { offset: 128 });
+        assert_eq!(ScaleLayout::fitting(&q8_0.scales, &q8_0.biases, 8, 2), ScaleLayout::Half { offset: 128 });
         // MLX's free biases; one bias off by an ulp.
         let (mlx, _) = matrix(4, 96, 32, 4, 3);
-        assert_eq!(ScaleLayout::fitting(&mlx.scales, &mlx.biases, 4), ScaleLayout::Pairs);
+        assert_eq!(ScaleLayout::fitting(&mlx.scales, &mlx.biases, 4, 3), ScaleLayout::Pairs);
         let mut off = q4_0.biases.clone();
         off[5] = f32::from_bits(off[5].to_bits() + 1);
-        assert_eq!(ScaleLayout::fitting(&q4_0.scales, &off, 4), ScaleLayout::Pairs);
+        assert_eq!(ScaleLayout::fitting(&q4_0.scales, &off, 4, 3), ScaleLayout::Pairs);
         // Q6_K's scales are products no half holds: one f32 a group, the bias still implied.
         let mut wide = q4_0.scales.clone();
         wide[2] = 0.1;
         let biases: Vec<f32> = wide.iter().map(|s| -32.0 * s).collect();
-        assert_eq!(ScaleLayout::fitting(&wide, &biases, 8), ScaleLayout::Single { offset: 32 });
+        assert_eq!(ScaleLayout::fitting(&wide, &biases, 8, 3), ScaleLayout::Single { offset: 32 });
+    }
+
+    /// `m`'s decode product, prompt products and gated pair (with `up`) against the host
+    /// products of their dequantizations `dense` and `dense_up`.
+    fn multiplies_like(m: &AffineMatrix, dense: &[f32], up: &AffineMatrix, dense_up: &[f32], what: &str, gpu: &Device) {
+        let (rows, k) = (m.rows(), m.k());
+        for tokens in [1, 3, 19] {
+            let x = inputs(tokens, k);
+            let xt = || Tensor::<2>::from_data(TensorData::new(x.clone(), [tokens, k]), gpu);
+            let want = reference(&x, dense, tokens, rows, k);
+            let close = |got: Vec<f32>, want: &[f32], kind: &str| {
+                let scale = want.iter().map(|v| v.abs()).fold(1e-3, f32::max);
+                let diff = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                assert!(diff <= 1e-5 * scale * (k as f32).sqrt(), "{kind} {tokens}x{rows}x{k} {what}: {diff}");
+            };
+            close(read(m.matmul_transposed(xt())), &want, "product");
+            let gelu = |v: f32| 0.5 * v * (1.0 + ((v + 0.044_715 * v * v * v) * 0.797_884_6).tanh());
+            let ones = Tensor::<1>::ones([k], gpu);
+            // RMSNorm with unit weight, as the reference sees it: x scaled per token.
+            let normed: Vec<f32> = x
+                .chunks(k)
+                .flat_map(|row| {
+                    let inv = 1.0 / (row.iter().map(|v| v * v).sum::<f32>() / k as f32 + 1e-6).sqrt();
+                    row.iter().map(move |v| v * inv).collect::<Vec<_>>()
+                })
+                .collect();
+            let gated_normed: Vec<f32> = reference(&normed, dense, tokens, rows, k)
+                .iter()
+                .zip(&reference(&normed, dense_up, tokens, rows, k))
+                .map(|(&g, &u)| gelu(g) * u)
+                .collect();
+            close(read(m.normed_gated_matmul(up, xt(), &ones, 1e-6)), &gated_normed, "gated");
+        }
+    }
+
+    /// Random Q6_K blocks (codes and byte scales at random, each block's `d` a normal half) as
+    /// GGUF stores them, `rows` rows of `k` values.
+    fn q6_k_blocks(rows: usize, k: usize, seed: u32) -> Vec<u8> {
+        let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state
+        };
+        let mut bytes: Vec<u8> = (0..rows * k / 256 * 210).map(|_| next() as u8).collect();
+        // f16 bits: 0.0499, −0.00189, 0.5, 0.0699.
+        let halves: [u16; 4] = [0x2A66, 0x97BE, 0x3800, 0x2C7B];
+        for (b, block) in bytes.chunks_exact_mut(210).enumerate() {
+            block[208..210].copy_from_slice(&halves[b % halves.len()].to_le_bytes());
+        }
+        bytes
+    }
+
+    /// GGUF's Q6_K repacked keeps the file's own size on the device (6-bit codes, a byte scale a
+    /// group of 16, a half a block: 210 bytes a block of 256, E2B's 6 a row) and multiplies like its host
+    /// dequantization; runs that do not factor fall back to one f32 a group.
+    #[test]
+    fn q6_k_scales_keep_the_file_size() {
+        let Some(gpu) = crate::launch::test_gpu() else { return };
+        // A row of an odd number of blocks pads its last half to a word: 2 bytes a row more.
+        for (rows, k, padding) in [(5, 512, 0), (9, 1536, 0), (3, 768, 2)] {
+            let repack = |seed| {
+                let blocks = q6_k_blocks(rows, k, seed);
+                let t = hearth_weights::gguf_affine::to_affine("q6_k", hearth_weights::GgmlType::Q6K, &blocks, rows, k)
+                    .expect("whole blocks")
+                    .expect("Q6_K repacks");
+                let dense = t.dequantize().data;
+                (t, dense)
+            };
+            let ((t, dense), (up, dense_up)) = (repack(3), repack(4));
+            let groups = k / 16;
+            assert_eq!(ScaleLayout::fitting(&t.scales, &t.biases, 6, groups), ScaleLayout::Factored { offset: 32 });
+            let (m, up) = (AffineMatrix::upload(t, &gpu), AffineMatrix::upload(up, &gpu));
+            assert_eq!(m.scale_layout(), Some(ScaleLayout::Factored { offset: 32 }));
+            assert_eq!(m.device_bytes(), rows * (k / 256 * 210 + padding), "{rows}x{k}: the file's bytes");
+            assert_eq!(read(m.dequantize()), dense, "rows of {rows}x{k} Q6_K");
+            multiplies_like(&m, &dense, &up, &dense_up, "Q6_K", &gpu);
+        }
+        // One scale that is no byte multiple of its run's half: that run, so the matrix, stays f32.
+        let blocks = q6_k_blocks(2, 256, 5);
+        let t = hearth_weights::gguf_affine::to_affine("q6_k", hearth_weights::GgmlType::Q6K, &blocks, 2, 256)
+            .expect("whole blocks")
+            .expect("Q6_K repacks");
+        let mut scales = t.scales.clone();
+        scales[3] = 0.1;
+        let biases: Vec<f32> = scales.iter().map(|s| -32.0 * s).collect();
+        assert_eq!(ScaleLayout::fitting(&scales, &biases, 6, 16), ScaleLayout::Single { offset: 32 });
     }
 
     /// Symmetric formats' scales on the device (half scales: 4.5 bits a weight for Q4_0, 5 with
@@ -1162,33 +1250,7 @@ mod tests {
             assert_eq!(m.scale_layout(), Some(layout));
             assert_eq!(m.device_bytes(), (rows * k * bits as usize / 32 + scale_words) * 4);
             assert_eq!(read(m.dequantize()), dense, "rows of {rows}x{k}/{group} {bits}-bit");
-            for tokens in [1, 3, 19] {
-                let x = inputs(tokens, k);
-                let xt = || Tensor::<2>::from_data(TensorData::new(x.clone(), [tokens, k]), &gpu);
-                let want = reference(&x, &dense, tokens, rows, k);
-                let scale = want.iter().map(|v| v.abs()).fold(1e-3, f32::max);
-                let close = |got: Vec<f32>, want: &[f32], what: &str| {
-                    let diff = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
-                    assert!(diff <= 1e-5 * scale * (k as f32).sqrt(), "{what} {tokens}x{rows}x{k} {bits}-bit: {diff}");
-                };
-                close(read(m.matmul_transposed(xt())), &want, "product");
-                let gelu = |v: f32| 0.5 * v * (1.0 + ((v + 0.044_715 * v * v * v) * 0.797_884_6).tanh());
-                let ones = Tensor::<1>::ones([k], &gpu);
-                // RMSNorm with unit weight, as the reference sees it: x scaled per token.
-                let normed: Vec<f32> = x
-                    .chunks(k)
-                    .flat_map(|row| {
-                        let inv = 1.0 / (row.iter().map(|v| v * v).sum::<f32>() / k as f32 + 1e-6).sqrt();
-                        row.iter().map(move |v| v * inv).collect::<Vec<_>>()
-                    })
-                    .collect();
-                let gated_normed: Vec<f32> = reference(&normed, &dense, tokens, rows, k)
-                    .iter()
-                    .zip(&reference(&normed, &dense_up, tokens, rows, k))
-                    .map(|(&g, &u)| gelu(g) * u)
-                    .collect();
-                close(read(m.normed_gated_matmul(&up, xt(), &ones, 1e-6)), &gated_normed, "gated");
-            }
+            multiplies_like(&m, &dense, &up, &dense_up, &format!("{bits}-bit /{group}"), &gpu);
         }
     }
 }
