@@ -24,7 +24,7 @@ use cubecl::prelude::*;
 use hearth_weights::{AffineParams, AffineTensor};
 
 use crate::affine_gemm::{self, Epilogue};
-use crate::fused::{gelu_tanh_mul, reference};
+use crate::fused::{gelu_tanh_mul, inverse_rms, reference};
 use crate::launch::{bounded_tanh, chunk_words_of, code_of, empty_output, grid, has_fused_kernels, load_chunk};
 pub use crate::scales::ScaleLayout;
 use crate::scales::{group_bias, group_scale};
@@ -217,6 +217,108 @@ fn affine_matmul_kernel(
     }
 }
 
+/// One token's residual update and the normed product that reads it, in one dispatch: `x' =
+/// (x + RMSNorm(delta)·w_post)·scale` (a sublayer's output joining the residual stream, as
+/// `fused::add_rms_norm` computes it), written to `x_out` by the first block, and
+/// `out = RMSNorm(x')·w_pre · Wᵀ` (the next sublayer's normed projection). `norms` is `[w_post ‖
+/// w_pre]` (`2k`). Every block computes `x'` itself with the same sums in the same order, so all
+/// agree with what the first block writes; the update's launch is saved. Grid and lanes as
+/// [`affine_matmul_kernel`]'s for one token.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn affine_residual_matmul_kernel(
+    codes: &[u32],
+    scale_bias: &[u32],
+    x: &[f32],
+    delta: &[f32],
+    norms: &[f32],
+    x_out: &mut [f32],
+    out: &mut [f32],
+    rows: u32,
+    k: u32,
+    eps: f32,
+    scale: f32,
+    offset: f32,
+    #[comptime] scale_kind: u32,
+    #[comptime] group: u32,
+    #[comptime] bits: u32,
+    #[comptime] threads: u32,
+    #[comptime] block_levels: u32,
+    #[comptime] lanes: u32,
+    #[comptime] levels: u32,
+) {
+    let rows_per_group = comptime!(threads / lanes);
+    let segment = UNIT_POS_X / lanes;
+    let lane = UNIT_POS_X % lanes;
+    let block = CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X;
+    let row = block * rows_per_group + segment;
+    let thread = UNIT_POS_X;
+    let chunk_words = comptime!(chunk_words_of(bits));
+    let per_chunk = comptime!(chunk_words_of(bits) * 32 / bits);
+    let words = k * bits / 32;
+    let chunks = k / per_chunk;
+    let groups = k / group;
+
+    // RMSNorm(delta)'s factor, summed by the whole block as `add_rms_norm` sums it.
+    let inv_delta = inverse_rms(delta, 0u32, k, true, eps, threads, block_levels);
+
+    let mut acc = 0.0;
+    let mut squares = 0.0;
+    if row < rows {
+        let mut c = lane;
+        while c < chunks {
+            let chunk = load_chunk(codes, row * words + c * chunk_words, chunk_words);
+            let g = (c * per_chunk) / group;
+            let group_scale_value = group_scale(scale_bias, row, g, groups, scale_kind);
+            let bias = group_bias(scale_bias, row, g, groups, group_scale_value, offset, scale_kind);
+            let base = c * per_chunk;
+            let mut dot = 0.0;
+            let mut sum = 0.0;
+            #[unroll]
+            for j in 0..per_chunk {
+                let i = (base + j) as usize;
+                let updated = (x[i] + delta[i] * inv_delta * norms[i]) * scale;
+                squares += updated * updated;
+                let value = updated * norms[k as usize + i];
+                dot += f32::cast_from(code_of(&chunk, 0u32, j, bits)) * value;
+                sum += value;
+            }
+            acc += group_scale_value * dot + bias * sum;
+            c += lanes;
+        }
+    }
+
+    let mut partial = Shared::<[f32]>::new_slice(threads as usize);
+    let mut partial_squares = Shared::<[f32]>::new_slice(threads as usize);
+    partial[thread as usize] = acc;
+    partial_squares[thread as usize] = squares;
+    sync_cube();
+    #[unroll]
+    for level in 0..levels {
+        let stride = lanes >> (level + 1);
+        if lane < stride {
+            let at = thread as usize;
+            let sum = partial[at] + partial[at + stride as usize];
+            partial[at] = sum;
+            let squares_sum = partial_squares[at] + partial_squares[at + stride as usize];
+            partial_squares[at] = squares_sum;
+        }
+        sync_cube();
+    }
+    if lane == 0 && row < rows {
+        let inv_rms = 1.0 / f32::sqrt(partial_squares[thread as usize] / f32::cast_from(k) + eps);
+        out[row as usize] = partial[thread as usize] * inv_rms;
+    }
+    if block == 0 {
+        let mut i = thread;
+        while i < k {
+            let at = i as usize;
+            x_out[at] = (x[at] + delta[at] * inv_delta * norms[at]) * scale;
+            i += threads;
+        }
+    }
+}
+
 /// `out[i, :] = dequantized row ids[i] − first_row` for the ids this matrix holds (rows
 /// `first_row..first_row + rows` of a table split in blocks); the other rows of `out` are left as
 /// they are. One thread per chunk of codes: the embedding lookup of a packed block in one dispatch.
@@ -290,6 +392,23 @@ pub trait AffineKernels: Backend {
         rows_per_group: u32,
     ) -> FloatTensor<Self>;
 
+    /// One token's `x' = (x + RMSNorm(delta)·w_post)·scale` and `RMSNorm(x')·w_pre · Wᵀ` (`norms`
+    /// `[w_post ‖ w_pre]`), in one dispatch: returns `(x', product)`, `[1, k]` and `[1, rows]`.
+    #[allow(clippy::too_many_arguments)]
+    fn affine_residual_matmul(
+        codes: IntTensor<Self>,
+        scale_bias: IntTensor<Self>,
+        layout: ScaleLayout,
+        x: FloatTensor<Self>,
+        delta: FloatTensor<Self>,
+        norms: FloatTensor<Self>,
+        eps: f32,
+        scale: f32,
+        group: usize,
+        bits: u32,
+        rows_per_group: u32,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+
     /// Rows `ids` of a packed `W` (rows `first_row..` of a larger table), dequantized, written
     /// into `out` `[n, k]` in its own buffer (contiguous); rows of ids outside `W` are left as
     /// they are. ids `[n]` u32. Returns `out`.
@@ -341,6 +460,61 @@ impl AffineKernels for CubeBackend {
             THREADS,
         );
         out
+    }
+
+    fn affine_residual_matmul(
+        codes: CubeTensor,
+        scale_bias: CubeTensor,
+        layout: ScaleLayout,
+        x: CubeTensor,
+        delta: CubeTensor,
+        norms: CubeTensor,
+        eps: f32,
+        scale: f32,
+        group: usize,
+        bits: u32,
+        rows_per_group: u32,
+    ) -> (CubeTensor, CubeTensor) {
+        let (x, delta) = (into_contiguous(x), into_contiguous(delta));
+        let rows = codes.meta.shape()[0];
+        let k = x.meta.shape()[1];
+        debug_assert_eq!(x.meta.shape()[0], 1, "one token");
+        debug_assert_eq!(codes.meta.shape()[1] * 32 / bits as usize, k, "codes and input disagree on k");
+        let client = x.client.clone();
+        let x_out = empty_output(&x, burn::tensor::Shape::new([1, k]));
+        let out = empty_output(&x, burn::tensor::Shape::new([1, rows]));
+        let rows_per_group = match rows_per_group {
+            0 => crate::tuning::gemv_rows().unwrap_or(DEFAULT_ROWS_PER_GROUP),
+            r => r,
+        }
+        .clamp(1, THREADS);
+        let lanes = THREADS / rows_per_group;
+        let (grid_x, grid_y) = grid((rows as u32).div_ceil(rows_per_group));
+        affine_residual_matmul_kernel::launch(
+            &client,
+            CubeCount::Static(grid_x, grid_y, 1),
+            CubeDim::new_1d(THREADS),
+            into_contiguous(codes).into_buffer_arg(),
+            into_contiguous(scale_bias).into_buffer_arg(),
+            x.into_buffer_arg(),
+            delta.into_buffer_arg(),
+            into_contiguous(norms).into_buffer_arg(),
+            x_out.clone().into_buffer_arg(),
+            out.clone().into_buffer_arg(),
+            rows as u32,
+            k as u32,
+            eps,
+            scale,
+            layout.offset(),
+            layout.kind(),
+            group as u32,
+            bits,
+            THREADS,
+            THREADS.trailing_zeros(),
+            lanes,
+            lanes.trailing_zeros(),
+        );
+        (x_out, out)
     }
 
     fn affine_matmul(
@@ -580,6 +754,55 @@ impl AffineMatrix {
         } else {
             self.matmul_transposed(x)
         }
+    }
+
+    /// One token's residual update and the next sublayer's normed projection of it: `x' = (x +
+    /// RMSNorm(delta)·w_post)·scale` and `RMSNorm(x')·w_pre · Wᵀ`, with `norms` `[w_post ‖ w_pre]`
+    /// (`2k`). Returns `(x', product)`: [1, k] and [1, rows]. One dispatch where the kernels run
+    /// (the update's own launch saved); elsewhere, and for more than one token, the two steps.
+    pub fn residual_normed_matmul(
+        &self,
+        x: Tensor<2>,
+        delta: Tensor<2>,
+        norms: &Tensor<1>,
+        eps: f32,
+        scale: f32,
+    ) -> (Tensor<2>, Tensor<2>) {
+        self.residual_normed_matmul_in_groups(x, delta, norms, eps, scale, 0)
+    }
+
+    /// The same with `rows_per_group` rows a block (0: the tuned default; its test).
+    fn residual_normed_matmul_in_groups(
+        &self,
+        x: Tensor<2>,
+        delta: Tensor<2>,
+        norms: &Tensor<1>,
+        eps: f32,
+        scale: f32,
+        rows_per_group: u32,
+    ) -> (Tensor<2>, Tensor<2>) {
+        let k = x.dims()[1];
+        if has_fused_kernels(&x.device()) && x.dims()[0] == 1 {
+            let (words, layout) = self.words();
+            let (updated, product) = <Dispatch as AffineKernels>::affine_residual_matmul(
+                self.codes.clone().into_dispatch(),
+                words.clone().into_dispatch(),
+                layout,
+                x.into_dispatch(),
+                delta.into_dispatch(),
+                norms.clone().into_dispatch(),
+                eps,
+                scale,
+                self.group,
+                self.bits,
+                rows_per_group,
+            );
+            return (Tensor::from_dispatch(updated), Tensor::from_dispatch(product));
+        }
+        let post = norms.clone().narrow(0, 0, k);
+        let updated = crate::fused::add_rms_norm(x, delta, &post, eps, scale);
+        let product = self.normed_matmul_transposed(updated.clone(), &norms.clone().narrow(0, k, k), eps);
+        (updated, product)
     }
 
     /// `RMSNorm(x) · Wᵀ` with the norm's weight `[k]`: [S, k] → [S, rows], the norm fused into
@@ -1221,6 +1444,51 @@ mod tests {
         scales[3] = 0.1;
         let biases: Vec<f32> = scales.iter().map(|s| -32.0 * s).collect();
         assert_eq!(ScaleLayout::fitting(&scales, &biases, 6, 16), ScaleLayout::Single { offset: 32 });
+    }
+
+    /// The residual update fused into the next projection gives what `add_rms_norm` then the
+    /// normed product give: the updated residual and the product, for Q4_0's half scales, Q6_K's
+    /// factored ones and MLX's pairs, 1 to 8 rows a block, with and without a layer scalar.
+    #[test]
+    fn a_residual_update_fused_into_the_product_changes_nothing() {
+        let Some(gpu) = crate::launch::test_gpu() else { return };
+        let q6_k = {
+            let blocks = q6_k_blocks(24, 512, 9);
+            hearth_weights::gguf_affine::to_affine("q6_k", hearth_weights::GgmlType::Q6K, &blocks, 24, 512)
+                .expect("whole blocks")
+                .expect("Q6_K repacks")
+        };
+        let matrices =
+            [("Q4_0", symmetric_matrix(40, 512, 32, 4, 8.0).0), ("Q6_K", q6_k), ("MLX", matrix(33, 512, 64, 4, 5).0)];
+        for (name, t) in matrices {
+            let m = AffineMatrix::upload(t, &gpu);
+            let k = m.k();
+            let tensor = |values: Vec<f32>| Tensor::<2>::from_data(TensorData::new(values, [1, k]), &gpu);
+            let x = tensor((0..k).map(|i| ((i * 31 % 97) as f32 - 48.0) / 20.0).collect());
+            let delta = tensor((0..k).map(|i| ((i * 17 % 89) as f32 - 44.0) / 7.0).collect());
+            let post: Vec<f32> = (0..k).map(|i| 0.5 + (i % 11) as f32 / 10.0).collect();
+            let pre: Vec<f32> = (0..k).map(|i| 1.5 - (i % 7) as f32 / 10.0).collect();
+            let norms = Tensor::<1>::from_data(TensorData::new([post.clone(), pre.clone()].concat(), [2 * k]), &gpu);
+            let (post, pre) =
+                (Tensor::<1>::from_data(post.as_slice(), &gpu), Tensor::<1>::from_data(pre.as_slice(), &gpu));
+            for scale in [1.0, 0.75] {
+                let want_x = crate::fused::add_rms_norm(x.clone(), delta.clone(), &post, 1e-6, scale);
+                let want = read(m.normed_matmul_transposed(want_x.clone(), &pre, 1e-6));
+                let want_x = read(want_x);
+                for rows in [1, 2, 4, 8] {
+                    let (got_x, got) =
+                        m.residual_normed_matmul_in_groups(x.clone(), delta.clone(), &norms, 1e-6, scale, rows);
+                    let what = format!("{name}, {rows} rows a block, scale {scale}");
+                    let close = |got: &[f32], want: &[f32], part: &str| {
+                        let top = want.iter().map(|v| v.abs()).fold(1e-3, f32::max);
+                        let diff = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                        assert!(got.len() == want.len() && diff <= 1e-5 * top, "{part} of {what}: {diff} of {top}");
+                    };
+                    close(&read(got_x), &want_x, "the residual");
+                    close(&read(got), &want, "the product");
+                }
+            }
+        }
     }
 
     /// Symmetric formats' scales on the device (half scales: 4.5 bits a weight for Q4_0, 5 with

@@ -30,7 +30,7 @@ const THREADS: u32 = 64;
 
 /// `(mean(x²) + eps)^-½` of row `row` (`size` values from `base`), in every thread of the block.
 #[cube]
-fn inverse_rms(
+pub(crate) fn inverse_rms(
     x: &[f32],
     base: u32,
     size: u32,

@@ -55,21 +55,77 @@ impl Linear {
 /// A sublayer's input and the RMSNorm in front of its projections. Packed projections fold the
 /// norm into their kernel (no dispatch of its own); dense ones share one normalised copy,
 /// computed on first use.
+///
+/// The input may still lack the previous layer's last output ([`ResidualUpdate`]): for one token
+/// the first packed projection adds it in its own kernel (the update's launch saved), and the
+/// updated residual is kept for what follows.
 struct NormedInput<'a> {
-    /// [S, h]
+    /// [S, h]: the residual stream, before `update` when there is one.
     x: Tensor<2>,
+    update: Option<ResidualUpdate<'a>>,
+    /// `x` after `update`, once computed.
+    updated: std::cell::OnceCell<Tensor<2>>,
     weight: &'a Tensor<1>,
     eps: f32,
     normed: std::cell::OnceCell<Tensor<2>>,
 }
 
+/// A sublayer's output not yet added to the residual stream: `(x + RMSNorm(delta)·post_norm)·scale`.
+struct ResidualUpdate<'a> {
+    /// [S, h]
+    delta: Tensor<2>,
+    post_norm: &'a Tensor<1>,
+    scale: f32,
+    /// `[post_norm ‖ the next input norm]`, as the fused kernel reads them.
+    joined_norms: &'a Tensor<1>,
+}
+
 impl<'a> NormedInput<'a> {
     fn new(x: Tensor<2>, weight: &'a Tensor<1>, eps: f32) -> Self {
-        NormedInput { x, weight, eps, normed: std::cell::OnceCell::new() }
+        NormedInput {
+            x,
+            update: None,
+            updated: std::cell::OnceCell::new(),
+            weight,
+            eps,
+            normed: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// The input `x` after `update` (added now unless `joined_norms` lets the first projection
+    /// add it).
+    fn after(
+        x: Tensor<2>,
+        update: Option<(Tensor<2>, &'a Tensor<1>, f32)>,
+        joined_norms: Option<&'a Tensor<1>>,
+        weight: &'a Tensor<1>,
+        eps: f32,
+    ) -> Self {
+        match (update, joined_norms) {
+            (Some((delta, post_norm, scale)), Some(joined_norms)) => NormedInput {
+                update: Some(ResidualUpdate { delta, post_norm, scale, joined_norms }),
+                ..Self::new(x, weight, eps)
+            },
+            (Some((delta, post_norm, scale)), None) => {
+                Self::new(add_rms_norm(x, delta, post_norm, eps, scale), weight, eps)
+            }
+            (None, _) => Self::new(x, weight, eps),
+        }
     }
 
     fn tokens(&self) -> usize {
         self.x.dims()[0]
+    }
+
+    /// The residual stream with the update added: [S, h].
+    fn residual(&self) -> Tensor<2> {
+        match &self.update {
+            None => self.x.clone(),
+            Some(u) => self
+                .updated
+                .get_or_init(|| add_rms_norm(self.x.clone(), u.delta.clone(), u.post_norm, self.eps, u.scale))
+                .clone(),
+        }
     }
 
     /// `gelu_tanh(gate(RMSNorm(x))) · up(RMSNorm(x))`: [S, h] → [S, inter]; one dispatch when
@@ -77,15 +133,25 @@ impl<'a> NormedInput<'a> {
     fn gated(&self, gate: &Linear, up: &Linear) -> Tensor<2> {
         match (gate, up) {
             (Linear::Affine(g), Linear::Affine(u)) if g.pairs_with(u) => {
-                g.normed_gated_matmul(u, self.x.clone(), self.weight, self.eps)
+                g.normed_gated_matmul(u, self.residual(), self.weight, self.eps)
             }
             _ => gelu_tanh_mul(self.project(gate), self.project(up)),
         }
     }
 
-    /// `RMSNorm(x) · Wᵀ` for a packed `W` (the norm folded into its kernel): [S, h] → [S, rows]
+    /// `RMSNorm(x) · Wᵀ` for a packed `W` (the norm folded into its kernel, and for one token a
+    /// pending update too): [S, h] → [S, rows]
     fn project_packed(&self, w: &AffineMatrix) -> Tensor<2> {
-        w.normed_matmul_transposed(self.x.clone(), self.weight, self.eps)
+        if let Some(u) = &self.update
+            && self.updated.get().is_none()
+            && self.tokens() == 1
+        {
+            let (updated, product) =
+                w.residual_normed_matmul(self.x.clone(), u.delta.clone(), u.joined_norms, self.eps, u.scale);
+            let _ = self.updated.set(updated);
+            return product;
+        }
+        w.normed_matmul_transposed(self.residual(), self.weight, self.eps)
     }
 
     /// `linear(RMSNorm(x))`: [S, h] → [S, out]
@@ -93,7 +159,7 @@ impl<'a> NormedInput<'a> {
         match linear {
             Linear::Affine(w) => self.project_packed(w),
             Linear::Dense(_) => {
-                linear.forward(self.normed.get_or_init(|| rms_norm(self.x.clone(), self.weight, self.eps)).clone())
+                linear.forward(self.normed.get_or_init(|| rms_norm(self.residual(), self.weight, self.eps)).clone())
             }
         }
     }
@@ -146,6 +212,16 @@ struct DecoderLayer {
     per_layer_input: Option<LayerPerLayerInput>,
     /// Gemma 4 multiplies the residual stream by a learned scalar at the end of each layer.
     layer_scalar: Option<f32>,
+    /// `[the previous layer's last post-norm ‖ input_norm]`, where the fused kernels run: the
+    /// previous layer's output joins the residual stream in this layer's first projection.
+    joined_input_norm: Option<Tensor<1>>,
+}
+
+impl DecoderLayer {
+    /// The norm of the layer's last output before it joins the residual stream.
+    fn last_post_norm(&self) -> &Tensor<1> {
+        self.per_layer_input.as_ref().map_or(&self.post_feedforward_norm, |pli| &pli.post_norm)
+    }
 }
 
 /// Gemma 4's per-layer embeddings: a [vocab, L·P] table of which only one row per token is
@@ -778,6 +854,9 @@ impl Gemma {
         let per_layer_inputs = token_rows.and_then(|rows| self.per_layer_inputs(rows, x0.clone()));
 
         let mut x = x0;
+        // Each layer's last output, added to the residual stream by the next layer's first
+        // projection (or just below, after the last layer): (delta, post-norm, scale).
+        let mut pending: Option<(Tensor<2>, &Tensor<1>, f32)> = None;
         // Keys and values of each producer layer, for the KV-shared layers after it.
         let mut produced: Vec<Option<(Tensor<3>, Tensor<3>)>> = vec![None; c.num_layers];
         for (i, layer) in self.layers.iter().enumerate() {
@@ -786,24 +865,27 @@ impl Gemma {
             let scalar = layer.layer_scalar.unwrap_or(1.0);
             let per_layer_input = layer.per_layer_input.as_ref().zip(per_layer_inputs.as_ref());
 
-            let a = NormedInput::new(x.clone(), &layer.input_norm, eps);
+            let a = NormedInput::after(x, pending.take(), layer.joined_input_norm.as_ref(), &layer.input_norm, eps);
             let attn = self.attention(i, &a, cache, geometry, &mut produced);
-            x = add_rms_norm(x, attn, &layer.post_attention_norm, eps, 1.0);
+            x = add_rms_norm(a.residual(), attn, &layer.post_attention_norm, eps, 1.0);
 
             let m = NormedInput::new(x.clone(), &layer.pre_feedforward_norm, eps);
             let m = layer.mlp.down_proj.forward(m.gated(&layer.mlp.gate_proj, &layer.mlp.up_proj));
-            let last = per_layer_input.is_none();
-            x = add_rms_norm(x, m, &layer.post_feedforward_norm, eps, if last { scalar } else { 1.0 });
-
-            if let Some((pli, inputs)) = per_layer_input {
-                let p = inputs.dims()[2];
-                let slice = inputs.clone().slice([0..s, i..i + 1, 0..p]).reshape([s, p]);
-                let g = match &pli.gate {
-                    Linear::Affine(gate) => gate.gelu_gated_by(x.clone(), slice),
-                    Linear::Dense(_) => gelu_tanh_mul(pli.gate.forward(x.clone()), slice),
-                };
-                x = add_rms_norm(x, pli.projection.forward(g), &pli.post_norm, eps, scalar);
-            }
+            let Some((pli, inputs)) = per_layer_input else {
+                pending = Some((m, &layer.post_feedforward_norm, scalar));
+                continue;
+            };
+            x = add_rms_norm(x, m, &layer.post_feedforward_norm, eps, 1.0);
+            let p = inputs.dims()[2];
+            let slice = inputs.clone().slice([0..s, i..i + 1, 0..p]).reshape([s, p]);
+            let g = match &pli.gate {
+                Linear::Affine(gate) => gate.gelu_gated_by(x.clone(), slice),
+                Linear::Dense(_) => gelu_tanh_mul(pli.gate.forward(x.clone()), slice),
+            };
+            pending = Some((pli.projection.forward(g), &pli.post_norm, scalar));
+        }
+        if let Some((delta, post_norm, scale)) = pending {
+            x = add_rms_norm(x, delta, post_norm, c.rms_norm_eps, scale);
         }
 
         let x = if all_positions { x } else { x.slice([s - 1..s, 0..c.hidden_size]) };

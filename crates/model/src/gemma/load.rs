@@ -196,6 +196,7 @@ impl Loader<'_> {
             post_feedforward_norm: self.norm(&name("post_feedforward_layernorm"), h)?,
             per_layer_input,
             layer_scalar,
+            joined_input_norm: None,
         })
     }
 }
@@ -513,7 +514,16 @@ impl GemmaLoader {
                 let projection = loader.linear("per_layer_model_projection", c.num_layers * p, h)?;
                 self.per_layer_projection = Some((projection, loader.norm("per_layer_projection_norm", p)?));
             }
-            Part::Layer(i) => self.layers.push(loader.layer(c, i)?),
+            Part::Layer(i) => {
+                let mut layer = loader.layer(c, i)?;
+                if has_fused_kernels(loader.device)
+                    && let Some(previous) = self.layers.last()
+                {
+                    let norms = vec![previous.last_post_norm().clone(), layer.input_norm.clone()];
+                    layer.joined_input_norm = Some(Tensor::cat(norms, 0));
+                }
+                self.layers.push(layer);
+            }
             Part::FinalNorm => self.final_norm = Some(loader.norm("norm", h)?),
         }
         Ok(!self.parts.is_empty())
