@@ -56,28 +56,20 @@ impl Linear {
 /// norm into their kernel (no dispatch of its own); dense ones share one normalised copy,
 /// computed on first use.
 ///
-/// The input may still lack the previous layer's last output ([`ResidualUpdate`]): for one token
+/// The input may still lack the previous layer's last output ([`PendingOutput`]): for one token
 /// the first packed projection adds it in its own kernel (the update's launch saved), and the
 /// updated residual is kept for what follows.
 struct NormedInput<'a> {
     /// [S, h]: the residual stream, before `update` when there is one.
     x: Tensor<2>,
-    update: Option<ResidualUpdate<'a>>,
+    /// The previous layer's output, and `[its post-norm ‖ this input's norm]` as the fused kernel
+    /// reads them.
+    update: Option<(PendingOutput<'a>, &'a Tensor<1>)>,
     /// `x` after `update`, once computed.
     updated: std::cell::OnceCell<Tensor<2>>,
     weight: &'a Tensor<1>,
     eps: f32,
     normed: std::cell::OnceCell<Tensor<2>>,
-}
-
-/// A sublayer's output not yet added to the residual stream: `(x + RMSNorm(delta)·post_norm)·scale`.
-struct ResidualUpdate<'a> {
-    /// [S, h]
-    delta: Tensor<2>,
-    post_norm: &'a Tensor<1>,
-    scale: f32,
-    /// `[post_norm ‖ the next input norm]`, as the fused kernel reads them.
-    joined_norms: &'a Tensor<1>,
 }
 
 impl<'a> NormedInput<'a> {
@@ -92,21 +84,20 @@ impl<'a> NormedInput<'a> {
         }
     }
 
-    /// The input `x` after `update` (added now unless `joined_norms` lets the first projection
+    /// The input `x` after `pending` (added now unless `joined_norms` lets the first projection
     /// add it).
     fn after(
         x: Tensor<2>,
-        update: Option<(Tensor<2>, &'a Tensor<1>, f32)>,
+        pending: Option<PendingOutput<'a>>,
         joined_norms: Option<&'a Tensor<1>>,
         weight: &'a Tensor<1>,
         eps: f32,
     ) -> Self {
-        match (update, joined_norms) {
-            (Some((delta, post_norm, scale)), Some(joined_norms)) => NormedInput {
-                update: Some(ResidualUpdate { delta, post_norm, scale, joined_norms }),
-                ..Self::new(x, weight, eps)
-            },
-            (Some((delta, post_norm, scale)), None) => {
+        match (pending, joined_norms) {
+            (Some(output), Some(joined_norms)) => {
+                NormedInput { update: Some((output, joined_norms)), ..Self::new(x, weight, eps) }
+            }
+            (Some(PendingOutput { delta, post_norm, scale }), None) => {
                 Self::new(add_rms_norm(x, delta, post_norm, eps, scale), weight, eps)
             }
             (None, _) => Self::new(x, weight, eps),
@@ -121,7 +112,7 @@ impl<'a> NormedInput<'a> {
     fn residual(&self) -> Tensor<2> {
         match &self.update {
             None => self.x.clone(),
-            Some(u) => self
+            Some((u, _)) => self
                 .updated
                 .get_or_init(|| add_rms_norm(self.x.clone(), u.delta.clone(), u.post_norm, self.eps, u.scale))
                 .clone(),
@@ -142,12 +133,12 @@ impl<'a> NormedInput<'a> {
     /// `RMSNorm(x) · Wᵀ` for a packed `W` (the norm folded into its kernel, and for one token a
     /// pending update too): [S, h] → [S, rows]
     fn project_packed(&self, w: &AffineMatrix) -> Tensor<2> {
-        if let Some(u) = &self.update
+        if let Some((u, joined_norms)) = &self.update
             && self.updated.get().is_none()
             && self.tokens() == 1
         {
             let (updated, product) =
-                w.residual_normed_matmul(self.x.clone(), u.delta.clone(), u.joined_norms, self.eps, u.scale);
+                w.residual_normed_matmul(self.x.clone(), u.delta.clone(), joined_norms, self.eps, u.scale);
             let _ = self.updated.set(updated);
             return product;
         }
@@ -855,36 +846,21 @@ impl Gemma {
 
         let mut x = x0;
         // Each layer's last output, added to the residual stream by the next layer's first
-        // projection (or just below, after the last layer): (delta, post-norm, scale).
-        let mut pending: Option<(Tensor<2>, &Tensor<1>, f32)> = None;
-        // Keys and values of each producer layer, for the KV-shared layers after it.
-        let mut produced: Vec<Option<(Tensor<3>, Tensor<3>)>> = vec![None; c.num_layers];
+        // projection (or just below, after the last layer).
+        let mut pending: Option<PendingOutput> = None;
+        let mut chunk =
+            ChunkContext { config: c, cache, geometry, produced: vec![None; c.num_layers], device: &self.device };
         for (i, layer) in self.layers.iter().enumerate() {
-            let eps = c.rms_norm_eps;
-            // Gemma 4 scales the layer's output: folded into the last residual add.
-            let scalar = layer.layer_scalar.unwrap_or(1.0);
-            let per_layer_input = layer.per_layer_input.as_ref().zip(per_layer_inputs.as_ref());
-
-            let a = NormedInput::after(x, pending.take(), layer.joined_input_norm.as_ref(), &layer.input_norm, eps);
-            let attn = self.attention(i, &a, cache, geometry, &mut produced);
-            x = add_rms_norm(a.residual(), attn, &layer.post_attention_norm, eps, 1.0);
-
-            let m = NormedInput::new(x.clone(), &layer.pre_feedforward_norm, eps);
-            let m = layer.mlp.down_proj.forward(m.gated(&layer.mlp.gate_proj, &layer.mlp.up_proj));
-            let Some((pli, inputs)) = per_layer_input else {
-                pending = Some((m, &layer.post_feedforward_norm, scalar));
-                continue;
-            };
-            x = add_rms_norm(x, m, &layer.post_feedforward_norm, eps, 1.0);
-            let p = inputs.dims()[2];
-            let slice = inputs.clone().slice([0..s, i..i + 1, 0..p]).reshape([s, p]);
-            let g = match &pli.gate {
-                Linear::Affine(gate) => gate.gelu_gated_by(x.clone(), slice),
-                Linear::Dense(_) => gelu_tanh_mul(pli.gate.forward(x.clone()), slice),
-            };
-            pending = Some((pli.projection.forward(g), &pli.post_norm, scalar));
+            // This layer's per-layer input `[S, P]` (Gemma 4).
+            let per_layer_input = per_layer_inputs.as_ref().map(|inputs| {
+                let p = inputs.dims()[2];
+                inputs.clone().slice([0..s, i..i + 1, 0..p]).reshape([s, p])
+            });
+            let (residual, output) = layer.forward(i, x, pending.take(), per_layer_input, &mut chunk);
+            x = residual;
+            pending = Some(output);
         }
-        if let Some((delta, post_norm, scale)) = pending {
+        if let Some(PendingOutput { delta, post_norm, scale }) = pending {
             x = add_rms_norm(x, delta, post_norm, c.rms_norm_eps, scale);
         }
 
@@ -907,26 +883,81 @@ impl Gemma {
             add_rms_norm(token_part, context, &ple.projection_norm, c.rms_norm_eps, std::f32::consts::FRAC_1_SQRT_2);
         Some(inputs.reshape([s, l, p]))
     }
+}
 
+/// What every layer of one chunk's forward pass shares: the configuration, the cache it appends
+/// to, the chunk's positions, and the keys and values each producer layer wrote (for the
+/// KV-shared layers after it).
+struct ChunkContext<'c> {
+    config: &'c TextConfig,
+    cache: &'c mut KvCache,
+    geometry: &'c ChunkGeometry,
+    produced: Vec<Option<(Tensor<3>, Tensor<3>)>>,
+    device: &'c Device,
+}
+
+/// A layer's last output, not yet added to the residual stream: `(x + RMSNorm(delta)·post_norm)·scale`.
+struct PendingOutput<'a> {
+    /// [S, h]
+    delta: Tensor<2>,
+    post_norm: &'a Tensor<1>,
+    scale: f32,
+}
+
+impl DecoderLayer {
+    /// Layer `i` on the residual stream `x` ([S, h]) with the previous layer's output still to be
+    /// added (`pending`), and this layer's per-layer input `[S, P]` (Gemma 4): the residual after
+    /// attention and the MLP, and this layer's own last output, pending in turn.
+    ///
+    /// ```text
+    /// x += post_attention_norm(attention(input_norm(x)))
+    /// x += post_feedforward_norm(down(gelu(gate(pre_feedforward_norm(x))) · up(…)))
+    /// x += post_per_layer_input_norm(projection(gelu(gate(x)) · per_layer_input))   (Gemma 4)
+    /// x *= layer_scalar                                                             (Gemma 4)
+    /// ```
+    fn forward<'a>(
+        &'a self,
+        i: usize,
+        x: Tensor<2>,
+        pending: Option<PendingOutput<'a>>,
+        per_layer_input: Option<Tensor<2>>,
+        chunk: &mut ChunkContext,
+    ) -> (Tensor<2>, PendingOutput<'a>) {
+        let eps = chunk.config.rms_norm_eps;
+        // Gemma 4 scales the layer's output: folded into the last residual add.
+        let scale = self.layer_scalar.unwrap_or(1.0);
+        let a = NormedInput::after(x, pending, self.joined_input_norm.as_ref(), &self.input_norm, eps);
+        let attn = self.attention.forward(i, &a, chunk);
+        let x = add_rms_norm(a.residual(), attn, &self.post_attention_norm, eps, 1.0);
+
+        let m = NormedInput::new(x.clone(), &self.pre_feedforward_norm, eps);
+        let m = self.mlp.down_proj.forward(m.gated(&self.mlp.gate_proj, &self.mlp.up_proj));
+        let (Some(pli), Some(input)) = (&self.per_layer_input, per_layer_input) else {
+            return (x, PendingOutput { delta: m, post_norm: &self.post_feedforward_norm, scale });
+        };
+        let x = add_rms_norm(x, m, &self.post_feedforward_norm, eps, 1.0);
+        let g = match &pli.gate {
+            Linear::Affine(gate) => gate.gelu_gated_by(x.clone(), input),
+            Linear::Dense(_) => gelu_tanh_mul(pli.gate.forward(x.clone()), input),
+        };
+        (x, PendingOutput { delta: pli.projection.forward(g), post_norm: &pli.post_norm, scale })
+    }
+}
+
+impl Attention {
     /// Self-attention of layer `i` over the cache plus the new tokens. `a`: [S, h] (before the
     /// input norm) → [S, h].
-    fn attention(
-        &self,
-        i: usize,
-        a: &NormedInput,
-        cache: &mut KvCache,
-        geometry: &ChunkGeometry,
-        produced: &mut [Option<(Tensor<3>, Tensor<3>)>],
-    ) -> Tensor<2> {
-        let c = &self.config;
+    fn forward(&self, i: usize, a: &NormedInput, chunk: &mut ChunkContext) -> Tensor<2> {
+        let c = chunk.config;
+        let (cache, geometry) = (&mut *chunk.cache, chunk.geometry);
+        let produced = &mut chunk.produced;
         let spec = &c.layers[i];
-        let attn = &self.layers[i].attention;
         let (s, heads, d) = (a.tokens(), c.num_heads, spec.head_dim);
         let table = geometry.table(spec.kind, d);
 
         // The heads before their norms and RoPE (the kernels that consume them apply both).
         let kv_heads = spec.num_kv_heads;
-        let (q, kv) = match &attn.projections {
+        let (q, kv) = match &self.projections {
             Projections::Query(q) => (HeadColumns::whole(a.project(q), heads, d), None),
             Projections::Separate { q, k, v } => (
                 HeadColumns::whole(a.project(q), heads, d),
@@ -940,7 +971,7 @@ impl Gemma {
             }
         };
 
-        let (keys, values) = match (kv, &attn.k_norm, spec.kv_producer) {
+        let (keys, values) = match (kv, &self.k_norm, spec.kv_producer) {
             (Some((k, v)), Some(k_norm), _) => {
                 let (keys, values) = cache.write(i, geometry, (k, k_norm), (v, c.v_norm), c.rms_norm_eps);
                 produced[i] = Some((keys.clone(), values.clone()));
@@ -953,14 +984,14 @@ impl Gemma {
         };
 
         let mask = geometry.mask(spec.kind);
-        if fused_decode_applies(&self.device, s, d) {
-            let query = DecodeQuery { q, norm: &attn.q_norm, table, eps: c.rms_norm_eps };
+        if fused_decode_applies(chunk.device, s, d) {
+            let query = DecodeQuery { q, norm: &self.q_norm, table, eps: c.rms_norm_eps };
             let out = decode_attention(query, keys, values, mask, c.attention_scale, c.attention_logit_softcap);
-            return attn.o_proj.forward(out);
+            return self.o_proj.forward(out);
         }
         // Normed and rotated into [H, S, d] by the kernel that fills the cache.
-        let q_input = CacheInput::NormedRotated { weight: &attn.q_norm };
-        let fresh = Tensor::empty([heads, s, d], &self.device);
+        let q_input = CacheInput::NormedRotated { weight: &self.q_norm };
+        let fresh = Tensor::empty([heads, s, d], chunk.device);
         let q = write_cache(fresh, q, q_input, table, Slots::FromZero, c.rms_norm_eps);
 
         // GQA: query head h uses key/value head h / group.  q: [H, S, d] → [Hkv, group·S, d]
@@ -976,7 +1007,7 @@ impl Gemma {
         ]);
         let out = probs.matmul(values); // [Hkv, group·S, d]
         let out = out.reshape([heads, s, d]).swap_dims(0, 1).reshape([s, heads * d]);
-        attn.o_proj.forward(out)
+        self.o_proj.forward(out)
     }
 }
 
