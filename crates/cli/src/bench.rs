@@ -814,7 +814,7 @@ impl SafetensorsWriter {
 /// to the agent's tools, computed afresh (the trie walk) and as generation gets it (cached by
 /// state), with the vocabulary of `tokenizer`.
 pub fn call_mask(tokenizer: &std::path::Path) -> Result<(), String> {
-    use hearth_model::constrain::{CallConstraint, CallGrammar, CallState, Markers, ToolSpec, VocabTrie};
+    use hearth_engine::constrain::{CallConstraint, CallGrammar, CallState, Markers, ToolSpec, VocabTrie};
     use std::sync::Arc;
 
     println!("# hearth bench --call-mask — {}", describe_machine());

@@ -16,7 +16,8 @@ use burn::tensor::{Device, Tensor};
 use clap::{Parser, Subcommand};
 use hearth_chat::{ChatTemplate, ContentPart, Message, MessageContent, RenderRequest, Tool};
 use hearth_engine::ModelParts;
-use hearth_model::constrain::{CallConstraint, CallGrammar, VocabTrie, grammar_from_function_list};
+use hearth_engine::constrain::{CallConstraint, CallGrammar, VocabTrie, grammar_from_function_list};
+use hearth_model::decode::TokenConstraint;
 use hearth_model::generate::{self, GenerateOptions};
 use hearth_model::model_dir::{ModelFiles, load_model, load_tokenizer};
 use hearth_model::speculative::{DraftSource, Speculation};
@@ -452,7 +453,7 @@ fn run_generate(
     let options = GenerateOptions {
         max_tokens,
         stop_tokens: &stop_tokens,
-        tool_calls: calls.as_mut(),
+        tool_calls: calls.as_mut().map(|c| c as &mut dyn TokenConstraint),
         images: prompt_images.as_ref(),
         speculation: speculation.as_mut(),
     };

@@ -6,9 +6,10 @@ use std::ops::ControlFlow;
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
 
+use crate::constrain::{CallConstraint, CallGrammar, ConstrainError, ToolSpec, VocabTrie};
 use futures::stream::{self, LocalBoxStream, StreamExt};
 use hearth_agent::{GenerationRequest, GenerationStats, ModelChunk, ModelError, builtin_tools};
-use hearth_model::constrain::{CallConstraint, CallGrammar, ConstrainError, ToolSpec, VocabTrie};
+use hearth_model::decode::TokenConstraint;
 use hearth_model::generate::{self, GenerateOptions};
 use hearth_model::speculative::{DraftSource, Speculation};
 use hearth_model::tokenizer::Tokenizer;
@@ -56,7 +57,7 @@ pub fn generate_step(
             let options = GenerateOptions {
                 max_tokens: request.max_new_tokens,
                 stop_tokens: &model.stop_tokens,
-                tool_calls: calls.as_mut(),
+                tool_calls: calls.as_mut().map(|c| c as &mut dyn TokenConstraint),
                 images: prepared.images.as_ref(),
                 speculation: speculation.as_mut(),
             };
@@ -211,4 +212,14 @@ fn call_grammar(tools: Option<&[String]>) -> Result<CallGrammar, ConstrainError>
         .map(|t| ToolSpec { name: &t.name, parameters: Some(&t.parameters) })
         .collect();
     Ok(CallGrammar::new(&specs)?)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The model searches a GGUF vocabulary for the stop markers the chat syntax ends a turn
+    /// and a call with: the two crates name the same ones.
+    #[test]
+    fn the_model_stops_on_the_chat_syntax_markers() {
+        assert_eq!(hearth_model::config::GEMMA4_STOP_MARKERS, hearth_chat::syntax::STOP_MARKERS);
+    }
 }

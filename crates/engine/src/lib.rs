@@ -11,6 +11,9 @@
 //! - [`task`]: an agent for a conversation, and the model behind its steps (Burn, or the
 //!   scripted test model).
 
+/// Tool calls held to the offered tools' syntax while they are sampled: the decode loops'
+/// [`hearth_model::decode::TokenConstraint`].
+pub mod constrain;
 pub mod generation;
 /// A step's screenshots decoded, encoded by the vision tower (kept for the next steps) and put
 /// at the prompt's image placeholders.

@@ -37,6 +37,12 @@ pub enum ConfigError {
 /// lists (its config.json lists only the first two), used when no file names them all.
 pub const GEMMA4_STOP_IDS: [u32; 3] = [1, 106, 50];
 
+/// The texts of Gemma 4's stop tokens besides `<eos>` (the end of its turn, and a tool's answer
+/// opening right after a call), by which a GGUF vocabulary is searched for their ids. The chat
+/// syntax names the same markers (`hearth_chat::syntax::STOP_MARKERS`; the engine's tests check
+/// that they agree).
+pub const GEMMA4_STOP_MARKERS: [&str; 2] = ["<turn|>", "<|tool_response>"];
+
 /// Which file a configuration comes from, for errors that name the missing field and for the
 /// stop ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

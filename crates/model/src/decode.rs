@@ -1,6 +1,8 @@
 //! What every decode loop shares (plain, constrained and drafting: [`crate::generate`] and
-//! [`crate::speculative`]): the options, the result and its error, choosing a token on the device
-//! under the tool-call constraint and reading it back; and the plain loop's step, [`Decoder`].
+//! [`crate::speculative`]): the options, the result and its error, the constraint a loop holds
+//! its tokens to ([`TokenConstraint`]: the engine's tool-call grammar; the model knows no call
+//! syntax), choosing a token on the device under it and reading it back; and the plain loop's
+//! step, [`Decoder`].
 //!
 //! Token after token with the readback a step behind. A token's id is read back only for the
 //! host's needs (streaming its text, stop ids, the tool-call constraint); the next step does not
@@ -31,13 +33,53 @@
 use burn::tensor::{Int, Tensor};
 use hearth_kernels::{mask_logits, read_ids_now};
 
-use crate::constrain::CallConstraint;
 use crate::drafter::DrafterError;
 use crate::drafting::{Speculation, SpeculationStats};
 use crate::error::ModelError;
 use crate::sampling::{SampleError, Sampler};
 use crate::session::{PromptImages, Session};
 use crate::tokenizer::TokenizerError;
+
+/// What a decode loop holds its tokens to, token by token: which tokens may come next (a bitset
+/// the logits are masked with on the device), followed as tokens are read back, and rewound when
+/// drafted tokens are rejected. The engine's tool-call grammar is one; the loops need nothing
+/// else of it.
+pub trait TokenConstraint {
+    /// Starts a generation after `prompt` (read for where it leaves the constraint).
+    fn begin(&mut self, prompt: &[u32]);
+    /// Whether the next token is constrained (then it is chosen only once this one is read).
+    fn constrains_next(&self) -> bool;
+    /// The allowed next tokens as a bitset of `vocab.div_ceil(32)` words, or `None` when the next
+    /// token is free.
+    fn mask(&mut self, vocab: usize) -> Option<&[u32]>;
+    /// Follows the generated token `id`.
+    fn advance(&mut self, id: u32);
+    /// Where the constraint is now, to come back to ([`Self::reset`]).
+    fn mark(&self) -> ConstraintMark;
+    /// Goes back to a [`Self::mark`] of this constraint.
+    fn reset(&mut self, mark: &ConstraintMark);
+
+    /// Whether `id` may come next.
+    fn allows(&mut self, vocab: usize, id: u32) -> bool {
+        let (word, bit) = (id as usize / 32, id % 32);
+        self.mask(vocab).is_none_or(|mask| mask.get(word).is_some_and(|w| w >> bit & 1 == 1))
+    }
+}
+
+/// A point in a generation a [`TokenConstraint`] can go back to: its own state, opaque to the
+/// loops.
+pub struct ConstraintMark(Box<dyn std::any::Any + Send>);
+
+impl ConstraintMark {
+    pub fn new<T: std::any::Any + Send>(state: T) -> Self {
+        ConstraintMark(Box::new(state))
+    }
+
+    /// The state, when it is a `T` (a constraint reads back its own marks).
+    pub fn get<T: std::any::Any>(&self) -> Option<&T> {
+        self.0.downcast_ref()
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum GenerateError {
@@ -103,12 +145,16 @@ impl Generation {
 
 /// Chooses the next token on the device, among those that keep a tool call valid while one is
 /// open; [`read`] reads it back.
-pub(crate) fn choose(sampler: &mut Sampler, logits: Tensor<2>, calls: Option<&mut CallConstraint>) -> Tensor<2, Int> {
+pub(crate) fn choose(
+    sampler: &mut Sampler,
+    logits: Tensor<2>,
+    calls: Option<&mut dyn TokenConstraint>,
+) -> Tensor<2, Int> {
     sampler.choose(constrain(logits, calls))
 }
 
 /// `logits` ([1, vocab]) without the tokens an open tool call forbids.
-pub(crate) fn constrain(logits: Tensor<2>, calls: Option<&mut CallConstraint>) -> Tensor<2> {
+pub(crate) fn constrain(logits: Tensor<2>, calls: Option<&mut dyn TokenConstraint>) -> Tensor<2> {
     let Some(calls) = calls else { return logits };
     let vocab = logits.dims()[1];
     match calls.mask(vocab) {
@@ -118,7 +164,7 @@ pub(crate) fn constrain(logits: Tensor<2>, calls: Option<&mut CallConstraint>) -
 }
 
 /// The chosen token, read back; an open tool call advances by it.
-pub(crate) async fn read(choice: Tensor<2, Int>, calls: Option<&mut CallConstraint>) -> Result<u32, SampleError> {
+pub(crate) async fn read(choice: Tensor<2, Int>, calls: Option<&mut dyn TokenConstraint>) -> Result<u32, SampleError> {
     let id = Sampler::read(choice).await?;
     if let Some(calls) = calls {
         calls.advance(id);
@@ -134,8 +180,9 @@ pub struct GenerateOptions<'a, 's> {
     pub max_tokens: usize,
     /// Any of these ends the reply (Gemma 4 -it: `<eos>`, `<turn|>`, `<|tool_response>`).
     pub stop_tokens: &'a [u32],
-    /// Holds the tool calls the model opens to the offered tools' syntax (`None`: unconstrained).
-    pub tool_calls: Option<&'a mut CallConstraint>,
+    /// Holds the tokens to a constraint, such as the offered tools' call syntax (`None`:
+    /// unconstrained).
+    pub tool_calls: Option<&'a mut dyn TokenConstraint>,
     /// The prompt's images, whose soft tokens take its placeholders (`None`: no images).
     pub images: Option<&'a PromptImages>,
     /// Drafting (speculative decoding; `None`: one token per step).
@@ -168,7 +215,7 @@ impl Decoder {
     /// Starts after `logits` (a prefill's or a step's `[1, vocab]`, which the session's cache
     /// ends with): the first token is chosen on the device. `calls` is where the constraint is
     /// after the prompt.
-    pub fn new(sampler: &mut Sampler, logits: Tensor<2>, calls: Option<&mut CallConstraint>) -> Self {
+    pub fn new(sampler: &mut Sampler, logits: Tensor<2>, calls: Option<&mut dyn TokenConstraint>) -> Self {
         Decoder { next: Next::Chosen(choose(sampler, logits, calls)), lagged: true }
     }
 
@@ -186,7 +233,7 @@ impl Decoder {
         &mut self,
         session: &mut Session,
         sampler: &mut Sampler,
-        mut calls: Option<&mut CallConstraint>,
+        mut calls: Option<&mut dyn TokenConstraint>,
         more: bool,
         now_ms: impl Fn() -> f64,
     ) -> Result<Decoded, GenerateError> {
@@ -212,7 +259,7 @@ impl Decoder {
         };
         // The token after this one, chosen before this one is read, where no open call masks it.
         let before = sampler.clone();
-        let guess = calls.as_deref().is_none_or(|c| !c.in_call()).then(|| sampler.choose(logits.clone()));
+        let guess = calls.as_deref().is_none_or(|c| !c.constrains_next()).then(|| sampler.choose(logits.clone()));
         let host_ms = now_ms() - started;
         let id = read_id(reading.await)?;
         session.settle(id);
@@ -220,7 +267,7 @@ impl Decoder {
             calls.advance(id);
         }
         let next = match guess {
-            Some(guess) if calls.as_deref().is_none_or(|c| !c.in_call()) => guess,
+            Some(guess) if calls.as_deref().is_none_or(|c| !c.constrains_next()) => guess,
             guessed => {
                 // A call is open after this token: the next one is chosen under its mask (again,
                 // when this token opened it: with the guess's draw given back).

@@ -9,20 +9,21 @@
 //!   token; [`error`]: the model's error.
 //! - [`drafter`]: Gemma 4's assistant, which drafts tokens from the main model's hidden state and
 //!   keys and values for speculative decoding.
-//! - [`decode`]: what every decode loop shares (options, the result, choosing and reading tokens)
-//!   and the plain loop's token after token with the readback a step behind; [`generate`]: the
-//!   entry, plain or drafting.
+//! - [`decode`]: what every decode loop shares (options, the result, the token constraint a loop
+//!   is held to, choosing and reading tokens) and the plain loop's token after token with the
+//!   readback a step behind; [`generate`]: the entry, plain or drafting.
 //! - [`drafting`]: what a generation drafts with and what drafting did.
 //! - [`speculative`]: speculative decoding: drafts (the assistant's, or a lookup's) verified in
 //!   one chunk, the accepted prefix kept.
-//! - [`constrain`]: tool calls held to the offered tools' syntax while they are sampled.
+//!
+//! The model knows no chat syntax: the tool-call grammar a generation is held to is the engine's
+//! (`hearth_engine::constrain`), behind [`decode::TokenConstraint`].
 //!
 //! The kernels (packed matrices, fused element-wise chains, decode attention, the per-layer
 //! table, the logit mask) are [`hearth_kernels`]'s.
 
 pub mod cache;
 pub mod config;
-pub mod constrain;
 pub mod decode;
 pub mod drafter;
 pub mod drafting;

@@ -29,8 +29,9 @@ use std::ops::ControlFlow;
 use burn::tensor::{Int, Tensor, TensorData};
 use hearth_kernels::mask_logits;
 
-use crate::constrain::{CallConstraint, ConstraintMark};
-use crate::decode::{GenerateError, GenerateOptions, Generation, choose, constrain, read};
+use crate::decode::{
+    ConstraintMark, GenerateError, GenerateOptions, Generation, TokenConstraint, choose, constrain, read,
+};
 use crate::drafter::DrafterError;
 pub use crate::drafting::{DraftLength, DraftSource, Speculation, SpeculationStats};
 use crate::sampling::{Candidates, SampleError, Sampler};
@@ -108,7 +109,7 @@ pub(crate) async fn generate_speculative(
         let mut draft_candidates: Vec<Candidates> = Vec::new();
         match &mut speculation.source {
             DraftSource::Assistant(drafter) if k > 0 => match drafter.context(session.cache()) {
-                Ok(context) if session.steps_on_device() && calls.as_deref().is_none_or(|c| !c.in_call()) => {
+                Ok(context) if session.steps_on_device() && calls.as_deref().is_none_or(|c| !c.constrains_next()) => {
                     // The chain on the device: each draft's id feeds the next step without a
                     // readback, and the k ids come back in one.
                     let mut state = hidden.clone();
@@ -216,7 +217,7 @@ pub(crate) async fn generate_speculative(
         session.truncate(p + 1 + accepted)?;
         hidden = states.slice([accepted..accepted + 1, 0..width]);
         if let Some(calls) = calls.as_deref_mut() {
-            calls.reset(marks[accepted]);
+            calls.reset(&marks[accepted]);
             calls.advance(correction);
         }
         let stats = &mut speculation.stats;
@@ -317,7 +318,7 @@ async fn accept_sampled(
 /// constraint at `marks[i]`.
 fn constrain_rows(
     logits: Tensor<2>,
-    calls: Option<&mut CallConstraint>,
+    calls: Option<&mut dyn TokenConstraint>,
     marks: &[ConstraintMark],
     vocab: usize,
 ) -> Tensor<2> {
@@ -325,7 +326,7 @@ fn constrain_rows(
     let now = calls.mark();
     let mut rows = Vec::with_capacity(marks.len());
     let mut any = false;
-    for (i, &mark) in marks.iter().enumerate() {
+    for (i, mark) in marks.iter().enumerate() {
         calls.reset(mark);
         let row = logits.clone().slice([i..i + 1, 0..vocab]);
         rows.push(match calls.mask(vocab) {
@@ -336,6 +337,6 @@ fn constrain_rows(
             None => row,
         });
     }
-    calls.reset(now);
+    calls.reset(&now);
     if any { Tensor::cat(rows, 0) } else { logits }
 }

@@ -12,7 +12,8 @@ use hearth_agent::parser::{ParseEvent, ParserOptions, StreamParser};
 use hearth_agent::tools::ArgumentError;
 use hearth_agent::{ToolDefinition, builtin_tools, validate_arguments};
 use hearth_chat::{ChatTemplate, Message, RenderRequest};
-use hearth_model::constrain::{CallConstraint, CallGrammar, CallState, Symbol, ToolSpec, VocabTrie};
+use hearth_engine::constrain::{CallConstraint, CallGrammar, CallState, Symbol, ToolSpec, VocabTrie};
+use hearth_model::decode::TokenConstraint;
 use hearth_model::generate::{self, GenerateOptions};
 use hearth_model::model_dir::{load_model, load_tokenizer};
 use hearth_model::tokenizer::Tokenizer;
@@ -59,8 +60,13 @@ fn reply(
     // Hot enough that the random model picks different tools and arguments from seed to seed.
     let mut sampler = Sampler::new(SamplingOptions { temperature: 4.0, top_k: 0, top_p: 1.0, seed });
     let stop_tokens = [1, 50, 106];
-    let options =
-        GenerateOptions { max_tokens, stop_tokens: &stop_tokens, tool_calls: calls, images: None, speculation: None };
+    let options = GenerateOptions {
+        max_tokens,
+        stop_tokens: &stop_tokens,
+        tool_calls: calls.map(|c| c as &mut dyn TokenConstraint),
+        images: None,
+        speculation: None,
+    };
     let mut closed = false;
     let generation = pollster::block_on(generate::generate(
         session,
@@ -200,7 +206,7 @@ fn the_lagged_readback_samples_what_synchronous_decoding_does() {
     let free = write(None, 0, true);
     let opener = *free.iter().max_by_key(|&&t| free.iter().filter(|&&u| u == t).count()).expect("tokens");
     let real = VocabTrie::from_tokenizer(&tokenizer).expect("the fixture has Gemma 4's markers").markers();
-    let markers = hearth_model::constrain::Markers { call_open: opener, ..real };
+    let markers = hearth_engine::constrain::Markers { call_open: opener, ..real };
     let vocab = Arc::new(VocabTrie::with_markers(&tokenizer, markers).expect("vocabulary"));
     let mut opened = 0;
     for seed in 0..3 {

@@ -6,7 +6,8 @@
 //! - [`grammar`]: the automaton of one call, compiled from the tools' JSON schemas.
 //! - [`vocab`]: the tokenizer's vocabulary as a byte trie, walked with the automaton to find the
 //!   allowed tokens (dead branches pruned whole).
-//! - [`hearth_kernels::mask`]: the allowed set as a bitset, applied to the logits on the device.
+//! - the model's decode loops ([`hearth_model::decode`]) take it as their [`TokenConstraint`]
+//!   and apply the allowed set, as a bitset, to the logits on the device.
 //!
 //! [`CallConstraint`] follows the generated tokens and hands out the mask for the next one. Masks
 //! are cached by state: inside a string (where most of the vocabulary is allowed and the walk is
@@ -18,6 +19,7 @@ pub mod vocab;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use hearth_model::decode::{ConstraintMark, TokenConstraint};
 use serde_json::Value;
 
 pub use grammar::{CallGrammar, CallState, GrammarError, Symbol, ToolSpec};
@@ -67,10 +69,6 @@ enum Mode {
     Thought,
     Call(CallState),
 }
-
-/// A point in a generation a constraint can go back to.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ConstraintMark(Mode);
 
 /// Follows a generation and constrains the calls in it.
 pub struct CallConstraint {
@@ -130,23 +128,6 @@ impl CallConstraint {
         if mask.iter().all(|&w| w == 0) { None } else { Some(mask.as_slice()) }
     }
 
-    /// Where the constraint is now, to come back to ([`Self::reset`]) when a drafted token it
-    /// followed is rejected.
-    pub fn mark(&self) -> ConstraintMark {
-        ConstraintMark(self.mode)
-    }
-
-    /// Goes back to a [`Self::mark`].
-    pub fn reset(&mut self, mark: ConstraintMark) {
-        self.mode = mark.0;
-    }
-
-    /// Whether `id` may come next.
-    pub fn allows(&mut self, vocab: usize, id: u32) -> bool {
-        let (word, bit) = (id as usize / 32, id % 32);
-        self.mask(vocab).is_none_or(|mask| mask.get(word).is_some_and(|w| w >> bit & 1 == 1))
-    }
-
     /// Follows the generated token `id`.
     pub fn advance(&mut self, id: u32) {
         let markers = self.vocab.markers();
@@ -162,6 +143,37 @@ impl CallConstraint {
             },
             mode => mode,
         };
+    }
+}
+
+/// The decode loops hold their tokens to it.
+impl TokenConstraint for CallConstraint {
+    fn begin(&mut self, prompt: &[u32]) {
+        CallConstraint::begin(self, prompt);
+    }
+
+    fn constrains_next(&self) -> bool {
+        self.in_call()
+    }
+
+    fn mask(&mut self, vocab: usize) -> Option<&[u32]> {
+        CallConstraint::mask(self, vocab)
+    }
+
+    fn advance(&mut self, id: u32) {
+        CallConstraint::advance(self, id);
+    }
+
+    fn mark(&self) -> ConstraintMark {
+        ConstraintMark::new(self.mode)
+    }
+
+    fn reset(&mut self, mark: &ConstraintMark) {
+        let mode = mark.get::<Mode>().copied();
+        debug_assert!(mode.is_some(), "a mark of another constraint");
+        if let Some(mode) = mode {
+            self.mode = mode;
+        }
     }
 }
 

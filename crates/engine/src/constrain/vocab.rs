@@ -7,7 +7,7 @@
 
 use hearth_chat::syntax;
 
-use crate::tokenizer::Tokenizer;
+use hearth_model::tokenizer::Tokenizer;
 
 use super::ConstrainError;
 use super::grammar::{CallGrammar, CallState, Symbol};

@@ -5,7 +5,7 @@
 use hearth_weights::{GgufFile, MetadataValue};
 use serde_json::{Value, json};
 
-use super::{ConfigError, GEMMA4_STOP_IDS};
+use super::{ConfigError, GEMMA4_STOP_IDS, GEMMA4_STOP_MARKERS};
 
 /// The `config.json` a GGUF file's metadata describes (`gemma3` or `gemma4`).
 pub(super) fn config_json(file: &GgufFile) -> Result<Value, ConfigError> {
@@ -285,7 +285,7 @@ impl Metadata<'_> {
 
     /// Gemma 4's stop ids (see [`gemma4`]): Gemma 4's own when the metadata names none.
     fn gemma4_stop_ids(&self) -> Vec<u64> {
-        const MARKERS: [&str; 2] = hearth_chat::syntax::STOP_MARKERS;
+        const MARKERS: [&str; 2] = GEMMA4_STOP_MARKERS;
         let named = self.token_id("eos_token_id").is_some()
             || self.token_id("eot_token_id").is_some()
             || !self.marker_ids(&MARKERS).is_empty();
