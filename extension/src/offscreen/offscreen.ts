@@ -7,7 +7,7 @@
 // tasks, or install models.
 
 import { readArticle } from "./article";
-import type { BundledAssistantFile, BundledModelFile, EngineFailure, EngineStatus, FailureKey, ModelManifest, ModelOffer, TaskUpdate, ToolReply, ToolRequest, WorkerToEngine } from "../generated/protocol";
+import type { BundledAssistantFile, BundledModelFile, EngineFailure, EngineStatus, FailureKey, ModelManifest, ModelOffer, ModelProgress, TaskUpdate, ToolReply, ToolRequest, WorkerToEngine } from "../generated/protocol";
 import { failure } from "../shared/failures";
 import { dropped, isMessage, sendFromEngine, senderRole } from "../shared/messages";
 import { buildInfo, DEFAULT_MODEL_ID, isOwnModelId, loadManifest, totalBytes, unpinnedReason } from "../shared/models";
@@ -328,42 +328,33 @@ async function withStoredAssistant(files: ModelFiles, m: ModelManifest, assistan
   return files.with_drafter(assistant.repo, JSON.stringify(m.drafter?.config ?? {}), file.size, read);
 }
 
-/** Downloads and verifies the assistant of `modelId` ("" is the build's default), then loads the model again with it. */
-function installDrafter(modelId: string): Promise<EngineStatus> {
+/**
+ * Downloads and verifies `modelId` ("" is the build's default), or only its assistant, then starts
+ * the engine with what is stored (the model again, with its assistant). The model's download
+ * streams `installing` statuses; a model must be pinned.
+ */
+function install(modelId: string, what: "model" | "assistant"): Promise<EngineStatus> {
   installing ??= (async () => {
     const id = modelId || DEFAULT_MODEL_ID;
     try {
       const wasm = await loadEngine();
-      const assistant = assistantOf(await manifestOf(id));
-      if (!assistant) return failed("model_download", "failureDownloadStopped", `${id} has no assistant`);
-      await store.download(assistant, () => new wasm.Sha256(), () => {}, downloadOptions());
+      const manifest = await manifestOf(id);
+      let target: ModelManifest | null = manifest;
+      let progress: (progress: ModelProgress) => void = () => {};
+      if (what === "assistant") {
+        target = assistantOf(manifest);
+        if (!target) return failed("model_download", "failureDownloadStopped", `${id} has no assistant`);
+      } else {
+        const problem = manifestProblem(manifest);
+        if (problem) return problem;
+        const model = await offerOf(manifest);
+        progress = (p) => void sendFromEngine({ kind: "engine_status", status: { state: "installing", model, progress: p } });
+      }
+      await store.download(target, () => new wasm.Sha256(), progress, downloadOptions());
     } catch (error) {
       return failureOf(error);
     }
     return engineStatus(modelId || null);
-  })().finally(() => (installing = null));
-  return installing;
-}
-
-/** Downloads and installs `modelId`, streaming `installing` statuses, then starts the engine with it. */
-function installModel(modelId: string): Promise<EngineStatus> {
-  installing ??= (async () => {
-    try {
-      const wasm = await loadEngine();
-      const manifest = await manifestOf(modelId);
-      const problem = manifestProblem(manifest);
-      if (problem) return problem;
-      const model = await offerOf(manifest);
-      await store.download(
-        manifest,
-        () => new wasm.Sha256(),
-        (progress) => void sendFromEngine({ kind: "engine_status", status: { state: "installing", model, progress } }),
-        downloadOptions(),
-      );
-    } catch (error) {
-      return failureOf(error);
-    }
-    return engineStatus(modelId);
   })().finally(() => (installing = null));
   return installing;
 }
@@ -424,10 +415,10 @@ chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) =>
         });
       return true;
     case "install_model":
-      void installModel(msg.model_id).catch(unexpected("model_download", "failureDownloadStopped")).then(sendResponse);
+      void install(msg.model_id, "model").catch(unexpected("model_download", "failureDownloadStopped")).then(sendResponse);
       return true;
     case "install_drafter":
-      void installDrafter(msg.model_id).catch(unexpected("model_download", "failureDownloadStopped")).then(sendResponse);
+      void install(msg.model_id, "assistant").catch(unexpected("model_download", "failureDownloadStopped")).then(sendResponse);
       return true;
     case "start_task":
     case "task_control":

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { launch } from "../lib/browser.mjs";
 import { servePages } from "../lib/pages.mjs";
-import { clickInOverlay, overlayText, screenshot, waitForData } from "../lib/overlay.mjs";
+import { clickInOverlay, overlayEval, overlayText, screenshot, waitForData } from "../lib/overlay.mjs";
 import { answer, ask, call, chooseOption, decide, done, pageText as text, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 
 let pages;
@@ -146,6 +146,14 @@ test("Place order: deny leaves the form filled and nothing ordered; allow orders
   ]);
   await ask(page, "Place the order.");
   await waitForTask(page, ["confirm"]);
+  // The card shows from its top: what is being approved is in view, above the buttons.
+  const titleShown = await overlayEval(
+    page,
+    ".card.confirm h3",
+    "function () { const log = this.closest('.transcript').getBoundingClientRect(); const title = this.getBoundingClientRect(); return title.top >= log.top && title.bottom <= log.bottom; }",
+  );
+  assert.equal(titleShown, true, "the waiting card's title is in view");
+  assert.doesNotMatch(await overlayText(page, ".card.confirm"), /index/, "the card names the button, not its index");
   await screenshot(page, "agent-confirmation-card");
   await decide(page, "deny");
   assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");

@@ -178,8 +178,9 @@ function confirmCard(entry: Extract<Entry, { kind: "confirm" }>, actions: CardAc
   const typed = typeof target?.text === "string" ? target.text : null;
   // The code a person allows is shown whole (scrollable), not summarized.
   const code = entry.name === "run_javascript" && typeof entry.args.code === "string" ? entry.args.code : null;
-  // Shown on lines of their own (the typed text as the engine gives it: masked for passwords).
-  const shown = new Set([...(code === null ? [] : ["code"]), ...(typed === null ? [] : ["text"])]);
+  // Shown on lines of their own (the typed text as the engine gives it: masked for passwords); an
+  // element's index says nothing to a person once the description names the element.
+  const shown = new Set([...(code === null ? [] : ["code"]), ...(typed === null ? [] : ["text"]), ...(description ? ["index"] : [])]);
   const rest = Object.fromEntries(Object.entries(entry.args).filter(([key]) => !shown.has(key)));
   const summary = summarizeArgs(rest);
   return el(

@@ -85,8 +85,14 @@ export class TranscriptView {
     return this.nodes.get(entryId);
   }
 
+  /** Scrolls to the newest entry; a card waiting for the person shows from its top (what is being approved comes first). */
   scrollToEnd(): void {
-    this.parts.log.scrollTop = this.parts.log.scrollHeight;
+    const log = this.parts.log;
+    log.scrollTop = log.scrollHeight;
+    const waiting = [...log.querySelectorAll<HTMLElement>(".card .actions button:not(:disabled)")].pop()?.closest<HTMLElement>(".card");
+    if (!waiting) return;
+    const top = waiting.getBoundingClientRect().top - log.getBoundingClientRect().top + log.scrollTop;
+    if (top < log.scrollTop) log.scrollTop = top;
   }
 }
 
