@@ -148,13 +148,13 @@ impl Generation {
 pub(crate) fn choose(
     sampler: &mut Sampler,
     logits: Tensor<2>,
-    calls: Option<&mut dyn TokenConstraint>,
+    calls: Option<&mut (dyn TokenConstraint + '_)>,
 ) -> Tensor<2, Int> {
     sampler.choose(constrain(logits, calls))
 }
 
 /// `logits` ([1, vocab]) without the tokens an open tool call forbids.
-pub(crate) fn constrain(logits: Tensor<2>, calls: Option<&mut dyn TokenConstraint>) -> Tensor<2> {
+pub(crate) fn constrain(logits: Tensor<2>, calls: Option<&mut (dyn TokenConstraint + '_)>) -> Tensor<2> {
     let Some(calls) = calls else { return logits };
     let vocab = logits.dims()[1];
     match calls.mask(vocab) {
@@ -164,7 +164,10 @@ pub(crate) fn constrain(logits: Tensor<2>, calls: Option<&mut dyn TokenConstrain
 }
 
 /// The chosen token, read back; an open tool call advances by it.
-pub(crate) async fn read(choice: Tensor<2, Int>, calls: Option<&mut dyn TokenConstraint>) -> Result<u32, SampleError> {
+pub(crate) async fn read(
+    choice: Tensor<2, Int>,
+    calls: Option<&mut (dyn TokenConstraint + '_)>,
+) -> Result<u32, SampleError> {
     let id = Sampler::read(choice).await?;
     if let Some(calls) = calls {
         calls.advance(id);
@@ -215,7 +218,7 @@ impl Decoder {
     /// Starts after `logits` (a prefill's or a step's `[1, vocab]`, which the session's cache
     /// ends with): the first token is chosen on the device. `calls` is where the constraint is
     /// after the prompt.
-    pub fn new(sampler: &mut Sampler, logits: Tensor<2>, calls: Option<&mut dyn TokenConstraint>) -> Self {
+    pub fn new(sampler: &mut Sampler, logits: Tensor<2>, calls: Option<&mut (dyn TokenConstraint + '_)>) -> Self {
         Decoder { next: Next::Chosen(choose(sampler, logits, calls)), lagged: true }
     }
 
@@ -233,7 +236,7 @@ impl Decoder {
         &mut self,
         session: &mut Session,
         sampler: &mut Sampler,
-        mut calls: Option<&mut dyn TokenConstraint>,
+        mut calls: Option<&mut (dyn TokenConstraint + '_)>,
         more: bool,
         now_ms: impl Fn() -> f64,
     ) -> Result<Decoded, GenerateError> {

@@ -318,7 +318,7 @@ async fn accept_sampled(
 /// constraint at `marks[i]`.
 fn constrain_rows(
     logits: Tensor<2>,
-    calls: Option<&mut dyn TokenConstraint>,
+    calls: Option<&mut (dyn TokenConstraint + '_)>,
     marks: &[ConstraintMark],
     vocab: usize,
 ) -> Tensor<2> {

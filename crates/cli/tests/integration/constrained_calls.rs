@@ -194,11 +194,17 @@ fn the_lagged_readback_samples_what_synchronous_decoding_does() {
         }
         let mut sampler = Sampler::new(SamplingOptions { temperature: 4.0, top_k: 0, top_p: 1.0, seed });
         let (logits, _) = session.prefill(ids).expect("prefills");
-        let mut decoder = Decoder::new(&mut sampler, logits, calls.as_mut());
+        let mut decoder = Decoder::new(&mut sampler, logits, calls.as_mut().map(|c| c as &mut dyn TokenConstraint));
         decoder.set_lagged(lagged);
         (0..60)
             .map(|_| {
-                let next = decoder.next(&mut session, &mut sampler, calls.as_mut(), true, || 0.0);
+                let next = decoder.next(
+                    &mut session,
+                    &mut sampler,
+                    calls.as_mut().map(|c| c as &mut dyn TokenConstraint),
+                    true,
+                    || 0.0,
+                );
                 pollster::block_on(next).expect("decodes").id
             })
             .collect::<Vec<u32>>()
