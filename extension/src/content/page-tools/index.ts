@@ -3,7 +3,11 @@
 // browser APIs (navigate, go_back, run_javascript) belong to the service worker.
 
 import type { ToolArguments, ToolOutput } from "../../generated/protocol";
-import { click, hover, pressKeyTool, scroll, select, typeText } from "./actions";
+import { select } from "./choosing";
+import { pressKeyTool } from "./keys";
+import { click, hover } from "./pointer";
+import { scroll } from "./scroll";
+import { typeText } from "./typing";
 import type { PageTool } from "../../shared/tool-executors";
 import { ToolFailure } from "./errors";
 import { readPage } from "./read-page";

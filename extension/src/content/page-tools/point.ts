@@ -8,7 +8,8 @@ import type { ToolArguments, ToolOutput } from "../../generated/protocol";
 import { CHANGED, activationOf, sameEffect } from "./effects";
 import { describe, frameOrigin, indexFor, isCrossOriginFrame } from "./elements";
 import { ToolFailure } from "./errors";
-import { clickPoint, hitFromTop, result } from "./actions";
+import { result } from "./actions";
+import { clickPoint, hitFromTop } from "./pointer";
 import { settle, watchChanges } from "./settle";
 import { describeElement } from "./snapshot";
 

@@ -122,8 +122,9 @@ export function createChat(options: ChatOptions): Chat {
       view.flush();
       const node = entryId === undefined ? undefined : view.node(entryId);
       const target = node?.querySelector<HTMLElement>('button[data-decision="deny"], button.option') ?? composer.textarea;
-      node?.scrollIntoView({ block: "nearest" });
-      target.focus();
+      // The card from its top (its buttons are sticky), not scrolled down to the focused button.
+      if (node) view.reveal(node);
+      target.focus({ preventScroll: node !== undefined });
     },
   };
 }

@@ -90,9 +90,16 @@ export class TranscriptView {
     const log = this.parts.log;
     log.scrollTop = log.scrollHeight;
     const waiting = [...log.querySelectorAll<HTMLElement>(".card .actions button:not(:disabled)")].pop()?.closest<HTMLElement>(".card");
-    if (!waiting) return;
-    const top = waiting.getBoundingClientRect().top - log.getBoundingClientRect().top + log.scrollTop;
-    if (top < log.scrollTop) log.scrollTop = top;
+    if (waiting) this.reveal(waiting);
+  }
+
+  /** Scrolls the transcript until `node` is in view: from its top when it is taller than the view (its buttons stay in view, sticky). */
+  reveal(node: HTMLElement): void {
+    const log = this.parts.log;
+    const top = node.getBoundingClientRect().top - log.getBoundingClientRect().top - log.clientTop + log.scrollTop;
+    const bottom = top + node.offsetHeight;
+    if (top < log.scrollTop || node.offsetHeight > log.clientHeight) log.scrollTop = top;
+    else if (bottom > log.scrollTop + log.clientHeight) log.scrollTop = bottom - log.clientHeight;
   }
 }
 
