@@ -146,7 +146,8 @@ button.cite { cursor: pointer; color: var(--accent, inherit); }
 .sources .source-url { margin: 2px 0; overflow-wrap: anywhere; }
 .actions, .options { display: flex; flex-wrap: wrap; gap: 6px; margin-top: 6px; }
 /* A card taller than the transcript shows from its top (what is asked) with its buttons kept in view. */
-.card:not([data-decision]) > .actions { position: sticky; bottom: 0; padding: 4px 0; background: var(--card); }
+/* (bottom −8px: over the transcript's own padding, where the text below would show.) */
+.card:not([data-decision]) > .actions { position: sticky; bottom: -8px; padding: 4px 0 12px; background: var(--card); }
 .decision, .option, .continue, .retry, .clear, .disable-site, .send, .stop { border: 1px solid var(--line);
   border-radius: 6px; padding: 5px 10px; background: var(--bg); }
 .decision:hover:not(:disabled), .option:hover:not(:disabled), .continue:hover, .retry:hover, .clear:hover,
