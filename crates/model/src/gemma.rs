@@ -4,20 +4,21 @@
 //! Shapes: S = new tokens in this call, n = keys visible, h = hidden, H = query heads,
 //! Hkv = key/value heads, d = head dim of the layer, L = layers, P = per-layer-input width.
 
-use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+use burn::tensor::{DType, Device, Int, Tensor};
 use hearth_kernels::{
     AffineMatrix, BlockTable, CacheInput, DecodeQuery, HeadColumns, Slots, add_rms_norm, attention_softmax,
-    decode_attention, fused_decode_applies, gather_by_block, gelu_tanh_mul, has_fused_kernels, rms_norm, write_cache,
+    decode_attention, fused_decode_applies, gelu_tanh_mul, has_fused_kernels, rms_norm, write_cache,
 };
-use hearth_weights::{AffineTensor, HostTensor};
 
 use crate::cache::{CacheOptions, ChunkGeometry, KvCache};
 use crate::config::TextConfig;
 pub use crate::error::ModelError;
 use crate::step_recording::{self, StepToken};
 
+mod embedding;
 mod load;
 mod load_driver;
+use embedding::{EmbeddingBlock, HostTable, SplitEmbedding, TokenTable};
 pub use load::{GemmaLoader, PlannedTensor};
 pub use load_driver::{FetchedFile, HeaderError, LoadStep, open_headers};
 
@@ -250,235 +251,12 @@ pub struct Gemma {
 /// (adapters often allow more, some not); Gemma's embedding is 0.4–1.6 GB in f32.
 pub const MAX_TENSOR_BYTES: usize = 128 << 20;
 
-/// The token embedding ([vocab, h]) as blocks of rows that each fit a storage binding. Lookups
-/// gather from each block and restore the token order; the tied output head multiplies by each
-/// block and joins the logits.
-struct SplitEmbedding {
-    /// [rows_per_block, h] each (the last may be shorter).
-    blocks: Vec<EmbeddingBlock>,
-    rows_per_block: usize,
-}
-
-#[allow(clippy::large_enum_variant)]
-enum EmbeddingBlock {
-    Dense(Tensor<2>),
-    Affine(AffineMatrix),
-}
-
-impl EmbeddingBlock {
-    /// Values per row.
-    fn width(&self) -> usize {
-        match self {
-            EmbeddingBlock::Dense(rows) => rows.dims()[1],
-            EmbeddingBlock::Affine(rows) => rows.k(),
-        }
-    }
-
-    fn device_bytes(&self) -> usize {
-        match self {
-            EmbeddingBlock::Dense(rows) => rows.shape().num_elements() * 4,
-            EmbeddingBlock::Affine(rows) => rows.device_bytes(),
-        }
-    }
-
-    /// Rows `ids` of this block: [n] → [n, h]
-    fn rows(&self, ids: &[u32], device: &Device) -> Tensor<2> {
-        match self {
-            EmbeddingBlock::Dense(rows) => {
-                rows.clone().select(0, int_ids(ids.iter().map(|&i| i as i32).collect(), device))
-            }
-            EmbeddingBlock::Affine(rows) => rows.select_rows(ids),
-        }
-    }
-
-    /// `x · blockᵀ`, softcapped when `softcap`: [S, h] → [S, rows]
-    fn logits(&self, x: Tensor<2>, softcap: Option<f32>) -> Tensor<2> {
-        match (self, softcap) {
-            (EmbeddingBlock::Dense(rows), None) => x.matmul(rows.clone().transpose()),
-            (EmbeddingBlock::Dense(rows), Some(cap)) => {
-                hearth_kernels::softcap(x.matmul(rows.clone().transpose()), cap)
-            }
-            (EmbeddingBlock::Affine(rows), None) => rows.matmul_transposed(x),
-            (EmbeddingBlock::Affine(rows), Some(cap)) => rows.softcapped_matmul_transposed(x, cap),
-        }
-    }
-}
-
-impl SplitEmbedding {
-    fn dense(data: Vec<f32>, vocab: usize, h: usize, max_bytes: usize, device: &Device) -> Self {
-        let rows_per_block = (max_bytes / (h * 4).max(1)).clamp(1, vocab.max(1));
-        let blocks = data
-            .chunks(rows_per_block * h)
-            .map(|rows| {
-                EmbeddingBlock::Dense(Tensor::from_data(TensorData::new(rows.to_vec(), [rows.len() / h, h]), device))
-            })
-            .collect();
-        SplitEmbedding { blocks, rows_per_block }
-    }
-
-    /// Packed codes: the codes are the largest buffer, h·bits/8 bytes a row.
-    fn affine(table: &AffineTensor, max_bytes: usize, device: &Device) -> Self {
-        let vocab = table.rows;
-        let rows_per_block = (max_bytes / (table.words_per_row() * 4).max(1)).clamp(1, vocab.max(1));
-        let blocks = (0..vocab)
-            .step_by(rows_per_block)
-            .map(|start| {
-                let rows = start..(start + rows_per_block).min(vocab);
-                EmbeddingBlock::Affine(AffineMatrix::upload_rows(table, rows, device))
-            })
-            .collect();
-        SplitEmbedding { blocks, rows_per_block }
-    }
-
-    /// Rows of `tokens`, in order.  [S, h]
-    fn lookup(&self, tokens: &[u32], device: &Device) -> Tensor<2> {
-        if let [only] = self.blocks.as_slice() {
-            return only.rows(tokens, device);
-        }
-        gather_by_block(tokens, self.rows_per_block, device, |b, local| self.blocks[b].rows(local, device))
-    }
-
-    /// Whether [`Self::rows_of`] applies: packed blocks (each writes the rows it holds), or a
-    /// single f32 block.
-    fn looks_up_on_device(&self) -> bool {
-        self.blocks.len() == 1 || self.blocks.iter().all(|b| matches!(b, EmbeddingBlock::Affine(_)))
-    }
-
-    /// Rows of `ids` `[n]` (u32, on the device: a recorded step's input).  [n, h]
-    fn rows_of(&self, ids: &Tensor<1, Int>) -> Tensor<2> {
-        if let [EmbeddingBlock::Dense(rows)] = self.blocks.as_slice() {
-            return rows.clone().select(0, ids.clone());
-        }
-        let width = self.blocks.first().map_or(0, EmbeddingBlock::width);
-        let mut out = Tensor::empty([ids.dims()[0], width], &ids.device());
-        for (b, block) in self.blocks.iter().enumerate() {
-            if let EmbeddingBlock::Affine(rows) = block {
-                rows.rows_into(&mut out, ids, b * self.rows_per_block);
-            }
-        }
-        out
-    }
-
-    /// `x · Eᵀ`, softcapped when `softcap` (in the packed kernel itself).  [rows, vocab]
-    fn logits(&self, x: Tensor<2>, softcap: Option<f32>) -> Tensor<2> {
-        let parts: Vec<Tensor<2>> = self.blocks.iter().map(|b| b.logits(x.clone(), softcap)).collect();
-        if parts.len() == 1 { parts.into_iter().next().unwrap_or(x) } else { Tensor::cat(parts, 1) }
-    }
-}
-
 /// Ids chosen on the device (`[n, 1]`, a sampler's choice) as the `[n]` ids the lookups read:
 /// i32 ids (the wgpu backends' argmax) have the bits of the u32 the kernels read; others are cast.
 pub(crate) fn device_ids(chosen: &Tensor<2, Int>) -> Tensor<1, Int> {
     let n = chosen.dims()[0];
     let ids = chosen.clone().reshape([n]);
     if matches!(ids.dtype(), DType::I32 | DType::U32) { ids } else { ids.cast(DType::U32) }
-}
-
-/// Token ids as a device tensor for `select`.
-fn int_ids(ids: Vec<i32>, device: &Device) -> Tensor<1, Int> {
-    let n = ids.len();
-    Tensor::from_data(TensorData::new(ids, [n]), device)
-}
-
-/// Gemma 4's per-layer-embedding table, [vocab, L·P]: where it lives depends on how it is stored.
-enum TokenTable {
-    /// On the host (an f32 table too large for one device buffer: a bf16 checkpoint's; packed
-    /// codes on the CPU backend).
-    Host(HostTable),
-    /// Packed affine codes on the device, in row blocks (MLX checkpoints).
-    Device(SplitEmbedding),
-    /// GGUF blocks on the device exactly as stored ([`BlockTable`]).
-    Blocks(BlockTable),
-}
-
-impl TokenTable {
-    fn width(&self) -> usize {
-        match self {
-            TokenTable::Host(table) => table.width(),
-            TokenTable::Device(table) => table.blocks.first().map_or(0, EmbeddingBlock::width),
-            TokenTable::Blocks(table) => table.cols(),
-        }
-    }
-
-    /// Rows `tokens` times `scale`.  [S, width]
-    fn lookup(&self, tokens: &[u32], scale: f32, device: &Device) -> Tensor<2> {
-        match self {
-            TokenTable::Host(table) => {
-                let width = table.width();
-                let mut rows = Vec::with_capacity(tokens.len() * width);
-                for &t in tokens {
-                    table.push_row(t as usize, scale, &mut rows);
-                }
-                Tensor::from_data(TensorData::new(rows, [tokens.len(), width]), device)
-            }
-            TokenTable::Device(table) => table.lookup(tokens, device).mul_scalar(scale),
-            TokenTable::Blocks(table) => table.lookup(tokens, scale, device),
-        }
-    }
-
-    /// Rows of `ids` `[n]` (u32, on the device) times `scale`, where the table is on the device
-    /// and [`SplitEmbedding::looks_up_on_device`] holds; `None` otherwise.  [n, width]
-    fn rows_of(&self, ids: &Tensor<1, Int>, scale: f32) -> Option<Tensor<2>> {
-        match self {
-            TokenTable::Host(_) => None,
-            TokenTable::Device(table) => table.looks_up_on_device().then(|| table.rows_of(ids).mul_scalar(scale)),
-            TokenTable::Blocks(table) => table.on_device().then(|| {
-                let mut out = Tensor::empty([ids.dims()[0], table.cols()], &ids.device());
-                table.rows_into(&mut out, ids, scale);
-                out
-            }),
-        }
-    }
-
-    fn looks_up_on_device(&self) -> bool {
-        match self {
-            TokenTable::Host(_) => false,
-            TokenTable::Device(table) => table.looks_up_on_device(),
-            TokenTable::Blocks(table) => table.on_device(),
-        }
-    }
-
-    /// Bytes on the device and on the host.
-    fn bytes(&self) -> (u64, u64) {
-        match self {
-            TokenTable::Host(HostTable::Dense(t)) => (0, t.data.len() as u64 * 4),
-            TokenTable::Host(HostTable::Affine { slices, .. }) => {
-                (0, slices.iter().map(|s| (s.codes.len() + s.scales.len() + s.biases.len()) as u64 * 4).sum())
-            }
-            TokenTable::Device(table) => (table.blocks.iter().map(|b| b.device_bytes() as u64).sum(), 0),
-            TokenTable::Blocks(table) => table.bytes(),
-        }
-    }
-}
-
-/// Gemma 4's per-layer-embedding table on the host: f32 for a dense checkpoint's table too large
-/// for one device buffer (and every dense one on the CPU backend), packed 4-bit codes in row slices (never one buffer of a gigabyte or more) for quantized ones.
-enum HostTable {
-    Dense(HostTensor),
-    Affine { slices: Vec<AffineTensor>, rows_per_slice: usize },
-}
-
-impl HostTable {
-    fn width(&self) -> usize {
-        match self {
-            HostTable::Dense(t) => t.shape[1],
-            HostTable::Affine { slices, .. } => slices.first().map_or(0, |s| s.cols),
-        }
-    }
-
-    /// Appends row `t`, times `scale`, to `out`.
-    fn push_row(&self, t: usize, scale: f32, out: &mut Vec<f32>) {
-        let width = self.width();
-        let start = out.len();
-        match self {
-            HostTable::Dense(table) => out.extend_from_slice(&table.data[t * width..(t + 1) * width]),
-            HostTable::Affine { slices, rows_per_slice } => {
-                out.resize(start + width, 0.0);
-                slices[t / rows_per_slice].dequantize_row(t % rows_per_slice, &mut out[start..]);
-            }
-        }
-        out[start..].iter_mut().for_each(|v| *v *= scale);
-    }
 }
 
 impl Gemma {
