@@ -38,6 +38,48 @@ const TOKEN_TILE: u32 = 8;
 /// one (64 lanes a row) until a GPU's measurement shows more to be faster.
 const DEFAULT_ROWS_PER_GROUP: u32 = 1;
 
+/// Where a thread of a GEMV-style block works: the block's index in the grid, the output row it
+/// helps multiply (`threads / lanes` rows a block, `lanes` threads a row) and its lane in that row.
+#[derive(CubeType, Clone, Copy)]
+struct GemvPlace {
+    block: u32,
+    row: u32,
+    segment: u32,
+    lane: u32,
+}
+
+#[cube]
+fn gemv_place(#[comptime] threads: u32, #[comptime] lanes: u32) -> GemvPlace {
+    let rows_per_group = comptime!(threads / lanes);
+    let block = CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X;
+    let segment = UNIT_POS_X / lanes;
+    GemvPlace { block, row: block * rows_per_group + segment, segment, lane: UNIT_POS_X % lanes }
+}
+
+/// Chunk `c` of row `row` (`k` codes a row) and its group's dequantization: `(codes, scale, bias)`,
+/// a code `q` standing for `scale · q + bias`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn chunk_terms(
+    codes: &[u32],
+    scale_bias: &[u32],
+    row: u32,
+    c: u32,
+    k: u32,
+    offset: f32,
+    #[comptime] scale_kind: u32,
+    #[comptime] group: u32,
+    #[comptime] bits: u32,
+) -> (Array<u32>, f32, f32) {
+    let chunk_words = comptime!(chunk_words_of(bits));
+    let per_chunk = comptime!(chunk_words_of(bits) * 32 / bits);
+    let chunk = load_chunk(codes, row * (k * bits / 32) + c * chunk_words, chunk_words);
+    let g = (c * per_chunk) / group;
+    let scale = group_scale(scale_bias, row, g, k / group, scale_kind);
+    let bias = group_bias(scale_bias, row, g, k / group, scale, offset, scale_kind);
+    (chunk, scale, bias)
+}
+
 /// `out[s, r] = Σ_k x[s, k] · (scale[r, g(k)] · q[r, k] + bias[r, g(k)])`, for up to
 /// `TOKEN_TILE` tokens of `x` per block. Each row takes `lanes` threads (the block's `threads` in
 /// `threads / lanes` rows; at least `tile` lanes, which write the row's tokens). Grid: (row groups
@@ -80,19 +122,14 @@ fn affine_matmul_kernel(
     #[comptime] levels: u32,
     #[comptime] tile: u32,
 ) {
-    let rows_per_group = comptime!(threads / lanes);
-    let segment = UNIT_POS_X / lanes;
-    let lane = UNIT_POS_X % lanes;
-    let row = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * rows_per_group + segment;
+    let place = gemv_place(threads, lanes);
+    let (row, segment, lane) = (place.row, place.segment, place.lane);
     let first_token = CUBE_POS_Z * tile;
     let thread = UNIT_POS_X;
     // A chunk: the fewest whole words holding whole codes (one word of 4- or 8-bit codes, three
     // of 6-bit ones), never across a group.
-    let chunk_words = comptime!(chunk_words_of(bits));
     let per_chunk = comptime!(chunk_words_of(bits) * 32 / bits);
-    let words = k * bits / 32;
     let chunks = k / per_chunk;
-    let groups = k / group;
 
     let mut acc = Array::<f32>::new(tile as usize);
     let mut acc_up = Array::<f32>::new(tile as usize);
@@ -106,17 +143,16 @@ fn affine_matmul_kernel(
     if row < rows {
         let mut c = lane;
         while c < chunks {
-            let chunk = load_chunk(codes, row * words + c * chunk_words, chunk_words);
-            let g = (c * per_chunk) / group;
-            let scale = group_scale(scale_bias, row, g, groups, scale_kind);
-            let bias = group_bias(scale_bias, row, g, groups, scale, offset, scale_kind);
-            let mut chunk_up = Array::<u32>::new(chunk_words as usize);
+            let (chunk, scale, bias) = chunk_terms(codes, scale_bias, row, c, k, offset, scale_kind, group, bits);
+            let mut chunk_up = Array::<u32>::new(comptime!(chunk_words_of(bits)) as usize);
             let mut scale_up = f32::new(0.0);
             let mut bias_up = f32::new(0.0);
             if gated {
-                chunk_up = load_chunk(codes_up, row * words + c * chunk_words, chunk_words);
-                scale_up = group_scale(scale_bias_up, row, g, groups, scale_kind);
-                bias_up = group_bias(scale_bias_up, row, g, groups, scale_up, offset, scale_kind);
+                let (codes, scale, bias) =
+                    chunk_terms(codes_up, scale_bias_up, row, c, k, offset, scale_kind, group, bits);
+                chunk_up = codes;
+                scale_up = scale;
+                bias_up = bias;
             }
             #[unroll]
             for s in 0..tile {
@@ -247,17 +283,11 @@ fn affine_residual_matmul_kernel(
     #[comptime] lanes: u32,
     #[comptime] levels: u32,
 ) {
-    let rows_per_group = comptime!(threads / lanes);
-    let segment = UNIT_POS_X / lanes;
-    let lane = UNIT_POS_X % lanes;
-    let block = CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X;
-    let row = block * rows_per_group + segment;
+    let place = gemv_place(threads, lanes);
+    let (block, row, lane) = (place.block, place.row, place.lane);
     let thread = UNIT_POS_X;
-    let chunk_words = comptime!(chunk_words_of(bits));
     let per_chunk = comptime!(chunk_words_of(bits) * 32 / bits);
-    let words = k * bits / 32;
     let chunks = k / per_chunk;
-    let groups = k / group;
 
     // RMSNorm(delta)'s factor, summed by the whole block as `add_rms_norm` sums it.
     let inv_delta = inverse_rms(delta, 0u32, k, true, eps, threads, block_levels);
@@ -267,10 +297,8 @@ fn affine_residual_matmul_kernel(
     if row < rows {
         let mut c = lane;
         while c < chunks {
-            let chunk = load_chunk(codes, row * words + c * chunk_words, chunk_words);
-            let g = (c * per_chunk) / group;
-            let group_scale_value = group_scale(scale_bias, row, g, groups, scale_kind);
-            let bias = group_bias(scale_bias, row, g, groups, group_scale_value, offset, scale_kind);
+            let (chunk, group_scale_value, bias) =
+                chunk_terms(codes, scale_bias, row, c, k, offset, scale_kind, group, bits);
             let base = c * per_chunk;
             let mut dot = 0.0;
             let mut sum = 0.0;
@@ -339,9 +367,7 @@ fn affine_rows_kernel(
     #[comptime] bits: u32,
     #[comptime] threads: u32,
 ) {
-    let chunk_words = comptime!(chunk_words_of(bits));
     let per_chunk = comptime!(chunk_words_of(bits) * 32 / bits);
-    let words = k * bits / 32;
     let chunks = k / per_chunk;
     let position = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * threads + UNIT_POS_X;
     let token = position / chunks;
@@ -352,10 +378,7 @@ fn affine_rows_kernel(
     if id >= first_row && id < first_row + rows {
         let c = position % chunks;
         let row = id - first_row;
-        let chunk = load_chunk(codes, row * words + c * chunk_words, chunk_words);
-        let g = (c * per_chunk) / group;
-        let scale = group_scale(scale_bias, row, g, k / group, scale_kind);
-        let bias = group_bias(scale_bias, row, g, k / group, scale, offset, scale_kind);
+        let (chunk, scale, bias) = chunk_terms(codes, scale_bias, row, c, k, offset, scale_kind, group, bits);
         let base = (token * k + c * per_chunk) as usize;
         #[unroll]
         for j in 0..per_chunk {
@@ -1446,46 +1469,80 @@ mod tests {
         assert_eq!(ScaleLayout::fitting(&scales, &biases, 6, 16), ScaleLayout::Single { offset: 32 });
     }
 
-    /// The residual update fused into the next projection gives what `add_rms_norm` then the
-    /// normed product give: the updated residual and the product, for Q4_0's half scales, Q6_K's
-    /// factored ones and MLX's pairs, 1 to 8 rows a block, with and without a layer scalar.
+    /// The residual update and the next normed projection, fused (one token on the GPU) or in two
+    /// steps (the CPU, or two tokens), give the host's updated residual and product: Q4_0's half
+    /// scales, Q6_K's factored ones and MLX's pairs, 1 to 8 rows a block, with and without a layer
+    /// scalar.
     #[test]
     fn a_residual_update_fused_into_the_product_changes_nothing() {
-        let Some(gpu) = crate::launch::test_gpu() else { return };
-        let q6_k = {
+        let q6_k = || {
             let blocks = q6_k_blocks(24, 512, 9);
             hearth_weights::gguf_affine::to_affine("q6_k", hearth_weights::GgmlType::Q6K, &blocks, 24, 512)
                 .expect("whole blocks")
                 .expect("Q6_K repacks")
         };
-        let matrices =
-            [("Q4_0", symmetric_matrix(40, 512, 32, 4, 8.0).0), ("Q6_K", q6_k), ("MLX", matrix(33, 512, 64, 4, 5).0)];
-        for (name, t) in matrices {
-            let m = AffineMatrix::upload(t, &gpu);
-            let k = m.k();
-            let tensor = |values: Vec<f32>| Tensor::<2>::from_data(TensorData::new(values, [1, k]), &gpu);
-            let x = tensor((0..k).map(|i| ((i * 31 % 97) as f32 - 48.0) / 20.0).collect());
-            let delta = tensor((0..k).map(|i| ((i * 17 % 89) as f32 - 44.0) / 7.0).collect());
-            let post: Vec<f32> = (0..k).map(|i| 0.5 + (i % 11) as f32 / 10.0).collect();
-            let pre: Vec<f32> = (0..k).map(|i| 1.5 - (i % 7) as f32 / 10.0).collect();
-            let norms = Tensor::<1>::from_data(TensorData::new([post.clone(), pre.clone()].concat(), [2 * k]), &gpu);
-            let (post, pre) =
-                (Tensor::<1>::from_data(post.as_slice(), &gpu), Tensor::<1>::from_data(pre.as_slice(), &gpu));
-            for scale in [1.0, 0.75] {
-                let want_x = crate::fused::add_rms_norm(x.clone(), delta.clone(), &post, 1e-6, scale);
-                let want = read(m.normed_matmul_transposed(want_x.clone(), &pre, 1e-6));
-                let want_x = read(want_x);
-                for rows in [1, 2, 4, 8] {
-                    let (got_x, got) =
-                        m.residual_normed_matmul_in_groups(x.clone(), delta.clone(), &norms, 1e-6, scale, rows);
-                    let what = format!("{name}, {rows} rows a block, scale {scale}");
-                    let close = |got: &[f32], want: &[f32], part: &str| {
-                        let top = want.iter().map(|v| v.abs()).fold(1e-3, f32::max);
-                        let diff = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
-                        assert!(got.len() == want.len() && diff <= 1e-5 * top, "{part} of {what}: {diff} of {top}");
-                    };
-                    close(&read(got_x), &want_x, "the residual");
-                    close(&read(got), &want, "the product");
+        let inverse_rms = |v: &[f32]| 1.0 / (v.iter().map(|a| a * a).sum::<f32>() / v.len() as f32 + 1e-6).sqrt();
+        for (device_name, device) in devices() {
+            let matrices = [
+                ("Q4_0", symmetric_matrix(40, 512, 32, 4, 8.0).0),
+                ("Q6_K", q6_k()),
+                ("MLX", matrix(33, 512, 64, 4, 5).0),
+            ];
+            for (name, t) in matrices {
+                let m = AffineMatrix::upload(t, &device);
+                let (rows, k) = (m.rows(), m.k());
+                let dense = read(m.dequantize());
+                let post: Vec<f32> = (0..k).map(|i| 0.5 + (i % 11) as f32 / 10.0).collect();
+                let pre: Vec<f32> = (0..k).map(|i| 1.5 - (i % 7) as f32 / 10.0).collect();
+                let norms =
+                    Tensor::<1>::from_data(TensorData::new([post.clone(), pre.clone()].concat(), [2 * k]), &device);
+                // One token takes the fused kernel where it runs; two take the two steps everywhere.
+                for tokens in [1, 2] {
+                    let x: Vec<f32> = (0..tokens * k).map(|i| ((i * 31 % 97) as f32 - 48.0) / 20.0).collect();
+                    let delta: Vec<f32> = (0..tokens * k).map(|i| ((i * 17 % 89) as f32 - 44.0) / 7.0).collect();
+                    let tensor =
+                        |values: &[f32]| Tensor::<2>::from_data(TensorData::new(values.to_vec(), [tokens, k]), &device);
+                    for scale in [1.0, 0.75] {
+                        // The host's x' = (x + RMSNorm(delta)·post)·scale and RMSNorm(x')·pre · Wᵀ.
+                        let mut want_x = vec![0.0; tokens * k];
+                        let mut normed = vec![0.0; tokens * k];
+                        for s in 0..tokens {
+                            let (x, delta) = (&x[s * k..][..k], &delta[s * k..][..k]);
+                            let inv_delta = inverse_rms(delta);
+                            let updated = &mut want_x[s * k..][..k];
+                            for i in 0..k {
+                                updated[i] = (x[i] + delta[i] * inv_delta * post[i]) * scale;
+                            }
+                            let inv = inverse_rms(updated);
+                            for i in 0..k {
+                                normed[s * k + i] = updated[i] * inv * pre[i];
+                            }
+                        }
+                        let want = reference(&normed, &dense, tokens, rows, k);
+                        for rows_per_group in [1, 2, 4, 8] {
+                            let (got_x, got) = m.residual_normed_matmul_in_groups(
+                                tensor(&x),
+                                tensor(&delta),
+                                &norms,
+                                1e-6,
+                                scale,
+                                rows_per_group,
+                            );
+                            let what = format!(
+                                "{name} on {device_name}, {tokens} tokens, {rows_per_group} rows a block, scale {scale}"
+                            );
+                            let close = |got: &[f32], want: &[f32], part: &str| {
+                                let top = want.iter().map(|v| v.abs()).fold(1e-3, f32::max);
+                                let diff = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                                assert!(
+                                    got.len() == want.len() && diff <= 1e-5 * top,
+                                    "{part} of {what}: {diff} of {top}"
+                                );
+                            };
+                            close(&read(got_x), &want_x, "the residual");
+                            close(&read(got), &want, "the product");
+                        }
+                    }
                 }
             }
         }
