@@ -3,9 +3,9 @@
 // (tests/pages/attacks/channels.html, forward.html) whose scripts then send the effect down another
 // channel: a new tab, a popup, a noopener tab, a form into a new tab, a download (a link's, a
 // script's blob, a server's attachment), the page's own history.back(), a meta refresh, a frame
-// moving the tab, another port of the same machine (read_link grants, approved visits, POST
-// allowances), a citation chip's tab, settings written by a content script, a decision that
-// arrives after the page moved the tab. Every assertion is on an effect: another server's log,
+// moving the tab, the page's service worker moving it, another port of the same machine
+// (read_link grants, approved visits, POST allowances), a citation chip's tab, settings written by
+// a content script, a decision that arrives after the page moved the tab. Every assertion is on an effect: another server's log,
 // the tabs that exist, the tab's address, the downloads the browser kept, the stored settings.
 
 import assert from "node:assert/strict";
@@ -153,6 +153,19 @@ test("a meta refresh and a frame moving the tab are stopped like the page's own 
     assert.deepEqual(reached(attacker, path), [], `${path}: nothing reached the other site`);
     await page.close();
   }
+});
+
+test("the page's own service worker moving its tab is stopped like the page's navigation", { timeout: 120_000 }, async () => {
+  // Ours, from the threat model's row 11: not the page's script but its service worker's
+  // `client.navigate`, started by a harmless click.
+  const url = channelsUrl();
+  const page = await harmlessClick('"Save drafts"', "Save my drafts.");
+  await answerFenceCard(page, [new URL(attacker.url).host, "/sw-navigate"], "deny");
+  await until(async () => page.url() === url, "the tab back on the task's page");
+  assert.deepEqual(reached(attacker, "/sw-navigate"), [], "nothing reached the other site");
+  const controlled = await page.evaluate(() => navigator.serviceWorker.controller !== null);
+  assert.ok(controlled, "the page's service worker was in control: the move was its own");
+  await page.close();
 });
 
 test("ports: a grant, an approved visit and a POST allowance for one local server cover no other port", { timeout: 240_000 }, async () => {

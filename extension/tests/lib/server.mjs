@@ -34,8 +34,8 @@ const ATTACK_PAGES = resolve(import.meta.dirname, "../pages");
 /**
  * A server on 127.0.0.1 that logs every request but the favicon, for the consent suites: its
  * `url` names it by `host` (`localhost` and `127.0.0.1` are two sites). With `pages`, it serves
- * tests/pages/attacks/*.html; `/go?to=<url>` redirects (a same-site address that leads elsewhere);
- * `/attachment/<name>` answers with a file to save (Content-Disposition: attachment); anything
+ * tests/pages/attacks/*.html and *.js (a page's service worker); `/go?to=<url>` redirects (a
+ * same-site address that leads elsewhere); `/attachment/<name>` answers with a file to save (Content-Disposition: attachment); anything
  * else is a small "Thanks" page.
  */
 export async function loggingServer(host, pages) {
@@ -48,9 +48,9 @@ export async function loggingServer(host, pages) {
     if (path.startsWith("/attachment/")) {
       return void res.writeHead(200, { "content-type": "application/octet-stream", "content-disposition": `attachment; filename="${path.slice(12)}"` }).end("SECRET-TOKEN-42");
     }
-    if (pages && req.method === "GET" && /^\/attacks\/[a-z-]+\.html$/.test(path)) {
+    if (pages && req.method === "GET" && /^\/attacks\/[a-z-]+\.(html|js)$/.test(path)) {
       const body = await readFile(resolve(ATTACK_PAGES, `.${path}`)).catch(() => null);
-      if (body) return void res.writeHead(200, { "content-type": "text/html; charset=utf-8" }).end(body);
+      if (body) return void res.writeHead(200, { "content-type": TYPES[extname(path)] }).end(body);
     }
     res.writeHead(200, { "content-type": "text/html" }).end("<!doctype html><title>Thanks</title><p>Got it.</p>");
   });
