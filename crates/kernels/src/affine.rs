@@ -25,7 +25,10 @@ use hearth_weights::{AffineParams, AffineTensor};
 
 use crate::affine_gemm::{self, Epilogue};
 use crate::fused::{gelu_tanh_mul, inverse_rms, reference};
-use crate::launch::{bounded_tanh, chunk_words_of, code_of, empty_output, grid, has_fused_kernels, load_chunk};
+use crate::launch::{
+    bounded_tanh, bytes_of, chunk_words_of, code_of, declare_reads_of, empty_output, grid, has_fused_kernels,
+    load_chunk,
+};
 pub use crate::scales::ScaleLayout;
 use crate::scales::{group_bias, group_scale};
 use crate::tuning::ProductKernel;
@@ -465,6 +468,9 @@ impl AffineKernels for CubeBackend {
         let client = ids.client.clone();
         debug_assert!(out.is_contiguous() && out.meta.shape().num_elements() == n * k);
         let (grid_x, grid_y) = grid(((n * k / per_chunk) as u32).div_ceil(THREADS));
+        // At most the ids' rows (a block of a larger table reads only those it holds).
+        let row_bytes = (bytes_of(&codes) + bytes_of(&scale_bias)) / rows.max(1) as u64;
+        crate::dispatches::declare_reads(bytes_of(&ids) + n.min(rows) as u64 * row_bytes);
         affine_rows_kernel::launch(
             &client,
             CubeCount::Static(grid_x, grid_y, 1),
@@ -513,6 +519,7 @@ impl AffineKernels for CubeBackend {
         .clamp(1, THREADS);
         let lanes = THREADS / rows_per_group;
         let (grid_x, grid_y) = grid((rows as u32).div_ceil(rows_per_group));
+        declare_reads_of(&[&codes, &scale_bias, &x, &delta, &norms]);
         affine_residual_matmul_kernel::launch(
             &client,
             CubeCount::Static(grid_x, grid_y, 1),
@@ -590,6 +597,14 @@ impl AffineKernels for CubeBackend {
         let (grid_x, grid_y) = grid((rows as u32).div_ceil(rows_per_group));
         let tiles = (tokens as u32).div_ceil(TOKEN_TILE).max(1);
         let tiles = if tokens == 1 { 1 } else { tiles };
+        let mut inputs = vec![&codes, &scale_bias, &x];
+        if gated {
+            inputs.extend([&codes_up, &scale_bias_up]);
+        }
+        if normed || gated_by_input {
+            inputs.push(&aux);
+        }
+        declare_reads_of(&inputs);
         affine_matmul_kernel::launch(
             &client,
             CubeCount::Static(grid_x, grid_y, tiles),
@@ -1131,6 +1146,29 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The profile's bytes read: a product's launch declares its weights and input, a launch of
+    /// Burn's own declares nothing (and is not charged a declaration left over from before).
+    #[test]
+    fn a_profiled_product_reads_its_weights_and_input() {
+        let Some(gpu) = crate::launch::test_gpu() else { return };
+        let m = AffineMatrix::upload(symmetric_matrix(40, 512, 32, 4, 8.0).0, &gpu);
+        let x = Tensor::<2>::from_data(TensorData::new(inputs(1, 512), [1, 512]), &gpu);
+        // Declared outside any profile: must not reach the profile's first launch.
+        crate::dispatches::declare_reads(1);
+        let (_, times) = crate::dispatches::profile_dispatches(|| {
+            let scaled = read(x.clone() * 2.0);
+            let product = read(m.matmul_transposed(x.clone()));
+            (scaled, product)
+        });
+        let reads: Vec<(String, Option<u64>)> =
+            times.iter().map(|t| (t.kernel.rsplit("::").next().unwrap_or(t.kernel).to_owned(), t.bytes_read)).collect();
+        let product: Vec<_> = reads.iter().filter(|(name, _)| name.contains("AffineMatmul")).collect();
+        assert_eq!(product.len(), 1, "one product launch in {reads:?}");
+        assert_eq!(product[0].1, Some((m.device_bytes() + 512 * 4) as u64), "{reads:?}");
+        let others: Vec<_> = reads.iter().filter(|(name, _)| !name.contains("AffineMatmul")).collect();
+        assert!(!others.is_empty() && others.iter().all(|(_, bytes)| bytes.is_none()), "{reads:?}");
     }
 
     /// The GEMV-style kernel with several rows per block (fewer lanes a row): the same products

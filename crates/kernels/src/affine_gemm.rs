@@ -21,7 +21,7 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use crate::launch::{bounded_tanh, chunk_words_of, code_of, empty_output, grid};
+use crate::launch::{bounded_tanh, bytes_of, chunk_words_of, code_of, empty_output, grid};
 use crate::scales::{ScaleLayout, group_bias, group_scale};
 use crate::tuning::{self, GemmTile};
 
@@ -288,6 +288,13 @@ pub(crate) fn launch(
         tile.depth = tile.depth.next_multiple_of(per_chunk);
     }
     let (grid_x, grid_y) = grid((rows as u32).div_ceil(tile.threads * tile.rows_per_thread));
+    // The weights once a token tile, the input once a block of rows.
+    let token_tiles = (tokens as u32).div_ceil(tile.tokens) as u64;
+    let mut weights = bytes_of(&codes) + bytes_of(&scale_bias);
+    if epilogue.gated {
+        weights += bytes_of(&codes_up) + bytes_of(&scale_bias_up);
+    }
+    crate::dispatches::declare_reads(weights * token_tiles + bytes_of(&x) * u64::from(grid_x * grid_y));
     affine_gemm_kernel::launch(
         &client,
         CubeCount::Static(grid_x, grid_y, (tokens as u32).div_ceil(tile.tokens)),

@@ -30,7 +30,7 @@ use cubecl::prelude::*;
 
 use crate::chunk_table::ChunkTable;
 use crate::fused::HeadColumns;
-use crate::launch::{block_reduce, bounded_tanh, empty_output, has_fused_kernels};
+use crate::launch::{block_reduce, bounded_tanh, bytes_of, empty_output, has_fused_kernels};
 
 /// Threads per workgroup (a power of two: the query norm's reduction is a tree); also the keys
 /// of a tile, one per thread.
@@ -325,7 +325,7 @@ pub trait AttentionKernels: Backend {
     /// One query token: `heads` heads of q `[1, total]` from column `column`, before their norm
     /// (`q_norm` `[d]`, `eps`) and RoPE (the token's chunk table `[2, 2d]`, which also holds the
     /// key count `n` and the first slot), keys and values `[Hkv, capacity, d]` read from slot
-    /// `first` for `n` slots (wrapping), mask `[1, capacity]` → `[1, H·d]`. `cap` ≤ 0 means no
+    /// `first` for `n` slots (wrapping; `keys_read` is `n` as the host knows it, for the profile), mask `[1, capacity]` → `[1, H·d]`. `cap` ≤ 0 means no
     /// softcap.
     #[allow(clippy::too_many_arguments)]
     fn fused_decode_attention(
@@ -337,6 +337,7 @@ pub trait AttentionKernels: Backend {
         eps: f32,
         keys: FloatTensor<Self>,
         values: FloatTensor<Self>,
+        keys_read: usize,
         mask: FloatTensor<Self>,
         scale: f32,
         cap: f32,
@@ -368,6 +369,7 @@ impl AttentionKernels for CubeBackend {
         eps: f32,
         keys: CubeTensor,
         values: CubeTensor,
+        keys_read: usize,
         mask: CubeTensor,
         scale: f32,
         cap: f32,
@@ -384,6 +386,10 @@ impl AttentionKernels for CubeBackend {
         let split = DecodeSplit::new(heads, kv_heads, d, rows);
         let client = q.client.clone();
         let partials = empty_output(&q, burn::tensor::Shape::new([heads, split.splits as usize, d + 2]));
+        let mask = into_contiguous(mask);
+        // Each pass reads the keys and values it sees once for all its heads.
+        let kv_read = (2 * kv_heads * keys_read.min(rows) * d * size_of::<f32>()) as u64 * u64::from(split.passes);
+        crate::dispatches::declare_reads(kv_read + bytes_of(&q) + bytes_of(&mask) + bytes_of(&table));
         decode_attention_split_kernel::launch(
             &client,
             CubeCount::Static(split.kv_heads * split.passes, split.splits, 1),
@@ -393,7 +399,7 @@ impl AttentionKernels for CubeBackend {
             into_contiguous(table).into_buffer_arg(),
             keys.into_buffer_arg(),
             values.into_buffer_arg(),
-            into_contiguous(mask).into_buffer_arg(),
+            mask.into_buffer_arg(),
             partials.clone().into_buffer_arg(),
             (heads / kv_heads) as u32,
             d as u32,
@@ -410,6 +416,9 @@ impl AttentionKernels for CubeBackend {
             (d as u32).div_ceil(THREADS),
         );
         let out = empty_output(&q, burn::tensor::Shape::new([1, heads * d]));
+        // Every split's maximum and sum, the accumulators of the splits that saw keys.
+        let active = split.active_splits(keys_read.min(rows));
+        crate::dispatches::declare_reads((heads * (split.splits as usize * 2 + active * d) * size_of::<f32>()) as u64);
         decode_attention_combine_kernel::launch(
             &client,
             CubeCount::Static(heads as u32, 1, 1),
@@ -462,6 +471,7 @@ pub fn decode_attention(
         query.eps,
         keys.into_dispatch(),
         values.into_dispatch(),
+        query.table.keys(),
         mask.into_dispatch(),
         scale,
         softcap.unwrap_or(0.0),

@@ -18,7 +18,7 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 use hearth_weights::{BlockRows, GgmlType};
 
-use crate::launch::{grid, has_fused_kernels};
+use crate::launch::{bytes_of, grid, has_fused_kernels};
 
 const THREADS: u32 = 64;
 
@@ -191,6 +191,8 @@ impl BlockKernels for CubeBackend {
         let client = ids.client.clone();
         debug_assert!(out.is_contiguous() && out.meta.shape().num_elements() == n * cols);
         let (grid_x, grid_y) = grid(((n * cols) as u32).div_ceil(THREADS));
+        // At most the ids' rows (a block of a larger table reads only those it holds).
+        crate::dispatches::declare_reads(bytes_of(&ids) + (n.min(rows) * row_bytes) as u64);
         block_rows_kernel::launch(
             &client,
             CubeCount::Static(grid_x, grid_y, 1),

@@ -29,6 +29,8 @@ pub struct ChunkTable {
     pub table: Tensor<2>,
     /// The chunk's first position as the table holds it (the CPU path reads it here).
     start: usize,
+    /// The key count as the table holds it (the profile's bytes read).
+    keys: usize,
 }
 
 impl ChunkTable {
@@ -38,15 +40,17 @@ impl ChunkTable {
         let d = inv_freq.len() * 2;
         let keys = keys.into();
         let data = Self::values(inv_freq, start, tokens, keys);
-        ChunkTable { table: Tensor::from_data(TensorData::new(data, [tokens + 1, 2 * d]), device), start }
+        let table = Tensor::from_data(TensorData::new(data, [tokens + 1, 2 * d]), device);
+        ChunkTable { table, start, keys: keys.count }
     }
 
     /// Rewrites the table in place for a chunk of as many tokens (its buffer stays the one a
     /// recorded step reads).
     pub fn rewrite(&mut self, inv_freq: &[f32], start: usize, keys: impl Into<KeySlots>) {
-        let tokens = self.tokens();
-        overwrite(&mut self.table, Self::values(inv_freq, start, tokens, keys.into()));
+        let (tokens, keys) = (self.tokens(), keys.into());
+        overwrite(&mut self.table, Self::values(inv_freq, start, tokens, keys));
         self.start = start;
+        self.keys = keys.count;
     }
 
     fn values(inv_freq: &[f32], start: usize, tokens: usize, keys: KeySlots) -> Vec<f32> {
@@ -75,6 +79,11 @@ impl ChunkTable {
 
     pub fn start(&self) -> usize {
         self.start
+    }
+
+    /// The keys the chunk's attention sees.
+    pub fn keys(&self) -> usize {
+        self.keys
     }
 
     /// The rotations alone, `[S, 2d]` (the tensor-operation path).

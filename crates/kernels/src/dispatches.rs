@@ -2,6 +2,7 @@
 //! of a small model is bounded by dispatches per token as much as by memory bandwidth, so the
 //! benchmark reports this figure.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -62,25 +63,58 @@ pub fn time_dispatches<T>(clock: fn() -> u64, work: impl FnOnce() -> T) -> (T, L
     (result, costs, end.saturating_sub(last))
 }
 
-/// One launch's GPU time as measured: its length, and whether the device timed it (timestamp
-/// queries) or the host did around a blocking submit (adapters without timestamps).
+thread_local! {
+    /// The bytes the next launch on this thread reads, as its launch site declared them.
+    static DECLARED_READS: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// Declares the bytes the next kernel this thread launches reads from memory (its weights, the
+/// keys and values it visits, its inputs), for [`profile_dispatches`]'s bandwidth figures. Called
+/// by Hearth's launch sites right before the launch; Burn's own kernels declare nothing.
+pub(crate) fn declare_reads(bytes: u64) {
+    DECLARED_READS.with(|declared| declared.set(Some(bytes)));
+}
+
+fn take_declared_reads() -> Option<u64> {
+    DECLARED_READS.with(Cell::take)
+}
+
+/// One launch's GPU time as measured: its length, whether the device timed it (timestamp
+/// queries) or the host did around a blocking submit (adapters without timestamps), and the
+/// bytes its launch site declared it reads (`None`: a kernel that declares none, Burn's own).
 #[derive(Clone, Copy, Debug)]
 pub struct KernelTime {
     pub kernel: &'static str,
     pub seconds: f64,
     pub on_device: bool,
+    pub bytes_read: Option<u64>,
 }
 
 enum Measurement {
-    Unread(&'static str, cubecl::logging::ProfileDuration),
+    Unread(&'static str, cubecl::logging::ProfileDuration, Option<u64>),
     Read(KernelTime),
 }
 
 #[derive(Default)]
-struct Profiler(Mutex<Vec<Measurement>>);
+struct Profiler {
+    measurements: Mutex<Vec<Measurement>>,
+    /// The bytes declared for the launch just reported, until its measurement arrives (on the
+    /// same thread, right after).
+    reads: Mutex<Option<u64>>,
+}
+
+impl Profiler {
+    fn launch_reads(&self) -> Option<u64> {
+        self.reads.lock().ok().and_then(|mut reads| reads.take())
+    }
+}
 
 impl LaunchObserver for Profiler {
-    fn launched(&self, _kernel: &'static str) {}
+    fn launched(&self, _kernel: &'static str) {
+        if let Ok(mut reads) = self.reads.lock() {
+            *reads = take_declared_reads();
+        }
+    }
 
     fn timing(&self) -> cubecl::logging::TimingRequest {
         // Unread until the pass is over, so the kernels run back to back as they do untimed.
@@ -88,15 +122,17 @@ impl LaunchObserver for Profiler {
     }
 
     fn profiled(&self, kernel: &'static str, profile: cubecl::logging::ProfileDuration) {
-        if let Ok(mut all) = self.0.lock() {
-            all.push(Measurement::Unread(kernel, profile));
+        let bytes_read = self.launch_reads();
+        if let Ok(mut all) = self.measurements.lock() {
+            all.push(Measurement::Unread(kernel, profile, bytes_read));
         }
     }
 
     fn timed(&self, kernel: &'static str, duration: cubecl::logging::Duration, method: cubecl::logging::TimingMethod) {
         let on_device = matches!(method, cubecl::logging::TimingMethod::Device);
-        if let Ok(mut all) = self.0.lock() {
-            all.push(Measurement::Read(KernelTime { kernel, seconds: duration.as_secs_f64(), on_device }));
+        let bytes_read = self.launch_reads();
+        if let Ok(mut all) = self.measurements.lock() {
+            all.push(Measurement::Read(KernelTime { kernel, seconds: duration.as_secs_f64(), on_device, bytes_read }));
         }
     }
 }
@@ -106,18 +142,20 @@ impl LaunchObserver for Profiler {
 /// nothing, so profile a step launched kernel by kernel.
 pub fn profile_dispatches<T>(work: impl FnOnce() -> T) -> (T, Vec<KernelTime>) {
     let profiler = Arc::new(Profiler::default());
+    // A declaration no observer took (launched before this) must not be charged to a launch here.
+    take_declared_reads();
     let watching = LaunchObservation::new(profiler.clone());
     let result = work();
     drop(watching);
-    let measurements = profiler.0.lock().map(|mut all| std::mem::take(&mut *all)).unwrap_or_default();
+    let measurements = profiler.measurements.lock().map(|mut all| std::mem::take(&mut *all)).unwrap_or_default();
     let times = measurements
         .into_iter()
         .filter_map(|measurement| match measurement {
             Measurement::Read(time) => Some(time),
-            Measurement::Unread(kernel, profile) => {
+            Measurement::Unread(kernel, profile, bytes_read) => {
                 let on_device = matches!(profile.timing_method(), cubecl::logging::TimingMethod::Device);
                 let ticks = pollster::block_on(profile.resolve())?;
-                Some(KernelTime { kernel, seconds: ticks.duration().as_secs_f64(), on_device })
+                Some(KernelTime { kernel, seconds: ticks.duration().as_secs_f64(), on_device, bytes_read })
             }
         })
         .collect();

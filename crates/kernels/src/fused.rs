@@ -23,7 +23,7 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
 use crate::chunk_table::ChunkTable;
-use crate::launch::{block_reduce, bounded_tanh, empty_output, grid, has_fused_kernels};
+use crate::launch::{block_reduce, bounded_tanh, declare_reads_of, empty_output, grid, has_fused_kernels};
 
 /// Threads per block (a power of two: RMSNorm sums in a tree).
 const THREADS: u32 = 64;
@@ -404,6 +404,7 @@ impl FusedOps for CubeBackend {
         let src = into_contiguous(src);
         let n = src.meta.shape().num_elements();
         let (grid_x, grid_y) = grid((n as u32).div_ceil(THREADS));
+        declare_reads_of(&[&src]);
         copy_kernel::launch(
             &src.client.clone(),
             CubeCount::Static(grid_x, grid_y, 1),
@@ -420,6 +421,7 @@ impl FusedOps for CubeBackend {
         let x = into_contiguous(x);
         let (rows, size, blocks) = one_block_per_row(&x);
         let out = empty_like(&x);
+        declare_reads_of(&[&x, &weight]);
         rms_norm_kernel::launch(
             &x.client.clone(),
             blocks,
@@ -456,6 +458,7 @@ impl FusedOps for CubeBackend {
         let (heads, size, capacity) = (cache.meta.shape()[0], cache.meta.shape()[2], cache.meta.shape()[1]);
         let rows = tokens * heads;
         let (grid_x, grid_y) = grid(rows as u32);
+        declare_reads_of(&[&x, &weight, &table]);
         write_cache_kernel::launch(
             &x.client.clone(),
             CubeCount::Static(grid_x, grid_y, 1),
@@ -504,6 +507,7 @@ impl FusedOps for CubeBackend {
         debug_assert_eq!(keys.meta.shape(), values.meta.shape(), "keys and values caches alike");
         let rows = tokens * heads;
         let (grid_x, grid_y) = grid(2 * rows as u32);
+        declare_reads_of(&[&xk, &xv, &weight, &table]);
         write_keys_values_kernel::launch(
             &xk.client.clone(),
             CubeCount::Static(grid_x, grid_y, 1),
@@ -534,6 +538,7 @@ impl FusedOps for CubeBackend {
         let x = into_contiguous(x);
         let (rows, size, blocks) = one_block_per_row(&x);
         let out = empty_like(&x);
+        declare_reads_of(&[&residual, &x, &weight]);
         add_rms_norm_kernel::launch(
             &x.client.clone(),
             blocks,
@@ -557,6 +562,7 @@ impl FusedOps for CubeBackend {
         let (rows, n, blocks) = one_block_per_row(&scores);
         let mask_rows = mask.meta.shape()[0];
         let out = empty_like(&scores);
+        declare_reads_of(&[&scores, &mask]);
         attention_softmax_kernel::launch(
             &scores.client.clone(),
             blocks,
@@ -581,6 +587,7 @@ impl FusedOps for CubeBackend {
         let n = gate.meta.shape().num_elements();
         let out = empty_like(&gate);
         let (grid_x, grid_y) = grid((n as u32).div_ceil(THREADS));
+        declare_reads_of(&[&gate, &up]);
         gelu_tanh_mul_kernel::launch(
             &gate.client.clone(),
             CubeCount::Static(grid_x, grid_y, 1),

@@ -28,6 +28,16 @@ pub(crate) fn empty_output(like: &CubeTensor, shape: burn::tensor::Shape) -> Cub
     CubeTensor::new_contiguous(like.client.clone(), like.device.clone(), shape, handle, DType::F32)
 }
 
+/// The bytes of `t`'s elements (what a kernel reading all of it reads).
+pub(crate) fn bytes_of(t: &CubeTensor) -> u64 {
+    (t.meta.shape().num_elements() * t.dtype.size()) as u64
+}
+
+/// Declares, for the profile, that the next launch reads all of each of `inputs`.
+pub(crate) fn declare_reads_of(inputs: &[&CubeTensor]) {
+    crate::dispatches::declare_reads(inputs.iter().map(|t| bytes_of(t)).sum());
+}
+
 /// The sum (or the maximum, when `max`) of one value per thread of the block, in every thread.
 /// Every thread of the block must call it.
 #[cube]

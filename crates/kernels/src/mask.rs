@@ -10,7 +10,7 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use crate::launch::{grid, has_fused_kernels};
+use crate::launch::{declare_reads_of, grid, has_fused_kernels};
 
 /// The logit of a masked token: far below any real one (Gemma's are softcapped to ±30), finite so
 /// that temperature scaling and softmax stay free of NaN.
@@ -42,6 +42,7 @@ impl MaskOps for CubeBackend {
         let logits = if logits.can_mut() && logits.is_contiguous() { logits } else { into_contiguous(logits.copy()) };
         let n = logits.meta.shape().num_elements();
         let (grid_x, grid_y) = grid((n as u32).div_ceil(THREADS));
+        declare_reads_of(&[&logits, &bits]);
         mask_logits_kernel::launch(
             &logits.client.clone(),
             CubeCount::Static(grid_x, grid_y, 1),

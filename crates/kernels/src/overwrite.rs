@@ -67,6 +67,7 @@ impl OverwriteOps for CubeBackend {
         let n = src.meta.shape().num_elements() as u32;
         assert!(n <= 256, "copy_ids_into: {n} ids (one workgroup copies at most 256)");
         assert!(matches!(src.dtype, DType::I32 | DType::U32), "copy_ids_into: ids of {:?}", src.dtype);
+        crate::launch::declare_reads_of(&[&src]);
         copy_ids_kernel::launch(
             &src.client.clone(),
             CubeCount::Static(1, 1, 1),

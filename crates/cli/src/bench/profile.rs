@@ -1,7 +1,8 @@
 //! `hearth bench --profile`: where a decoded token's GPU time goes, per kernel kind (launches a
-//! token, GPU µs from timestamp queries where the adapter has them, share), and what can be
-//! checked without a GPU: dispatches a token, weight bytes read a token against the file's size,
-//! and how each decode attention launch is split at a short and a long context.
+//! token, GPU µs from timestamp queries where the adapter has them, share, bytes read and the
+//! bandwidth they achieve), and what can be checked without a GPU: dispatches a token, weight
+//! bytes read a token against the file's size, and how each decode attention launch is split at
+//! a short and a long context.
 
 use std::collections::BTreeMap;
 
@@ -30,13 +31,27 @@ pub fn run(session: &mut Session, sampler: &mut Sampler, next: u32, cache: Cache
 }
 
 fn print_kernel_times(times: &[KernelTime], position: usize) {
-    let mut by_kind: BTreeMap<String, (usize, f64)> = BTreeMap::new();
+    /// Per kernel kind: launches, GPU seconds, bytes read (declared by the launch sites), and
+    /// launches that declared none.
+    #[derive(Default)]
+    struct Kind {
+        launches: usize,
+        seconds: f64,
+        bytes: u64,
+        undeclared: usize,
+    }
+    let mut by_kind: BTreeMap<String, Kind> = BTreeMap::new();
     for time in times {
-        let entry = by_kind.entry(crate::host_cost::short(time.kernel)).or_default();
-        entry.0 += 1;
-        entry.1 += time.seconds;
+        let kind = by_kind.entry(crate::host_cost::short(time.kernel)).or_default();
+        kind.launches += 1;
+        kind.seconds += time.seconds;
+        match time.bytes_read {
+            Some(bytes) => kind.bytes += bytes,
+            None => kind.undeclared += 1,
+        }
     }
     let total: f64 = times.iter().map(|t| t.seconds).sum();
+    let total_bytes: u64 = times.iter().filter_map(|t| t.bytes_read).sum();
     let on_device = times.iter().filter(|t| t.on_device).count();
     let clock = if on_device == times.len() {
         "the device's timestamp queries".to_string()
@@ -49,17 +64,35 @@ fn print_kernel_times(times: &[KernelTime], position: usize) {
         )
     };
     println!("## Profile: one decoded token at position {position}, kernel by kernel\n");
-    println!("Timed with {clock}; kernels run back to back as in an unrecorded step. Sum {:.3} ms.\n", total * 1e3);
-    println!("| kernel | launches a token | GPU µs a token | µs a launch | share |");
-    println!("|---|---|---|---|---|");
-    let mut rows: Vec<(String, (usize, f64))> = by_kind.into_iter().collect();
-    rows.sort_by(|a, b| b.1.1.total_cmp(&a.1.1));
-    for (kind, (launches, seconds)) in rows {
+    println!(
+        "Timed with {clock}; kernels run back to back as in an unrecorded step. Sum {:.3} ms, {:.1} MB read \
+         ({:.1} GB/s over the sum). Bytes read are what each launch site declares its kernel reads (weights, the \
+         keys and values it visits, its inputs); `—`: a kernel that declares none (Burn's own).\n",
+        total * 1e3,
+        total_bytes as f64 / 1e6,
+        total_bytes as f64 / total.max(1e-12) / 1e9
+    );
+    println!("| kernel | launches a token | GPU µs a token | µs a launch | share | MB read a token | GB/s |");
+    println!("|---|---|---|---|---|---|---|");
+    let mut rows: Vec<(String, Kind)> = by_kind.into_iter().collect();
+    rows.sort_by(|a, b| b.1.seconds.total_cmp(&a.1.seconds));
+    for (name, kind) in rows {
+        let (read, rate) = if kind.undeclared == kind.launches {
+            ("—".to_string(), "—".to_string())
+        } else {
+            let partial =
+                if kind.undeclared > 0 { format!(" ({} launches undeclared)", kind.undeclared) } else { String::new() };
+            (
+                format!("{:.2}{partial}", kind.bytes as f64 / 1e6),
+                format!("{:.1}", kind.bytes as f64 / kind.seconds.max(1e-12) / 1e9),
+            )
+        };
         println!(
-            "| `{kind}` | {launches} | {:.1} | {:.1} | {:.1} % |",
-            seconds * 1e6,
-            seconds * 1e6 / launches as f64,
-            100.0 * seconds / total.max(1e-12)
+            "| `{name}` | {} | {:.1} | {:.1} | {:.1} % | {read} | {rate} |",
+            kind.launches,
+            kind.seconds * 1e6,
+            kind.seconds * 1e6 / kind.launches as f64,
+            100.0 * kind.seconds / total.max(1e-12)
         );
     }
     println!();
