@@ -66,6 +66,9 @@ pub fn time_dispatches<T>(clock: fn() -> u64, work: impl FnOnce() -> T) -> (T, L
 thread_local! {
     /// The bytes the next launch on this thread reads, as its launch site declared them.
     static DECLARED_READS: Cell<Option<u64>> = const { Cell::new(None) };
+    /// The declaration of the launch this thread last issued, until its measurement arrives
+    /// (on the issuing thread, right after the launch).
+    static LAUNCH_READS: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
 /// Declares the bytes the next kernel this thread launches reads from memory (its weights, the
@@ -95,25 +98,27 @@ enum Measurement {
     Read(KernelTime),
 }
 
-#[derive(Default)]
+/// Keeps the launches of one thread (the one that profiles: the observer sees every thread's).
 struct Profiler {
+    thread: std::thread::ThreadId,
     measurements: Mutex<Vec<Measurement>>,
-    /// The bytes declared for the launch just reported, until its measurement arrives (on the
-    /// same thread, right after).
-    reads: Mutex<Option<u64>>,
 }
 
 impl Profiler {
+    fn mine(&self) -> bool {
+        std::thread::current().id() == self.thread
+    }
+
+    /// The declaration of this thread's last launch.
     fn launch_reads(&self) -> Option<u64> {
-        self.reads.lock().ok().and_then(|mut reads| reads.take())
+        LAUNCH_READS.with(Cell::take)
     }
 }
 
 impl LaunchObserver for Profiler {
     fn launched(&self, _kernel: &'static str) {
-        if let Ok(mut reads) = self.reads.lock() {
-            *reads = take_declared_reads();
-        }
+        // Every launch moves the declaration along, so none outlives the launch it was made for.
+        LAUNCH_READS.with(|reads| reads.set(take_declared_reads()));
     }
 
     fn timing(&self) -> cubecl::logging::TimingRequest {
@@ -123,6 +128,9 @@ impl LaunchObserver for Profiler {
 
     fn profiled(&self, kernel: &'static str, profile: cubecl::logging::ProfileDuration) {
         let bytes_read = self.launch_reads();
+        if !self.mine() {
+            return;
+        }
         if let Ok(mut all) = self.measurements.lock() {
             all.push(Measurement::Unread(kernel, profile, bytes_read));
         }
@@ -131,17 +139,20 @@ impl LaunchObserver for Profiler {
     fn timed(&self, kernel: &'static str, duration: cubecl::logging::Duration, method: cubecl::logging::TimingMethod) {
         let on_device = matches!(method, cubecl::logging::TimingMethod::Device);
         let bytes_read = self.launch_reads();
+        if !self.mine() {
+            return;
+        }
         if let Ok(mut all) = self.measurements.lock() {
             all.push(Measurement::Read(KernelTime { kernel, seconds: duration.as_secs_f64(), on_device, bytes_read }));
         }
     }
 }
 
-/// Runs `work` with every kernel it launches timed on the GPU, then reads the timings (waiting for
-/// the device): one [`KernelTime`] per launch, in launch order. Replays of a recorded step launch
-/// nothing, so profile a step launched kernel by kernel.
+/// Runs `work` with every kernel it launches on this thread timed on the GPU, then reads the
+/// timings (waiting for the device): one [`KernelTime`] per launch, in launch order. Replays of a
+/// recorded step launch nothing, so profile a step launched kernel by kernel.
 pub fn profile_dispatches<T>(work: impl FnOnce() -> T) -> (T, Vec<KernelTime>) {
-    let profiler = Arc::new(Profiler::default());
+    let profiler = Arc::new(Profiler { thread: std::thread::current().id(), measurements: Mutex::default() });
     // A declaration no observer took (launched before this) must not be charged to a launch here.
     take_declared_reads();
     let watching = LaunchObservation::new(profiler.clone());
