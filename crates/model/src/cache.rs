@@ -152,6 +152,16 @@ pub struct KvCache {
     /// whenever a buffer it uses may change: a checkpoint (the next write copies the rings) or a
     /// restore (other rings).
     pub(crate) recorded: Option<crate::step_recording::RecordedStep>,
+    /// Names the keys' and values' buffers as they are: a new value whenever one may have been
+    /// replaced (a checkpoint, a restore, a write that copied a shared buffer), so that a
+    /// recording reading them from outside the model (the drafter's) knows it must record again.
+    buffers: u64,
+}
+
+/// A value no cache's buffers were named by before ([`KvCache::buffers`]).
+fn new_buffers_name() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// One layer's cache as it stands, for a reader outside the model's own layers (a drafter).
@@ -263,7 +273,14 @@ impl KvCache {
             open_mask,
             decode_inputs,
             recorded: None,
+            buffers: new_buffers_name(),
         }
+    }
+
+    /// The name of the keys' and values' buffers as they are now: it changes whenever one of them
+    /// may have been replaced.
+    pub(crate) fn buffers(&self) -> u64 {
+        self.buffers
     }
 
     /// Positions the cache can hold.
@@ -306,13 +323,20 @@ impl KvCache {
         s
     }
 
-    /// Layer `layer`'s keys and values: positions `0..len` for a full-attention layer, the
-    /// whole ring for a sliding one; `None` for a KV-shared layer, which caches nothing. The
-    /// tensors share the cache's buffers, so a write while they are held copies them first.
-    pub(crate) fn layer_kv(&self, layer: usize) -> Option<CachedKv> {
+    /// Layer `layer`'s keys and values: positions `0..len` for a full-attention layer (with
+    /// `whole`, its whole buffer, the rows past `len` empty), the whole ring for a sliding one;
+    /// `None` for a KV-shared layer, which caches nothing. The tensors share the cache's buffers,
+    /// so a write while they are held copies them first.
+    pub(crate) fn layer_kv(&self, layer: usize, whole: bool) -> Option<CachedKv> {
         let kv = self.layers.get(layer)?.as_ref()?;
-        let [heads, _, d] = kv.keys.dims();
+        let [heads, rows, d] = kv.keys.dims();
         Some(match kv.kind {
+            LayerType::Full if whole => CachedKv {
+                kind: kv.kind,
+                keys: kv.keys.clone(),
+                values: kv.values.clone(),
+                positions: (0..rows).map(|p| (p < self.len).then_some(p)).collect(),
+            },
             LayerType::Full => CachedKv {
                 kind: kv.kind,
                 keys: kv.keys.clone().slice([0..heads, 0..self.len, 0..d]),
@@ -355,6 +379,7 @@ impl KvCache {
         self.checkpoints.push(checkpoint);
         // The rings are shared now: the next write copies them into new buffers.
         self.recorded = None;
+        self.buffers = new_buffers_name();
     }
 
     /// The lengths the checkpoints were taken at, oldest first.
@@ -405,6 +430,7 @@ impl KvCache {
     fn restore(&mut self, checkpoint: &RingCheckpoint) {
         // The recording writes the rings about to be let go: it goes first.
         self.recorded = None;
+        self.buffers = new_buffers_name();
         for (layer, ring) in self.layers.iter_mut().zip(&checkpoint.rings) {
             if let (Some(kv), Some((keys, values))) = (layer.as_mut(), ring) {
                 kv.keys = keys.clone();
@@ -543,6 +569,10 @@ impl KvCache {
         // Slots are (start + t) % capacity: a full-attention cache never wraps, a ring may. Burn
         // writes in place only into a tensor nothing else references: the caches are handed over.
         let device = kv.keys.device();
+        if !(kv.keys.can_mut() && kv.values.can_mut()) {
+            // Held elsewhere too (a checkpoint's ring): this write copies them into new buffers.
+            self.buffers = new_buffers_name();
+        }
         let keys = std::mem::replace(&mut kv.keys, Tensor::empty([0, 0, 0], &device));
         let values = std::mem::replace(&mut kv.values, Tensor::empty([0, 0, 0], &device));
         (kv.keys, kv.values) = write_keys_values(keys, values, k, k_norm, v, v_normed, table, eps);

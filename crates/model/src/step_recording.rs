@@ -50,6 +50,48 @@ impl Recording {
     }
 }
 
+/// What [`record`] made of a run.
+pub(crate) enum Recorded<T> {
+    /// The device records nothing (or the capture could not start): the run's output, nothing
+    /// recorded.
+    Not(T),
+    /// The first run's output, and the recording with the outputs its replays write.
+    Graph { first: T, graph: BackendGraph<Dispatch>, outputs: T },
+    /// The capture failed (or a test asked it to): the first run's output; the recorded launches
+    /// never ran, and the buffers they write report the failure on any read.
+    Failed { first: T, reason: String },
+}
+
+/// Runs `run` and records it for replays (cubecl's graph capture): a first run gives this call's
+/// output; a second, dropped, leaves in the pools every buffer a recorded run takes (a recording
+/// may allocate nothing); a third is recorded, not run. The recording state marks a failure.
+pub(crate) fn record<T>(device: &Device, recording: &Recording, mut run: impl FnMut() -> T) -> Recorded<T> {
+    let device = device.as_dispatch();
+    if Dispatch::graph_prepare(device).is_err() {
+        return Recorded::Not(run());
+    }
+    let first = run();
+    drop(run());
+    if Dispatch::graph_start_capture(device).is_err() {
+        // Closing the prepared capture returns the stream to normal use.
+        let _ = Dispatch::graph_stop_capture(device);
+        recording.failed.store(true, Ordering::Relaxed);
+        return Recorded::Not(first);
+    }
+    let outputs = run();
+    // (A failure asked for by a test takes the path a device's failure takes.)
+    let forced = recording.fail_next.swap(false, Ordering::Relaxed);
+    match Dispatch::graph_stop_capture(device) {
+        Ok(graph) if !forced => Recorded::Graph { first, graph, outputs },
+        captured => {
+            recording.failed.store(true, Ordering::Relaxed);
+            let reason =
+                captured.err().map_or_else(|| "a recording made to fail for a test".to_owned(), |err| err.to_string());
+            Recorded::Failed { first, reason }
+        }
+    }
+}
+
 /// What recording a step needs of the model besides the step itself: its device, its recording
 /// state and its token lookups.
 pub(crate) trait StepModel {
@@ -188,42 +230,21 @@ pub(crate) fn step(
     }
 
     let input = StepInput::new(model, token);
-    let mut run = || {
+    let run = || {
         let (x0, token_rows) = input.embedded(model);
         layers(x0, token_rows)
     };
-
-    if Dispatch::graph_prepare(device).is_err() {
-        return Ok(run());
-    }
-    // This token's logits come from the first run. A recording may allocate nothing, so a second
-    // run, whose buffers go back to the pools, leaves there every buffer the recorded run takes
-    // (the first run also copies rings a checkpoint shares into buffers of the cache's own). Both
-    // write the same keys and values at the same slots.
-    let logits = run();
-    drop(run());
-    if Dispatch::graph_start_capture(device).is_err() {
-        // Closing the prepared capture returns the stream to normal use.
-        let _ = Dispatch::graph_stop_capture(device);
-        model.recording().failed.store(true, Ordering::Relaxed);
-        return Ok(logits);
-    }
-    // Recorded, not run: the next token's replay is its first execution.
-    let recorded_logits = run();
-    // (A failure asked for by a test takes the path a device's failure takes.)
-    let forced = model.recording().fail_next.swap(false, Ordering::Relaxed);
-    match Dispatch::graph_stop_capture(device) {
-        Ok(graph) if !forced => {
-            *slot = Some(RecordedStep { graph, input, logits: recorded_logits });
-            Ok(logits)
+    // This token's logits come from the first run; both runs write the same keys and values at
+    // the same slots (the first also copies rings a checkpoint shares into buffers of the cache's
+    // own); the recorded one runs first at the next token's replay.
+    match record(model.device(), model.recording(), run) {
+        Recorded::Not(logits) => Ok(logits),
+        Recorded::Graph { first, graph, outputs } => {
+            *slot = Some(RecordedStep { graph, input, logits: outputs });
+            Ok(first)
         }
-        captured => {
-            let reason =
-                captured.err().map_or_else(|| "a recording made to fail for a test".to_owned(), |err| err.to_string());
-            // The recorded launches never ran, and the buffers they write (the cache's among
-            // them) now report the failure on any read: the caller starts the cache over.
-            model.recording().failed.store(true, Ordering::Relaxed);
-            Err(ModelError::Recording(reason))
-        }
+        // The buffers the recorded launches write (the cache's among them) now report the
+        // failure on any read: the caller starts the cache over.
+        Recorded::Failed { reason, .. } => Err(ModelError::Recording(reason)),
     }
 }

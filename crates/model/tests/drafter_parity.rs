@@ -172,3 +172,81 @@ fn the_drafter_refuses_what_it_cannot_draft_from() {
     let err = drafter.step(&model, &context, 128, state).err();
     assert!(matches!(err, Some(DrafterError::Model(_))), "{err:?}");
 }
+
+/// The drafts of one round: `steps` greedy steps from `next` and `state`, each step's logits.
+fn draft_round(
+    model: &Gemma,
+    drafter: &Drafter,
+    cache: &KvCache,
+    next: u32,
+    state: Tensor<2>,
+    steps: usize,
+) -> Vec<Vec<f32>> {
+    let context = drafter.context(cache).unwrap();
+    let (mut token, mut state) = (next, state);
+    let mut all = Vec::new();
+    for _ in 0..steps {
+        let draft = drafter.step(model, &context, token, state).unwrap();
+        let logits = rows(draft.logits).remove(0);
+        token = argmax(&logits);
+        state = draft.state;
+        all.push(logits);
+    }
+    all
+}
+
+/// Draft steps recorded once and replayed (the default where the kernels run) draft what steps
+/// launched one by one draft: over rounds at new positions of one cache (the masks and tables
+/// rewritten in place, through a sliding ring that wraps), after a checkpoint (whose ring the
+/// next write copies into a new buffer: the steps record again), and when a recording fails (the
+/// step's own result stands; later steps launch one by one).
+#[test]
+fn recorded_draft_steps_draft_what_launched_ones_do() {
+    let fixture = fixture();
+    let main_dir = fixture_dir().join(&fixture.main);
+    let Some((_, device)) = devices().into_iter().find(|(name, _)| *name != "cpu") else { return };
+    let model = load_model(&main_dir, &device).unwrap();
+    let options = CacheOptions { max_context: 64, max_chunk: 4 };
+    for name in ["tied", "centroids"] {
+        let dir = fixture_dir().join(name);
+        let recorded = drafter::load_dir(&dir, &model.config, &device).unwrap();
+        let launched = drafter::load_dir(&dir, &model.config, &device).unwrap();
+        launched.set_step_recording(false);
+        let mut cache = KvCache::new(&model.config, options, model.device());
+        let (mut logits, mut hidden) = model.forward_hidden(&fixture.cases[0].prompt, &mut cache).unwrap();
+        for round in 0..4 {
+            if round == 1 {
+                // The ring is shared with the checkpoint now: this round records on it, and the
+                // main model's next write moves the ring to a new buffer.
+                cache.checkpoint();
+            }
+            let last = logits.dims()[0] - 1;
+            let next = argmax(&rows(logits.slice([last..last + 1, 0..model.config.vocab_size]))[0]);
+            let state = hidden.slice([last..last + 1, 0..model.config.hidden_size]);
+            let want = draft_round(&model, &launched, &cache, next, state.clone(), 3);
+            let got = draft_round(&model, &recorded, &cache, next, state, 3);
+            assert!(recorded.holds_recorded_step(), "{name}, round {round}: the steps were recorded");
+            for (step, (got, want)) in got.iter().zip(&want).enumerate() {
+                let diff = max_diff(got, want);
+                assert!(diff <= 1e-5, "{name}, round {round}, step {step}: recorded vs launched |Δlogit| {diff}");
+            }
+            // The main model takes the token and two of the drafts (a verification's chunk).
+            let verified = [next, argmax(&got[0]), argmax(&got[1])];
+            (logits, hidden) = model.forward_hidden(&verified, &mut cache).unwrap();
+        }
+
+        // A recording that fails: the step that recorded keeps its result, the next ones launch.
+        let failing = drafter::load_dir(&dir, &model.config, &device).unwrap();
+        failing.fail_next_recording();
+        let last = logits.dims()[0] - 1;
+        let next = argmax(&rows(logits.slice([last..last + 1, 0..model.config.vocab_size]))[0]);
+        let state = hidden.slice([last..last + 1, 0..model.config.hidden_size]);
+        let want = draft_round(&model, &launched, &cache, next, state.clone(), 3);
+        let got = draft_round(&model, &failing, &cache, next, state, 3);
+        assert!(!failing.records_steps() && !failing.holds_recorded_step(), "{name}: the failed recording is off");
+        for (step, (got, want)) in got.iter().zip(&want).enumerate() {
+            let diff = max_diff(got, want);
+            assert!(diff <= 1e-5, "{name}, failed recording, step {step}: |Δlogit| {diff}");
+        }
+    }
+}

@@ -59,9 +59,9 @@ pub(super) fn run(
     let plain_s = 1.0 / plain.decode_tokens_per_s();
 
     println!(
-        "| k | verify k+1 tokens, ms | ÷ one decoded token | k draft steps (chained, one readback), ms | the same, each id read back, ms | tokens/s, every draft accepted | tokens/s, random assistant (accepted) |"
+        "| k | verify k+1 tokens, ms | ÷ one decoded token | k draft steps (chained, one readback; recorded), ms | the same launched one by one, ms | the same, each id read back, ms | tokens/s, every draft accepted | tokens/s, random assistant (accepted) |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     let mut costs = Vec::new();
     for &k in ks {
         // A verification of k+1 tokens after the prompt, rewound, as a round does.
@@ -77,30 +77,38 @@ pub(super) fn run(
         }))?;
         // k draft steps from the prompt's end as a round drafts while no call is open: chained on
         // the device, the k ids read back once (each read back before the next step where the
-        // model looks its ids up on the host).
-        let draft_s = median((0..REPEATS).map(|_| {
-            let start = Instant::now();
-            let context = drafter.context(session.cache()).map_err(|e| e.to_string())?;
-            let model = session.model();
-            let mut state = hidden.clone();
-            let mut choices: Vec<Tensor<2, Int>> = Vec::with_capacity(k);
-            let mut token = answer[0];
-            for _ in 0..k {
-                let draft = match choices.last() {
-                    Some(last) if model.steps_on_device() => drafter.step_chosen(model, &context, last, state),
-                    _ => drafter.step(model, &context, token, state),
+        // model looks its ids up on the host); recorded and replayed (the default), then
+        // launched one by one.
+        let chain = || {
+            median((0..REPEATS).map(|_| {
+                let start = Instant::now();
+                let context = drafter.context(session.cache()).map_err(|e| e.to_string())?;
+                let model = session.model();
+                let mut state = hidden.clone();
+                let mut choices: Vec<Tensor<2, Int>> = Vec::with_capacity(k);
+                let mut token = answer[0];
+                for _ in 0..k {
+                    let draft = match choices.last() {
+                        Some(last) if model.steps_on_device() => drafter.step_chosen(model, &context, last, state),
+                        _ => drafter.step(model, &context, token, state),
+                    }
+                    .map_err(|e| e.to_string())?;
+                    let choice = draft.logits.argmax(1);
+                    if !model.steps_on_device() {
+                        token = read_ids(choice.clone())?[0] as u32;
+                    }
+                    choices.push(choice);
+                    state = draft.state;
                 }
-                .map_err(|e| e.to_string())?;
-                let choice = draft.logits.argmax(1);
-                if !model.steps_on_device() {
-                    token = read_ids(choice.clone())?[0] as u32;
-                }
-                choices.push(choice);
-                state = draft.state;
-            }
-            read_ids(Tensor::cat(choices, 0))?;
-            Ok(start.elapsed().as_secs_f64())
-        }))?;
+                read_ids(Tensor::cat(choices, 0))?;
+                Ok(start.elapsed().as_secs_f64())
+            }))
+        };
+        let draft_s = chain()?;
+        drafter.set_step_recording(false);
+        let draft_launched_s = chain();
+        drafter.set_step_recording(true);
+        let draft_launched_s = draft_launched_s?;
         // The same steps with each id read back before the next (inside an open call).
         let draft_read_s = median((0..REPEATS).map(|_| {
             let start = Instant::now();
@@ -131,10 +139,11 @@ pub(super) fn run(
         let floor = generate_with(&mut session, &tokenizer, &prompt, tokens, Some(&mut assisted))?;
         let floor_stats = floor.speculation.clone().unwrap_or_default();
         println!(
-            "| {k} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} ({:.0} %) |",
+            "| {k} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} ({:.0} %) |",
             verify_s * 1e3,
             verify_s / plain_s,
             draft_s * 1e3,
+            draft_launched_s * 1e3,
             draft_read_s * 1e3,
             ceiling.decode_tokens_per_s(),
             floor.decode_tokens_per_s(),

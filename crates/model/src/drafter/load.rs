@@ -156,6 +156,8 @@ impl Drafter {
             main_layers,
             device: device.clone(),
             config,
+            recording: Default::default(),
+            recorded: Default::default(),
         })
     }
 }

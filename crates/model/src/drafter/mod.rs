@@ -33,11 +33,15 @@ mod config;
 mod load;
 
 use std::marker::PhantomData;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::backend::{Backend, BackendGraph, Dispatch};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use hearth_kernels::{
-    CacheInput, ChunkTable, DecodeQuery, HeadColumns, Slots, add_rms_norm, attention_softmax, decode_attention,
-    fused_decode_applies, gelu_tanh_mul, rms_norm, write_cache,
+    CacheInput, ChunkTable, DecodeQuery, HeadColumns, KeySlots, Slots, add_rms_norm, attention_softmax, copy_ids_into,
+    copy_into, decode_attention, fused_decode_applies, gelu_tanh_mul, has_fused_kernels, overwrite, overwrite_ids,
+    rms_norm, write_cache,
 };
 
 pub use config::{DrafterConfig, DrafterError, DrafterHead};
@@ -48,7 +52,7 @@ use crate::cache::{KvCache, MASKED};
 use crate::config::LayerType;
 use crate::error::ModelError;
 use crate::gemma::{Gemma, device_ids};
-use crate::step_recording::StepToken;
+use crate::step_recording::{self, Recorded, Recording, StepToken};
 
 /// One decoder layer: a Gemma 4 layer whose attention has queries only (keys and values are the
 /// main model's) and no per-layer input. Matrices are f32, stored `[in, out]`.
@@ -150,6 +154,10 @@ pub struct Drafter {
     head: Head,
     /// The main model's layers whose K/V the drafter reads (index: `LayerType::index`).
     main_layers: [Option<usize>; 2],
+    /// Whether draft steps are recorded and replayed (as the main model's one-token steps are).
+    recording: Recording,
+    /// The draft step recorded against one cache's buffers, replayed for every later step.
+    recorded: Mutex<Option<RecordedDraft>>,
 }
 
 /// What the drafter reads of the main model for one round of drafting: its keys and values up to
@@ -160,6 +168,11 @@ pub struct DraftContext<'c> {
     position: usize,
     /// Per layer type (index: `LayerType::index`).
     kinds: [Option<SharedKv>; 2],
+    /// The cache's buffers as this context reads them (`KvCache::buffers`): a recording made on
+    /// others is not replayed.
+    buffers: u64,
+    /// This context among all: a recording rewrites its masks and tables once per context.
+    serial: u64,
     _cache: PhantomData<&'c KvCache>,
 }
 
@@ -177,8 +190,52 @@ struct SharedKv {
     values: Tensor<3>,
     /// `[1, n]`: 0 where the drafter may look, `MASKED` elsewhere.
     mask: Tensor<2>,
-    /// The query's rotation at the context's position, and `n`.
+    /// The query's rotation at the context's position, and the slots read.
     table: ChunkTable,
+    /// What the mask and the table were made from, for a recording's own copies of them.
+    visible: Vec<f32>,
+    inv_freq: Vec<f32>,
+    slots: KeySlots,
+}
+
+/// One layer type's keys and values as a draft step's attention reads them.
+#[derive(Clone, Copy)]
+struct KvView<'a> {
+    keys: &'a Tensor<3>,
+    values: &'a Tensor<3>,
+    mask: &'a Tensor<2>,
+    table: &'a ChunkTable,
+}
+
+impl SharedKv {
+    fn view(&self) -> KvView<'_> {
+        KvView { keys: &self.keys, values: &self.values, mask: &self.mask, table: &self.table }
+    }
+}
+
+/// A draft step recorded once and replayed for every later step while the main model's cache
+/// keeps its buffers: like the main model's one-token step (`crate::step_recording`), everything
+/// a step changes lives in buffers rewritten before the replay: the input token's id, the state,
+/// and per round each layer type's mask and chunk table (position, key count). The keys and
+/// values are the cache's own buffers, named by `buffers`.
+struct RecordedDraft {
+    graph: BackendGraph<Dispatch>,
+    buffers: u64,
+    /// The context whose masks and tables the buffers below hold.
+    serial: u64,
+    id: Tensor<1, Int>,
+    state: Tensor<2>,
+    /// Per layer type: the mask and the chunk table the recording reads.
+    kinds: [Option<(Tensor<2>, ChunkTable)>; 2],
+    /// What every replay writes: the logits and the next state, returned as the step's.
+    logits: Tensor<2>,
+    next_state: Tensor<2>,
+}
+
+/// The serial of the next draft context.
+fn next_context_serial() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// One draft step's output.
@@ -202,6 +259,10 @@ impl Drafter {
             return Err(DrafterError::EmptyContext);
         }
         let window = self.config.text.sliding_window;
+        // The fused attention reads the key count from the chunk table: a full layer's whole
+        // buffer is handed over (its shape the same every round, as a recording needs) and only
+        // the positions held are read.
+        let whole = has_fused_kernels(&self.device);
         let mut kinds = [None, None];
         for layer in &self.config.text.layers {
             let slot = layer.kind.index();
@@ -210,7 +271,7 @@ impl Drafter {
             }
             let main_layer =
                 self.main_layers[slot].ok_or(DrafterError::NoKvLayer { kind: config::kind_name(layer.kind) })?;
-            let kv = cache.layer_kv(main_layer).ok_or(DrafterError::CacheMismatch(main_layer))?;
+            let kv = cache.layer_kv(main_layer, whole).ok_or(DrafterError::CacheMismatch(main_layer))?;
             if kv.kind != layer.kind {
                 return Err(DrafterError::CacheMismatch(main_layer));
             }
@@ -230,15 +291,28 @@ impl Drafter {
                 return Err(DrafterError::WindowNotHeld { first, end: p });
             }
             let n = visible.len();
-            let inv_freq = &layer.rope.inv_freq;
+            let slots = match layer.kind {
+                LayerType::Full if whole => KeySlots { first: 0, count: p },
+                _ => n.into(),
+            };
+            let inv_freq = layer.rope.inv_freq.clone();
             kinds[slot] = Some(SharedKv {
                 keys: kv.keys,
                 values: kv.values,
-                mask: Tensor::from_data(TensorData::new(visible, [1, n]), &self.device),
-                table: ChunkTable::new(inv_freq, p, 1, n, &self.device),
+                mask: Tensor::from_data(TensorData::new(visible.clone(), [1, n]), &self.device),
+                table: ChunkTable::new(&inv_freq, p, 1, slots, &self.device),
+                visible,
+                inv_freq,
+                slots,
             });
         }
-        Ok(DraftContext { position: p, kinds, _cache: PhantomData })
+        Ok(DraftContext {
+            position: p,
+            kinds,
+            buffers: cache.buffers(),
+            serial: next_context_serial(),
+            _cache: PhantomData,
+        })
     }
 
     /// One draft step at the context's position: `token` is the input token (the main model's
@@ -280,7 +354,6 @@ impl Drafter {
         token: StepToken,
         state: Tensor<2>,
     ) -> Result<Draft, DrafterError> {
-        let c = &self.config.text;
         let (width, main_width) = (self.config.backbone_hidden_size, main.config.hidden_size);
         if main_width != width {
             return Err(DrafterError::BackboneWidth { drafter: width, main: main_width });
@@ -288,15 +361,105 @@ impl Drafter {
         if state.dims() != [1, width] {
             return Err(DrafterError::StateShape { width, actual: state.dims().to_vec() });
         }
-        let eps = c.rms_norm_eps;
-        let embedded = match token {
-            StepToken::Host(token) => main.token_embedding(&[token]),
-            StepToken::Device(ids) => main.token_embedding_ids(ids),
+        if self.recording.active() && main.steps_on_device() && has_fused_kernels(&self.device) {
+            return self.recorded_step(main, context, token, state);
+        }
+        let embedded = embed(main, token);
+        self.forward(embedded, state, context.kinds.each_ref().map(|kind| kind.as_ref().map(SharedKv::view)))
+    }
+
+    /// A draft step through the recording: replayed when one was made on the context's cache
+    /// buffers, else recorded now (and run). A recording that fails leaves the drafter launching
+    /// its steps one by one; the step's own result stands (a draft step writes nothing the
+    /// cache keeps).
+    fn recorded_step(
+        &self,
+        main: &Gemma,
+        context: &DraftContext,
+        token: StepToken,
+        state: Tensor<2>,
+    ) -> Result<Draft, DrafterError> {
+        let mut slot = self.recorded.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(recorded) = slot.as_mut().filter(|r| r.buffers == context.buffers) {
+            recorded.rewrite(context, token, state);
+            // A replay writes into the buffers the last step returned: if the caller still holds
+            // them, this step runs launch by launch from the recording's inputs instead.
+            if !(recorded.logits.can_mut() && recorded.next_state.can_mut()) {
+                let embedded = main.token_embedding_ids(&recorded.id);
+                return self.forward(embedded, recorded.state.clone(), recorded.views(context));
+            }
+            // Safety: every buffer the recording touched is alive and unchanged: the weights (the
+            // drafter and the main model outlive their steps), the cache's keys and values (the
+            // context holds them, and `buffers` names them as they were recorded), and the
+            // inputs and outputs held in `recorded`. Everything runs on this one device stream.
+            unsafe { Dispatch::graph_replay(self.device.as_dispatch(), &recorded.graph) }
+                .map_err(|err| ModelError::Recording(err.to_string()))?;
+            return Ok(Draft { logits: recorded.logits.clone(), state: recorded.next_state.clone() });
+        }
+        *slot = None;
+        let inputs = DraftInputs::new(context, token, state, &self.device);
+        let run = || {
+            let embedded = main.token_embedding_ids(&inputs.id);
+            self.forward(embedded, inputs.state.clone(), inputs.views(context))
         };
+        match step_recording::record(&self.device, &self.recording, run) {
+            Recorded::Not(draft) | Recorded::Failed { first: draft, .. } => draft,
+            Recorded::Graph { first, graph, outputs } => {
+                let outputs = outputs?;
+                let DraftInputs { id, state, kinds } = inputs;
+                *slot = Some(RecordedDraft {
+                    graph,
+                    buffers: context.buffers,
+                    serial: context.serial,
+                    id,
+                    state,
+                    kinds,
+                    logits: outputs.logits,
+                    next_state: outputs.state,
+                });
+                first
+            }
+        }
+    }
+
+    /// Whether draft steps are recorded and replayed (on by default, where the kernels run and
+    /// the main model looks its tokens up on the device; off, every step launches its kernels).
+    pub fn set_step_recording(&self, enabled: bool) {
+        self.recording.set_enabled(enabled);
+        if !enabled {
+            *self.recorded.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+        }
+    }
+
+    /// Whether draft steps are recorded and replayed now (on, and no recording failed).
+    pub fn records_steps(&self) -> bool {
+        self.recording.active()
+    }
+
+    /// Whether a recorded draft step is ready to replay (on the cache it was recorded on).
+    pub fn holds_recorded_step(&self) -> bool {
+        self.recorded.lock().map(|slot| slot.is_some()).unwrap_or(false)
+    }
+
+    /// Makes the next recording of a draft step fail as a device's may (a test of the fallback).
+    pub fn fail_next_recording(&self) {
+        self.recording.fail_next();
+    }
+
+    /// The step's layers from the token's embedding `[1, H]` and the state `[1, H]`, the keys and
+    /// values of each layer type as `kinds` gives them.
+    fn forward(
+        &self,
+        embedded: Tensor<2>,
+        state: Tensor<2>,
+        kinds: [Option<KvView>; 2],
+    ) -> Result<Draft, DrafterError> {
+        let c = &self.config.text;
+        let eps = c.rms_norm_eps;
         let input = Tensor::cat(vec![embedded, state], 1); // [1, 2H]
         let mut x = input.matmul(self.pre_projection.clone()); // [1, h]
         for (i, layer) in self.layers.iter().enumerate() {
-            let shared = context.kinds[layer.kind.index()].as_ref().ok_or(DrafterError::CacheMismatch(i))?;
+            let shared = kinds[layer.kind.index()].ok_or(DrafterError::CacheMismatch(i))?;
             let attn = self.attention(i, layer, rms_norm(x.clone(), &layer.input_norm, eps), shared);
             x = add_rms_norm(x, attn, &layer.post_attention_norm, eps, 1.0);
             let m = rms_norm(x.clone(), &layer.pre_feedforward_norm, eps);
@@ -320,13 +483,13 @@ impl Drafter {
     }
 
     /// Layer `i`'s attention of the one query over the main model's keys: [1, h] (normed) → [1, h]
-    fn attention(&self, i: usize, layer: &DrafterLayer, normed: Tensor<2>, shared: &SharedKv) -> Tensor<2> {
+    fn attention(&self, i: usize, layer: &DrafterLayer, normed: Tensor<2>, shared: KvView) -> Tensor<2> {
         let c = &self.config.text;
         let (heads, d) = (c.num_heads, c.layers[i].head_dim);
         let q = HeadColumns::whole(normed.matmul(layer.q_proj.clone()), heads, d);
         let (scale, softcap) = (c.attention_scale, c.attention_logit_softcap);
         if fused_decode_applies(&self.device, 1, d) {
-            let query = DecodeQuery { q, norm: &layer.q_norm, table: &shared.table, eps: c.rms_norm_eps };
+            let query = DecodeQuery { q, norm: &layer.q_norm, table: shared.table, eps: c.rms_norm_eps };
             let out = decode_attention(
                 query,
                 shared.keys.clone(),
@@ -343,7 +506,7 @@ impl Drafter {
             Tensor::empty([heads, 1, d], &self.device),
             q,
             q_input,
-            &shared.table,
+            shared.table,
             Slots::FromZero,
             c.rms_norm_eps,
         );
@@ -355,5 +518,84 @@ impl Drafter {
         let probs = attention_softmax(scores, shared.mask.clone(), scale, softcap).reshape([kv_heads, group, n]);
         let out = probs.matmul(shared.values.clone()); // [Hkv, group, d]
         out.reshape([1, heads * d]).matmul(layer.o_proj.clone())
+    }
+}
+
+/// The token's scaled main-model embedding `[1, H]`.
+fn embed(main: &Gemma, token: StepToken) -> Tensor<2> {
+    match token {
+        StepToken::Host(token) => main.token_embedding(&[token]),
+        StepToken::Device(ids) => main.token_embedding_ids(ids),
+    }
+}
+
+/// A recorded step's inputs in buffers of its own: the token's id, the state, and each layer
+/// type's mask and chunk table.
+struct DraftInputs {
+    id: Tensor<1, Int>,
+    state: Tensor<2>,
+    kinds: [Option<(Tensor<2>, ChunkTable)>; 2],
+}
+
+impl DraftInputs {
+    fn new(context: &DraftContext, token: StepToken, state: Tensor<2>, device: &Device) -> Self {
+        let mut id = Tensor::from_data(TensorData::new(vec![0u32], [1]), (device, DType::U32));
+        write_id(&mut id, token);
+        let mut own_state = Tensor::zeros(state.shape(), device);
+        copy_into(&mut own_state, state);
+        let kinds = context.kinds.each_ref().map(|kind| {
+            kind.as_ref().map(|kv| {
+                let n = kv.visible.len();
+                let mask = Tensor::from_data(TensorData::new(kv.visible.clone(), [1, n]), device);
+                (mask, ChunkTable::new(&kv.inv_freq, context.position, 1, kv.slots, device))
+            })
+        });
+        DraftInputs { id, state: own_state, kinds }
+    }
+
+    /// The context's keys and values with these masks and tables.
+    fn views<'a>(&'a self, context: &'a DraftContext) -> [Option<KvView<'a>>; 2] {
+        views(&self.kinds, context)
+    }
+}
+
+impl RecordedDraft {
+    /// Rewrites the inputs, in their own buffers, for this step: the id and the state, and the
+    /// masks and tables once per context.
+    fn rewrite(&mut self, context: &DraftContext, token: StepToken, state: Tensor<2>) {
+        write_id(&mut self.id, token);
+        copy_into(&mut self.state, state);
+        if self.serial != context.serial {
+            for (own, kind) in self.kinds.iter_mut().zip(&context.kinds) {
+                if let (Some((mask, table)), Some(kv)) = (own.as_mut(), kind.as_ref()) {
+                    overwrite(mask, kv.visible.clone());
+                    table.rewrite(&kv.inv_freq, context.position, kv.slots);
+                }
+            }
+            self.serial = context.serial;
+        }
+    }
+
+    fn views<'a>(&'a self, context: &'a DraftContext) -> [Option<KvView<'a>>; 2] {
+        views(&self.kinds, context)
+    }
+}
+
+/// Each layer type's keys and values from the context, its mask and table from `own`.
+fn views<'a>(own: &'a [Option<(Tensor<2>, ChunkTable)>; 2], context: &'a DraftContext) -> [Option<KvView<'a>>; 2] {
+    let mut views = [None, None];
+    for ((view, own), kind) in views.iter_mut().zip(own).zip(&context.kinds) {
+        if let (Some((mask, table)), Some(kv)) = (own, kind) {
+            *view = Some(KvView { keys: &kv.keys, values: &kv.values, mask, table });
+        }
+    }
+    views
+}
+
+/// Writes the token's id into a recording's one-id buffer.
+fn write_id(id: &mut Tensor<1, Int>, token: StepToken) {
+    match token {
+        StepToken::Host(token) => overwrite_ids(id, vec![token]),
+        StepToken::Device(chosen) => copy_ids_into(id, chosen.clone()),
     }
 }
