@@ -470,7 +470,7 @@ impl AffineKernels for CubeBackend {
         let (grid_x, grid_y) = grid(((n * k / per_chunk) as u32).div_ceil(THREADS));
         // At most the ids' rows (a block of a larger table reads only those it holds).
         let row_bytes = (bytes_of(&codes) + bytes_of(&scale_bias)) / rows.max(1) as u64;
-        crate::dispatches::declare_reads(bytes_of(&ids) + n.min(rows) as u64 * row_bytes);
+        crate::launch::declare_reads(bytes_of(&ids) + n.min(rows) as u64 * row_bytes);
         affine_rows_kernel::launch(
             &client,
             CubeCount::Static(grid_x, grid_y, 1),

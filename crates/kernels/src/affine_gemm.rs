@@ -294,7 +294,7 @@ pub(crate) fn launch(
     if epilogue.gated {
         weights += bytes_of(&codes_up) + bytes_of(&scale_bias_up);
     }
-    crate::dispatches::declare_reads(weights * token_tiles + bytes_of(&x) * u64::from(grid_x * grid_y));
+    crate::launch::declare_reads(weights * token_tiles + bytes_of(&x) * u64::from(grid_x * grid_y));
     affine_gemm_kernel::launch(
         &client,
         CubeCount::Static(grid_x, grid_y, (tokens as u32).div_ceil(tile.tokens)),

@@ -389,7 +389,7 @@ impl AttentionKernels for CubeBackend {
         let mask = into_contiguous(mask);
         // Each pass reads the keys and values it sees once for all its heads.
         let kv_read = (2 * kv_heads * keys_read.min(rows) * d * size_of::<f32>()) as u64 * u64::from(split.passes);
-        crate::dispatches::declare_reads(kv_read + bytes_of(&q) + bytes_of(&mask) + bytes_of(&table));
+        crate::launch::declare_reads(kv_read + bytes_of(&q) + bytes_of(&mask) + bytes_of(&table));
         decode_attention_split_kernel::launch(
             &client,
             CubeCount::Static(split.kv_heads * split.passes, split.splits, 1),
@@ -418,7 +418,7 @@ impl AttentionKernels for CubeBackend {
         let out = empty_output(&q, burn::tensor::Shape::new([1, heads * d]));
         // Every split's maximum and sum, the accumulators of the splits that saw keys.
         let active = split.active_splits(keys_read.min(rows));
-        crate::dispatches::declare_reads((heads * (split.splits as usize * 2 + active * d) * size_of::<f32>()) as u64);
+        crate::launch::declare_reads((heads * (split.splits as usize * 2 + active * d) * size_of::<f32>()) as u64);
         decode_attention_combine_kernel::launch(
             &client,
             CubeCount::Static(heads as u32, 1, 1),

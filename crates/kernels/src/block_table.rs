@@ -192,7 +192,7 @@ impl BlockKernels for CubeBackend {
         debug_assert!(out.is_contiguous() && out.meta.shape().num_elements() == n * cols);
         let (grid_x, grid_y) = grid(((n * cols) as u32).div_ceil(THREADS));
         // At most the ids' rows (a block of a larger table reads only those it holds).
-        crate::dispatches::declare_reads(bytes_of(&ids) + (n.min(rows) * row_bytes) as u64);
+        crate::launch::declare_reads(bytes_of(&ids) + (n.min(rows) * row_bytes) as u64);
         block_rows_kernel::launch(
             &client,
             CubeCount::Static(grid_x, grid_y, 1),

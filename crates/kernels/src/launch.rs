@@ -33,9 +33,18 @@ pub(crate) fn bytes_of(t: &CubeTensor) -> u64 {
     (t.meta.shape().num_elements() * t.dtype.size()) as u64
 }
 
+/// Declares, for the native profile ([`crate::dispatches`]), the bytes the next launch on this
+/// thread reads; nothing in the browser, which has no profile.
+pub(crate) fn declare_reads(bytes: u64) {
+    #[cfg(not(target_family = "wasm"))]
+    crate::dispatches::declare_reads(bytes);
+    #[cfg(target_family = "wasm")]
+    let _ = bytes;
+}
+
 /// Declares, for the profile, that the next launch reads all of each of `inputs`.
 pub(crate) fn declare_reads_of(inputs: &[&CubeTensor]) {
-    crate::dispatches::declare_reads(inputs.iter().map(|t| bytes_of(t)).sum());
+    declare_reads(inputs.iter().map(|t| bytes_of(t)).sum());
 }
 
 /// The sum (or the maximum, when `max`) of one value per thread of the block, in every thread.
