@@ -92,10 +92,12 @@ fn chunk_terms(
 /// weight multiplies each value as it is read and `(mean(x²) + eps)^-½` the finished dot product,
 /// with `Σx²` summed in the same pass, so the norm costs no dispatch and no extra read.
 ///
-/// When `gated`, a second matrix of the same shape (`*_up`, the MLP's up projection) is multiplied
-/// in the same pass and the output is `gelu_tanh(x·Wᵀ) · (x·W_upᵀ)`: the MLP's gate, up and
-/// activation in one dispatch. When `gated_by_input`, the output is `gelu_tanh(x·Wᵀ) · m` with
-/// `m` `[S, rows]` given in `aux` (Gemma 4's per-layer-input gate; never normed). When `softcap`,
+/// When `gated`, a second matrix of the same shape (`*_up`, the MLP's up projection; its rows from
+/// `up_row_offset`, which is the gate's row count when both are one stacked `[gate; up]` bound
+/// twice) is multiplied in the same pass and the output is `gelu_tanh(x·Wᵀ) · (x·W_upᵀ)`: the
+/// MLP's gate, up and activation in one dispatch. When `gated_by_input`, the output is
+/// `gelu_tanh(x·Wᵀ) · m` with `m` `[S, rows]` given in `aux` (Gemma 4's per-layer-input gate;
+/// never normed). When `softcap`,
 /// the output is `cap · tanh(out / cap)` (the final logits).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
@@ -108,6 +110,7 @@ fn affine_matmul_kernel(
     aux: &[f32],
     out: &mut [f32],
     rows: u32,
+    up_row_offset: u32,
     k: u32,
     tokens: u32,
     eps: f32,
@@ -152,7 +155,7 @@ fn affine_matmul_kernel(
             let mut bias_up = f32::new(0.0);
             if gated {
                 let (codes, scale, bias) =
-                    chunk_terms(codes_up, scale_bias_up, row, c, k, offset, scale_kind, group, bits);
+                    chunk_terms(codes_up, scale_bias_up, row + up_row_offset, c, k, offset, scale_kind, group, bits);
                 chunk_up = codes;
                 scale_up = scale;
                 bias_up = bias;
@@ -261,8 +264,10 @@ fn affine_matmul_kernel(
 /// `fused::add_rms_norm` computes it), written to `x_out` by the first block, and
 /// `out = RMSNorm(x')·w_pre · Wᵀ` (the next sublayer's normed projection). `norms` is `[w_post ‖
 /// w_pre]` (`2k`). Every block computes `x'` itself with the same sums in the same order, so all
-/// agree with what the first block writes; the update's launch is saved. Grid and lanes as
-/// [`affine_matmul_kernel`]'s for one token.
+/// agree with what the first block writes; the update's launch is saved. When `gated`, `codes`
+/// holds a stacked `[gate; up]` (the up rows from `rows`) and `out = gelu_tanh(gate) · up` (the
+/// MLP's first launch, within WebGPU's 8 bindings). Grid and lanes as [`affine_matmul_kernel`]'s
+/// for one token.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn affine_residual_matmul_kernel(
@@ -279,6 +284,7 @@ fn affine_residual_matmul_kernel(
     scale: f32,
     offset: f32,
     #[comptime] scale_kind: u32,
+    #[comptime] gated: bool,
     #[comptime] group: u32,
     #[comptime] bits: u32,
     #[comptime] threads: u32,
@@ -296,14 +302,26 @@ fn affine_residual_matmul_kernel(
     let inv_delta = inverse_rms(delta, 0u32, k, true, eps, threads, block_levels);
 
     let mut acc = 0.0;
+    let mut acc_up = 0.0;
     let mut squares = 0.0;
     if row < rows {
         let mut c = lane;
         while c < chunks {
             let (chunk, group_scale_value, bias) =
                 chunk_terms(codes, scale_bias, row, c, k, offset, scale_kind, group, bits);
+            let mut chunk_up = Array::<u32>::new(comptime!(chunk_words_of(bits)) as usize);
+            let mut scale_up = f32::new(0.0);
+            let mut bias_up = f32::new(0.0);
+            if gated {
+                let (codes, scale, bias) =
+                    chunk_terms(codes, scale_bias, row + rows, c, k, offset, scale_kind, group, bits);
+                chunk_up = codes;
+                scale_up = scale;
+                bias_up = bias;
+            }
             let base = c * per_chunk;
             let mut dot = 0.0;
+            let mut dot_up = 0.0;
             let mut sum = 0.0;
             #[unroll]
             for j in 0..per_chunk {
@@ -312,16 +330,26 @@ fn affine_residual_matmul_kernel(
                 squares += updated * updated;
                 let value = updated * norms[k as usize + i];
                 dot += f32::cast_from(code_of(&chunk, 0u32, j, bits)) * value;
+                if gated {
+                    dot_up += f32::cast_from(code_of(&chunk_up, 0u32, j, bits)) * value;
+                }
                 sum += value;
             }
             acc += group_scale_value * dot + bias * sum;
+            if gated {
+                acc_up += scale_up * dot_up + bias_up * sum;
+            }
             c += lanes;
         }
     }
 
     let mut partial = Shared::<[f32]>::new_slice(threads as usize);
+    let mut partial_up = Shared::<[f32]>::new_slice(threads as usize);
     let mut partial_squares = Shared::<[f32]>::new_slice(threads as usize);
     partial[thread as usize] = acc;
+    if gated {
+        partial_up[thread as usize] = acc_up;
+    }
     partial_squares[thread as usize] = squares;
     sync_cube();
     #[unroll]
@@ -331,6 +359,10 @@ fn affine_residual_matmul_kernel(
             let at = thread as usize;
             let sum = partial[at] + partial[at + stride as usize];
             partial[at] = sum;
+            if gated {
+                let sum_up = partial_up[at] + partial_up[at + stride as usize];
+                partial_up[at] = sum_up;
+            }
             let squares_sum = partial_squares[at] + partial_squares[at + stride as usize];
             partial_squares[at] = squares_sum;
         }
@@ -338,7 +370,12 @@ fn affine_residual_matmul_kernel(
     }
     if lane == 0 && row < rows {
         let inv_rms = 1.0 / f32::sqrt(partial_squares[thread as usize] / f32::cast_from(k) + eps);
-        out[row as usize] = partial[thread as usize] * inv_rms;
+        let mut value = partial[thread as usize] * inv_rms;
+        if gated {
+            let tanh = bounded_tanh((value + 0.044_715 * value * value * value) * 0.797_884_6);
+            value = 0.5 * value * (1.0 + tanh) * (partial_up[thread as usize] * inv_rms);
+        }
+        out[row as usize] = value;
     }
     if block == 0 {
         let mut i = thread;
@@ -396,7 +433,9 @@ pub trait AffineKernels: Backend {
     /// `x · Wᵀ` for a packed `W` of `bits`-bit codes: codes `[rows, k·bits/32]`, the scale words
     /// of `layout` ([`ScaleLayout`]; both matrices alike), x `[S, k]` → `[S, rows]`. When `normed`, x is
     /// RMS-normalised first with the weight `[k]` in `aux` and `eps`. When `gated`, the output is
-    /// `gelu_tanh(x·Wᵀ) · (x·W_upᵀ)` (otherwise the `*_up` are not read); when `gated_by_input`,
+    /// `gelu_tanh(x·Wᵀ) · (x·W_upᵀ)` (otherwise the `*_up` are not read), W_up's rows from
+    /// `up_row_offset` of the `*_up` (0: a matrix of its own; a stacked `[gate; up]` passed as
+    /// both, with the gate's row count: the product has those rows); when `gated_by_input`,
     /// `gelu_tanh(x·Wᵀ) · aux` (`[S, rows]`). `aux` is not read when neither needs it.
     #[allow(clippy::too_many_arguments)]
     fn affine_matmul(
@@ -406,6 +445,7 @@ pub trait AffineKernels: Backend {
         scale_bias_up: IntTensor<Self>,
         layout: ScaleLayout,
         gated: bool,
+        up_row_offset: usize,
         gated_by_input: bool,
         x: FloatTensor<Self>,
         aux: FloatTensor<Self>,
@@ -420,11 +460,14 @@ pub trait AffineKernels: Backend {
 
     /// One token's `x' = (x + RMSNorm(delta)·w_post)·scale` and `RMSNorm(x')·w_pre · Wᵀ` (`norms`
     /// `[w_post ‖ w_pre]`), in one dispatch: returns `(x', product)`, `[1, k]` and `[1, rows]`.
+    /// When `gated`, W is a stacked `[gate; up]` and the product `gelu_tanh(gate) · up`, half
+    /// its rows.
     #[allow(clippy::too_many_arguments)]
     fn affine_residual_matmul(
         codes: IntTensor<Self>,
         scale_bias: IntTensor<Self>,
         layout: ScaleLayout,
+        gated: bool,
         x: FloatTensor<Self>,
         delta: FloatTensor<Self>,
         norms: FloatTensor<Self>,
@@ -495,6 +538,7 @@ impl AffineKernels for CubeBackend {
         codes: CubeTensor,
         scale_bias: CubeTensor,
         layout: ScaleLayout,
+        gated: bool,
         x: CubeTensor,
         delta: CubeTensor,
         norms: CubeTensor,
@@ -505,7 +549,7 @@ impl AffineKernels for CubeBackend {
         rows_per_group: u32,
     ) -> (CubeTensor, CubeTensor) {
         let (x, delta) = (into_contiguous(x), into_contiguous(delta));
-        let rows = codes.meta.shape()[0];
+        let rows = codes.meta.shape()[0] / if gated { 2 } else { 1 };
         let k = x.meta.shape()[1];
         debug_assert_eq!(x.meta.shape()[0], 1, "one token");
         debug_assert_eq!(codes.meta.shape()[1] * 32 / bits as usize, k, "codes and input disagree on k");
@@ -537,6 +581,7 @@ impl AffineKernels for CubeBackend {
             scale,
             layout.offset(),
             layout.kind(),
+            gated,
             group as u32,
             bits,
             THREADS,
@@ -554,6 +599,7 @@ impl AffineKernels for CubeBackend {
         scale_bias_up: CubeTensor,
         layout: ScaleLayout,
         gated: bool,
+        up_row_offset: usize,
         gated_by_input: bool,
         x: CubeTensor,
         aux: CubeTensor,
@@ -574,12 +620,12 @@ impl AffineKernels for CubeBackend {
             ProductKernel::Tiled => true,
         };
         if tiled {
-            let epilogue = Epilogue { normed, gated, gated_by_input, softcap: cap, eps };
+            let epilogue = Epilogue { normed, gated, up_row_offset, gated_by_input, softcap: cap, eps };
             let scales = (scale_bias, scale_bias_up, layout);
             return affine_gemm::launch(codes, codes_up, scales, x, aux, epilogue, group, bits);
         }
         let x = into_contiguous(x);
-        let (rows, words) = (codes.meta.shape()[0], codes.meta.shape()[1]);
+        let (rows, words) = (codes.meta.shape()[0] - up_row_offset, codes.meta.shape()[1]);
         let (tokens, k) = (x.meta.shape()[0], x.meta.shape()[1]);
         debug_assert_eq!(words * 32 / bits as usize, k, "codes and input disagree on k");
         let client = x.client.clone();
@@ -598,7 +644,7 @@ impl AffineKernels for CubeBackend {
         let tiles = (tokens as u32).div_ceil(TOKEN_TILE).max(1);
         let tiles = if tokens == 1 { 1 } else { tiles };
         let mut inputs = vec![&codes, &scale_bias, &x];
-        if gated {
+        if gated && up_row_offset == 0 {
             inputs.extend([&codes_up, &scale_bias_up]);
         }
         if normed || gated_by_input {
@@ -617,6 +663,7 @@ impl AffineKernels for CubeBackend {
             into_contiguous(aux).into_buffer_arg(),
             out.clone().into_buffer_arg(),
             rows as u32,
+            up_row_offset as u32,
             k as u32,
             tokens as u32,
             eps,
@@ -806,12 +853,28 @@ impl AffineMatrix {
         eps: f32,
         scale: f32,
     ) -> (Tensor<2>, Tensor<2>) {
-        self.residual_normed_matmul_in_groups(x, delta, norms, eps, scale, 0)
+        self.residual_normed_matmul_in_groups(false, x, delta, norms, eps, scale, 0)
     }
 
-    /// The same with `rows_per_group` rows a block (0: the tuned default; its test).
+    /// The same update, and [`Self::normed_gated_stacked`] of it: this matrix a stacked `[gate;
+    /// up]`, the product `[1, rows / 2]`.
+    pub fn residual_normed_gated_stacked(
+        &self,
+        x: Tensor<2>,
+        delta: Tensor<2>,
+        norms: &Tensor<1>,
+        eps: f32,
+        scale: f32,
+    ) -> (Tensor<2>, Tensor<2>) {
+        self.residual_normed_matmul_in_groups(true, x, delta, norms, eps, scale, 0)
+    }
+
+    /// The same with `rows_per_group` rows a block (0: the tuned default; its test), gated
+    /// (a stacked `[gate; up]`) or not.
+    #[allow(clippy::too_many_arguments)]
     fn residual_normed_matmul_in_groups(
         &self,
+        gated: bool,
         x: Tensor<2>,
         delta: Tensor<2>,
         norms: &Tensor<1>,
@@ -826,6 +889,7 @@ impl AffineMatrix {
                 self.codes.clone().into_dispatch(),
                 words.clone().into_dispatch(),
                 layout,
+                gated,
                 x.into_dispatch(),
                 delta.into_dispatch(),
                 norms.clone().into_dispatch(),
@@ -837,9 +901,13 @@ impl AffineMatrix {
             );
             return (Tensor::from_dispatch(updated), Tensor::from_dispatch(product));
         }
-        let post = norms.clone().narrow(0, 0, k);
+        let (post, pre) = (norms.clone().narrow(0, 0, k), norms.clone().narrow(0, k, k));
         let updated = crate::fused::add_rms_norm(x, delta, &post, eps, scale);
-        let product = self.normed_matmul_transposed(updated.clone(), &norms.clone().narrow(0, k, k), eps);
+        let product = if gated {
+            self.normed_gated_stacked(updated.clone(), &pre, eps)
+        } else {
+            self.normed_matmul_transposed(updated.clone(), &pre, eps)
+        };
         (updated, product)
     }
 
@@ -862,6 +930,19 @@ impl AffineMatrix {
         }
         let gate = self.normed_matmul_transposed(x.clone(), norm_weight, eps);
         gelu_tanh_mul(gate, up.normed_matmul_transposed(x, norm_weight, eps))
+    }
+
+    /// `gelu_tanh(RMSNorm(x)·Gᵀ) · (RMSNorm(x)·Uᵀ)` for this matrix a stacked `[G; U]` (the MLP's
+    /// gate and up, rows stacked at load): [S, k] → [S, rows / 2], one dispatch where the kernels
+    /// run.
+    pub fn normed_gated_stacked(&self, x: Tensor<2>, norm_weight: &Tensor<1>, eps: f32) -> Tensor<2> {
+        if has_fused_kernels(&x.device()) {
+            return self.launch(Gate::Stacked, x, Some((norm_weight, eps)));
+        }
+        let both = self.normed_matmul_transposed(x, norm_weight, eps);
+        let [s, rows] = both.dims();
+        let half = rows / 2;
+        gelu_tanh_mul(both.clone().slice([0..s, 0..half]), both.slice([0..s, half..rows]))
     }
 
     /// Whether `other` can share a gated launch with `self`: same shape, width, groups and scale
@@ -919,6 +1000,7 @@ impl AffineMatrix {
             Gate::ByMatrix(up) => *up,
             _ => self,
         };
+        let up_row_offset = if matches!(gate, Gate::Stacked) { self.rows() / 2 } else { 0 };
         let (aux, eps) = match (norm, &gate) {
             (Some((weight, eps)), _) => (weight.clone().reshape([1, weight.dims()[0]]), eps),
             (None, Gate::ByInput(multiplier)) => ((*multiplier).clone(), 0.0),
@@ -934,7 +1016,8 @@ impl AffineMatrix {
             second.codes.clone().into_dispatch(),
             second_words.clone().into_dispatch(),
             layout,
-            matches!(gate, Gate::ByMatrix(_)),
+            matches!(gate, Gate::ByMatrix(_) | Gate::Stacked),
+            up_row_offset,
             matches!(gate, Gate::ByInput(_)),
             x.into_dispatch(),
             aux.into_dispatch(),
@@ -1048,6 +1131,8 @@ enum Gate<'a> {
     None,
     /// `x·W_upᵀ`, a second matrix multiplied in the same pass.
     ByMatrix(&'a AffineMatrix),
+    /// This matrix is a stacked `[gate; up]`: its second half's rows are the up matrix's.
+    Stacked,
     /// A given `[S, rows]` tensor.
     ByInput(&'a Tensor<2>),
 }
@@ -1253,11 +1338,13 @@ mod tests {
     fn gated_matmul_matches_gate_up_then_gelu() {
         for (name, device) in devices() {
             for (tokens, rows, k, bits) in [(1, 40, 256, 4), (9, 21, 640, 8), (70, 21, 640, 8), (33, 80, 256, 4)] {
-                let gate = AffineMatrix::upload(matrix(rows, k, 32, bits, 4).0, &device);
-                let up = AffineMatrix::upload(matrix(rows, k, 32, bits, 5).0, &device);
+                let (gate, up) = (matrix(rows, k, 32, bits, 4).0, matrix(rows, k, 32, bits, 5).0);
+                let joint = stacked(&gate, &up, &device);
+                let (gate, up) = (AffineMatrix::upload(gate, &device), AffineMatrix::upload(up, &device));
                 let x = Tensor::<2>::from_data(TensorData::new(inputs(tokens, k), [tokens, k]), &device);
                 let weight = Tensor::<1>::from_data(TensorData::new(vec![0.9; k], [k]), &device);
                 let got = read(gate.normed_gated_matmul(&up, x.clone(), &weight, 1e-6));
+                let got_stacked = read(joint.normed_gated_stacked(x.clone(), &weight, 1e-6));
                 let normed = crate::fused::reference::rms_norm(x, &weight, 1e-6);
                 let want = read(
                     crate::fused::reference::gelu_tanh(gate.matmul_transposed(normed.clone()))
@@ -1266,6 +1353,11 @@ mod tests {
                 let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
                 let scale = want.iter().map(|v| v.abs()).fold(1.0, f32::max);
                 assert!(diff <= 1e-5 * scale * (k as f32).sqrt(), "{name} {tokens}x{rows}x{k} {bits}-bit: {diff}");
+                let diff = got_stacked.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                assert!(
+                    got_stacked.len() == want.len() && diff <= 1e-5 * scale * (k as f32).sqrt(),
+                    "{name} {tokens}x{rows}x{k} {bits}-bit, stacked: {diff}"
+                );
             }
         }
     }
@@ -1421,7 +1513,16 @@ mod tests {
 
     /// `m`'s decode product, prompt products and gated pair (with `up`) against the host
     /// products of their dequantizations `dense` and `dense_up`.
-    fn multiplies_like(m: &AffineMatrix, dense: &[f32], up: &AffineMatrix, dense_up: &[f32], what: &str, gpu: &Device) {
+    /// The product, and the gated pair both as two matrices and as one stacked `[gate; up]`
+    /// (`stacked`), against the host's, for one token, a token tile and the prompt kernel.
+    fn multiplies_like(
+        m: &AffineMatrix,
+        dense: &[f32],
+        (up, stacked): (&AffineMatrix, &AffineMatrix),
+        dense_up: &[f32],
+        what: &str,
+        gpu: &Device,
+    ) {
         let (rows, k) = (m.rows(), m.k());
         for tokens in [1, 3, 19] {
             let x = inputs(tokens, k);
@@ -1449,7 +1550,14 @@ mod tests {
                 .map(|(&g, &u)| gelu(g) * u)
                 .collect();
             close(read(m.normed_gated_matmul(up, xt(), &ones, 1e-6)), &gated_normed, "gated");
+            close(read(stacked.normed_gated_stacked(xt(), &ones, 1e-6)), &gated_normed, "gated, stacked");
         }
+    }
+
+    /// `[gate; up]` as one matrix.
+    fn stacked(gate: &AffineTensor, up: &AffineTensor, device: &Device) -> AffineMatrix {
+        let joint = AffineTensor::stack_rows(vec![gate.clone(), up.clone()]).expect("packed alike");
+        AffineMatrix::upload(joint, device)
     }
 
     /// Random Q6_K blocks (codes and byte scales at random, each block's `d` a normal half) as
@@ -1490,11 +1598,12 @@ mod tests {
             let ((t, dense), (up, dense_up)) = (repack(3), repack(4));
             let groups = k / 16;
             assert_eq!(ScaleLayout::fitting(&t.scales, &t.biases, 6, groups), ScaleLayout::Factored { offset: 32 });
+            let joint = stacked(&t, &up, &gpu);
             let (m, up) = (AffineMatrix::upload(t, &gpu), AffineMatrix::upload(up, &gpu));
             assert_eq!(m.scale_layout(), Some(ScaleLayout::Factored { offset: 32 }));
             assert_eq!(m.device_bytes(), rows * (k / 256 * 210 + padding), "{rows}x{k}: the file's bytes");
             assert_eq!(read(m.dequantize()), dense, "rows of {rows}x{k} Q6_K");
-            multiplies_like(&m, &dense, &up, &dense_up, "Q6_K", &gpu);
+            multiplies_like(&m, &dense, (&up, &joint), &dense_up, "Q6_K", &gpu);
         }
         // One scale that is no byte multiple of its run's half: that run, so the matrix, stays f32.
         let blocks = q6_k_blocks(2, 256, 5);
@@ -1508,9 +1617,9 @@ mod tests {
     }
 
     /// The residual update and the next normed projection, fused (one token on the GPU) or in two
-    /// steps (the CPU, or two tokens), give the host's updated residual and product: Q4_0's half
-    /// scales, Q6_K's factored ones and MLX's pairs, 1 to 8 rows a block, with and without a layer
-    /// scalar.
+    /// steps (the CPU, or two tokens), give the host's updated residual and product, alone or as
+    /// the gated pair of a stacked `[gate; up]`: Q4_0's half scales, Q6_K's factored ones and MLX's
+    /// pairs, 1 to 8 rows a block, with and without a layer scalar.
     #[test]
     fn a_residual_update_fused_into_the_product_changes_nothing() {
         let q6_k = || {
@@ -1527,9 +1636,19 @@ mod tests {
                 ("MLX", matrix(33, 512, 64, 4, 5).0),
             ];
             for (name, t) in matrices {
+                // The matrix, and stacked on itself reversed as a gated pair `[t; t′]`.
+                let up = {
+                    let mut up = t.clone();
+                    let words = up.words_per_row();
+                    let rows: Vec<&[u32]> = t.codes.chunks(words).rev().collect();
+                    up.codes = rows.concat();
+                    up
+                };
+                let joint = stacked(&t, &up, &device);
                 let m = AffineMatrix::upload(t, &device);
                 let (rows, k) = (m.rows(), m.k());
                 let dense = read(m.dequantize());
+                let dense_up = read(AffineMatrix::upload(up, &device).dequantize());
                 let post: Vec<f32> = (0..k).map(|i| 0.5 + (i % 11) as f32 / 10.0).collect();
                 let pre: Vec<f32> = (0..k).map(|i| 1.5 - (i % 7) as f32 / 10.0).collect();
                 let norms =
@@ -1557,8 +1676,20 @@ mod tests {
                             }
                         }
                         let want = reference(&normed, &dense, tokens, rows, k);
-                        for rows_per_group in [1, 2, 4, 8] {
-                            let (got_x, got) = m.residual_normed_matmul_in_groups(
+                        let gelu = |v: f32| 0.5 * v * (1.0 + ((v + 0.044_715 * v * v * v) * 0.797_884_6).tanh());
+                        let want_gated: Vec<f32> = want
+                            .iter()
+                            .zip(&reference(&normed, &dense_up, tokens, rows, k))
+                            .map(|(&g, &u)| gelu(g) * u)
+                            .collect();
+                        // (The CPU has no blocks of rows.)
+                        let blocks: &[u32] = if device_name == "cpu" { &[1] } else { &[1, 2, 4, 8] };
+                        for (gated, rows_per_group) in
+                            [false, true].into_iter().flat_map(|g| blocks.iter().map(move |&r| (g, r)))
+                        {
+                            let matrix = if gated { &joint } else { &m };
+                            let (got_x, got) = matrix.residual_normed_matmul_in_groups(
+                                gated,
                                 tensor(&x),
                                 tensor(&delta),
                                 &norms,
@@ -1567,8 +1698,10 @@ mod tests {
                                 rows_per_group,
                             );
                             let what = format!(
-                                "{name} on {device_name}, {tokens} tokens, {rows_per_group} rows a block, scale {scale}"
+                                "{name} on {device_name}, {tokens} tokens, {rows_per_group} rows a block, scale {scale}, \
+                                 gated {gated}"
                             );
+                            let want = if gated { &want_gated } else { &want };
                             let close = |got: &[f32], want: &[f32], part: &str| {
                                 let top = want.iter().map(|v| v.abs()).fold(1e-3, f32::max);
                                 let diff = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
@@ -1578,7 +1711,7 @@ mod tests {
                                 );
                             };
                             close(&read(got_x), &want_x, "the residual");
-                            close(&read(got), &want, "the product");
+                            close(&read(got), want, "the product");
                         }
                     }
                 }
@@ -1602,6 +1735,7 @@ mod tests {
         for (rows, k, group, bits, offset, factor) in cases {
             let (t, dense) = symmetric_matrix_scaled(rows, k, group, bits, offset, factor);
             let (up, dense_up) = symmetric_matrix_scaled(rows, k, group, bits, offset, factor);
+            let joint = stacked(&t, &up, &gpu);
             let m = AffineMatrix::upload(t, &gpu);
             let up = AffineMatrix::upload(up, &gpu);
             let offset_code = offset as u32;
@@ -1613,7 +1747,7 @@ mod tests {
             assert_eq!(m.scale_layout(), Some(layout));
             assert_eq!(m.device_bytes(), (rows * k * bits as usize / 32 + scale_words) * 4);
             assert_eq!(read(m.dequantize()), dense, "rows of {rows}x{k}/{group} {bits}-bit");
-            multiplies_like(&m, &dense, &up, &dense_up, &format!("{bits}-bit /{group}"), &gpu);
+            multiplies_like(&m, &dense, (&up, &joint), &dense_up, &format!("{bits}-bit /{group}"), &gpu);
         }
     }
 }

@@ -55,6 +55,9 @@ pub(crate) const MIN_TOKENS: usize = 16;
 pub(crate) struct Epilogue {
     pub normed: bool,
     pub gated: bool,
+    /// Where the up matrix's rows start in its codes (0: its own matrix; the gate's rows for a
+    /// stacked `[gate; up]`, whose first rows alone are the product's).
+    pub up_row_offset: usize,
     pub gated_by_input: bool,
     pub softcap: Option<f32>,
     pub eps: f32,
@@ -75,6 +78,7 @@ fn affine_gemm_kernel(
     aux: &[f32],
     out: &mut [f32],
     rows: u32,
+    up_row_offset: u32,
     k: u32,
     tokens: u32,
     eps: f32,
@@ -177,14 +181,16 @@ fn affine_gemm_kernel(
                     scale[r as usize] = group_scale_value;
                     bias[r as usize] = group_bias(scale_bias, row, g, groups, group_scale_value, offset, scale_kind);
                     if gated {
+                        let up_row = row + up_row_offset;
                         #[unroll]
                         for i in 0..chunk_words {
                             chunk_up[(r * chunk_words + i) as usize] =
-                                codes_up[(row * words + c * chunk_words + i) as usize];
+                                codes_up[(up_row * words + c * chunk_words + i) as usize];
                         }
-                        let up_scale = group_scale(scale_bias_up, row, g, groups, scale_kind);
+                        let up_scale = group_scale(scale_bias_up, up_row, g, groups, scale_kind);
                         scale_up[r as usize] = up_scale;
-                        bias_up[r as usize] = group_bias(scale_bias_up, row, g, groups, up_scale, offset, scale_kind);
+                        bias_up[r as usize] =
+                            group_bias(scale_bias_up, up_row, g, groups, up_scale, offset, scale_kind);
                     }
                 }
             }
@@ -277,7 +283,7 @@ pub(crate) fn launch(
     bits: u32,
 ) -> CubeTensor {
     let x = into_contiguous(x);
-    let rows = codes.meta.shape()[0];
+    let rows = codes.meta.shape()[0] - epilogue.up_row_offset;
     let (tokens, k) = (x.meta.shape()[0], x.meta.shape()[1]);
     let client = x.client.clone();
     let out = empty_output(&x, Shape::new([tokens, rows]));
@@ -291,7 +297,7 @@ pub(crate) fn launch(
     // The weights once a token tile, the input once a block of rows.
     let token_tiles = (tokens as u32).div_ceil(tile.tokens) as u64;
     let mut weights = bytes_of(&codes) + bytes_of(&scale_bias);
-    if epilogue.gated {
+    if epilogue.gated && epilogue.up_row_offset == 0 {
         weights += bytes_of(&codes_up) + bytes_of(&scale_bias_up);
     }
     crate::launch::declare_reads(weights * token_tiles + bytes_of(&x) * u64::from(grid_x * grid_y));
@@ -307,6 +313,7 @@ pub(crate) fn launch(
         into_contiguous(aux).into_buffer_arg(),
         out.clone().into_buffer_arg(),
         rows as u32,
+        epilogue.up_row_offset as u32,
         k as u32,
         tokens as u32,
         epilogue.eps,

@@ -121,13 +121,30 @@ impl<'a> NormedInput<'a> {
     }
 
     /// `gelu_tanh(gate(RMSNorm(x))) · up(RMSNorm(x))`: [S, h] → [S, inter]; one dispatch when
-    /// both are packed alike.
-    fn gated(&self, gate: &Linear, up: &Linear) -> Tensor<2> {
-        match (gate, up) {
-            (Linear::Affine(g), Linear::Affine(u)) if g.pairs_with(u) => {
+    /// both are packed alike, and for one token of a stacked pair a pending update too.
+    fn gated(&self, gate_up: &GateUp) -> Tensor<2> {
+        match gate_up {
+            GateUp::Stacked(w) => {
+                if let Some((u, joined_norms)) = &self.update
+                    && self.updated.get().is_none()
+                    && self.tokens() == 1
+                {
+                    let (updated, product) = w.residual_normed_gated_stacked(
+                        self.x.clone(),
+                        u.delta.clone(),
+                        joined_norms,
+                        self.eps,
+                        u.scale,
+                    );
+                    let _ = self.updated.set(updated);
+                    return product;
+                }
+                w.normed_gated_stacked(self.residual(), self.weight, self.eps)
+            }
+            GateUp::Separate { gate: Linear::Affine(g), up: Linear::Affine(u) } if g.pairs_with(u) => {
                 g.normed_gated_matmul(u, self.residual(), self.weight, self.eps)
             }
-            _ => gelu_tanh_mul(self.project(gate), self.project(up)),
+            GateUp::Separate { gate, up } => gelu_tanh_mul(self.project(gate), self.project(up)),
         }
     }
 
@@ -182,9 +199,20 @@ enum Projections {
 }
 
 struct Mlp {
-    gate_proj: Linear,
-    up_proj: Linear,
+    gate_up: GateUp,
     down_proj: Linear,
+}
+
+/// The MLP's gate and up projections.
+#[allow(clippy::large_enum_variant)]
+enum GateUp {
+    /// Their rows stacked in one packed matrix `[gate; up]` (packed alike): one launch, which for
+    /// one token also adds the attention's output to the residual stream.
+    Stacked(AffineMatrix),
+    Separate {
+        gate: Linear,
+        up: Linear,
+    },
 }
 
 /// Gemma 4's per-layer input path inside a decoder layer.
@@ -207,6 +235,9 @@ struct DecoderLayer {
     /// `[the previous layer's last post-norm ‖ input_norm]`, where the fused kernels run: the
     /// previous layer's output joins the residual stream in this layer's first projection.
     joined_input_norm: Option<Tensor<1>>,
+    /// `[post-attention norm ‖ pre-feedforward norm]`, where the MLP's first launch adds the
+    /// attention's output for one token (a stacked gate and up on a device running the kernels).
+    joined_mlp_norm: Option<Tensor<1>>,
 }
 
 impl DecoderLayer {
@@ -289,7 +320,11 @@ impl Gemma {
                 Projections::Separate { q, k, v } => linear(q) + linear(k) + linear(v),
                 Projections::Joint(qkv) => qkv.device_bytes() as u64,
             };
-            device += linear(&layer.mlp.gate_proj) + linear(&layer.mlp.up_proj) + linear(&layer.mlp.down_proj);
+            device += match &layer.mlp.gate_up {
+                GateUp::Stacked(gate_up) => gate_up.device_bytes() as u64,
+                GateUp::Separate { gate, up } => linear(gate) + linear(up),
+            };
+            device += linear(&layer.mlp.down_proj);
             if let Some(pli) = &layer.per_layer_input {
                 device += linear(&pli.gate) + linear(&pli.projection) + dense(&pli.post_norm);
             }
@@ -706,10 +741,17 @@ impl DecoderLayer {
         let scale = self.layer_scalar.unwrap_or(1.0);
         let a = NormedInput::after(x, pending, self.joined_input_norm.as_ref(), &self.input_norm, eps);
         let attn = self.attention.forward(i, &a, chunk);
-        let x = add_rms_norm(a.residual(), attn, &self.post_attention_norm, eps, 1.0);
-
-        let m = NormedInput::new(x.clone(), &self.pre_feedforward_norm, eps);
-        let m = self.mlp.down_proj.forward(m.gated(&self.mlp.gate_proj, &self.mlp.up_proj));
+        let attended = PendingOutput { delta: attn, post_norm: &self.post_attention_norm, scale: 1.0 };
+        let m = NormedInput::after(
+            a.residual(),
+            Some(attended),
+            self.joined_mlp_norm.as_ref(),
+            &self.pre_feedforward_norm,
+            eps,
+        );
+        let gated = m.gated(&self.mlp.gate_up);
+        let x = m.residual();
+        let m = self.mlp.down_proj.forward(gated);
         let (Some(pli), Some(input)) = (&self.per_layer_input, per_layer_input) else {
             return (x, PendingOutput { delta: m, post_norm: &self.post_feedforward_norm, scale });
         };

@@ -78,14 +78,14 @@ impl Loader<'_> {
     fn joint(
         &mut self,
         names: &[String],
-        rows: [usize; 3],
+        rows: &[usize],
         in_features: usize,
     ) -> Result<Option<AffineMatrix>, ModelError> {
         if !has_fused_kernels(self.device) {
             return Ok(None);
         }
         let mut parts = Vec::with_capacity(names.len());
-        for (name, rows) in names.iter().zip(rows) {
+        for (name, &rows) in names.iter().zip(rows) {
             match self.affine(name, rows, in_features)? {
                 Some(part) if AffineMatrix::holds(&part) => parts.push(part),
                 _ => return Ok(None),
@@ -157,7 +157,7 @@ impl Loader<'_> {
         } else {
             let names = [name("self_attn.q_proj"), name("self_attn.k_proj"), name("self_attn.v_proj")];
             let rows = [q_rows, kv_rows, kv_rows];
-            let projections = match self.joint(&names, rows, h)? {
+            let projections = match self.joint(&names, &rows, h)? {
                 Some(joint) => Projections::Joint(joint),
                 None => Projections::Separate {
                     q: self.linear(&names[0], rows[0], h)?,
@@ -173,11 +173,12 @@ impl Loader<'_> {
             o_proj: self.linear(&name("self_attn.o_proj"), h, q_rows)?,
             q_norm: self.norm(&name("self_attn.q_norm"), d)?,
         };
-        let mlp = Mlp {
-            gate_proj: self.linear(&name("mlp.gate_proj"), inter, h)?,
-            up_proj: self.linear(&name("mlp.up_proj"), inter, h)?,
-            down_proj: self.linear(&name("mlp.down_proj"), h, inter)?,
+        let names = [name("mlp.gate_proj"), name("mlp.up_proj")];
+        let gate_up = match self.joint(&names, &[inter, inter], h)? {
+            Some(stacked) => GateUp::Stacked(stacked),
+            None => GateUp::Separate { gate: self.linear(&names[0], inter, h)?, up: self.linear(&names[1], inter, h)? },
         };
+        let mlp = Mlp { gate_up, down_proj: self.linear(&name("mlp.down_proj"), h, inter)? };
         let per_layer_input = match per_layer_input {
             Some(p) => Some(LayerPerLayerInput {
                 gate: self.linear(&name("per_layer_input_gate"), p, h)?,
@@ -187,16 +188,22 @@ impl Loader<'_> {
             None => None,
         };
         let layer_scalar = if scalar { Some(self.host(&name("layer_scalar"), &[1])?.data[0]) } else { None };
+        let post_attention_norm = self.norm(&name("post_attention_layernorm"), h)?;
+        let pre_feedforward_norm = self.norm(&name("pre_feedforward_layernorm"), h)?;
+        // The stacked gate and up's launch reads both norms from one binding.
+        let joined_mlp_norm = matches!(mlp.gate_up, GateUp::Stacked(_))
+            .then(|| Tensor::cat(vec![post_attention_norm.clone(), pre_feedforward_norm.clone()], 0));
         Ok(DecoderLayer {
             attention,
             mlp,
             input_norm: self.norm(&name("input_layernorm"), h)?,
-            post_attention_norm: self.norm(&name("post_attention_layernorm"), h)?,
-            pre_feedforward_norm: self.norm(&name("pre_feedforward_layernorm"), h)?,
+            post_attention_norm,
+            pre_feedforward_norm,
             post_feedforward_norm: self.norm(&name("post_feedforward_layernorm"), h)?,
             per_layer_input,
             layer_scalar,
             joined_input_norm: None,
+            joined_mlp_norm,
         })
     }
 }
