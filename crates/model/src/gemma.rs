@@ -475,15 +475,7 @@ impl Gemma {
                 let (x0, token_rows) = self.embed_with(tokens, soft_tokens);
                 self.layers_and_head(x0, token_rows, cache, &geometry, all_positions)
             }
-            [token] if step_recording::applies(self, geometry.is_recordable()) => {
-                // The recording is the cache's; taken out while the step runs on the cache.
-                let mut slot = cache.recorded.take();
-                let logits = step_recording::step(self, StepToken::Host(*token), &mut slot, |x0, token_rows| {
-                    self.layers_and_head(x0, token_rows, cache, &geometry, false)
-                });
-                cache.recorded = slot;
-                logits?
-            }
+            [token] => self.one_token_step(StepToken::Host(*token), cache, &geometry)?,
             _ => {
                 let (x0, token_rows) = self.embed(tokens);
                 self.layers_and_head(x0, token_rows, cache, &geometry, all_positions)
@@ -509,19 +501,33 @@ impl Gemma {
         }
         let ids = device_ids(chosen);
         let geometry = cache.plan(1, &self.device)?;
-        let logits = if step_recording::applies(self, geometry.is_recordable()) {
-            let mut slot = cache.recorded.take();
-            let logits = step_recording::step(self, StepToken::Device(&ids), &mut slot, |x0, token_rows| {
-                self.layers_and_head(x0, token_rows, cache, &geometry, false)
-            });
-            cache.recorded = slot;
-            logits?
-        } else {
-            let (x0, token_rows) = self.embed_ids(&ids);
-            self.layers_and_head(x0, token_rows, cache, &geometry, false)
-        };
+        let logits = self.one_token_step(StepToken::Device(&ids), cache, &geometry)?;
         cache.commit(&geometry);
         Ok(logits)
+    }
+
+    /// One token's logits `[1, vocab]` at the geometry's position: the cache's recorded step
+    /// replayed (or recorded now) where the model records, else its launches.
+    fn one_token_step(
+        &self,
+        token: StepToken,
+        cache: &mut KvCache,
+        geometry: &ChunkGeometry,
+    ) -> Result<Tensor<2>, ModelError> {
+        if step_recording::applies(self, geometry.is_recordable()) {
+            // The recording is the cache's; taken out while the step runs on the cache.
+            let mut slot = cache.recorded.take();
+            let logits = step_recording::step(self, token, &mut slot, |x0, token_rows| {
+                self.layers_and_head(x0, token_rows, cache, geometry, false)
+            });
+            cache.recorded = slot;
+            return logits;
+        }
+        let (x0, token_rows) = match token {
+            StepToken::Host(token) => self.embed(&[token]),
+            StepToken::Device(ids) => self.embed_ids(ids),
+        };
+        Ok(self.layers_and_head(x0, token_rows, cache, geometry, false))
     }
 
     /// Whether this model records its one-token steps and replays them (on by default; off, every
