@@ -46,5 +46,6 @@ pub use task_loop::{
     Agent, AgentConfig, AgentControl, ContextError, Outcome, PromptStats, STEP_ENDS_AFTER, SessionError,
 };
 pub use tools::{
-    RiskLevel, ToolDefinition, ToolMode, VISION_TOOLS, builtin_tools, default_tool_modes, tools_for, validate_arguments,
+    RiskLevel, TimeLimit, ToolDefinition, ToolMode, ToolPlace, VISION_TOOLS, builtin_tools, default_tool_modes,
+    tools_for, validate_arguments,
 };

@@ -4,7 +4,7 @@ use hearth_agent::arguments::{
     AskUserArgs, DoneArgs, ElementArgs, Key, NavigateArgs, NoArguments, PointArgs, PressKeyArgs, ReadLinkArgs,
     RunJavascriptArgs, ScrollArgs, ScrollDirection, SelectArgs, ToolCall, TypeArgs, WaitForArgs,
 };
-use hearth_agent::{PointTarget, ToolImage};
+use hearth_agent::{PointTarget, TimeLimit, ToolImage, ToolPlace};
 use ts_rs::{Config, TS};
 
 use crate::{
@@ -68,6 +68,8 @@ pub fn typescript_module() -> String {
         Passages::decl(&cfg),
         Source::decl(&cfg),
         ToolMode::decl(&cfg),
+        ToolPlace::decl(&cfg),
+        TimeLimit::decl(&cfg),
         Decision::decl(&cfg),
         RiskLevel::decl(&cfg),
         RiskReason::decl(&cfg),
@@ -110,7 +112,10 @@ pub fn typescript_module() -> String {
     // The lists both languages need, so that the extension is checked against Rust's.
     let builtin = hearth_agent::builtin_tools();
     let tools: Vec<&str> = builtin.iter().map(|t| t.name.as_str()).collect();
-    let loop_tools = [hearth_agent::tools::ASK_USER, hearth_agent::tools::DONE];
+    let placed = |place: ToolPlace| -> Vec<&str> {
+        builtin.iter().filter(|t| t.place == place).map(|t| t.name.as_str()).collect()
+    };
+    let bound: Vec<&str> = builtin.iter().filter(|t| t.bound_to_judged_origin).map(|t| t.name.as_str()).collect();
     let kinds = |group: fn(FailureKind) -> bool| -> Vec<String> {
         FailureKind::ALL.into_iter().filter(|k| group(*k)).map(FailureKind::wire_name).collect()
     };
@@ -122,10 +127,28 @@ pub fn typescript_module() -> String {
             strings(&tools),
         ),
         (
-            "The tools the agent loop answers itself (crates/agent/src/task_loop.rs): no executor in the extension.",
+            "DOM tools, run by the content script in the task's top frame (content/page-tools/; crates/agent/src/tools.rs `ToolPlace::Page`).",
+            "PAGE_TOOLS",
+            "PageTool",
+            strings(&placed(ToolPlace::Page)),
+        ),
+        (
+            "Tools that need browser APIs, run by the service worker (worker/browser-tools.ts; `ToolPlace::Worker`).",
+            "WORKER_TOOLS",
+            "WorkerTool",
+            strings(&placed(ToolPlace::Worker)),
+        ),
+        (
+            "The tools the agent loop answers itself (crates/agent/src/task_loop.rs; `ToolPlace::Loop`): no executor in the extension.",
             "LOOP_TOOLS",
             "LoopTool",
-            strings(&loop_tools),
+            strings(&placed(ToolPlace::Loop)),
+        ),
+        (
+            "Tools that act on the page the policy judged them on: the worker runs them only while the tab's committed URL has that page's origin (`ToolDefinition::bound_to_judged_origin`).",
+            "BOUND_TO_JUDGED_ORIGIN",
+            "JudgedOriginTool",
+            strings(&bound),
         ),
         (
             "The tools only a model that sees images is offered (crates/agent/src/tools.rs `VISION_TOOLS`).",
@@ -187,6 +210,22 @@ pub fn typescript_module() -> String {
     out.push_str(&format!(
         "/** What settings start with for each tool (crates/agent/src/tools.rs `default_tool_modes`; a tool not named is on). */\nexport const DEFAULT_TOOL_MODES: Readonly<Partial<Record<ToolName, ToolMode>>> = {{ {} }};\n\n",
         modes.join(", ")
+    ));
+    let limits: Vec<String> = builtin
+        .iter()
+        .map(|t| format!("{:?}: {}", t.name, serde_json::to_string(&t.time_limit).unwrap_or_default()))
+        .collect();
+    out.push_str(&format!(
+        "/** How long each tool may run before the worker answers for it (crates/agent/src/tools.rs `TimeLimit`). */\nexport const TOOL_TIME_LIMITS: Readonly<Record<ToolName, TimeLimit>> = {{ {} }};\n\n",
+        limits.join(", ")
+    ));
+    let milliseconds: Vec<String> = [TimeLimit::Standard, TimeLimit::PageLoad, TimeLimit::OwnWait]
+        .iter()
+        .map(|limit| format!("{}: {}", serde_json::to_string(limit).unwrap_or_default(), limit.milliseconds()))
+        .collect();
+    out.push_str(&format!(
+        "/** Each time limit's milliseconds (`TimeLimit::milliseconds`; `own_wait`: the margin on top of the tool's own wait). */\nexport const TIME_LIMIT_MS: Readonly<Record<TimeLimit, number>> = {{ {} }};\n\n",
+        milliseconds.join(", ")
     ));
     out.push_str(&format!(
         "/** The page request the agent sends before `click_at`, to judge what lies under its point (crates/agent/src/backend.rs `LOCATE_POINT`). */\nexport const LOCATE_POINT = {:?};\n\n",

@@ -465,6 +465,10 @@ export type Source = { number: number, text: string, };
 
 export type ToolMode = "on" | "ask" | "off";
 
+export type ToolPlace = "page" | "worker" | "loop";
+
+export type TimeLimit = "standard" | "page_load" | "own_wait";
+
 export type Decision = "deny" | "allow_once" | "allow_for_task";
 
 export type RiskLevel = "low" | "medium" | "high" | "critical";
@@ -731,10 +735,25 @@ export const TOOL_NAMES = ["read_page", "snapshot", "screenshot", "click", "clic
 
 export type ToolName = (typeof TOOL_NAMES)[number];
 
-/** The tools the agent loop answers itself (crates/agent/src/task_loop.rs): no executor in the extension. */
+/** DOM tools, run by the content script in the task's top frame (content/page-tools/; crates/agent/src/tools.rs `ToolPlace::Page`). */
+export const PAGE_TOOLS = ["read_page", "snapshot", "click", "click_at", "type", "select", "scroll", "hover", "press_key", "wait_for"] as const;
+
+export type PageTool = (typeof PAGE_TOOLS)[number];
+
+/** Tools that need browser APIs, run by the service worker (worker/browser-tools.ts; `ToolPlace::Worker`). */
+export const WORKER_TOOLS = ["screenshot", "navigate", "go_back", "read_link", "run_javascript"] as const;
+
+export type WorkerTool = (typeof WORKER_TOOLS)[number];
+
+/** The tools the agent loop answers itself (crates/agent/src/task_loop.rs; `ToolPlace::Loop`): no executor in the extension. */
 export const LOOP_TOOLS = ["ask_user", "done"] as const;
 
 export type LoopTool = (typeof LOOP_TOOLS)[number];
+
+/** Tools that act on the page the policy judged them on: the worker runs them only while the tab's committed URL has that page's origin (`ToolDefinition::bound_to_judged_origin`). */
+export const BOUND_TO_JUDGED_ORIGIN = ["click", "click_at", "type", "select", "scroll", "hover", "press_key", "run_javascript"] as const;
+
+export type JudgedOriginTool = (typeof BOUND_TO_JUDGED_ORIGIN)[number];
 
 /** The tools only a model that sees images is offered (crates/agent/src/tools.rs `VISION_TOOLS`). */
 export const VISION_TOOLS = ["screenshot", "click_at"] as const;
@@ -769,6 +788,12 @@ export const FRESH_ENGINE_FAILURES: readonly FailureKind[] = ["gpu_device", "eng
 
 /** What settings start with for each tool (crates/agent/src/tools.rs `default_tool_modes`; a tool not named is on). */
 export const DEFAULT_TOOL_MODES: Readonly<Partial<Record<ToolName, ToolMode>>> = { "run_javascript": "ask" };
+
+/** How long each tool may run before the worker answers for it (crates/agent/src/tools.rs `TimeLimit`). */
+export const TOOL_TIME_LIMITS: Readonly<Record<ToolName, TimeLimit>> = { "read_page": "standard", "snapshot": "standard", "screenshot": "standard", "click": "standard", "click_at": "standard", "type": "standard", "select": "standard", "scroll": "standard", "hover": "standard", "press_key": "standard", "navigate": "page_load", "go_back": "page_load", "read_link": "page_load", "wait_for": "own_wait", "run_javascript": "standard", "ask_user": "standard", "done": "standard" };
+
+/** Each time limit's milliseconds (`TimeLimit::milliseconds`; `own_wait`: the margin on top of the tool's own wait). */
+export const TIME_LIMIT_MS: Readonly<Record<TimeLimit, number>> = { "standard": 20000, "page_load": 45000, "own_wait": 10000 };
 
 /** The page request the agent sends before `click_at`, to judge what lies under its point (crates/agent/src/backend.rs `LOCATE_POINT`). */
 export const LOCATE_POINT = "locate_point";

@@ -1,6 +1,8 @@
-// The tools the model is offered (TOOL_NAMES, generated from crates/agent/src/tools.rs) and the
-// extension's executors (shared/tool-executors.ts) are the same set: no tool without an executor, no
-// executor without a tool. Bundled with esbuild on the fly.
+// The tools the model is offered (TOOL_NAMES) and the extension's executors (PAGE_TOOLS,
+// WORKER_TOOLS, LOOP_TOOLS), all generated from the one record per tool in
+// crates/agent/src/tools.rs, are the same set: no tool without an executor, no executor without a
+// tool (the executors' tables are typed by them: the compiler refuses a missing one). Each tool's
+// time limit comes from the same record. Bundled with esbuild on the fly.
 
 import assert from "node:assert/strict";
 import { resolve } from "node:path";
@@ -26,4 +28,13 @@ test("the vision tools are offered tools with executors (the engine drops them f
   const { TOOL_NAMES, VISION_TOOLS } = await load("src/generated/protocol.ts");
   assert.deepEqual([...VISION_TOOLS].sort(), ["click_at", "screenshot"]);
   for (const tool of VISION_TOOLS) assert.ok(TOOL_NAMES.includes(tool), tool);
+});
+
+test("each tool's time limit is its record's: its own wait, a page load, or the standard 20 s", async () => {
+  const { timeLimitMs } = await load("src/shared/tool-executors.ts");
+  assert.equal(timeLimitMs("wait_for", { timeout_seconds: 30 }), 40_000);
+  assert.equal(timeLimitMs("wait_for", {}), 20_000);
+  assert.equal(timeLimitMs("navigate", { url: "https://example.com" }), 45_000);
+  assert.equal(timeLimitMs("read_link", { url: "https://example.com" }), 45_000);
+  assert.equal(timeLimitMs("click", { index: 3 }), 20_000);
 });
