@@ -198,7 +198,8 @@ fn draft_round(
 /// Draft steps recorded once and replayed (the default where the kernels run) draft what steps
 /// launched one by one draft: over rounds at new positions of one cache (the masks and tables
 /// rewritten in place, through a sliding ring that wraps), after a checkpoint (whose ring the
-/// next write copies into a new buffer: the steps record again), and when a recording fails (the
+/// next write copies into a new buffer: the steps record again), for two caches drafting in turns
+/// (each keeps its recording), and when a recording fails (the
 /// step's own result stands; later steps launch one by one).
 #[test]
 fn recorded_draft_steps_draft_what_launched_ones_do() {
@@ -225,7 +226,7 @@ fn recorded_draft_steps_draft_what_launched_ones_do() {
             let state = hidden.slice([last..last + 1, 0..model.config.hidden_size]);
             let want = draft_round(&model, &launched, &cache, next, state.clone(), 3);
             let got = draft_round(&model, &recorded, &cache, next, state, 3);
-            assert!(recorded.holds_recorded_step(), "{name}, round {round}: the steps were recorded");
+            assert!(recorded.holds_recorded_step(&cache), "{name}, round {round}: the steps were recorded");
             for (step, (got, want)) in got.iter().zip(&want).enumerate() {
                 let diff = max_diff(got, want);
                 assert!(diff <= 1e-5, "{name}, round {round}, step {step}: recorded vs launched |Δlogit| {diff}");
@@ -235,6 +236,26 @@ fn recorded_draft_steps_draft_what_launched_ones_do() {
             (logits, hidden) = model.forward_hidden(&verified, &mut cache).unwrap();
         }
 
+        // A second cache drafting in turns with the first (two tabs): each keeps its recording.
+        let mut other = KvCache::new(&model.config, options, model.device());
+        let (other_logits, other_hidden) = model.forward_hidden(&fixture.cases[1].prompt, &mut other).unwrap();
+        for (turn, (on, logits, hidden)) in
+            [(&other, &other_logits, &other_hidden), (&cache, &logits, &hidden), (&other, &other_logits, &other_hidden)]
+                .into_iter()
+                .enumerate()
+        {
+            let last = logits.dims()[0] - 1;
+            let next = argmax(&rows(logits.clone().slice([last..last + 1, 0..model.config.vocab_size]))[0]);
+            let state = hidden.clone().slice([last..last + 1, 0..model.config.hidden_size]);
+            let want = draft_round(&model, &launched, on, next, state.clone(), 3);
+            let got = draft_round(&model, &recorded, on, next, state, 3);
+            for (step, (got, want)) in got.iter().zip(&want).enumerate() {
+                let diff = max_diff(got, want);
+                assert!(diff <= 1e-5, "{name}, two caches, turn {turn}, step {step}: |Δlogit| {diff}");
+            }
+        }
+        assert!(recorded.holds_recorded_step(&cache) && recorded.holds_recorded_step(&other), "{name}: one each");
+
         // A recording that fails: the step that recorded keeps its result, the next ones launch.
         let failing = drafter::load_dir(&dir, &model.config, &device).unwrap();
         failing.fail_next_recording();
@@ -243,7 +264,10 @@ fn recorded_draft_steps_draft_what_launched_ones_do() {
         let state = hidden.slice([last..last + 1, 0..model.config.hidden_size]);
         let want = draft_round(&model, &launched, &cache, next, state.clone(), 3);
         let got = draft_round(&model, &failing, &cache, next, state, 3);
-        assert!(!failing.records_steps() && !failing.holds_recorded_step(), "{name}: the failed recording is off");
+        assert!(
+            !failing.records_steps() && !failing.holds_recorded_step(&cache),
+            "{name}: the failed recording is off"
+        );
         for (step, (got, want)) in got.iter().zip(&want).enumerate() {
             let diff = max_diff(got, want);
             assert!(diff <= 1e-5, "{name}, failed recording, step {step}: |Δlogit| {diff}");

@@ -156,8 +156,10 @@ pub struct Drafter {
     main_layers: [Option<usize>; 2],
     /// Whether draft steps are recorded and replayed (as the main model's one-token steps are).
     recording: Recording,
-    /// The draft step recorded against one cache's buffers, replayed for every later step.
-    recorded: Mutex<Option<RecordedDraft>>,
+    /// Draft steps recorded against caches' buffers (one per cache state, the latest
+    /// [`MAX_RECORDINGS`]), each replayed for every later step on those buffers: tasks in two tabs
+    /// draft in turns without recording again at each turn.
+    recorded: Mutex<Vec<RecordedDraft>>,
 }
 
 /// What the drafter reads of the main model for one round of drafting: its keys and values up to
@@ -231,6 +233,9 @@ struct RecordedDraft {
     logits: Tensor<2>,
     next_state: Tensor<2>,
 }
+
+/// Recordings a drafter keeps: a few caches drafting in turns (tabs), each at its latest state.
+const MAX_RECORDINGS: usize = 4;
 
 /// The serial of the next draft context.
 fn next_context_serial() -> u64 {
@@ -379,8 +384,8 @@ impl Drafter {
         token: StepToken,
         state: Tensor<2>,
     ) -> Result<Draft, DrafterError> {
-        let mut slot = self.recorded.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(recorded) = slot.as_mut().filter(|r| r.buffers == context.buffers) {
+        let mut recordings = self.recorded.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(recorded) = recordings.iter_mut().find(|r| r.buffers == context.buffers) {
             recorded.rewrite(context, token, state);
             // A replay writes into the buffers the last step returned: if the caller still holds
             // them, this step runs launch by launch from the recording's inputs instead.
@@ -396,7 +401,6 @@ impl Drafter {
                 .map_err(|err| ModelError::Recording(err.to_string()))?;
             return Ok(Draft { logits: recorded.logits.clone(), state: recorded.next_state.clone() });
         }
-        *slot = None;
         let inputs = DraftInputs::new(context, token, state, &self.device);
         let run = || {
             let embedded = main.token_embedding_ids(&inputs.id);
@@ -407,7 +411,12 @@ impl Drafter {
             Recorded::Graph { first, graph, outputs } => {
                 let outputs = outputs?;
                 let DraftInputs { id, state, kinds } = inputs;
-                *slot = Some(RecordedDraft {
+                // The oldest goes: most likely a cache state that has moved on (a checkpoint, a
+                // restore and a copied ring name the buffers anew).
+                if recordings.len() >= MAX_RECORDINGS {
+                    recordings.remove(0);
+                }
+                recordings.push(RecordedDraft {
                     graph,
                     buffers: context.buffers,
                     serial: context.serial,
@@ -427,7 +436,7 @@ impl Drafter {
     pub fn set_step_recording(&self, enabled: bool) {
         self.recording.set_enabled(enabled);
         if !enabled {
-            *self.recorded.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+            self.recorded.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clear();
         }
     }
 
@@ -436,9 +445,9 @@ impl Drafter {
         self.recording.active()
     }
 
-    /// Whether a recorded draft step is ready to replay (on the cache it was recorded on).
-    pub fn holds_recorded_step(&self) -> bool {
-        self.recorded.lock().map(|slot| slot.is_some()).unwrap_or(false)
+    /// Whether a recorded draft step is ready to replay on `cache` as it is now.
+    pub fn holds_recorded_step(&self, cache: &KvCache) -> bool {
+        self.recorded.lock().map(|all| all.iter().any(|r| r.buffers == cache.buffers())).unwrap_or(false)
     }
 
     /// Makes the next recording of a draft step fail as a device's may (a test of the fallback).
