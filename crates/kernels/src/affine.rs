@@ -83,6 +83,33 @@ fn chunk_terms(
     (chunk, scale, bias)
 }
 
+/// [`chunk_terms`] of the up matrix's row `up_row` when `gated`; zeros (never read) otherwise.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn up_chunk_terms(
+    codes_up: &[u32],
+    scale_bias_up: &[u32],
+    up_row: u32,
+    c: u32,
+    k: u32,
+    offset: f32,
+    #[comptime] scale_kind: u32,
+    #[comptime] group: u32,
+    #[comptime] bits: u32,
+    #[comptime] gated: bool,
+) -> (Array<u32>, f32, f32) {
+    let mut chunk_up = Array::<u32>::new(comptime!(chunk_words_of(bits)) as usize);
+    let mut scale_up = f32::new(0.0);
+    let mut bias_up = f32::new(0.0);
+    if gated {
+        let (codes, scale, bias) = chunk_terms(codes_up, scale_bias_up, up_row, c, k, offset, scale_kind, group, bits);
+        chunk_up = codes;
+        scale_up = scale;
+        bias_up = bias;
+    }
+    (chunk_up, scale_up, bias_up)
+}
+
 /// `out[s, r] = Σ_k x[s, k] · (scale[r, g(k)] · q[r, k] + bias[r, g(k)])`, for up to
 /// `TOKEN_TILE` tokens of `x` per block. Each row takes `lanes` threads (the block's `threads` in
 /// `threads / lanes` rows; at least `tile` lanes, which write the row's tokens). Grid: (row groups
@@ -150,16 +177,18 @@ fn affine_matmul_kernel(
         let mut c = lane;
         while c < chunks {
             let (chunk, scale, bias) = chunk_terms(codes, scale_bias, row, c, k, offset, scale_kind, group, bits);
-            let mut chunk_up = Array::<u32>::new(comptime!(chunk_words_of(bits)) as usize);
-            let mut scale_up = f32::new(0.0);
-            let mut bias_up = f32::new(0.0);
-            if gated {
-                let (codes, scale, bias) =
-                    chunk_terms(codes_up, scale_bias_up, row + up_row_offset, c, k, offset, scale_kind, group, bits);
-                chunk_up = codes;
-                scale_up = scale;
-                bias_up = bias;
-            }
+            let (chunk_up, scale_up, bias_up) = up_chunk_terms(
+                codes_up,
+                scale_bias_up,
+                row + up_row_offset,
+                c,
+                k,
+                offset,
+                scale_kind,
+                group,
+                bits,
+                gated,
+            );
             #[unroll]
             for s in 0..tile {
                 let token = first_token + s;
@@ -309,16 +338,9 @@ fn affine_residual_matmul_kernel(
         while c < chunks {
             let (chunk, group_scale_value, bias) =
                 chunk_terms(codes, scale_bias, row, c, k, offset, scale_kind, group, bits);
-            let mut chunk_up = Array::<u32>::new(comptime!(chunk_words_of(bits)) as usize);
-            let mut scale_up = f32::new(0.0);
-            let mut bias_up = f32::new(0.0);
-            if gated {
-                let (codes, scale, bias) =
-                    chunk_terms(codes, scale_bias, row + rows, c, k, offset, scale_kind, group, bits);
-                chunk_up = codes;
-                scale_up = scale;
-                bias_up = bias;
-            }
+            // A stacked pair's up rows follow its gate rows in the same binding.
+            let (chunk_up, scale_up, bias_up) =
+                up_chunk_terms(codes, scale_bias, row + rows, c, k, offset, scale_kind, group, bits, gated);
             let base = c * per_chunk;
             let mut dot = 0.0;
             let mut dot_up = 0.0;
