@@ -269,10 +269,12 @@ side_by_side() {
         -ngl 99 -fa 1 -p 0 -n 8 -d "$long" -r 1
 
     local tokens_per_s='s/.*= \([0-9.]*\) tokens\/s.*/\1/p'
+    # Hearth's decode as `generate` runs it: each step submitted before its token is read back.
+    local decode_row='^\| decode .*submitted before'
     local llama_mean='s/.*| *\([0-9.][0-9.]*\) ± [0-9.]* *|.*/\1/p'
     local rows=(
-        "decode at depth $short|$(figure "Hearth, depth $short" '^\| decode ' "$tokens_per_s")|$(figure llama.cpp "tg$tokens @ d$short" "$llama_mean")"
-        "decode at depth $long|$(figure "Hearth, depth $long" '^\| decode ' "$tokens_per_s")|$(figure llama.cpp "tg$tokens @ d$long" "$llama_mean")"
+        "decode at depth $short|$(figure "Hearth, depth $short" "$decode_row" "$tokens_per_s")|$(figure llama.cpp "tg$tokens @ d$short" "$llama_mean")"
+        "decode at depth $long|$(figure "Hearth, depth $long" "$decode_row" "$tokens_per_s")|$(figure llama.cpp "tg$tokens @ d$long" "$llama_mean")"
         "prefill of $long tokens|$(figure "Hearth, depth $long" '^\| prefill ' "$tokens_per_s")|$(figure llama.cpp "pp$long @ d$short" "$llama_mean")"
     )
     {
