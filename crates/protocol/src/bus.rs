@@ -29,55 +29,17 @@ use crate::{Decision, EngineStatus, PageInfo, TaskAction, TaskSettings, TaskUpda
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TabToWorker {
-    /// Send me the engine's state now and whenever it changes. The response is `{tab_id}`, this
-    /// tab's id (a content script cannot learn it otherwise).
+    /// The user opened the chat: send me the engine's state now and whenever it changes, and
+    /// start the engine if nothing runs yet (a failed one is retried).
     WatchEngine,
-    /// The user agreed to download this model (the one a `needs_model` status offered).
-    InstallModel { model_id: String },
-    /// The user agreed to download the loaded model's assistant (the `drafter_offer` of its
-    /// `ready` status): speculative decoding, faster replies.
-    InstallDrafter { model_id: String },
-    /// "Use a model file you already have": open the options page at its models section (a
-    /// content script cannot open a file picker into the extension's storage).
-    OpenModelOptions,
-    /// Start a task with this message, and the text the user had selected on the page when they
-    /// opened the overlay (it travels apart from what they typed: it is the page's words). The
-    /// worker adds the tab, its committed URL and title (as the browser reports them, never as a
-    /// message claims) and the settings.
-    StartTask {
-        text: String,
-        #[serde(default)]
-        selection: Option<String>,
-    },
-    /// The user acted on this tab's task.
-    TaskControl { action: TaskAction },
-    /// The response is this tab's stored overlay transcript, or `null`.
-    LoadTranscript,
-    /// Store this tab's overlay transcript (in `storage.session`, which content scripts cannot
-    /// open); the response comes once it is stored. The worker does not look inside: its shape is
-    /// the overlay's (extension/src/content/ui/transcript.ts).
-    SaveTranscript {
-        #[ts(type = "unknown")]
-        transcript: serde_json::Value,
-    },
-    /// Remove this tab's stored overlay transcript.
-    ClearTranscript,
-    /// The user's answer to a `fence_blocked` card: the worker accepts it only for the request it
-    /// blocked in this tab; allowed, the site joins the task's approved set.
-    FenceDecision { url: String, allow: bool },
-    /// The chat as this tab's overlay holds it, for the side panel showing this tab (sent while
-    /// the worker says a panel is attached): the worker passes it to the panels watching the
-    /// sender's tab only. Its shape is the overlay's (extension/src/content/ui/chat-state.ts).
-    PanelChat {
-        #[ts(type = "unknown")]
-        chat: serde_json::Value,
-    },
+    /// The overlay is mounted on this page: the response is this tab's conversation, whole (a
+    /// `ChatPatch`, extension/src/chat/patch.ts); its changes follow as `chat` messages.
+    WatchChat,
+    /// The user acted in this tab's overlay: done by the worker, which owns the tab's conversation,
+    /// as the same input from a side panel showing the tab is.
+    ChatInput { input: ChatInput },
     /// "Open in side panel" in the overlay: the worker opens the side panel of this tab's window.
     OpenSidePanel,
-    /// A citation chip of another page's passage: the worker opens `url` in a new tab, fenced like
-    /// any tab the task opens, and refuses (response `false`) while a task runs in this tab and
-    /// `url` is outside its sites.
-    OpenSource { url: String },
     /// The response is this tab's view of the settings (`SettingsView`). Settings live where only
     /// Hearth's own pages can write them (storage restricted to trusted contexts): a content
     /// script reads them through the worker and never writes them.
@@ -100,16 +62,16 @@ pub struct SettingsView {
 }
 
 /// What the side panel (`sidepanel.html`) sends to the service worker over its port. The panel
-/// shows one tab at a time, the active tab of its window; the worker relays only for the tab the
+/// shows one tab at a time, the active tab of its window; the worker acts only for the tab the
 /// port watches now.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum PanelToWorker {
-    /// Show this tab's chat: the worker answers with `tab_state`, tells the tab's content script a
-    /// panel is attached (it then sends `panel_chat`) and tells the tab shown before that it is not.
+    /// Show this tab's chat: the worker answers with `tab_state`, the engine's status and the
+    /// tab's conversation, whole; its changes follow as `chat` messages.
     WatchTab { tab_id: u32 },
     /// The user acted in the panel on the chat of `tab_id`; dropped unless the port watches that
-    /// tab, whose content script then acts on it as if the user had acted in its overlay.
+    /// tab, and done by the worker as the same input from the tab's overlay is.
     Input { tab_id: u32, input: ChatInput },
 }
 
@@ -130,28 +92,35 @@ pub enum PanelTabState {
     Gone,
 }
 
-/// What the service worker sends to a side panel over its port.
+/// What the service worker sends to a side panel over its port. `chat` and `engine_status` are
+/// what a tab's overlay is sent too: the two are equal views of the conversation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum WorkerToPanel {
     /// The answer to `watch_tab`; `site` is the tab's origin when it has one.
     TabState { tab_id: u32, state: PanelTabState, site: Option<String> },
-    /// The chat of `tab_id` as its content script sent it (`TabToWorker::PanelChat`).
+    /// A change of the conversation of `tab_id` (a `ChatPatch`, extension/src/chat/patch.ts).
     Chat {
         tab_id: u32,
         #[ts(type = "unknown")]
         chat: serde_json::Value,
     },
+    /// The engine's current state.
+    EngineStatus { status: EngineStatus },
 }
 
-/// What the user did in the side panel's chat, carried out by the tab's content script, which owns
-/// the tab's conversation (the same handlers as its overlay's controls).
+/// What the user did in a view of a tab's conversation (its overlay or a side panel showing it),
+/// done by the service worker, which owns the conversation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(tag = "input", rename_all = "snake_case")]
 pub enum ChatInput {
-    /// The composer: a task, steering, or the answer to a question.
+    /// The composer: a task, steering, or the answer to a question; `selection` is the text the
+    /// user had selected on the page when they opened the overlay (the page's words, kept apart
+    /// from what they typed).
     Submit {
         text: String,
+        #[serde(default)]
+        selection: Option<String>,
     },
     Stop,
     /// A confirmation card's button: applied only to the card `entry_id` if it waits on `call_id`.
@@ -166,7 +135,8 @@ pub enum ChatInput {
         call_id: String,
         option: String,
     },
-    /// A fence card's button.
+    /// A fence card's button: applied only to a card still waiting, for a request the fence
+    /// really blocked in this tab.
     Fence {
         entry_id: u32,
         allow: bool,
@@ -176,13 +146,21 @@ pub enum ChatInput {
     Clear,
     /// Retry a failed engine.
     Retry,
+    /// Download this model (the one a `needs_model` status offers), or the loaded model's
+    /// assistant (its `drafter_offer`).
     Install {
         model_id: String,
     },
+    /// "Use a model file you already have": the options page, at its models section.
     OpenModelOptions,
-    /// A citation chip: the passage shown on the page.
+    /// A citation chip: the passage shown on the tab's page, or another page's in a new tab.
     ShowSource {
         number: u32,
+    },
+    /// The overlay was opened or closed (kept with the conversation, so that the next page of the
+    /// tab opens it again while a task runs).
+    Shown {
+        open: bool,
     },
 }
 
@@ -258,8 +236,11 @@ pub struct Article {
 pub enum WorkerToTab {
     /// The engine's current state.
     EngineStatus { status: EngineStatus },
-    /// Progress of this tab's task.
-    TaskUpdate { update: TaskUpdate },
+    /// A change of this tab's conversation (a `ChatPatch`, extension/src/chat/patch.ts).
+    Chat {
+        #[ts(type = "unknown")]
+        chat: serde_json::Value,
+    },
     /// Run a page tool (snapshot, click, type…); the message's response is a `ToolReply`.
     RunTool { request: ToolRequest },
     /// Abort the tools running in this tab (the user pressed stop).
@@ -269,24 +250,12 @@ pub enum WorkerToTab {
     HideForCapture { hidden: bool },
     /// Open the overlay with the page's selection as context (the keyboard shortcut).
     OpenOverlay,
-    /// The tab's own id, which the overlay stores its transcript under (the worker also gives it
-    /// in its answer to `watch_engine`).
-    TabInfo { tab_id: u32 },
-    /// The fence (worker/fence.ts) blocked a request of this tab (or of a tab its task opened)
-    /// during the agent's run: the page tried to open `url` (method GET) or to send a form to it
-    /// (POST), or a download of `file` from `url` is held (DOWNLOAD). The overlay asks the user.
-    FenceBlocked {
-        url: String,
-        host: String,
-        method: String,
-        #[serde(default)]
-        file: Option<String>,
-    },
     /// A side panel shows this tab (`attached`), or no longer does: while one does, the overlay
-    /// stays closed and sends its chat with `panel_chat`. The response is `true`.
+    /// stays closed and its launcher hidden. The response is `true`.
     PanelAttached { attached: bool },
-    /// The user acted in the side panel showing this tab.
-    PanelInput { input: ChatInput },
+    /// A citation chip clicked in the side panel: scroll to passage `number` of the conversation
+    /// on this page and outline it.
+    ShowPassage { number: u32 },
     /// The settings changed (on Hearth's own pages): this tab's view of them.
     SettingsChanged { view: SettingsView },
 }
@@ -324,41 +293,28 @@ mod tests {
     #[test]
     fn tab_messages_are_tagged_by_kind_and_carry_no_tab() {
         assert_eq!(TabToWorker::WatchEngine.to_json(), r#"{"kind":"watch_engine"}"#);
+        assert_eq!(TabToWorker::WatchChat.to_json(), r#"{"kind":"watch_chat"}"#);
+        let submit = ChatInput::Submit { text: "hi".into(), selection: Some("quoted".into()) };
         assert_eq!(
-            wire(&TabToWorker::StartTask { text: "hi".into(), selection: Some("quoted".into()) }),
-            json!({"kind": "start_task", "text": "hi", "selection": "quoted"})
+            wire(&TabToWorker::ChatInput { input: submit }),
+            json!({"kind": "chat_input", "input": {"input": "submit", "text": "hi", "selection": "quoted"}})
         );
         assert_eq!(
-            TabToWorker::from_json(r#"{"kind":"start_task","text":"hi"}"#),
-            Some(TabToWorker::StartTask { text: "hi".into(), selection: None })
+            TabToWorker::from_json(r#"{"kind":"chat_input","input":{"input":"submit","text":"hi"}}"#),
+            Some(TabToWorker::ChatInput { input: ChatInput::Submit { text: "hi".into(), selection: None } })
         );
-        assert_eq!(
-            TabToWorker::from_json(r#"{"kind":"install_model","model_id":"m"}"#),
-            Some(TabToWorker::InstallModel { model_id: "m".into() })
-        );
-        assert_eq!(
-            TabToWorker::from_json(r#"{"kind":"install_drafter","model_id":"m"}"#),
-            Some(TabToWorker::InstallDrafter { model_id: "m".into() })
-        );
-        assert_eq!(TabToWorker::from_json(r#"{"kind":"load_transcript"}"#), Some(TabToWorker::LoadTranscript));
-        assert_eq!(TabToWorker::from_json(r#"{"kind":"clear_transcript"}"#), Some(TabToWorker::ClearTranscript));
-        assert_eq!(TabToWorker::OpenModelOptions.to_json(), r#"{"kind":"open_model_options"}"#);
-    }
-
-    #[test]
-    fn a_transcript_travels_as_opaque_json() {
-        let transcript = json!({"entries": [{"id": 1, "kind": "user", "text": "hello"}], "nextId": 2, "open": true});
-        let msg = TabToWorker::SaveTranscript { transcript: transcript.clone() };
-        assert_eq!(wire(&msg), json!({"kind": "save_transcript", "transcript": transcript}));
-        assert_eq!(TabToWorker::from_json(&msg.to_json()), Some(msg));
+        // The old shapes, from the time the tab owned its conversation, are not messages any more.
+        for old in [r#"{"kind":"start_task","text":"hi"}"#, r#"{"kind":"load_transcript"}"#, r#"{"kind":"panel_chat","chat":{}}"#] {
+            assert_eq!(TabToWorker::from_json(old), None, "{old}");
+        }
     }
 
     #[test]
     fn a_tab_cannot_name_another_tab() {
-        // The tab id the old bus accepted from tabs is not part of a tab's messages: serde drops it,
+        // The tab id a forged message carries is not part of a tab's messages: serde drops it,
         // and the engine's messages (which carry one) are not tab messages at all.
-        let forged = TabToWorker::from_json(r#"{"kind":"task_control","tab_id":7,"action":{"action":"stop"}}"#);
-        assert_eq!(forged, Some(TabToWorker::TaskControl { action: TaskAction::Stop }));
+        let forged = TabToWorker::from_json(r#"{"kind":"chat_input","tab_id":7,"input":{"input":"stop"}}"#);
+        assert_eq!(forged, Some(TabToWorker::ChatInput { input: ChatInput::Stop }));
         assert_eq!(
             TabToWorker::from_json(r#"{"kind":"task_update","tab_id":7,"update":{"update":"history","history":""}}"#),
             None
@@ -407,10 +363,10 @@ mod tests {
             PanelToWorker::from_json(r#"{"kind":"watch_tab","tab_id":3}"#),
             Some(PanelToWorker::WatchTab { tab_id: 3 })
         );
-        // What reaches the tab names no tab: it acts on its own.
+        // A tab's input is the panel's, naming no tab: it acts on its own.
         assert_eq!(
-            wire(&WorkerToTab::PanelInput { input }),
-            json!({"kind": "panel_input", "input": {"input": "decide", "entry_id": 4, "call_id": "c1", "decision": "deny"}})
+            wire(&TabToWorker::ChatInput { input }),
+            json!({"kind": "chat_input", "input": {"input": "decide", "entry_id": 4, "call_id": "c1", "decision": "deny"}})
         );
         assert_eq!(
             wire(&WorkerToPanel::TabState { tab_id: 3, state: PanelTabState::Disabled, site: None }),
@@ -445,7 +401,7 @@ mod tests {
     fn tab_pushes() {
         assert_eq!(WorkerToTab::CancelTools.to_json(), r#"{"kind":"cancel_tools"}"#);
         assert_eq!(WorkerToTab::OpenOverlay.to_json(), r#"{"kind":"open_overlay"}"#);
-        assert_eq!(WorkerToTab::TabInfo { tab_id: 7 }.to_json(), r#"{"kind":"tab_info","tab_id":7}"#);
+        assert_eq!(WorkerToTab::ShowPassage { number: 2 }.to_json(), r#"{"kind":"show_passage","number":2}"#);
         assert_eq!(
             wire(&WorkerToTab::EngineStatus { status: EngineStatus::Idle }),
             json!({"kind": "engine_status", "status": {"state": "idle"}})

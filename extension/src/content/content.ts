@@ -3,7 +3,7 @@
 
 import type { ToolReply, ToolRequest, WorkerToTab } from "../generated/protocol";
 import { isFromWorker, isMessage } from "../shared/messages";
-import { hideForCapture, mountOverlayWhenReady, openWithSelection, panelInput, protectOverlay, setPanelAttached, settingsChanged } from "./overlay";
+import { chatChanged, engineStatus, hideForCapture, mountOverlayWhenReady, openWithSelection, protectOverlay, setPanelAttached, settingsChanged, showPassage } from "./overlay";
 import { executeTool, ToolFailure } from "./page-tools";
 
 /** Tools in progress; stop aborts them. */
@@ -40,8 +40,14 @@ function onTabMessage(msg: WorkerToTab, sendResponse: (reply: ToolReply | boolea
       setPanelAttached(msg.attached);
       sendResponse(true);
       return false;
-    case "panel_input":
-      panelInput(msg.input);
+    case "chat":
+      chatChanged(msg.chat);
+      return false;
+    case "engine_status":
+      engineStatus(msg.status);
+      return false;
+    case "show_passage":
+      showPassage(msg.number);
       return false;
     case "hide_for_capture":
       void hideForCapture(msg.hidden).then(() => sendResponse(true));
@@ -54,7 +60,6 @@ function onTabMessage(msg: WorkerToTab, sendResponse: (reply: ToolReply | boolea
       running.clear();
       return false;
     default:
-      // Engine status and task updates are the overlay's.
       return false;
   }
 }

@@ -1,22 +1,19 @@
-// The side panel (sidepanel.html, manifest `side_panel`): the chat component of the overlay
-// (content/ui/chat.ts), mounted in this extension page and showing the conversation of its
-// window's active tab. It follows tab switches (tabs.onActivated) and page loads (tabs.onUpdated).
+// The side panel (sidepanel.html, manifest `side_panel`): a view of the conversation of its window's
+// active tab (chat/view/live-chat.ts), as that tab's overlay is. It follows tab switches
+// (tabs.onActivated) and page loads (tabs.onUpdated).
 //
-// The conversation stays the tab's: its content script owns it, as in overlay mode. Over a port
-// to the worker this page says which tab it shows (`watch_tab`); the worker tells that tab's
-// content script, which sends its chat (`panel_chat`), relayed here as `chat`. What the user does
-// here goes back as `input` naming the tab; the worker passes it on only for the tab this port
-// watches, and the content script does it with its overlay's handlers (a decision only for the
-// card it was shown for). The element a confirmation is about is outlined on the page by the
-// content script, as in overlay mode. A site the user turned Hearth off on gets nothing: the
-// panel says so.
+// The service worker owns every tab's conversation (worker/conversations.ts). Over a port this
+// page says which tab it shows (`watch_tab`); the worker answers with the tab's state, the engine's
+// state and the conversation, whole, and sends its changes (`chat`) as it does to the tab's
+// overlay. What the user does here goes back as `input` naming the tab; the worker does it only for
+// the tab this port watches. The element a confirmation is about is outlined on the page by the
+// tab's overlay, which follows the same conversation. A site the user turned Hearth off on gets
+// nothing: the panel says so.
 
-import type { ChatInput, EngineStatus, PanelToWorker, WorkerToPanel } from "../generated/protocol";
-import { createChat } from "../content/ui/chat";
-import { changedEntries, revivePanelChat } from "../content/ui/chat-state";
-import type { Listen } from "../content/ui/composer";
-import { OVERLAY_CSS } from "../content/overlay-style";
-import { emptyTranscript, sourceOf, type Transcript } from "../content/ui/transcript";
+import type { ChatInput, PanelToWorker, WorkerToPanel } from "../generated/protocol";
+import { createLiveChat } from "../chat/view/live-chat";
+import type { Listen } from "../chat/view/composer";
+import { OVERLAY_CSS } from "../chat/view/style";
 import { isMessage } from "../shared/messages";
 import { watchOwnModels, type OwnModel } from "../shared/own-models";
 import { saveSettings, loadSettings } from "../shared/settings";
@@ -41,10 +38,8 @@ sheet.replaceSync(OVERLAY_CSS);
 shadow.adoptedStyleSheets = [sheet];
 document.body.append(host);
 
-/** The tab shown, its chat as its content script last sent it. */
+/** The tab shown, and its site. */
 let tabId: number | null = null;
-let transcript: Transcript = emptyTranscript();
-let status: EngineStatus = { state: "idle" };
 let site = "";
 let ownModels: OwnModel[] = [];
 
@@ -82,59 +77,25 @@ function input(input: ChatInput): void {
 
 const listen: Listen = (type, handler) => shadow.addEventListener(type, (event) => handler(event, shadow.activeElement), true);
 
-const ui = createChat({
+const live = createLiveChat({
   surface: "panel",
+  send: input,
   handlers: {
-    retry: () => input({ input: "retry" }),
-    install: (modelId) => input({ input: "install", model_id: modelId }),
-    openModelOptions: () => input({ input: "open_model_options" }),
     ownModel: (name) => ownModels.find((m) => m.name === name),
-    submit(text) {
-      input({ input: "submit", text });
-      return true;
-    },
-    stop() {
-      input({ input: "stop" });
-      ui.composer.setRunning(true, true);
-    },
     saveSettings: (patch) =>
       void saveSettings(patch).then((s) => {
         ui.form?.show(s);
         ui.saved.textContent = t("settingsSaved");
       }),
   },
-  actions: {
-    decide(entryId, decision) {
-      const entry = transcript.entries.find((e) => e.id === entryId);
-      if (entry?.kind === "confirm" && entry.decision === undefined) input({ input: "decide", entry_id: entryId, call_id: entry.callId, decision });
-    },
-    choose(entryId, option) {
-      const entry = transcript.entries.find((e) => e.id === entryId);
-      if (entry?.kind === "ask" && entry.answer === undefined) input({ input: "choose", entry_id: entryId, call_id: entry.callId, option });
-    },
-    fence: (entryId, allow) => input({ input: "fence", entry_id: entryId, allow }),
-    hasSource: (number) => sourceOf(transcript, number) !== undefined,
-    showSource(number) {
-      const source = sourceOf(transcript, number);
-      const shown = tabId;
-      if (!source || shown === null) return;
-      void chrome.tabs.get(shown).then((tab) => {
-        // On the tab's page: the tab scrolls to it and outlines it. Another page's (read_link):
-        // that page in a new tab (as the overlay does), which the panel then follows.
-        if (tab.url?.split("#")[0] === source.url.split("#")[0]) input({ input: "show_source", number });
-        else if (/^https?:\/\//.test(source.url)) void chrome.tabs.create({ url: source.url, openerTabId: shown });
-      });
-    },
-  },
+  onWaiting: (entryId) => ui.focusCard(entryId),
   listen,
   root: shadow,
   data,
-  outline: null,
   site: "",
   isOpen: () => true,
-  transcript: () => transcript,
-  status: () => status,
 });
+const { ui } = live;
 
 // Where the chat cannot be: a notice in its place.
 const notice = el("p", { class: "side-notice", role: "status" });
@@ -144,14 +105,9 @@ shadow.append(ui.panel);
 data.state = "open";
 data.view = "chat";
 
-ui.continueButton.addEventListener("click", () => input({ input: "continue" }));
-ui.clear.addEventListener("click", () => {
-  input({ input: "clear" });
-  ui.saved.textContent = t("conversationCleared");
-});
 ui.disableSite.addEventListener("click", () => {
   if (!site) return;
-  if (transcript.task === "running") input({ input: "stop" });
+  if (live.transcript().task === "running") input({ input: "stop" });
   void loadSettings().then((s) => saveSettings({ disabledSites: s.disabledSites.includes(site) ? s.disabledSites : [...s.disabledSites, site] }));
 });
 watchOwnModels((models) => {
@@ -160,10 +116,15 @@ watchOwnModels((models) => {
 });
 
 function onWorkerMessage(msg: WorkerToPanel): void {
+  if (msg.kind === "engine_status") return live.setStatus(msg.status);
   if (msg.tab_id !== tabId) return;
   switch (msg.kind) {
     case "tab_state": {
       data.tabState = msg.state;
+      if (msg.site && msg.site !== site) {
+        site = msg.site;
+        ui.disableSite.textContent = t("disableSite", site);
+      }
       const text = { ready: "", disabled: t("sidePanelSiteOff", msg.site ?? ""), unsupported: t("sidePanelUnsupported"), no_script: t("sidePanelReload"), gone: "" }[msg.state];
       notice.textContent = text;
       notice.hidden = !text;
@@ -173,33 +134,10 @@ function onWorkerMessage(msg: WorkerToPanel): void {
       ui.disableSite.disabled = msg.state !== "ready";
       break;
     }
-    case "chat": {
-      const chat = revivePanelChat(msg.chat);
-      if (!chat) return;
-      const { touched, removed } = changedEntries(transcript, chat.transcript);
-      const waitingBefore = waitingOn(transcript);
-      transcript = chat.transcript;
-      if (chat.site !== site) {
-        site = chat.site;
-        ui.disableSite.textContent = t("disableSite", site);
-      }
-      if (JSON.stringify(chat.status) !== JSON.stringify(status)) {
-        status = chat.status;
-        ui.renderEngine();
-      }
-      if (removed) ui.redrawAll();
-      else ui.commit(touched);
-      // A card waits for the user: focus it.
-      const waiting = waitingOn(transcript);
-      if (waiting !== undefined && waiting !== waitingBefore) ui.focusCard(waiting);
+    case "chat":
+      live.applyChat(msg.chat);
       break;
-    }
   }
-}
-
-/** The entry a confirmation card or a question waits on, if any. */
-function waitingOn(t: Transcript): number | undefined {
-  return t.entries.find((e) => (e.kind === "confirm" && e.decision === undefined) || (e.kind === "ask" && e.answer === undefined) || (e.kind === "fence" && e.allowed === undefined))?.id;
 }
 
 /** Shows tab `id`'s chat (the window's active tab). */
@@ -208,11 +146,8 @@ function show(id: number): void {
   tabId = id;
   data.tab = String(id);
   if (switched) {
-    transcript = emptyTranscript();
-    status = { state: "idle" };
+    live.reset();
     site = "";
-    ui.redrawAll();
-    ui.renderEngine();
   }
   post({ kind: "watch_tab", tab_id: id });
 }

@@ -1,16 +1,17 @@
-// The service worker: Hearth's message bus. It owns the offscreen document (the engine), relays
-// the engine's state and each tab's task updates to the tabs, and routes tool calls from the
-// engine to the task's own tab (or runs the browser-level tools itself: navigation and
-// run_javascript). It keeps no state that cannot be rebuilt: Chrome may stop it at any time.
+// The service worker: Hearth's message bus. It owns the offscreen document (the engine) and every
+// tab's conversation (./conversations.ts: the engine's task updates and the user's input change it,
+// its views are sent the changes), and routes tool calls from the engine to the task's own tab (or
+// runs the browser-level tools itself: navigation and run_javascript). It keeps no state that
+// cannot be rebuilt: Chrome may stop it at any time.
 //
 // Every message is checked by its sender, as the browser reports it (`senderRole`): a tab's
 // messages act on that tab only (its id comes from `sender.tab.id`, never from the message), the
 // engine's only come from the offscreen document, the side panel's only over a port its page
 // opened (`sidepanel.html` in Chrome's side panel, no tab), and anything else is dropped.
-// storage.session (every tab's transcript and agent history) stays closed to content scripts: the
-// overlay loads and saves its own tab's transcript through the worker.
+// storage.session (every tab's transcript and agent history) stays closed to content scripts: a
+// tab's overlay is sent its own tab's conversation, and nothing else.
 
-import { FRESH_ENGINE_FAILURES, type EngineStatus, type EngineToWorker, type OptionsToWorker, type PanelToWorker, type SettingsView, type TabToWorker, type TaskAction, type WorkerToEngine, type WorkerToPanel, type WorkerToTab } from "../generated/protocol";
+import { FRESH_ENGINE_FAILURES, type ChatInput, type EngineStatus, type EngineToWorker, type OptionsToWorker, type PanelToWorker, type SettingsView, type TabToWorker, type TaskAction, type WorkerToEngine, type WorkerToPanel, type WorkerToTab } from "../generated/protocol";
 import { failure, localizeFailure } from "../shared/failures";
 import { dropped, isMessage, senderRole, sendToEngine, sendToTab } from "../shared/messages";
 import { loadSettings, onSettingsChanged, isSiteDisabled, saveSettings, siteOf, taskSettings, type ChatSurface, type Settings } from "../shared/settings";
@@ -19,6 +20,9 @@ import { registerContentScript } from "./register-content-script";
 import { agentNavigating, runTool } from "./browser-tools";
 import * as fence from "./fence";
 import * as downloads from "./downloads";
+import * as conversations from "./conversations";
+import { answer, applyUpdate, continued, decide, decideFence, emptyTranscript, fenceBlocked, localError, markSent, pendingAsk, sourceOf, userMessage } from "../chat/transcript";
+import { t as t_ } from "../shared/ui/i18n";
 
 const OFFSCREEN_URL = "offscreen.html";
 
@@ -55,12 +59,6 @@ const DOCUMENT_CHECK_MS = 2_000;
 function silenceMs(normal: number): number {
   return __HEARTH_TEST_BUILD__ ? ((globalThis as { hearthTestHooks?: { engineSilenceMs?: number } }).hearthTestHooks?.engineSilenceMs ?? normal) : normal;
 }
-
-/**
- * A stored transcript larger than this is not saved (storage.session holds 10 MB for every tab
- * together: one tab must not be able to crowd the others out).
- */
-const MAX_TRANSCRIPT_CHARS = 2_000_000;
 
 // The settings (storage.sync), the user's own model records (storage.local) and every tab's
 // transcript (storage.session) are open to Hearth's own pages only: a content script (the page's
@@ -120,10 +118,9 @@ chrome.action.onClicked.addListener((tab) => {
 // --- the side panel ------------------------------------------------------------------------------
 // sidepanel.html connects a port and names the tab it shows (its window's active tab). The port
 // is accepted from that page only, by its sender (the browser's account: `sidepanel.html`, no
-// tab): a content script cannot pass for it. It acts on a tab only through the tab's content
-// script, which owns the conversation and does what the panel relays as its overlay would; a
-// panel's input is passed on only for the tab its port watches now, and never to a site the user
-// turned Hearth off on.
+// tab): a content script cannot pass for it. It is sent the tab's conversation as the tab's
+// overlay is, and its input is done as the overlay's is (`onChatInput`), only for the tab its port
+// watches now, and never on a site the user turned Hearth off on.
 
 /** Each side panel's port and the tab it shows (null before its first `watch_tab`). */
 const panels = new Map<chrome.runtime.Port, number | null>();
@@ -161,7 +158,7 @@ async function fromPanel(port: chrome.runtime.Port, msg: PanelToWorker): Promise
       const tab = await chrome.tabs.get(msg.tab_id).catch(() => null);
       if (!tab || isSiteDisabled(await loadSettings(), tab.url)) return;
       // (The panel may have moved to another tab meanwhile.)
-      if (panels.get(port) === msg.tab_id) toTab(msg.tab_id, { kind: "panel_input", input: msg.input });
+      if (panels.get(port) === msg.tab_id) await onChatInput(msg.tab_id, msg.input);
       break;
     }
   }
@@ -179,9 +176,15 @@ async function watchTab(port: chrome.runtime.Port, tabId: number): Promise<void>
   // The panel moved on meanwhile.
   if (panels.get(port) !== tabId) return;
   toPanel(port, { kind: "tab_state", tab_id: tabId, state, site });
+  if (state !== "ready") return;
+  toPanel(port, { kind: "engine_status", status });
+  const chat = await conversations.snapshot(tabId);
+  if (panels.get(port) === tabId) toPanel(port, { kind: "chat", tab_id: tabId, chat });
+  // The panel shows the chat: the engine starts, as when the overlay opens.
+  wakeEngine();
 }
 
-/** A panel no longer shows `tabId`: its overlay is the chat again, unless another panel shows it. */
+/** A panel no longer shows `tabId`: its overlay shows the chat again, unless another panel shows it. */
 function release(tabId: number): void {
   if (![...panels.values()].includes(tabId)) toTab(tabId, { kind: "panel_attached", attached: false });
 }
@@ -194,12 +197,20 @@ function toPanel(port: chrome.runtime.Port, msg: WorkerToPanel): void {
   }
 }
 
+// Every change of a tab's conversation goes to its views: the tab's overlay and the panels showing it.
+conversations.onPatch((tabId, chat) => {
+  toTab(tabId, { kind: "chat", chat });
+  for (const [port, shown] of panels) if (shown === tabId) toPanel(port, { kind: "chat", tab_id: tabId, chat });
+});
+
 // A task belongs to its tab: when the tab goes away, so does its conversation.
 chrome.tabs.onRemoved.addListener((tabId) => {
   watchers.delete(tabId);
+  queued.delete(tabId);
   for (const [port, shown] of panels) if (shown === tabId) toPanel(port, { kind: "tab_state", tab_id: tabId, state: "gone", site: null });
   void toOffscreen({ kind: "task_control", tab_id: tabId, action: { action: "forget" } }).catch(() => {});
-  void chrome.storage.session.remove([transcriptKey(tabId), historyKey(tabId)]);
+  conversations.forget(tabId);
+  void chrome.storage.session.remove(historyKey(tabId));
   void fence.forget(tabId).catch(() => {});
 });
 
@@ -288,7 +299,7 @@ async function restorePage(tabId: number, blockedUrl: string): Promise<boolean> 
   return true;
 }
 
-/** The fence's card in `tabId`'s overlay, naming the full address (a page still loading misses it: retried). */
+/** The fence's card in `tabId`'s conversation, naming the full address. */
 async function showFenceCard(tabId: number, url: string, method: string, file: string | null = null): Promise<void> {
   let host = url;
   try {
@@ -298,11 +309,7 @@ async function showFenceCard(tabId: number, url: string, method: string, file: s
   } catch {
     // Shown whole.
   }
-  for (let attempt = 0; attempt < 10; attempt++) {
-    const shown = await sendToTab(tabId, { kind: "fence_blocked", url, host, method, file }).then(() => true, () => false);
-    if (shown) return;
-    await new Promise((r) => setTimeout(r, 500));
-  }
+  await conversations.change(tabId, (t) => fenceBlocked(t, url, host, method, file));
 }
 
 // A tab that a task's tab (or a tab it opened) opens while the fence is up carries the same fence.
@@ -330,11 +337,6 @@ async function onTabOpened(tab: chrome.tabs.Tab): Promise<void> {
 
 /** Where the agent's record of a tab's conversation is kept (memory only, like the transcript). */
 const historyKey = (tabId: number) => `agent:${tabId}`;
-/**
- * Where the overlay's transcript of a tab is kept: storage.session (memory only, gone when the
- * browser quits), so that it survives reloads, navigations and worker restarts.
- */
-const transcriptKey = (tabId: number) => `transcript:${tabId}`;
 
 /** A message from the content script in `tabId`'s top frame: it acts on that tab only. */
 function fromTab(msg: TabToWorker, tabId: number, tab: chrome.tabs.Tab | undefined): Promise<unknown> | undefined {
@@ -343,43 +345,14 @@ function fromTab(msg: TabToWorker, tabId: number, tab: chrome.tabs.Tab | undefin
     case "watch_engine":
       watchers.add(tabId);
       pushStatus(tabId);
-      // A failed engine is retried when someone asks again: the cause (a lost device, a driver) may be gone.
-      if (status.state === "idle" || status.state === "failed") void startEngine();
-      // Chrome may have torn the offscreen document down: bring the engine back (the overlay shows it starting).
-      else if (status.state === "ready") void restartIfGone();
-      // A content script cannot learn its tab id otherwise (the overlay uses it to restore its transcript).
-      return Promise.resolve({ tab_id: tabId });
-    case "install_model":
-      if (status.state === "needs_model" && status.model.id === msg.model_id) void install({ kind: "model", modelId: msg.model_id });
+      wakeEngine();
       break;
-    case "install_drafter":
-      if (status.state === "ready" && status.model?.drafter_offer?.id === msg.model_id) void install({ kind: "drafter" });
+    case "watch_chat":
+      // Whole, on the channel its changes come by (so none of them can overtake it).
+      void conversations.snapshot(tabId).then((chat) => toTab(tabId, { kind: "chat", chat }));
       break;
-    case "open_model_options":
-      // "Use a model file you already have": the file is chosen in the options page, at its models.
-      void chrome.tabs.create({ url: chrome.runtime.getURL("options.html#models") });
-      break;
-    case "start_task":
-      // The page the task starts on is the tab's committed URL, whatever the message claims.
-      void startTask(tabId, url, msg.text, typeof msg.selection === "string" ? msg.selection : null, url ? { url, title: tab?.title ?? "" } : null);
-      break;
-    case "fence_decision":
-      return fenceDecision(tabId, msg.url, msg.allow);
-    case "task_control":
-      // The reply says when a decision was void (the tab had moved off the task's sites).
-      return controlTask(tabId, msg.action).then((voided) => voided ?? null);
-    case "load_transcript":
-      return chrome.storage.session.get(transcriptKey(tabId)).then((stored) => stored[transcriptKey(tabId)] ?? null);
-    case "save_transcript":
-      return saveTranscript(tabId, msg.transcript);
-    case "clear_transcript":
-      return chrome.storage.session.remove(transcriptKey(tabId)).then(() => true);
-    case "panel_chat":
-      // To the panels showing this tab only (a tab's chat never reaches a panel showing another).
-      for (const [port, shown] of panels) if (shown === tabId) toPanel(port, { kind: "chat", tab_id: tabId, chat: msg.chat });
-      break;
-    case "open_source":
-      return openSource(tabId, msg.url);
+    case "chat_input":
+      return loadSettings().then((settings) => (isSiteDisabled(settings, url) ? undefined : onChatInput(tabId, msg.input)));
     case "get_settings":
       return loadSettings().then((settings) => settingsView(url, settings));
     case "disable_site": {
@@ -399,6 +372,112 @@ function fromTab(msg: TabToWorker, tabId: number, tab: chrome.tabs.Tab | undefin
   return undefined;
 }
 
+/** Starts the engine if nothing runs yet (a failed one is retried: its cause may be gone), or brings back a torn-down one. */
+function wakeEngine(): void {
+  if (status.state === "idle" || status.state === "failed") void startEngine();
+  // Chrome may have torn the offscreen document down: bring the engine back (the views show it starting).
+  else if (status.state === "ready") void restartIfGone();
+}
+
+/** Messages typed in a tab before the engine was ready, sent when it is (memory only: a restarted worker drops them, as storage does). */
+const queued = new Map<number, { text: string; selection: string | null }[]>();
+
+/**
+ * What the user did in a view of `tabId`'s conversation (its overlay, or a side panel showing it):
+ * the same input does the same thing from either. Decisions and answers apply only to the card they
+ * were shown on, while it still waits on the same call.
+ */
+async function onChatInput(tabId: number, input: ChatInput): Promise<unknown> {
+  const transcript = await conversations.read(tabId);
+  const entry = "entry_id" in input ? transcript.entries.find((e) => e.id === input.entry_id) : undefined;
+  switch (input.input) {
+    case "submit": {
+      const text = typeof input.text === "string" ? input.text : "";
+      if (!text.trim()) return;
+      if (pendingAsk(transcript)) {
+        await conversations.change(tabId, (t) => answer(t, null, text));
+        await controlTask(tabId, { action: "answer", text });
+        return;
+      }
+      // A running task is steered with the text alone: the selection waits for the next task.
+      const selection = transcript.task === "running" || typeof input.selection !== "string" || !input.selection ? null : input.selection;
+      const ready = status.state === "ready" && status.model !== null;
+      await conversations.change(tabId, (t) => userMessage(t, text, !ready, selection));
+      if (ready) return startTask(tabId, text, selection);
+      queued.set(tabId, [...(queued.get(tabId) ?? []), { text, selection }]);
+      wakeEngine();
+      return;
+    }
+    case "stop":
+      return controlTask(tabId, { action: "stop" });
+    case "decide": {
+      if (entry?.kind !== "confirm" || entry.decision !== undefined || entry.callId !== input.call_id) return;
+      await conversations.change(tabId, (t) => decide(t, entry.id, input.decision));
+      // A decision after the page moved the tab off the task's sites approves nothing: the card says so.
+      const voided = await controlTask(tabId, { action: "confirm", call_id: input.call_id, decision: input.decision });
+      if (voided) await conversations.change(tabId, (t) => localError(t, t_("decisionVoid", voided.void_on)));
+      return;
+    }
+    case "choose":
+      if (entry?.kind !== "ask" || entry.answer !== undefined || entry.callId !== input.call_id) return;
+      await conversations.change(tabId, (t) => answer(t, entry.id, input.option));
+      return controlTask(tabId, { action: "answer", text: input.option });
+    case "fence": {
+      if (entry?.kind !== "fence" || entry.allowed !== undefined) return;
+      await conversations.change(tabId, (t) => (decideFence(t, entry.id, input.allow) ? [entry.id] : []));
+      return fenceDecision(tabId, entry.url, input.allow);
+    }
+    case "continue":
+      await conversations.change(tabId, continued);
+      return controlTask(tabId, { action: "continue" });
+    case "clear": {
+      queued.delete(tabId);
+      await controlTask(tabId, { action: "forget" });
+      await conversations.change(tabId, (t) => ({ ...emptyTranscript(), open: t.open }));
+      return;
+    }
+    case "retry":
+      wakeEngine();
+      return;
+    case "install":
+      // The loaded model's assistant, when that is what is offered; else the model a `needs_model` status offers.
+      if (status.state === "ready" && status.model?.drafter_offer?.id === input.model_id) void install({ kind: "drafter" });
+      else if (status.state === "needs_model" && status.model.id === input.model_id) void install({ kind: "model", modelId: input.model_id });
+      return;
+    case "open_model_options":
+      // "Use a model file you already have": the file is chosen in the options page, at its models.
+      void chrome.tabs.create({ url: chrome.runtime.getURL("options.html#models") });
+      return;
+    case "show_source": {
+      const source = sourceOf(transcript, input.number);
+      if (!source) return false;
+      const tab = await chrome.tabs.get(tabId).catch(() => null);
+      const here = (url: string | undefined) => url?.split("#")[0] === source.url.split("#")[0];
+      // On the tab's page: the tab scrolls to it and outlines it. Another page's (read_link): that
+      // page in a new tab, fenced like any tab the task opens.
+      if (here(tab?.url)) return toTab(tabId, { kind: "show_passage", number: input.number });
+      const opened = await openSource(tabId, source.url);
+      if (!opened) await conversations.change(tabId, (t) => localError(t, t_("sourceNotOpened", source.url)));
+      return opened;
+    }
+    case "shown":
+      await conversations.change(tabId, (t) => {
+        t.open = input.open === true;
+        return [];
+      });
+      return;
+  }
+}
+
+/** Sends the messages that waited for the engine, now ready. */
+function sendQueued(): void {
+  for (const [tabId, messages] of queued) {
+    queued.delete(tabId);
+    void conversations.change(tabId, markSent);
+    for (const { text, selection } of messages) void startTask(tabId, text, selection);
+  }
+}
+
 /** A message from the offscreen document (the engine). */
 function fromEngine(msg: EngineToWorker): Promise<unknown> | undefined {
   // Any message shows the engine is alive: the waits on it start counting its silence again.
@@ -414,7 +493,10 @@ function fromEngine(msg: EngineToWorker): Promise<unknown> | undefined {
     case "task_update":
       // The agent's own record of the conversation stays here (for a recreated engine), not in the tab.
       if (msg.update.update === "history") void chrome.storage.session.set({ [historyKey(msg.tab_id)]: msg.update.history }).catch(() => {});
-      else toTab(msg.tab_id, { kind: "task_update", update: msg.update });
+      else {
+        const update = msg.update;
+        void conversations.change(msg.tab_id, (t) => applyUpdate(t, update));
+      }
       // The run returned (done, a card, a question, paused, failed) or never started: the fence
       // lifts once the page settles.
       if (msg.update.update === "ended" || msg.update.update === "refused") void fence.lift(msg.tab_id).catch(() => {});
@@ -424,6 +506,10 @@ function fromEngine(msg: EngineToWorker): Promise<unknown> | undefined {
   }
   return undefined;
 }
+
+// Test builds only: the e2e suite plays the engine's part for the overlay's own tests
+// (`hearthTestEngine(message)` in this worker's console, as if the offscreen document had sent it).
+if (__HEARTH_TEST_BUILD__) (globalThis as { hearthTestEngine?: (msg: EngineToWorker) => unknown }).hearthTestEngine = fromEngine;
 
 /** A message from the options page. */
 function fromOptions(msg: OptionsToWorker): Promise<unknown> | undefined {
@@ -468,19 +554,13 @@ async function openSource(tabId: number, url: string): Promise<boolean> {
   return true;
 }
 
-/** Stores the overlay's transcript of `tabId` (it is the overlay's data: only its size is checked). */
-async function saveTranscript(tabId: number, transcript: unknown): Promise<boolean> {
-  const size = JSON.stringify(transcript ?? null).length;
-  if (transcript === null || typeof transcript !== "object" || size > MAX_TRANSCRIPT_CHARS) return false;
-  // A save that crosses the tab's closing must not outlive it.
-  if (!(await chrome.tabs.get(tabId).then(() => true, () => false))) return false;
-  await chrome.storage.session.set({ [transcriptKey(tabId)]: transcript });
-  return true;
-}
-
-async function startTask(tabId: number, url: string | undefined, text: string, selection: string | null, page: { url: string; title: string } | null) {
+/** Starts a task in `tabId` on the page it shows now (its committed URL and title, as the browser reports them). */
+async function startTask(tabId: number, text: string, selection: string | null): Promise<void> {
   const settings = await loadSettings();
-  if (isSiteDisabled(settings, url)) return;
+  const tab = await chrome.tabs.get(tabId).catch(() => null);
+  const url = tab?.url;
+  if (!tab || isSiteDisabled(settings, url)) return;
+  const page = url ? { url, title: tab.title ?? "" } : null;
   try {
     await ensureEngine();
     await fence.raise(tabId, url);
@@ -489,7 +569,7 @@ async function startTask(tabId: number, url: string | undefined, text: string, s
     await toOffscreen({ kind: "start_task", tab_id: tabId, text, selection, page, settings: taskSettings(settings), history });
   } catch (error) {
     void fence.lift(tabId, true).catch(() => {});
-    toTab(tabId, { kind: "task_update", update: { update: "refused", refusal: { kind: "engine_not_running", detail: String(error) } } });
+    await conversations.change(tabId, (t) => applyUpdate(t, { update: "refused", refusal: { kind: "engine_not_running", detail: String(error) } }));
   }
 }
 
@@ -559,6 +639,8 @@ function setStatus(next: EngineStatus): void {
   // Failures reach tabs in the browser's language (the offscreen document has no chrome.i18n).
   status = next.state === "failed" ? { ...next, failure: localizeFailure(next.failure) } : next;
   for (const tabId of watchers) pushStatus(tabId);
+  for (const port of panels.keys()) toPanel(port, { kind: "engine_status", status });
+  if (status.state === "ready" && status.model !== null) sendQueued();
 }
 
 function pushStatus(tabId: number): void {

@@ -130,8 +130,12 @@ async function tabIdOf(page) {
   return id;
 }
 
-/** Sends `msg` to the tab's content script as the worker does; resolves to its reply. */
+/**
+ * Sends `msg` to the tab's content script as the worker does; resolves to its reply. Task updates
+ * go through the worker (which owns the conversation), as if the engine had sent them.
+ */
 function toTab(tabId, msg) {
+  if (msg.kind === "task_update") return chrome.console.evaluate(WORKER, `(hearthTestEngine(${JSON.stringify({ ...msg, tab_id: tabId })}), true)`);
   return chrome.console.evaluate(WORKER, `chrome.tabs.sendMessage(${tabId}, ${JSON.stringify(msg)}, { frameId: 0 })`);
 }
 

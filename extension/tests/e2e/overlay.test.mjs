@@ -34,8 +34,9 @@ after(() => server?.close());
 // --- the worker's side ------------------------------------------------------------------------
 
 /**
- * Records every message the tabs send to the worker (once per browser). The test plays the engine:
- * tasks and task controls the worker forwards are not delivered to the offscreen document.
+ * Records every message the tabs send to the worker, and the tasks and task controls the worker
+ * sends the engine for them (once per browser). The test plays the engine: those are not
+ * delivered to the offscreen document.
  */
 async function recordWorkerMessages(chrome) {
   await chrome.console.evaluate(
@@ -43,9 +44,12 @@ async function recordWorkerMessages(chrome) {
     `(() => {
       if (!globalThis.__hearthSeen) {
         const send = chrome.runtime.sendMessage.bind(chrome.runtime);
-        chrome.runtime.sendMessage = (m, ...rest) =>
-          m && (m.kind === "start_task" || m.kind === "task_control") ? Promise.resolve(undefined) : send(m, ...rest);
         globalThis.__hearthSeen = [];
+        chrome.runtime.sendMessage = (m, ...rest) => {
+          if (!m || (m.kind !== "start_task" && m.kind !== "task_control")) return send(m, ...rest);
+          globalThis.__hearthSeen.push({ tab: m.tab_id, msg: m });
+          return Promise.resolve(undefined);
+        };
         chrome.runtime.onMessage.addListener((m, sender) => {
           if (m && typeof m.kind === "string" && sender.tab) globalThis.__hearthSeen.push({ tab: sender.tab.id, msg: m });
           return false;
@@ -56,7 +60,7 @@ async function recordWorkerMessages(chrome) {
   );
 }
 
-/** Messages `tabId` sent to the worker since recording began. */
+/** Messages `tabId` sent to the worker, and the worker to the engine for it, since recording began. */
 function workerMessages(chrome, tabId) {
   return chrome.console.evaluate(WORKER, `globalThis.__hearthSeen.filter((s) => s.tab === ${tabId}).map((s) => s.msg)`);
 }
@@ -81,11 +85,16 @@ async function tabIdOf(chrome, page) {
   return id;
 }
 
-/** Sends `msg` to the tab's overlay as the worker does. */
+/**
+ * Sends `msg` to the tab's overlay as the worker does: the engine's status and task updates go
+ * through the worker (which owns the conversation), as if the engine had sent them.
+ */
 async function toTab(chrome, tabId, msg) {
   const delivered = await chrome.console.evaluate(
     WORKER,
-    `chrome.tabs.sendMessage(${tabId}, ${JSON.stringify(msg)}, { frameId: 0 }).then(() => true, (e) => String(e))`,
+    msg.kind === "task_update" || msg.kind === "engine_status"
+      ? `(hearthTestEngine(${JSON.stringify({ ...msg, ...(msg.kind === "task_update" ? { tab_id: tabId } : {}) })}), true)`
+      : `chrome.tabs.sendMessage(${tabId}, ${JSON.stringify(msg)}, { frameId: 0 }).then(() => true, (e) => String(e))`,
   );
   assert.equal(delivered, true, `message to tab ${tabId} not delivered`);
 }
@@ -111,6 +120,8 @@ async function newPage(chrome) {
 
 /** A new tab on the overlay test page (a unique URL per test), its overlay open. */
 async function openOverlay(chrome, name) {
+  // The worker's engine as no test left it: idle, so that opening the overlay starts it (and it fails).
+  await chrome.console.evaluate(WORKER, `(hearthTestEngine({ kind: "engine_status", status: { state: "idle" } }), true)`);
   const page = await newPage(chrome);
   await page.goto(`${server.url}/overlay.html?${name}`);
   await overlayHost(page);
@@ -303,21 +314,23 @@ describe("the overlay", () => {
     await clickInOverlay(page, "textarea.composer");
     await page.keyboard.type("Summarize this page");
     await page.keyboard.press("Enter");
-    const start = await waitForWorkerMessage(chrome, tabId, (m) => m.kind === "start_task", "start_task");
+    const submitted = await waitForWorkerMessage(chrome, tabId, (m) => m.kind === "chat_input" && m.input.input === "submit", "the submitted text");
+    assert.equal(submitted.input.text, "Summarize this page");
+    // The page is the tab's, as the browser reports it: the tab's message names none.
+    assert.equal(submitted.input.page, undefined);
+    const start = await waitForWorkerMessage(chrome, tabId, (m) => m.kind === "start_task", "start_task", 40_000);
     assert.equal(start.text, "Summarize this page");
-    // The page is the tab's, as the browser reports it: the message names none.
-    assert.equal(start.page, undefined);
+    assert.equal(start.page.url, page.url());
     assert.equal(await waitForData(page, "task", "running"), "running");
     assert.equal(await overlayEval(page, "button.stop", "function () { return this.hidden; }"), false, "Stop shows while running");
 
-    // The worker starts its (absent) engine for the task: once that settles, say ready again and steer.
-    await waitForData(page, "engine", "failed", 30_000);
+    // The worker may have started its (absent) engine again for the task: say ready again and steer.
     await toTab(chrome, tabId, READY);
     await waitForData(page, "engine", "ready");
     await clickInOverlay(page, "textarea.composer");
     await page.keyboard.type("Shorter, please");
     await page.keyboard.press("Enter");
-    await waitForWorkerMessage(chrome, tabId, (m) => m.kind === "start_task" && m.text === "Shorter, please", "the steering message");
+    await waitForWorkerMessage(chrome, tabId, (m) => m.kind === "start_task" && m.text === "Shorter, please", "the steering message", 40_000);
     assert.equal(await waitForData(page, "task", "running"), "running", "steering keeps the task running");
     assert.equal(await page.evaluate(() => window.__keys), 0, "no keystroke reached the page's listeners");
     await screenshot(page, "overlay-running");
@@ -337,7 +350,7 @@ describe("the overlay", () => {
     assert.equal((await workerMessages(chrome, tabId)).filter((m) => m.kind === "start_task").length, 0);
     await waitForData(page, "engine", "failed", 30_000);
     await toTab(chrome, tabId, READY);
-    const start = await waitForWorkerMessage(chrome, tabId, (m) => m.kind === "start_task", "the queued start_task");
+    const start = await waitForWorkerMessage(chrome, tabId, (m) => m.kind === "start_task", "the queued start_task", 40_000);
     assert.equal(start.text, "Hello");
     // The overlay drops the mark once the worker has the task; that reaches the page a moment
     // after the worker's own record of the message.

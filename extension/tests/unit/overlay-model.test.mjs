@@ -1,5 +1,6 @@
-// The overlay's pure parts, without a browser: the Markdown parser (what can become a link, what
-// stays text) and the transcript (events → entries and task state). Bundled with esbuild on the fly.
+// The chat's pure parts, without a browser: the Markdown parser (what can become a link, what
+// stays text), the transcript (events → entries and task state) and the patches its owner sends its
+// views. Bundled with esbuild on the fly.
 
 import assert from "node:assert/strict";
 import { resolve } from "node:path";
@@ -9,7 +10,7 @@ import { build } from "esbuild";
 const ROOT = resolve(import.meta.dirname, "../..");
 let md;
 let tr;
-let cs;
+let patch;
 
 async function load(entry) {
   const out = await build({ absWorkingDir: ROOT, entryPoints: [entry], bundle: true, format: "esm", platform: "neutral", write: false, logLevel: "warning" });
@@ -17,27 +18,58 @@ async function load(entry) {
 }
 
 before(async () => {
-  md = await load("src/content/ui/markdown.ts");
-  tr = await load("src/content/ui/transcript.ts");
-  cs = await load("src/content/ui/chat-state.ts");
+  md = await load("src/chat/view/markdown.ts");
+  tr = await load("src/chat/transcript.ts");
+  patch = await load("src/chat/patch.ts");
 });
 
-test("the side panel's chat: a malformed one is refused, changed entries are found", () => {
-  const transcript = tr.emptyTranscript();
-  const status = { state: "ready", model: null };
-  assert.equal(cs.revivePanelChat(null), null);
-  assert.equal(cs.revivePanelChat({ transcript: { ...transcript, version: 2 }, status, site: "https://a.test" }), null);
-  assert.equal(cs.revivePanelChat({ transcript, status: "ready", site: "https://a.test" }), null);
-  assert.equal(cs.revivePanelChat({ transcript, status }), null, "no site");
-  // Entries without an id or a kind are dropped; the rest is kept as sent.
-  const sent = { ...transcript, entries: [{ id: 1, kind: "user", text: "hi" }, { kind: "user", text: "no id" }, "x"], nextId: 2 };
-  const chat = cs.revivePanelChat({ transcript: sent, status, site: "https://a.test" });
-  assert.deepEqual(chat.transcript.entries, [{ id: 1, kind: "user", text: "hi" }]);
+test("a view kept in step by patches holds what the owner holds; a malformed patch is refused", () => {
+  // The owner: a task with a streamed answer, each step sent as the patch of what it touched.
+  const owner = tr.emptyTranscript();
+  let view = tr.emptyTranscript();
+  const send = (p) => {
+    const applied = patch.applyPatch(view, JSON.parse(JSON.stringify(p)));
+    assert.ok(applied, "a patch applies");
+    view = applied.transcript;
+    return applied;
+  };
+  send(patch.patchOf(owner, "full"));
+  const steps = [
+    () => tr.userMessage(owner, "Summarize"),
+    () => tr.applyUpdate(owner, { update: "event", event: { type: "tool_start", call_id: "c1", name: "read_page", arguments: {} } }),
+    () => tr.applyUpdate(owner, { update: "event", event: { type: "token", text: "The shop" } }),
+    () => tr.applyUpdate(owner, { update: "event", event: { type: "token", text: " sells lanterns." } }),
+    () => tr.applyUpdate(owner, { update: "event", event: { type: "done", result: "The shop sells lanterns.", success: true } }),
+  ];
+  let touched = new Set();
+  for (const [i, step] of steps.entries()) {
+    for (const id of step()) touched.add(id);
+    // Patches go every other step (bursts of tokens go as one).
+    if (i % 2 === 1 || i === steps.length - 1) {
+      const applied = send(patch.patchOf(owner, touched));
+      assert.deepEqual(applied.touched, [...touched].sort((a, b) => a - b));
+      assert.equal(applied.removed, false);
+      touched = new Set();
+    }
+  }
+  assert.deepEqual(view, owner, "the view's copy is the owner's");
+  assert.equal(view.task, "done");
 
-  const before = { ...transcript, entries: [{ id: 1, kind: "user", text: "hi" }, { id: 2, kind: "answer", text: "He" }] };
-  const after = { ...transcript, entries: [{ id: 1, kind: "user", text: "hi" }, { id: 2, kind: "answer", text: "Hello" }, { id: 3, kind: "notice", text: "x" }] };
-  assert.deepEqual(cs.changedEntries(before, after), { touched: [2, 3], removed: false });
-  assert.deepEqual(cs.changedEntries(after, { ...transcript, entries: [after.entries[2]] }), { touched: [], removed: true });
+  // Old entries dropped by the owner (MAX_ENTRIES) go from the view too; a clear comes whole.
+  owner.entries.shift();
+  const dropped = send(patch.patchOf(owner, new Set()));
+  assert.equal(dropped.removed, true);
+  assert.deepEqual(view.entries, owner.entries);
+  const cleared = send(patch.patchOf(tr.emptyTranscript(), "full"));
+  assert.equal(cleared.removed, true);
+  assert.deepEqual(view, tr.emptyTranscript());
+
+  // Not a patch: refused, the copy unchanged.
+  for (const junk of [null, "x", { full: true }, { full: false, entries: [], firstId: 1, state: { task: 3, nextId: 1 } }]) assert.equal(patch.applyPatch(view, junk), null);
+  // Entries without an id or a kind are dropped; the rest is kept as sent.
+  const sent = { full: true, entries: [{ id: 1, kind: "user", text: "hi" }, { kind: "user", text: "no id" }, "x"], firstId: 1, state: { ...tr.emptyTranscript(), nextId: 2 } };
+  delete sent.state.entries;
+  assert.deepEqual(patch.applyPatch(view, sent).transcript.entries, [{ id: 1, kind: "user", text: "hi" }]);
 });
 
 /** All nodes of a parsed tree, depth first. */

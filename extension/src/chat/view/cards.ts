@@ -6,7 +6,7 @@ import type { Decision, PauseReason, RiskLevel, RiskReason, TaskError, TaskRefus
 import { button, clip, el, uid } from "../../shared/ui/builders";
 import { formatNumber, t } from "../../shared/ui/i18n";
 import { renderMarkdown } from "./markdown";
-import type { Entry, Notice } from "./transcript";
+import type { Entry, Notice } from "../transcript";
 
 export interface CardActions {
   decide(entryId: number, decision: Decision): void;

@@ -1,7 +1,8 @@
-// What the overlay shows, as data: the entries of the conversation and the task's state. Pure
-// (no DOM, no chrome.*) so it can be persisted per tab and rebuilt after a reload.
+// A tab's conversation, as data: the entries and the task's state, and how each update changes them.
+// Pure (no DOM, no chrome.*): the service worker keeps one per tab (worker/conversations.ts), its
+// views (the overlay, the side panel) hold copies that its patches keep in step (./patch.ts).
 
-import type { AgentEvent, Decision, Outcome, PauseReason, RiskLevel, RiskReason, Source, TaskError, TaskRefusal, TaskUpdate } from "../../generated/protocol";
+import type { AgentEvent, Decision, Outcome, PauseReason, RiskLevel, RiskReason, Source, TaskError, TaskRefusal, TaskUpdate } from "../generated/protocol";
 
 export type TaskState = "idle" | "running" | "confirm" | "ask" | "done" | "failed" | "stopped" | "paused";
 
@@ -430,4 +431,16 @@ export function confirmTarget(value: unknown): { target?: ConfirmTarget } {
   const coordinate = (n: unknown) => typeof n === "number" && Number.isInteger(n) && n >= 0 && n <= 1000;
   if (Array.isArray(p) && p.length === 2 && coordinate(p[0]) && coordinate(p[1])) target.point = [p[0] as number, p[1] as number];
   return target.description || index !== null || target.destination || target.text ? { target } : {};
+}
+
+/** The entry a confirmation card, a question or a fence card waits on (the user's turn), if any. */
+export function waitingEntry(t: Transcript): Entry | undefined {
+  return t.entries.find((e) => (e.kind === "confirm" && e.decision === undefined) || (e.kind === "ask" && e.answer === undefined) || (e.kind === "fence" && e.allowed === undefined));
+}
+
+/** The confirmation the task waits on, if any (its target is outlined on the page). */
+export function waitingConfirmation(t: Transcript): Extract<Entry, { kind: "confirm" }> | undefined {
+  if (t.task !== "confirm") return undefined;
+  const e = [...t.entries].reverse().find((x) => (x.kind === "confirm" && x.decision === undefined) || (x.kind === "ask" && x.answer === undefined));
+  return e?.kind === "confirm" ? e : undefined;
 }

@@ -3,15 +3,18 @@
 // the page's words, and can be removed). Enter
 // sends, Shift+Enter starts a new line; Enter that confirms an IME composition (Chinese, Japanese…)
 // does not send. The Stop button shows while a task runs. Its keyboard and input handlers are
-// driven by the overlay's shield (ui/shield.ts): those events never reach listeners in the page,
-// nor, therefore, listeners on the textarea itself.
+// driven by where the chat is mounted (`Listen`): on a page, the overlay's shield
+// (content/ui/shield.ts), so those events never reach listeners in the page, nor, therefore,
+// listeners on the textarea itself.
 
 import { button, el } from "../../shared/ui/builders";
 import { t } from "../../shared/ui/i18n";
-import type { ShieldHandler, ShieldedEvent } from "./shield";
 
-/** Registers a handler for an event type the shield keeps from the page. */
-export type Listen = (type: ShieldedEvent, handler: ShieldHandler) => void;
+/** The events the chat handles through `Listen` (on a page, the shield keeps them from the page). */
+export type ChatEvent = "keydown" | "input";
+
+/** Registers a handler for a keyboard or input event inside the chat; `target` is the element it is for. */
+export type Listen = (type: ChatEvent, handler: (event: Event, target: Element | null) => void) => void;
 
 export type ComposerMode = "task" | "steer" | "answer";
 

@@ -3,7 +3,7 @@
 // panel is open.
 
 import { renderEntry, type CardActions } from "./cards";
-import type { Touched, Transcript } from "./transcript";
+import type { Touched, Transcript } from "../transcript";
 
 export interface TranscriptViewParts {
   log: HTMLElement;

@@ -1,20 +1,18 @@
 // The chat, one component mounted in two places: the overlay's closed shadow root on the page
-// (overlay.ts, which owns the tab's conversation) and the side panel (src/sidepanel/sidepanel.ts,
-// which shows the active tab's conversation and whose controls act through that tab's content
-// script). It lays the panel out (panel.ts), draws the transcript (transcript-view.ts), the state
-// around it (task-state.ts) and the engine (engine-view.ts), and opens the settings. What its
-// controls do is its owner's (`handlers`, `actions`); where the conversation comes from too
-// (`transcript`, `status`).
+// (content/overlay.ts) and the side panel (sidepanel/sidepanel.ts), both through live-chat.ts, a
+// view of the conversation the service worker owns. It lays the panel out (panel.ts), draws the
+// transcript (transcript-view.ts), the state around it (task-state.ts) and the engine
+// (engine-view.ts), and opens the settings. What its controls do is given (`handlers`,
+// `actions`); where the conversation comes from too (`transcript`, `status`).
 
 import type { EngineStatus } from "../../generated/protocol";
 import { loadSettings } from "../../shared/settings";
 import type { CardActions } from "./cards";
 import type { Listen } from "./composer";
-import type { TargetOutline } from "./outline";
 import { buildPanel, type Panel, type PanelHandlers } from "./panel";
 import { showTaskState } from "./task-state";
 import { TranscriptView } from "./transcript-view";
-import type { Touched, Transcript } from "./transcript";
+import type { Touched, Transcript } from "../transcript";
 
 /** Where the chat is mounted. */
 export type Surface = "overlay" | "panel";
@@ -29,8 +27,6 @@ export interface ChatOptions {
   root: DocumentOrShadowRoot;
   /** The state mirror of test builds (an object nobody sees in release builds). */
   data: DOMStringMap;
-  /** The outline over the page element a confirmation is about: the page's side only. */
-  outline: TargetOutline | null;
   /** The site "Turn off on this site" names. */
   site: string;
   isOpen(): boolean;
@@ -81,8 +77,8 @@ export function createChat(options: ChatOptions): Chat {
   });
 
   function updateChrome(): void {
-    const { outline, launcher, continueButton, log, empty, usage } = { ...parts, outline: options.outline };
-    showTaskState({ data, outline, composer, continueButton, log, empty, usage, launcher }, options.transcript(), engineReady(), options.status());
+    const { launcher, continueButton, log, empty, usage } = parts;
+    showTaskState({ data, composer, continueButton, log, empty, usage, launcher }, options.transcript(), engineReady(), options.status());
   }
 
   function showSettings(show: boolean): void {
