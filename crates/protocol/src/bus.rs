@@ -304,7 +304,11 @@ mod tests {
             Some(TabToWorker::ChatInput { input: ChatInput::Submit { text: "hi".into(), selection: None } })
         );
         // The old shapes, from the time the tab owned its conversation, are not messages any more.
-        for old in [r#"{"kind":"start_task","text":"hi"}"#, r#"{"kind":"load_transcript"}"#, r#"{"kind":"panel_chat","chat":{}}"#] {
+        for old in [
+            r#"{"kind":"start_task","text":"hi"}"#,
+            r#"{"kind":"load_transcript"}"#,
+            r#"{"kind":"panel_chat","chat":{}}"#,
+        ] {
             assert_eq!(TabToWorker::from_json(old), None, "{old}");
         }
     }

@@ -174,9 +174,10 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
       showFound(number, source.text);
       return true;
     },
-    onWaiting(entryId) {
-      // A card waits for the user: the overlay opens at it (the side panel does, if it shows this tab).
-      if (panelShown) return;
+    onWaiting(entryId, full) {
+      // A card comes to wait for the user: the overlay opens at it (the side panel does, if it shows
+      // this tab). One that waited before this page loaded shows when the user opens the overlay.
+      if (panelShown || full) return;
       if (!ui.settingsView.hidden) ui.showSettings(false);
       setOpen(true, false);
       ui.focusCard(entryId);
@@ -186,7 +187,7 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
       // Something is happening in this tab's conversation: follow the engine too.
       if (!connected && (!full || ["running", "confirm", "ask"].includes(transcript.task))) connect();
       // The overlay was open on the previous page of this tab while its task ran: open again.
-      if (full && transcript.open && panel.hidden && !panelShown && ["running", "confirm", "ask"].includes(transcript.task)) setOpen(true, false);
+      if (full && transcript.open && panel.hidden && !panelShown && transcript.task === "running") setOpen(true, false);
     },
     listen,
     root: shadow,

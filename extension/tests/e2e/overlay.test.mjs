@@ -295,6 +295,8 @@ describe("the overlay", () => {
     assert.match(await overlayText(page, ".transcript"), /Paused after 25 steps/);
     await screenshot(page, "overlay-paused");
     await clickInOverlay(page, "button.continue");
+    // (The worker records the Continue before the engine could answer it.)
+    await waitForData(page, "task", "running");
     await toTab(chrome, tabId, event({ type: "error", error: { kind: "empty_answer" }, recoverable: true }));
     await toTab(chrome, tabId, ended({ kind: "failed", error: { kind: "empty_answer" } }));
     await waitForData(page, "task", "failed");

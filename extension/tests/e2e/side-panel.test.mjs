@@ -263,6 +263,43 @@ test("the tab shown reloads: its new page's content script takes the panel up, w
   await until(async () => (await panelState()).answer === "After the reload.", "the answer after the reload", 60_000);
 });
 
+test("the tab relays nothing; the panel closed at a question loses nothing: the overlay takes it up", { timeout: 120_000 }, async () => {
+  await pageB.bringToFront();
+  await waitPanel("tab", String(tabB));
+  await waitPanel("tabState", "ready");
+  // What tab B's content script sends the worker from now on.
+  await inWorker(`(() => {
+    globalThis.__fromTabB = [];
+    chrome.runtime.onMessage.addListener((m, sender) => {
+      if (sender.tab?.id === ${tabB} && m && typeof m.kind === "string") globalThis.__fromTabB.push(m.kind);
+      return false;
+    });
+    return true;
+  })()`);
+  await useScript(chrome, [call("snapshot"), call("ask_user", `question:${str("Gift wrap the lantern?")},options:[${str("Yes")},${str("No")}]`), done("Wrapped.")]);
+  await askInPanel("Should the lantern be wrapped?");
+  await waitPanel("task", "ask", 60_000);
+  const question = (await panelState()).pendingCall;
+  // The panel's task, its tokens and its cards came from the worker: the page's side sent nothing.
+  assert.deepEqual(await inWorker("globalThis.__fromTabB"), [], "tab B's content script relayed the chat");
+
+  // The user closes the panel while the question waits: the overlay is the chat again, with it.
+  await inPanel("(window.close(), true)").catch(() => {});
+  await waitForData(pageB, "side-panel", "false");
+  await clickInOverlay(pageB, ".launcher");
+  await waitForData(pageB, "state", "open");
+  assert.equal((await overlayState(pageB)).pendingCall, question, "the question is in the overlay");
+  await clickInOverlay(pageB, `.card.ask[data-call-id="${question}"] button.option[data-option="Yes"]`);
+  await waitForData(pageB, "answer", "Wrapped.", 60_000);
+
+  // The panel again, for the tests below.
+  await clickInOverlay(pageB, ".to-side-panel");
+  await until(async () => chrome.console.find(PANEL).length > 0, "the side panel's page");
+  await waitPanel("tab", String(tabB));
+  await waitPanel("tabState", "ready");
+  await waitPanel("answer", "Wrapped.");
+});
+
 test("the setting: with the side panel chosen, the toolbar button opens the panel", { timeout: 30_000 }, async () => {
   const behavior = () => inWorker(`chrome.sidePanel.getPanelBehavior().then((b) => b.openPanelOnActionClick === true)`);
   assert.equal(await behavior(), false, "by default the toolbar button opens the overlay");

@@ -6,7 +6,7 @@
 
 import type { ChatInput, EngineStatus } from "../../generated/protocol";
 import { applyPatch } from "../patch";
-import { decide, decideFence, answer, emptyTranscript, localError, sourceOf, waitingEntry, type Transcript } from "../transcript";
+import { answer, decide, decideFence, emptyTranscript, localError, pendingAsk, sourceOf, userMessage, waitingEntry, type Transcript } from "../transcript";
 import type { CardActions } from "./cards";
 import { createChat, type Chat, type ChatOptions } from "./chat";
 import type { PanelHandlers } from "./panel";
@@ -21,8 +21,8 @@ export interface LiveChatOptions extends Omit<ChatOptions, "handlers" | "actions
   sourceOpens?(transcript: Transcript, number: number): string | null;
   /** Shows passage `number` itself (on this view's page); false: the owner shows it. */
   showSourceHere?(transcript: Transcript, number: number): boolean;
-  /** A card now waits on the user (a confirmation, a question, a fence card). */
-  onWaiting?(entryId: number): void;
+  /** A card now waits on the user (a confirmation, a question, a fence card); `full`: it was waiting when the view started watching. */
+  onWaiting?(entryId: number, full: boolean): void;
   /** After each patch was applied (`full`: the whole conversation came). */
   onPatch?(transcript: Transcript, full: boolean): void;
 }
@@ -87,6 +87,9 @@ export function createLiveChat(options: LiveChatOptions): LiveChat {
         // A running task is steered with the text alone: the selection waits for the next task.
         const quoted = transcript.task === "running" ? null : selection;
         if (quoted) ui.composer.clearSelection();
+        // Shown at once in this copy, as the owner will record it (its patch takes this one's place).
+        const ask = pendingAsk(transcript);
+        ui.commit(ask ? answer(transcript, ask.id, text) : userMessage(transcript, text, false, quoted));
         send({ input: "submit", text, selection: quoted });
         return true;
       },
@@ -122,7 +125,7 @@ export function createLiveChat(options: LiveChatOptions): LiveChat {
       else ui.commit(applied.touched);
       options.onPatch?.(transcript, (patch as { full: boolean }).full);
       const waiting = waitingEntry(transcript)?.id;
-      if (waiting !== undefined && waiting !== waitingBefore) options.onWaiting?.(waiting);
+      if (waiting !== undefined && waiting !== waitingBefore) options.onWaiting?.(waiting, (patch as { full: boolean }).full);
       return true;
     },
     setStatus(next) {
