@@ -176,8 +176,12 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
     },
     onWaiting(entryId, full) {
       // A card comes to wait for the user: the overlay opens at it (the side panel does, if it shows
-      // this tab). One that waited before this page loaded shows when the user opens the overlay.
-      if (panelShown || full) return;
+      // this tab). A confirmation or question that waited before this page loaded shows when the
+      // user opens the overlay (the launcher is marked); a fence card opens it on the new page too,
+      // since the page was loaded again by the fence itself, taking the tab back from where the
+      // page tried to go, and the card asks about that.
+      const fence = live.transcript().entries.find((e) => e.id === entryId)?.kind === "fence";
+      if (panelShown || (full && !fence)) return;
       if (!ui.settingsView.hidden) ui.showSettings(false);
       setOpen(true, false);
       ui.focusCard(entryId);
