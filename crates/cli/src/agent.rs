@@ -9,7 +9,8 @@ use std::rc::Rc;
 use hearth_agent::scripted::ScriptedModel;
 use hearth_agent::{AgentEvent, Decision, SystemClock};
 use hearth_engine::shared::monotonic_ms;
-use hearth_engine::{ModelParts, SharedModel, TaskModel, new_agent};
+use hearth_engine::native::{self, ModelSource, Vision};
+use hearth_engine::{ModelParts, TaskModel, new_agent};
 use hearth_model::CacheOptions;
 use hearth_model::model_dir::ModelFiles;
 use hearth_protocol::{Outcome, TaskSettings};
@@ -23,6 +24,19 @@ pub struct AgentArgs {
     /// its weights run the steps unless --script replaces them.
     #[arg(long)]
     model: PathBuf,
+    /// A tokenizer.json in place of the model's own.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// The vision tower as llama.cpp's projector file (`mmproj…gguf`), for a GGUF model (a model
+    /// folder's own tower is loaded without it). With --screenshot, the agent sees the page.
+    #[arg(long)]
+    mmproj: Option<PathBuf>,
+    /// The model's assistant (a folder): the steps draft with it, as in the browser.
+    #[arg(long)]
+    drafter: Option<PathBuf>,
+    /// The page's picture (a PNG): what the `screenshot` tool shows a model that can see.
+    #[arg(long)]
+    screenshot: Option<PathBuf>,
     /// The saved page (HTML) the agent works on.
     #[arg(long)]
     page: PathBuf,
@@ -58,8 +72,16 @@ pub struct AgentArgs {
 
 pub fn run(args: AgentArgs) -> Result<(), String> {
     let mut page = SavedPage::read(&args.page, &args.url)?;
-    let files = ModelFiles::open(&args.model).map_err(|e| e.to_string())?;
-    let parts = ModelParts::read(&files, None).map_err(|e| e.to_string())?;
+    if let Some(path) = &args.screenshot {
+        let png = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        page = page.with_picture(&png)?;
+    }
+    let source = ModelSource {
+        model: args.model.clone(),
+        tokenizer: args.tokenizer.clone(),
+        mmproj: args.mmproj.clone(),
+        drafter: args.drafter.clone(),
+    };
     let settings = TaskSettings {
         max_iterations: args.max_iterations,
         enable_thinking: args.thinking,
@@ -67,27 +89,39 @@ pub fn run(args: AgentArgs) -> Result<(), String> {
         max_new_tokens: args.max_new_tokens,
         ..TaskSettings::default()
     };
-    let (mut backend, template, tokenizer, context_tokens) = match &args.script {
+    let (mut backend, template, tokenizer, context_tokens, sees) = match &args.script {
         Some(path) => {
+            let files = ModelFiles::open(&args.model).map_err(|e| e.to_string())?;
+            let parts = ModelParts::read(&files, args.tokenizer.as_deref()).map_err(|e| e.to_string())?;
             let json = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             let script = ScriptedModel::from_json(&json)
                 .map_err(|e| format!("{} is not a script (a JSON array of outputs): {e}", path.display()))?;
             println!("model: scripted by {} (the weights are not loaded)", path.display());
             let backend = TaskModel::Scripted(Rc::new(RefCell::new(script)));
-            (backend, Rc::new(parts.template), Rc::new(parts.tokenizer), CacheOptions::default().max_context)
+            let sees = args.screenshot.is_some();
+            (backend, Rc::new(parts.template), Rc::new(parts.tokenizer), CacheOptions::default().max_context, sees)
         }
         None => {
             let (device, adapter, memory) = crate::device_with_name(&args.device)?;
             println!("model: {} on {adapter}", args.model.display());
-            let model = files.load(&device).map_err(|e| e.to_string())?;
-            let cache = CacheOptions::for_device(&model.config, memory);
-            let shared = SharedModel::new(model, parts, cache, 1, monotonic_ms);
+            // The tower only when there is a picture to see (a saved page has no pixels of its own).
+            let vision = if args.screenshot.is_some() { Vision::Required } else { Vision::Off };
+            let loaded = native::load(&source, vision, &device).map_err(|e| e.to_string())?;
+            if let Some(dir) = &args.drafter {
+                println!("drafter: {}", dir.display());
+            }
+            let cache = CacheOptions::for_device(&loaded.model.config, memory);
+            let shared = loaded.shared(cache, 1, monotonic_ms);
+            let sees = shared.vision.is_some();
+            if sees {
+                println!("vision: the model sees the page's screenshot");
+            }
             let (template, tokenizer) = (shared.template.clone(), shared.tokenizer.clone());
-            (TaskModel::burn(shared, 1, &settings, args.seed), template, tokenizer, cache.max_context)
+            (TaskModel::burn(shared, 1, &settings, args.seed), template, tokenizer, cache.max_context, sees)
         }
     };
-    // A saved page has no pixels: no screenshot, so no vision tools.
-    let mut agent = new_agent(&template, tokenizer, context_tokens, &settings, false, Box::new(SystemClock));
+    // The vision tools (screenshot, click_at) only for a model that sees, on a page with a picture.
+    let mut agent = new_agent(&template, tokenizer, context_tokens, &settings, sees, Box::new(SystemClock));
     println!("page: {} ({})", page.info().title, page.info().url);
     println!("task: {}", args.task);
     agent.start_task(&args.task, Some(page.info().clone()));

@@ -15,14 +15,13 @@ use std::time::Instant;
 use burn::tensor::{Device, Tensor};
 use clap::{Parser, Subcommand};
 use hearth_chat::{ChatTemplate, ContentPart, Message, MessageContent, RenderRequest, Tool};
-use hearth_engine::ModelParts;
+use hearth_engine::native;
+use hearth_engine::{Decoding, MAX_DRAFT, ModelParts};
 use hearth_engine::constrain::{CallConstraint, CallGrammar, VocabTrie, grammar_from_function_list};
-use hearth_model::decode::TokenConstraint;
-use hearth_model::generate::{self, GenerateOptions};
+use hearth_model::generate;
 use hearth_model::model_dir::{ModelFiles, load_model, load_tokenizer};
-use hearth_model::speculative::{DraftSource, Speculation};
 use hearth_model::vision::{self, RgbImage, SOFT_TOKEN_BUDGETS, VisionTower};
-use hearth_model::{CacheOptions, DeviceMemory, KvCache, Sampler, SamplingOptions, Session, gpu, self_test};
+use hearth_model::{CacheOptions, DeviceMemory, Input, KvCache, Output, Sampler, SamplingOptions, Session, gpu, self_test};
 use serde::Deserialize;
 
 #[derive(Parser)]
@@ -307,27 +306,6 @@ struct ModelInput {
     drafter: Option<(PathBuf, usize)>,
 }
 
-/// The model's vision tower: in its own weights (a model folder), or a projector file beside a
-/// GGUF model.
-fn load_tower(
-    files: &mut ModelFiles,
-    mmproj: Option<&std::path::Path>,
-    device: &Device,
-) -> Result<VisionTower, String> {
-    if let Some(path) = mmproj {
-        return files.load_projector(path, device).map_err(|e| e.to_string());
-    }
-    match files.load_vision(device).map_err(|e| e.to_string())? {
-        Some(tower) => Ok(tower),
-        None if files.is_gguf() => {
-            Err("this GGUF file holds the text model only: give its vision tower with --mmproj <projector.gguf>".into())
-        }
-        None => {
-            Err("this model has no vision tower (its config.json or weights lack one): it cannot see images".into())
-        }
-    }
-}
-
 fn run_generate(
     input: ModelInput,
     prompt: &str,
@@ -385,7 +363,9 @@ fn run_generate(
         prompt.to_string()
     };
     let tower = match (&chat, images.is_empty()) {
-        (Some(chat), false) => Some(load_tower(&mut files, chat.images.mmproj.as_deref(), &device)?),
+        (Some(chat), false) => {
+            Some(native::load_tower(&mut files, chat.images.mmproj.as_deref(), &device).map_err(|e| e.to_string())?)
+        }
         _ => None,
     };
     let model = files.load(&device).map_err(|e| e.to_string())?;
@@ -417,14 +397,13 @@ fn run_generate(
         cache.bytes(&model.config) as f64 / 1048576.0
     );
     let mut session = Session::new(model, cache);
-    let mut sampler = Sampler::new(sampling);
     let mut stdout = std::io::stdout().lock();
     if chat.as_ref().is_some_and(|c| c.force_call) {
         // The opening the prompt forced is part of the reply: print it, so the output parses.
         let _ = stdout.write_all(hearth_chat::syntax::CALL_OPEN.as_bytes());
     }
     let clock = Instant::now();
-    let mut calls = match grammar {
+    let calls = match grammar {
         Some(grammar) => {
             let clock = Instant::now();
             let vocab = VocabTrie::from_tokenizer(&tokenizer).map_err(|e| e.to_string())?;
@@ -439,27 +418,20 @@ fn run_generate(
         None => None,
     };
     let drafter = match &input.drafter {
-        Some((dir, max_draft)) => {
+        Some((dir, _)) => {
             let clock = Instant::now();
-            let drafter = hearth_model::drafter::load_dir(dir, &session.model().config, &device)
-                .map_err(|e| format!("the drafter in {}: {e}", dir.display()))?;
+            let drafter = native::load_drafter(dir, session.model(), &device).map_err(|e| e.to_string())?;
             eprintln!("hearth: drafter loaded in {:.1} s", clock.elapsed().as_secs_f64());
-            Some((drafter, *max_draft))
+            Some(drafter)
         }
         None => None,
     };
-    let mut speculation =
-        drafter.as_ref().map(|(drafter, max_draft)| Speculation::new(DraftSource::Assistant(drafter), *max_draft));
-    let options = GenerateOptions {
-        max_tokens,
-        stop_tokens: &stop_tokens,
-        tool_calls: calls.as_mut().map(|c| c as &mut dyn TokenConstraint),
-        images: prompt_images.as_ref(),
-        speculation: speculation.as_mut(),
-    };
+    let max_draft = input.drafter.as_ref().map_or(MAX_DRAFT, |(_, max_draft)| *max_draft);
+    let mut decoding = Decoding::new(sampling).with_calls(calls).drafting_with(drafter.as_ref(), max_draft);
+    let (sampler, options) = decoding.options(max_tokens, &stop_tokens, prompt_images.as_ref());
     let result = pollster::block_on(generate::generate(
         &mut session,
-        &mut sampler,
+        sampler,
         &tokenizer,
         &prompt_ids,
         options,
@@ -508,7 +480,7 @@ fn logits(dir: PathBuf, tokens: &[u32], step_by_step: bool, args: &DeviceArgs) -
         model.step_by_step_logits(tokens, options).map_err(|e| e.to_string())?
     } else {
         let mut cache = KvCache::new(&model.config, options, &device);
-        vec![model.forward(tokens, &mut cache, true).map_err(|e| e.to_string())?]
+        vec![model.forward(Input::ids(tokens), &mut cache, Output::All).map_err(|e| e.to_string())?.logits]
     };
     let vocab = model.config.vocab_size;
     let all = Tensor::cat(rows, 0);

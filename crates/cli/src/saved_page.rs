@@ -7,7 +7,10 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use hearth_agent::{ElementInfo, FormInfo, PageInfo, Snapshot, ToolError, ToolExecutor, ToolInvocation, ToolOutput};
+use base64::Engine as _;
+use hearth_agent::{
+    ElementInfo, FormInfo, PageInfo, Snapshot, ToolError, ToolExecutor, ToolImage, ToolInvocation, ToolOutput,
+};
 use html5gum::{DefaultEmitter, Token, Tokenizer};
 use serde_json::Value;
 
@@ -55,6 +58,8 @@ pub struct SavedPage {
     text: String,
     /// What the agent did, in order, for the report after the task.
     pub actions: Vec<String>,
+    /// The page's picture (`hearth agent --screenshot`), what `screenshot` shows the model.
+    picture: Option<ToolImage>,
 }
 
 impl SavedPage {
@@ -62,6 +67,21 @@ impl SavedPage {
     pub fn read(path: &Path, url: &str) -> Result<Self, String> {
         let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         Ok(Self::parse(&String::from_utf8_lossy(&bytes), url))
+    }
+
+    /// The page with its picture: `png` (a PNG file's bytes) is what `screenshot` shows the model.
+    pub fn with_picture(mut self, png: &[u8]) -> Result<Self, String> {
+        // The size is the PNG's IHDR: width and height, big-endian, at bytes 16 and 20.
+        let size = |at: usize| png.get(at..at + 4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+        let (Some(width), Some(height)) = (size(16), size(20)) else {
+            return Err("the screenshot is not a PNG file".into());
+        };
+        if !png.starts_with(b"\x89PNG\r\n\x1a\n") {
+            return Err("the screenshot is not a PNG file".into());
+        }
+        let data_url = format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(png));
+        self.picture = Some(ToolImage { data_url, thumbnail: String::new(), width, height });
+        Ok(self)
     }
 
     pub fn parse(html: &str, url: &str) -> Self {
@@ -170,6 +190,17 @@ impl SavedPage {
                 self.set_attribute(at, "value", Some(choice.value));
                 self.actions.push(format!("chose {:?} in {described}", choice.text));
                 Ok(ToolOutput::text(format!("Chose {:?} in {described}.", choice.text)))
+            }
+            "screenshot" => {
+                let picture = self.picture.clone().ok_or_else(|| {
+                    ToolError("A saved page has no pixels: no screenshot was given with it.".into())
+                })?;
+                self.actions.push("took a screenshot".into());
+                Ok(ToolOutput {
+                    image: Some(Box::new(picture)),
+                    page: Some(self.info.clone()),
+                    ..ToolOutput::text("Screenshot of the visible page.")
+                })
             }
             "scroll" | "hover" | "wait_for" | "press_key" => {
                 self.actions.push(format!("{} (nothing moves on a saved page)", call.name));
@@ -378,6 +409,7 @@ impl Reader {
             choices: self.choices,
             text: text.join("\n"),
             actions: Vec::new(),
+            picture: None,
         }
     }
 }

@@ -9,18 +9,13 @@ use std::sync::Arc;
 use crate::constrain::{CallConstraint, CallGrammar, ConstrainError, ToolSpec, VocabTrie};
 use futures::stream::{self, LocalBoxStream, StreamExt};
 use hearth_agent::{GenerationRequest, GenerationStats, ModelChunk, ModelError, builtin_tools};
-use hearth_model::decode::TokenConstraint;
-use hearth_model::generate::{self, GenerateOptions};
-use hearth_model::speculative::{DraftSource, Speculation};
+use hearth_model::SamplingOptions;
+use hearth_model::generate;
 use hearth_model::tokenizer::Tokenizer;
-use hearth_model::{Sampler, SamplingOptions};
 
+use crate::decoding::{Decoding, MAX_DRAFT};
 use crate::images::prepare_prompt;
 use crate::shared::SharedModel;
-
-/// The most tokens the assistant drafts a round (the length adapts below it): past 8, a round's
-/// draft steps cost more than the verification saves (benches/RESULTS.md).
-pub const MAX_DRAFT: usize = 8;
 
 /// Streams the Burn model's tokens for `request`. The generation runs inside the stream (polled
 /// with it), so dropping the stream stops it; stop is checked between tokens.
@@ -47,20 +42,11 @@ pub fn generate_step(
             )
             .map_err(|e| e.to_string())?;
             let ids = prepared.ids;
-            let mut sampler = Sampler::new(sampling);
-            let mut calls = call_constraint(&model.tokenizer, request.tools.as_deref());
-            let mut speculation = model
-                .drafter
-                .as_deref()
-                .filter(|_| drafting)
-                .map(|drafter| Speculation::new(DraftSource::Assistant(drafter), MAX_DRAFT));
-            let options = GenerateOptions {
-                max_tokens: request.max_new_tokens,
-                stop_tokens: &model.stop_tokens,
-                tool_calls: calls.as_mut().map(|c| c as &mut dyn TokenConstraint),
-                images: prepared.images.as_ref(),
-                speculation: speculation.as_mut(),
-            };
+            let mut decoding = Decoding::new(sampling)
+                .with_calls(call_constraint(&model.tokenizer, request.tools.as_deref()))
+                .drafting_with(model.drafter.as_deref().filter(|_| drafting), MAX_DRAFT);
+            let (sampler, options) =
+                decoding.options(request.max_new_tokens, &model.stop_tokens, prepared.images.as_ref());
             let mut stop = StopAfter::new(&model.tokenizer, &request.stop_after);
             let on_token = |id, text: &str| {
                 if !text.is_empty() {
@@ -73,18 +59,11 @@ pub fn generate_step(
                     ControlFlow::Continue(())
                 }
             };
-            let generation = generate::generate(
-                &mut session,
-                &mut sampler,
-                &model.tokenizer,
-                &ids,
-                options,
-                model.clock_ms,
-                on_token,
-            )
-            .await
-            .map_err(|e| e.to_string());
-            if let Some(calls) = calls {
+            let generation =
+                generate::generate(&mut session, sampler, &model.tokenizer, &ids, options, model.clock_ms, on_token)
+                    .await
+                    .map_err(|e| e.to_string());
+            if let Some(calls) = decoding.into_calls() {
                 keep_call_constraint(&model.tokenizer, request.tools.as_deref(), calls);
             }
             generation

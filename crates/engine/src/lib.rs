@@ -5,6 +5,8 @@
 //!   files or a GGUF file's metadata.
 //! - [`shared`]: the loaded model as chat replies and agent tasks share it (one session, one
 //!   generation at a time, a KV cache per conversation).
+//! - [`decoding`]: how one generation decodes (sampler, call constraint, drafts), set up in one
+//!   place for every caller.
 //! - [`generation`]: an agent step's tokens as a stream, ended by the step's stops and held to
 //!   the tools' call grammar.
 //! - [`images`]: a step's screenshots as the model's soft tokens.
@@ -14,17 +16,21 @@
 /// Tool calls held to the offered tools' syntax while they are sampled: the decode loops'
 /// [`hearth_model::decode::TokenConstraint`].
 pub mod constrain;
+pub mod decoding;
 pub mod generation;
 /// A step's screenshots decoded, encoded by the vision tower (kept for the next steps) and put
 /// at the prompt's image placeholders.
 pub mod images;
+/// A model from files on disk (the terminal's): decoder, parts, vision tower and assistant.
+#[cfg(not(target_arch = "wasm32"))]
+pub mod native;
 pub mod parts;
 /// The model crate's results and failures as protocol messages (the command line prints them too).
 pub mod reports;
 pub mod shared;
 pub mod task;
 
-pub use generation::MAX_DRAFT;
+pub use decoding::{Decoding, MAX_DRAFT};
 pub use parts::{ModelParts, PartsError, TemplateSource};
 pub use shared::SharedModel;
 pub use task::{TaskModel, new_agent, tab_conversation};

@@ -33,6 +33,65 @@ pub struct SoftTokens {
     pub rows: Tensor<2>,
 }
 
+/// What one forward pass reads ([`Gemma::forward`]).
+#[derive(Clone, Copy)]
+pub enum Input<'a> {
+    /// Token ids from the host; `soft_tokens` take the embeddings of their placeholder tokens (an
+    /// image's soft tokens, in the order its placeholders appear in `ids`).
+    Ids { ids: &'a [u32], soft_tokens: Option<&'a SoftTokens> },
+    /// One token chosen on the device by the last step's sampling, `[1, 1]` ids not read back yet
+    /// (needs [`Gemma::steps_on_device`]; never an image's placeholder).
+    Chosen(&'a Tensor<2, Int>),
+}
+
+impl<'a> Input<'a> {
+    /// Text tokens.
+    pub fn ids(ids: &'a [u32]) -> Self {
+        Input::Ids { ids, soft_tokens: None }
+    }
+
+    /// Tokens with images at their placeholders (`None`: text only).
+    pub fn with_images(ids: &'a [u32], soft_tokens: Option<&'a SoftTokens>) -> Self {
+        Input::Ids { ids, soft_tokens }
+    }
+}
+
+/// What one forward pass returns ([`Gemma::forward`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// The last position's logits, `[1, vocab]` (`[0, vocab]` for no tokens).
+    Last,
+    /// Every position's logits, `[S, vocab]`.
+    All,
+    /// Every position's logits and hidden state after the final norm, `[S, vocab]` and `[S, h]`:
+    /// a drafter reads the state of the last position it drafts from.
+    AllWithHidden,
+    /// The last position's logits and hidden state, `[1, vocab]` and `[1, h]`: a prompt a drafter
+    /// will draft after.
+    LastWithHidden,
+}
+
+impl Output {
+    fn hidden(self) -> bool {
+        matches!(self, Output::AllWithHidden | Output::LastWithHidden)
+    }
+}
+
+/// A forward pass's result.
+pub struct Forwarded {
+    /// `[rows, vocab]`, the rows the output asked for.
+    pub logits: Tensor<2>,
+    /// `[rows, h]` after the final norm when the output asked for them, else `[0, h]`.
+    pub hidden: Tensor<2>,
+}
+
+impl Forwarded {
+    /// `(logits, hidden)`.
+    pub fn into_parts(self) -> (Tensor<2>, Tensor<2>) {
+        (self.logits, self.hidden)
+    }
+}
+
 /// Weights of a linear layer.
 // A few hundred per model, each holding device handles: their size does not matter.
 #[allow(clippy::large_enum_variant)]
@@ -340,36 +399,50 @@ impl Gemma {
         WeightBytes { device, host, looked_up }
     }
 
-    /// Runs `tokens` (positions `cache.len()..`) through the decoder, appending to `cache`, in
-    /// chunks the cache can take. Returns the final logits (after the softcap): one row per token
-    /// when `all_positions`, else only the last row. Shape [rows, vocab].
-    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, all_positions: bool) -> Result<Tensor<2>, ModelError> {
-        self.forward_with(tokens, None, cache, all_positions)
+    /// The decoder's one entry point: runs `input` (at positions `cache.len()..`) through the
+    /// layers, appending to `cache` in chunks it can take, and returns what `output` asks for
+    /// (logits after the softcap, and the hidden states after the final norm that a drafter
+    /// reads). A single host token and a token chosen on the device run as the cache's recorded
+    /// step where the model records; hidden states are computed launch by launch.
+    pub fn forward(&self, input: Input, cache: &mut KvCache, output: Output) -> Result<Forwarded, ModelError> {
+        match input {
+            Input::Chosen(chosen) => {
+                if output.hidden() {
+                    return Err(ModelError::ChosenHidden);
+                }
+                let hidden = Tensor::zeros([0, self.config.hidden_size], &self.device);
+                self.forward_chosen(chosen, cache).map(|logits| Forwarded { logits, hidden })
+            }
+            Input::Ids { ids, soft_tokens } => {
+                if let Some(&bad) = ids.iter().find(|&&t| t as usize >= self.config.vocab_size) {
+                    return Err(ModelError::TokenOutOfRange(bad));
+                }
+                if let Some(soft) = soft_tokens {
+                    let placeholders = ids.iter().filter(|&&t| t == soft.placeholder).count();
+                    let rows = soft.rows.dims()[0];
+                    if placeholders != rows || soft.rows.dims()[1] != self.config.hidden_size {
+                        return Err(ModelError::SoftTokens { placeholders, rows });
+                    }
+                }
+                match output {
+                    Output::LastWithHidden => self.forward_last_hidden(ids, soft_tokens, cache),
+                    _ => self.forward_ids(ids, soft_tokens, cache, output),
+                }
+            }
+        }
     }
 
-    /// [`Self::forward`] with `soft_tokens` in place of the embeddings of its placeholder tokens
-    /// (an image's soft tokens, in the order its placeholders appear in `tokens`).
-    pub fn forward_with(
+    /// [`Self::forward`] of host ids (checked) in chunks: each chunk's share of the soft tokens
+    /// goes with it; the rows `output` asks for are kept.
+    fn forward_ids(
         &self,
         tokens: &[u32],
         soft_tokens: Option<&SoftTokens>,
         cache: &mut KvCache,
-        all_positions: bool,
-    ) -> Result<Tensor<2>, ModelError> {
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.config.vocab_size) {
-            return Err(ModelError::TokenOutOfRange(bad));
-        }
-        if let Some(soft) = soft_tokens {
-            let placeholders = tokens.iter().filter(|&&t| t == soft.placeholder).count();
-            let rows = soft.rows.dims()[0];
-            if placeholders != rows || soft.rows.dims()[1] != self.config.hidden_size {
-                return Err(ModelError::SoftTokens { placeholders, rows });
-            }
-        }
-        if tokens.is_empty() {
-            return Ok(Tensor::zeros([0, self.config.vocab_size], &self.device));
-        }
-        let mut rows = Vec::new();
+        output: Output,
+    ) -> Result<Forwarded, ModelError> {
+        let (all_positions, hidden) = (output != Output::Last, output.hidden());
+        let (mut logits, mut states) = (Vec::new(), Vec::new());
         let mut rest = tokens;
         let mut placed = 0;
         while !rest.is_empty() {
@@ -384,57 +457,39 @@ impl Gemma {
                     rows: soft.rows.clone().slice([placed - count..placed, 0..self.config.hidden_size]),
                 })
             });
-            if all_positions || rest.is_empty() {
-                rows.push(self.forward_chunk(chunk, soft.as_ref(), cache, all_positions)?);
+            if hidden {
+                // Launch by launch: a verification takes several tokens, which a recorded
+                // one-token step does not.
+                let geometry = cache.plan(chunk.len(), &self.device)?;
+                let (x0, token_rows) = self.embed_with(chunk, soft.as_ref());
+                let x = self.layers_and_norm(x0, token_rows, cache, &geometry, true);
+                cache.commit(&geometry);
+                logits.push(self.head(x.clone()));
+                states.push(x);
+            } else if all_positions || rest.is_empty() {
+                logits.push(self.forward_chunk(chunk, soft.as_ref(), cache, all_positions)?);
             } else {
                 self.forward_chunk(chunk, soft.as_ref(), cache, false)?;
             }
         }
-        Ok(if rows.len() == 1 { rows.remove(0) } else { Tensor::cat(rows, 0) })
+        let cat = |mut rows: Vec<Tensor<2>>, width: usize| match rows.len() {
+            0 => Tensor::zeros([0, width], &self.device),
+            1 => rows.remove(0),
+            _ => Tensor::cat(rows, 0),
+        };
+        let (vocab, h) = (self.config.vocab_size, self.config.hidden_size);
+        Ok(Forwarded { logits: cat(logits, vocab), hidden: cat(states, h) })
     }
 
-    /// [`Self::forward`] at every position, with the hidden states after the final norm beside
-    /// the logits: `([S, vocab], [S, h])`. A drafter reads the state of the last position it
-    /// drafts from (`crate::drafter`). Runs launch by launch: a verification takes several tokens,
-    /// which a recorded one-token step does not.
-    pub fn forward_hidden(&self, tokens: &[u32], cache: &mut KvCache) -> Result<(Tensor<2>, Tensor<2>), ModelError> {
-        let c = &self.config;
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
-            return Err(ModelError::TokenOutOfRange(bad));
-        }
-        let (mut logits, mut hidden) = (Vec::new(), Vec::new());
-        let mut rest = tokens;
-        while !rest.is_empty() {
-            let (chunk, after) = rest.split_at(cache.next_chunk(rest.len()));
-            rest = after;
-            let geometry = cache.plan(chunk.len(), &self.device)?;
-            let (x0, token_rows) = self.embed(chunk);
-            let x = self.layers_and_norm(x0, token_rows, cache, &geometry, true);
-            cache.commit(&geometry);
-            logits.push(self.head(x.clone()));
-            hidden.push(x);
-        }
-        if logits.is_empty() {
-            return Ok((
-                Tensor::zeros([0, c.vocab_size], &self.device),
-                Tensor::zeros([0, c.hidden_size], &self.device),
-            ));
-        }
-        Ok((Tensor::cat(logits, 0), Tensor::cat(hidden, 0)))
-    }
-
-    /// [`Self::forward_with`] for a prompt a drafter will draft after: the last position's logits
-    /// `[1, vocab]` and its hidden state after the final norm `[1, h]`. Runs launch by launch.
-    pub fn forward_last_hidden(
+    /// The last position's logits and hidden state, for a prompt a drafter will draft after:
+    /// the tokens before the last as a prompt, the last launch by launch.
+    fn forward_last_hidden(
         &self,
         tokens: &[u32],
         soft_tokens: Option<&SoftTokens>,
         cache: &mut KvCache,
-    ) -> Result<(Tensor<2>, Tensor<2>), ModelError> {
+    ) -> Result<Forwarded, ModelError> {
         let Some((&last, before)) = tokens.split_last() else { return Err(ModelError::EmptyPrompt) };
-        if last as usize >= self.config.vocab_size {
-            return Err(ModelError::TokenOutOfRange(last));
-        }
         let placeholders_before =
             soft_tokens.map_or(0, |soft| before.iter().filter(|&&t| t == soft.placeholder).count());
         let split = |soft: &SoftTokens, range: std::ops::Range<usize>| SoftTokens {
@@ -447,19 +502,12 @@ impl Gemma {
             let rows = soft.rows.dims()[0];
             split(soft, rows.saturating_sub(1)..rows)
         });
-        if let Some(soft) = soft_tokens {
-            let (placeholders, rows) =
-                (placeholders_before + usize::from(last == soft.placeholder), soft.rows.dims()[0]);
-            if placeholders != rows {
-                return Err(ModelError::SoftTokens { placeholders, rows });
-            }
-        }
-        self.forward_with(before, soft_before.as_ref(), cache, false)?;
+        self.forward_ids(before, soft_before.as_ref(), cache, Output::Last)?;
         let geometry = cache.plan(1, &self.device)?;
         let (x0, token_rows) = self.embed_with(&[last], soft_last.as_ref());
         let x = self.layers_and_norm(x0, token_rows, cache, &geometry, false);
         cache.commit(&geometry);
-        Ok((self.head(x.clone()), x))
+        Ok(Forwarded { logits: self.head(x.clone()), hidden: x })
     }
 
     fn forward_chunk(
@@ -495,7 +543,7 @@ impl Gemma {
     /// sampling and not read back yet) and returns the logits after it `[1, vocab]`: the
     /// recorded step replayed on the id where the model records, else its launches. Needs
     /// [`Self::steps_on_device`]. A chosen id is never an image's placeholder.
-    pub fn forward_chosen(&self, chosen: &Tensor<2, Int>, cache: &mut KvCache) -> Result<Tensor<2>, ModelError> {
+    fn forward_chosen(&self, chosen: &Tensor<2, Int>, cache: &mut KvCache) -> Result<Tensor<2>, ModelError> {
         if !self.steps_on_device() {
             return Err(ModelError::HostLookups);
         }
@@ -552,7 +600,7 @@ impl Gemma {
     /// caller's failure: the steps are run again from the first, launch by launch.
     pub fn step_by_step_logits(&self, tokens: &[u32], options: CacheOptions) -> Result<Vec<Tensor<2>>, ModelError> {
         let run = |cache: &mut KvCache| {
-            tokens.iter().map(|&t| self.forward(&[t], cache, true)).collect::<Result<Vec<_>, _>>()
+            tokens.iter().map(|&t| self.forward(Input::ids(&[t]), cache, Output::All).map(|f| f.logits)).collect::<Result<Vec<_>, _>>()
         };
         match run(&mut KvCache::new(&self.config, options, self.device())) {
             // The model no longer records: this second pass cannot fail the same way.

@@ -44,7 +44,7 @@ pub mod vision;
 pub use cache::{CONTEXT_SIZES, CacheOptions, DeviceMemory, KvCache};
 pub use config::TextConfig;
 pub use error::ModelError;
-pub use gemma::{Gemma, GemmaLoader, SoftTokens, WeightBytes};
+pub use gemma::{Forwarded, Gemma, GemmaLoader, Input, Output, SoftTokens, WeightBytes};
 pub use gpu::{Gpu, GpuError};
 pub use sampling::{Sampler, SamplingOptions};
 pub use session::{PrefillStats, PromptImage, PromptImages, Session};

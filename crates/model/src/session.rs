@@ -9,7 +9,7 @@ use burn::tensor::{Int, Tensor};
 
 use crate::cache::{CacheOptions, KvCache};
 use crate::error::ModelError;
-use crate::gemma::{Gemma, SoftTokens};
+use crate::gemma::{Forwarded, Gemma, Input, Output, SoftTokens};
 
 /// A held token appended on the device whose id is not read back yet (no vocabulary has it).
 const UNREAD: u32 = u32::MAX;
@@ -59,7 +59,7 @@ impl PromptImages {
         }
         let rows = Tensor::cat(self.images.iter().map(|i| i.soft_tokens.clone()).collect(), 0);
         let h = rows.dims()[1];
-        // A count that does not match is the model's to report (`forward_with`).
+        // A count that does not match is the model's to report (`Gemma::forward`).
         let end = (before + count).min(rows.dims()[0]);
         Some(SoftTokens { placeholder: self.placeholder, rows: rows.slice([before.min(end)..end, 0..h]) })
     }
@@ -219,8 +219,8 @@ impl Session {
         let soft = images.soft_tokens(prompt, keep..prompt.len());
         let (logits, hidden) = if with_hidden {
             let tokens = &prompt[keep..];
-            match self.model.forward_last_hidden(tokens, soft.as_ref(), &mut self.cache) {
-                Ok((logits, hidden)) => {
+            match self.model.forward(Input::with_images(tokens, soft.as_ref()), &mut self.cache, Output::LastWithHidden) {
+                Ok(Forwarded { logits, hidden }) => {
                     self.held.tokens.extend_from_slice(tokens);
                     (logits, Some(hidden))
                 }
@@ -238,10 +238,10 @@ impl Session {
     /// Runs `tokens` (a decoded token and the drafts after it) after those the cache holds:
     /// logits and hidden states at every position, `([S, vocab], [S, h])`.
     pub fn verify(&mut self, tokens: &[u32]) -> Result<(Tensor<2>, Tensor<2>), ModelError> {
-        match self.model.forward_hidden(tokens, &mut self.cache) {
-            Ok(out) => {
+        match self.model.forward(Input::ids(tokens), &mut self.cache, Output::AllWithHidden) {
+            Ok(Forwarded { logits, hidden }) => {
                 self.held.tokens.extend_from_slice(tokens);
-                Ok(out)
+                Ok((logits, hidden))
             }
             Err(err) => Err(self.forget(err)),
         }
@@ -285,8 +285,8 @@ impl Session {
 
     /// Runs `tokens` after those the cache holds, `soft` in place of their placeholders.
     fn run(&mut self, tokens: &[u32], soft: Option<SoftTokens>) -> Result<Tensor<2>, ModelError> {
-        match self.model.forward_with(tokens, soft.as_ref(), &mut self.cache, false) {
-            Ok(logits) => {
+        match self.model.forward(Input::with_images(tokens, soft.as_ref()), &mut self.cache, Output::Last) {
+            Ok(Forwarded { logits, .. }) => {
                 self.held.tokens.extend_from_slice(tokens);
                 Ok(logits)
             }
@@ -315,13 +315,13 @@ impl Session {
         for mark in marks.into_iter().filter(|&m| m < all.len()) {
             if mark > done {
                 let soft = soft_in(done..mark);
-                drop(self.model.forward_with(&all[done..mark], soft.as_ref(), &mut self.cache, false)?);
+                drop(self.model.forward(Input::with_images(&all[done..mark], soft.as_ref()), &mut self.cache, Output::Last)?);
                 done = mark;
             }
             self.cache.checkpoint();
         }
         let soft = soft_in(done..all.len());
-        let logits = self.model.forward_with(&all[done..], soft.as_ref(), &mut self.cache, false)?;
+        let logits = self.model.forward(Input::with_images(&all[done..], soft.as_ref()), &mut self.cache, Output::Last)?.logits;
         self.held.tokens = all;
         Ok(logits)
     }
@@ -338,8 +338,8 @@ impl Session {
     /// this device (the cache was rebuilt, and steps run unrecorded from now on): read the id and
     /// [`Self::step`] it.
     pub fn step_chosen(&mut self, chosen: &Tensor<2, Int>) -> Result<Option<Tensor<2>>, ModelError> {
-        match self.model.forward_chosen(chosen, &mut self.cache) {
-            Ok(logits) => {
+        match self.model.forward(Input::Chosen(chosen), &mut self.cache, Output::Last) {
+            Ok(Forwarded { logits, .. }) => {
                 self.held.tokens.push(UNREAD);
                 Ok(Some(logits))
             }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use burn::tensor::{Device, Tensor};
 use hearth_model::config::LayerType;
 use hearth_model::model_dir::ModelFiles;
-use hearth_model::{CacheOptions, KvCache, Sampler, SamplingOptions, Session, gpu};
+use hearth_model::{CacheOptions, Input, KvCache, Output, Sampler, SamplingOptions, Session, gpu};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -125,7 +125,7 @@ fn logits_and_greedy_tokens_match(case: &str) {
         let name = format!("{case} on {device_name}");
         let model = ModelFiles::open(&path).unwrap().load(&device).unwrap_or_else(|e| panic!("{name}: {e}"));
         let mut cache = KvCache::new(&model.config, CacheOptions::default(), &device);
-        let logits: Tensor<2> = model.forward(&expected.tokens, &mut cache, true).unwrap();
+        let logits: Tensor<2> = model.forward(Input::ids(&expected.tokens), &mut cache, Output::All).unwrap().logits;
         let vocab = logits.dims()[1];
         let values: Vec<f32> = pollster::block_on(logits.into_data_async()).unwrap().try_into_vec().unwrap();
         let diff = values

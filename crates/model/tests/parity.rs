@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use burn::tensor::{Device, Tensor};
 use hearth_model::decode::Decoder;
 use hearth_model::model_dir::load_model;
-use hearth_model::{CacheOptions, Gemma, GemmaLoader, KvCache, Sampler, SamplingOptions, Session, gpu};
+use hearth_model::{CacheOptions, Gemma, GemmaLoader, Input, KvCache, Output, Sampler, SamplingOptions, Session, gpu};
 use serde::Deserialize;
 
 const TOLERANCE: f32 = 1e-3;
@@ -86,7 +86,7 @@ fn for_each_model(mut f: impl FnMut(&str, Gemma, &Expected)) {
 fn prefill_logits_match_transformers() {
     for_each_model(|label, model, expected| {
         let mut cache = KvCache::new(&model.config, CacheOptions::default(), model.device());
-        let logits = model.forward(&expected.tokens, &mut cache, true).unwrap();
+        let logits = model.forward(Input::ids(&expected.tokens), &mut cache, Output::All).unwrap().logits;
         check(&format!("{label} prefill"), &read(logits), &expected.logits);
     });
 }
@@ -102,7 +102,7 @@ fn step_by_step_logits_match_transformers() {
             model.set_step_recording(recorded);
             let mut cache = KvCache::new(&model.config, options, model.device());
             let rows: Vec<Vec<f32>> =
-                expected.tokens.iter().flat_map(|&t| read(model.forward(&[t], &mut cache, true).unwrap())).collect();
+                expected.tokens.iter().flat_map(|&t| read(model.forward(Input::ids(&[t]), &mut cache, Output::All).unwrap().logits)).collect();
             let label = format!("{label} step-by-step (context {}, recorded {recorded})", options.max_context);
             check(&label, &rows, &expected.logits);
             assert_eq!(cache.holds_recorded_step(), on_gpu && recorded, "{label}: a recording on the GPU only");
@@ -116,7 +116,7 @@ fn step_by_step_logits_match_transformers() {
             drop(cache);
             let mut held_cache = KvCache::new(&model.config, options, model.device());
             let held: Vec<_> =
-                expected.tokens.iter().map(|&t| model.forward(&[t], &mut held_cache, true).unwrap()).collect();
+                expected.tokens.iter().map(|&t| model.forward(Input::ids(&[t]), &mut held_cache, Output::All).unwrap().logits).collect();
             let rows: Vec<Vec<f32>> = held.into_iter().flat_map(read).collect();
             check(&format!("{label}, each step's logits held to the end"), &rows, &expected.logits);
         }
@@ -149,7 +149,7 @@ fn chunked_prefill_through_a_wrapping_ring_matches() {
         let options = CacheOptions { max_context: 64, max_chunk: 3 };
         let mut cache = KvCache::new(&model.config, options, model.device());
         assert!(model.config.window() < expected.tokens.len(), "the fixture must be longer than the window");
-        let logits = model.forward(&expected.tokens, &mut cache, true).unwrap();
+        let logits = model.forward(Input::ids(&expected.tokens), &mut cache, Output::All).unwrap().logits;
         check(&format!("{label} chunked"), &read(logits), &expected.logits);
     });
 }
@@ -242,7 +242,7 @@ fn reused_cache_gives_the_same_logits_as_a_fresh_prefill() {
         let (logits, rewound) = session.prefill(&diverged).unwrap();
         assert_eq!(rewound.reused, tokens.len() - 2, "{label}: rewound instead of recomputing");
         let mut fresh = KvCache::new(&session.model().config, CacheOptions::default(), session.model().device());
-        let reference = session.model().forward(&diverged, &mut fresh, false).unwrap();
+        let reference = session.model().forward(Input::ids(&diverged), &mut fresh, Output::Last).unwrap().logits;
         check(&format!("{label} rewound"), &read(logits), &read(reference));
     });
 }
@@ -266,7 +266,7 @@ fn a_prompt_that_drops_a_long_answer_rewinds_to_the_checkpoint() {
         }
         let fresh_logits = |session: &Session, prompt: &[u32]| {
             let mut fresh = KvCache::new(&session.model().config, CacheOptions::default(), session.model().device());
-            read(session.model().forward(prompt, &mut fresh, false).unwrap())
+            read(session.model().forward(Input::ids(prompt), &mut fresh, Output::Last).unwrap().logits)
         };
         // Diverges right after the previous prompt: everything before it is kept.
         let mut next = tokens[..prompt_len].to_vec();
@@ -322,7 +322,7 @@ fn conversations_keep_their_own_caches_within_the_budget() {
         };
         assert_eq!(stats.reused, 10, "{label}: conversation 2 kept its cache");
         let mut fresh = KvCache::new(&session.model().config, CacheOptions::default(), session.model().device());
-        let reference = session.model().forward(&b, &mut fresh, false).unwrap();
+        let reference = session.model().forward(Input::ids(&b), &mut fresh, Output::Last).unwrap().logits;
         check(&format!("{label} second conversation"), &read(logits), &read(reference));
         // A third conversation takes the cache unused longest (conversation 1's).
         turn(&mut session, 3, &a[..5]);
@@ -352,7 +352,7 @@ fn a_split_embedding_matches_transformers() {
             let mut checkpoint = hearth_weights::Checkpoint::open(&dir).unwrap();
             let model = Gemma::load_with_tensor_limit(config, &mut checkpoint, &device, 1024).unwrap();
             let mut cache = KvCache::new(&model.config, CacheOptions::default(), model.device());
-            let logits = model.forward(&expected.tokens, &mut cache, true).unwrap();
+            let logits = model.forward(Input::ids(&expected.tokens), &mut cache, Output::All).unwrap().logits;
             check(&format!("{case}/{device_name} split embedding"), &read(logits), &expected.logits);
         }
     }
@@ -433,7 +433,7 @@ fn a_model_loaded_from_fetched_pieces_matches_transformers() {
             eprintln!("{case}/{device_name}: at most {peak} of {total} bytes held at once");
             assert!((peak as u64) * 4 < total, "{case}: a step held {peak} of {total} bytes");
             let mut cache = KvCache::new(&model.config, CacheOptions::default(), model.device());
-            let logits = model.forward(&expected.tokens, &mut cache, true).unwrap();
+            let logits = model.forward(Input::ids(&expected.tokens), &mut cache, Output::All).unwrap().logits;
             check(&format!("{case}/{device_name} fetched pieces"), &read(logits), &expected.logits);
         }
     }

@@ -14,7 +14,7 @@ use hearth_model::generate::{GenerateOptions, Generation, generate};
 use hearth_model::model_dir::load_model;
 use hearth_model::speculative::{DraftSource, Speculation};
 use hearth_model::tokenizer::Tokenizer;
-use hearth_model::{CacheOptions, Gemma, Sampler, SamplingOptions, Session};
+use hearth_model::{CacheOptions, Gemma, Input, Output, Sampler, SamplingOptions, Session};
 
 mod common;
 use common::devices;
@@ -152,7 +152,7 @@ fn main_model(device: &Device) -> Gemma {
 /// candidates, computed exactly from its logits.
 fn next_distribution(model: &Gemma, tokens: &[u32], options: SamplingOptions) -> Vec<(u32, f64)> {
     let mut cache = hearth_model::KvCache::new(&model.config, CacheOptions::default(), model.device());
-    let logits: Tensor<2> = model.forward(tokens, &mut cache, false).unwrap();
+    let logits: Tensor<2> = model.forward(Input::ids(tokens), &mut cache, Output::Last).unwrap().logits;
     let values: Vec<f32> = pollster::block_on(logits.into_data_async()).unwrap().try_into_vec().unwrap();
     let mut order: Vec<usize> = (0..values.len()).collect();
     order.sort_by(|&a, &b| values[b].total_cmp(&values[a]));

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use burn::tensor::{Device, Tensor};
 use hearth_model::model_dir::ModelFiles;
 use hearth_model::vision::{RgbImage, VisionTower};
-use hearth_model::{CacheOptions, Gemma, KvCache, PromptImage, PromptImages, Session, SoftTokens};
+use hearth_model::{CacheOptions, Gemma, Input, KvCache, Output, PromptImage, PromptImages, Session, SoftTokens};
 use serde::Deserialize;
 
 mod common;
@@ -109,7 +109,7 @@ fn check_case(label: &str, dir: &Path, case: &Case, tower: &VisionTower, model: 
     let small = CacheOptions { max_context: 192, max_chunk: 7 };
     for (options, how) in [(CacheOptions::default(), "in one chunk"), (small, "in chunks of 7")] {
         let mut cache = KvCache::new(&model.config, options, model.device());
-        let logits = model.forward_with(&case.tokens, Some(&soft), &mut cache, true).unwrap();
+        let logits = model.forward(Input::with_images(&case.tokens, Some(&soft)), &mut cache, Output::All).unwrap().logits;
         check(
             &format!("{label}: logits after the image, {how}"),
             &rows(logits).split_off(case.logits_from),
@@ -128,7 +128,8 @@ fn a_prompt_whose_placeholders_do_not_match_the_soft_tokens_is_refused() {
     let model = files.load(&device).unwrap();
     let soft = SoftTokens { placeholder, rows: Tensor::zeros([3, model.config.hidden_size], &device) };
     let mut cache = KvCache::new(&model.config, CacheOptions::default(), model.device());
-    let err = model.forward_with(&[2, placeholder, placeholder, 5], Some(&soft), &mut cache, false).unwrap_err();
+    let input = Input::with_images(&[2, placeholder, placeholder, 5], Some(&soft));
+    let Err(err) = model.forward(input, &mut cache, Output::Last) else { panic!("two placeholders took three soft tokens") };
     assert_eq!(err.to_string(), "the prompt has 2 image placeholders but 3 soft tokens were given");
 }
 
@@ -165,7 +166,7 @@ fn a_session_reuses_an_image_only_while_it_is_the_same() {
     let fresh = |soft: &Tensor<2>| {
         let mut cache = KvCache::new(&model.config, CacheOptions::default(), model.device());
         let s = SoftTokens { placeholder, rows: soft.clone() };
-        rows(model.forward_with(&case.tokens, Some(&s), &mut cache, false).unwrap())
+        rows(model.forward(Input::with_images(&case.tokens, Some(&s)), &mut cache, Output::Last).unwrap().logits)
     };
     let expected_other = fresh(&other);
 

@@ -15,13 +15,13 @@ use hearth_agent::parser::{ParseEvent, ParserOptions, StreamParser};
 use hearth_agent::tools::ArgumentError;
 use hearth_agent::{CancelToken, GenerationRequest, ModelChunk, STEP_ENDS_AFTER, builtin_tools, validate_arguments};
 use hearth_chat::{Message, RenderRequest};
-use hearth_model::generate::{self, GenerateOptions};
-use hearth_model::{Sampler, SamplingOptions};
+use hearth_model::SamplingOptions;
+use hearth_model::generate;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::engine_state;
-use hearth_engine::SharedModel;
+use hearth_engine::{Decoding, SharedModel};
 use hearth_engine::generation::{call_constraint, generate_step, keep_call_constraint};
 
 /// The KV-cache conversation of the probe (the prompt is the same for every run: it is prefilled
@@ -163,18 +163,12 @@ async fn free(model: &SharedModel, prompt: &str, sampling: SamplingOptions, max_
     let ids = model.tokenizer.encode(prompt).map_err(|e| e.to_string())?;
     let mut session = model.session.lock().await;
     session.use_conversation(PROBE_CONVERSATION);
-    let mut sampler = Sampler::new(sampling);
-    let options = GenerateOptions {
-        max_tokens,
-        stop_tokens: &model.stop_tokens,
-        tool_calls: None,
-        images: None,
-        speculation: None,
-    };
+    let mut decoding = Decoding::new(sampling);
+    let (sampler, options) = decoding.options(max_tokens, &model.stop_tokens, None);
     let on_token = |id, _: &str| if Some(id) == close { ControlFlow::Break(()) } else { ControlFlow::Continue(()) };
     let generation = generate::generate(
         &mut session,
-        &mut sampler,
+        sampler,
         &model.tokenizer,
         &ids,
         options,

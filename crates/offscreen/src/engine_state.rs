@@ -6,13 +6,12 @@ use std::ops::ControlFlow;
 
 use burn::tensor::Device;
 use hearth_chat::{Message, RenderRequest};
-use hearth_engine::{ModelParts, PartsError, SharedModel, TemplateSource};
+use hearth_engine::{Decoding, MAX_DRAFT, ModelParts, PartsError, SharedModel, TemplateSource};
 use hearth_model::drafter::{Drafter, DrafterConfig};
-use hearth_model::generate::{self, GenerateOptions};
+use hearth_model::generate;
 use hearth_model::gpu::AdapterInfo;
-use hearth_model::speculative::{DraftSource, Speculation};
 use hearth_model::vision::{VisionConfig, VisionTower, has_vision_weights, vision_weight_prefixes};
-use hearth_model::{CacheOptions, DeviceMemory, Gemma, Sampler, SamplingOptions, TextConfig, gpu, self_test};
+use hearth_model::{CacheOptions, DeviceMemory, Gemma, SamplingOptions, TextConfig, gpu, self_test};
 use hearth_protocol::{
     EngineFailure, EngineStatus, FailureKind, GenerateRequest, GenerationEvent, GenerationStats, ModelInfo, ModelMemory,
 };
@@ -584,24 +583,14 @@ pub async fn generate(request: &GenerateRequest, emit: &impl Fn(&GenerationEvent
     let result = async {
         let prompt = template.render(&render).map_err(|e| e.to_string())?;
         let ids = tokenizer.encode(&prompt).map_err(|e| e.to_string())?;
-        let mut sampler = Sampler::new(SamplingOptions::greedy());
-        let mut speculation = model
-            .drafter
-            .as_deref()
-            .filter(|_| request.drafting)
-            .map(|drafter| Speculation::new(DraftSource::Assistant(drafter), hearth_engine::MAX_DRAFT));
-        let options = GenerateOptions {
-            max_tokens: request.max_tokens as usize,
-            stop_tokens,
-            tool_calls: None,
-            images: None,
-            speculation: speculation.as_mut(),
-        };
+        let mut decoding = Decoding::new(SamplingOptions::greedy())
+            .drafting_with(model.drafter.as_deref().filter(|_| request.drafting), MAX_DRAFT);
+        let (sampler, options) = decoding.options(request.max_tokens as usize, stop_tokens, None);
         let on_token = |token_id, text: &str| {
             emit(&GenerationEvent::Token { request_id, token_id, text: text.into() });
             ControlFlow::Continue(())
         };
-        generate::generate(&mut session, &mut sampler, tokenizer, &ids, options, clock_ms, on_token)
+        generate::generate(&mut session, sampler, tokenizer, &ids, options, clock_ms, on_token)
             .await
             .map_err(|e| e.to_string())
     }

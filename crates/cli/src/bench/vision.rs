@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use burn::tensor::{Device, Tensor};
 use hearth_model::vision::{RgbImage, SOFT_TOKEN_BUDGETS, VisionConfig, VisionTower};
-use hearth_model::{CacheOptions, DeviceMemory, KvCache, Sampler, SamplingOptions, SoftTokens};
+use hearth_model::{CacheOptions, DeviceMemory, Input, KvCache, Output, Sampler, SamplingOptions, SoftTokens};
 use hearth_weights::{Checkpoint, MemorySource};
 use serde_json::json;
 
@@ -169,11 +169,14 @@ fn soft_token_prefill(
         let mut cache = KvCache::new(&model.config, cache_options, model.device());
         let soft = SoftTokens { placeholder: vision.image_token_id, rows: rows.clone() };
         let start = Instant::now();
-        let logits = model.forward_with(&prompt(t), Some(&soft), &mut cache, false).map_err(|e| e.to_string())?;
+        let logits = model
+            .forward(Input::with_images(&prompt(t), Some(&soft)), &mut cache, Output::Last)
+            .map_err(|e| e.to_string())?
+            .logits;
         let next = pollster::block_on(sampler.sample(logits)).map_err(|e| e.to_string())?;
         let prefill_s = start.elapsed().as_secs_f64();
         let start = Instant::now();
-        let logits = model.forward(&[next], &mut cache, false).map_err(|e| e.to_string())?;
+        let logits = model.forward(Input::ids(&[next]), &mut cache, Output::Last).map_err(|e| e.to_string())?.logits;
         pollster::block_on(sampler.sample(logits)).map_err(|e| e.to_string())?;
         Ok((prefill_s, start.elapsed().as_secs_f64()))
     };
@@ -202,7 +205,7 @@ fn soft_token_prefill(
     };
     println!(
         "## Soft tokens → first token ({}{cut})\n\nThe prompt `<bos> <|image> T × <|image|> <image|>`, the \
-         placeholders' embeddings replaced by the tower's soft tokens (`forward_with`); greedy sampling, \
+         placeholders' embeddings replaced by the tower's soft tokens (`Gemma::forward`); greedy sampling, \
          4 bytes read back; a fresh cache per budget, one warm-up first. Whole path: processor + encode + \
          prefill + first sample (the first token of the answer); the first decode step after it apart \
          (on the model as loaded, not scaled; it records the step).\n",

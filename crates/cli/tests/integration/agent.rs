@@ -53,3 +53,70 @@ fn the_real_engine_runs_the_task_to_a_state_the_user_can_read() {
     assert!(out.contains("model: ") && out.contains("step: "), "{out}");
     assert!(out.contains("page state:") && out.contains(r#"[1] input "Full name": """#), "{out}");
 }
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/fixtures")
+}
+
+/// A 4×3 PNG, written to the test's own temporary folder.
+fn picture(name: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("hearth-agent-{}-{name}.png", std::process::id()));
+    let file = std::fs::File::create(&path).expect("a temporary file");
+    let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), 4, 3);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder.write_header().expect("a PNG header");
+    writer.write_image_data(&[200; 4 * 3 * 3]).expect("the pixels");
+    path
+}
+
+#[test]
+fn the_assistant_drafts_the_steps_and_changes_nothing_they_do() {
+    // Greedy steps: with the model's assistant drafting them, the task is the same task.
+    let assistant = fixtures().join("tiny-chat-assistant");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["--cpu", "--max-iterations", "2", "--max-new-tokens", "16"];
+        args.extend(extra);
+        agent(&args)
+    };
+    let plain = run(&[]);
+    let drafted = run(&["--drafter", assistant.to_str().expect("utf-8")]);
+    assert!(drafted.contains(&format!("drafter: {}", assistant.display())), "{drafted}");
+    let steps = |out: &str| out.lines().filter(|l| !l.starts_with("model:") && !l.starts_with("drafter:")).collect::<Vec<_>>().join("\n");
+    assert_eq!(steps(&drafted), steps(&plain));
+
+    // An assistant made for another model is refused by name, before any step.
+    let other = fixtures().join("gemma4-drafter/tied");
+    let page = fixture("order.html");
+    let model = tiny_model();
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["agent", "--cpu", "--model", &model, "--page", &page, "--drafter", other.to_str().expect("utf-8"), "Order."])
+        .output()
+        .expect("hearth runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("the drafter in"), "{stderr}");
+}
+
+#[test]
+fn with_a_screenshot_the_agent_sees_the_page_and_without_one_it_cannot() {
+    let shot = picture("page");
+    let script = std::env::temp_dir().join(format!("hearth-agent-{}-look.json", std::process::id()));
+    let calls = [
+        "<|tool_call>call:screenshot{}<tool_call|>",
+        "<|tool_call>call:done{result:<|\"|>Looked.<|\"|>,success:true}<tool_call|>",
+    ];
+    std::fs::write(&script, serde_json::to_string(&calls).expect("json")).expect("the script");
+    let script = script.to_str().expect("utf-8");
+    let seen = agent(&["--script", script, "--screenshot", shot.to_str().expect("utf-8")]);
+    assert!(seen.contains("result: Screenshot of the visible page."), "{seen}");
+    assert!(seen.contains("actions: took a screenshot"), "{seen}");
+    // No picture: the tool is not offered, and the call fails.
+    let blind = agent(&["--script", script]);
+    assert!(!blind.contains("result: Screenshot"), "{blind}");
+    assert!(blind.contains("failed:"), "{blind}");
+
+    // The real engine: the model's own vision tower is loaded for the picture, and the steps run.
+    let real = agent(&["--cpu", "--max-iterations", "1", "--max-new-tokens", "8", "--screenshot", shot.to_str().expect("utf-8")]);
+    assert!(real.contains("vision: the model sees the page's screenshot"), "{real}");
+    assert!(real.contains("step: "), "{real}");
+}

@@ -55,7 +55,7 @@ pub enum DrafterError {
     )]
     WindowNotHeld { first: usize, end: usize },
     #[error(
-        "a draft step's state is {actual:?}, not [1, {width}]: pass the main model's hidden state (a row of forward_hidden's) or the last step's"
+        "a draft step's state is {actual:?}, not [1, {width}]: pass the main model's hidden state (a row of Gemma::forward's hidden states) or the last step's"
     )]
     StateShape { width: usize, actual: Vec<usize> },
     #[error("the cache given to the drafter is not the loaded model's: layer {0} caches nothing")]

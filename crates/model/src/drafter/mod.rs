@@ -22,7 +22,7 @@
 //! Shapes: H = the main model's width, h = the drafter's, Hq = query heads, Hkv = key/value heads,
 //! d = head dim of the layer, n = keys read.
 //!
-//! The engine's round: the main model runs its tokens with [`Gemma::forward_hidden`] (the prompt,
+//! The engine's round: the main model runs its tokens with [`Gemma::forward`] (`Output::AllWithHidden`) (the prompt,
 //! or the last token and the drafts it verifies), rewinds its cache to the accepted positions
 //! ([`KvCache::truncate`](crate::KvCache::truncate)) and samples the next token from the logits of
 //! the last accepted position; [`Drafter::context`] then reads the cache, and [`Drafter::step`]
@@ -322,7 +322,7 @@ impl Drafter {
 
     /// One draft step at the context's position: `token` is the input token (the main model's
     /// sampled token, then each draft), `state` `[1, H]` the main model's hidden state at the
-    /// position before (a row of [`Gemma::forward_hidden`]), then the previous step's.
+    /// position before (a row of [`Gemma::forward`] (`Output::AllWithHidden`)), then the previous step's.
     pub fn step(
         &self,
         main: &Gemma,
