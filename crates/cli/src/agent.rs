@@ -8,8 +8,8 @@ use std::rc::Rc;
 
 use hearth_agent::scripted::ScriptedModel;
 use hearth_agent::{AgentEvent, Decision, SystemClock};
-use hearth_engine::shared::monotonic_ms;
 use hearth_engine::native::{self, ModelSource, Vision};
+use hearth_engine::shared::monotonic_ms;
 use hearth_engine::{ModelParts, TaskModel, new_agent};
 use hearth_model::CacheOptions;
 use hearth_model::model_dir::ModelFiles;

@@ -15,13 +15,13 @@ use std::time::Instant;
 use burn::tensor::{Device, Tensor};
 use clap::{Parser, Subcommand};
 use hearth_chat::{ChatTemplate, ContentPart, Message, MessageContent, RenderRequest, Tool};
+use hearth_engine::constrain::{CallConstraint, CallGrammar, VocabTrie, grammar_from_function_list};
 use hearth_engine::native;
 use hearth_engine::{Decoding, MAX_DRAFT, ModelParts};
-use hearth_engine::constrain::{CallConstraint, CallGrammar, VocabTrie, grammar_from_function_list};
 use hearth_model::generate;
 use hearth_model::model_dir::{ModelFiles, load_model, load_tokenizer};
-use hearth_model::vision::{self, RgbImage, SOFT_TOKEN_BUDGETS, VisionTower};
-use hearth_model::{CacheOptions, DeviceMemory, Input, KvCache, Output, Sampler, SamplingOptions, Session, gpu, self_test};
+use hearth_model::vision::{self, RgbImage, SOFT_TOKEN_BUDGETS};
+use hearth_model::{CacheOptions, DeviceMemory, Input, KvCache, Output, SamplingOptions, Session, gpu, self_test};
 use serde::Deserialize;
 
 #[derive(Parser)]

@@ -192,9 +192,10 @@ impl SavedPage {
                 Ok(ToolOutput::text(format!("Chose {:?} in {described}.", choice.text)))
             }
             "screenshot" => {
-                let picture = self.picture.clone().ok_or_else(|| {
-                    ToolError("A saved page has no pixels: no screenshot was given with it.".into())
-                })?;
+                let picture = self
+                    .picture
+                    .clone()
+                    .ok_or_else(|| ToolError("A saved page has no pixels: no screenshot was given with it.".into()))?;
                 self.actions.push("took a screenshot".into());
                 Ok(ToolOutput {
                     image: Some(Box::new(picture)),

@@ -23,7 +23,9 @@ pub enum ModelError {
     Image(String),
     #[error("the prompt is empty")]
     EmptyPrompt,
-    #[error("a token chosen on the GPU runs as a recorded step, which keeps no hidden state; this is a bug in the caller")]
+    #[error(
+        "a token chosen on the GPU runs as a recorded step, which keeps no hidden state; this is a bug in the caller"
+    )]
     ChosenHidden,
     #[error(
         "the conversation no longer fits the model's context ({0} tokens): clear the conversation (settings) and start again"

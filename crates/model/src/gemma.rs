@@ -600,7 +600,10 @@ impl Gemma {
     /// caller's failure: the steps are run again from the first, launch by launch.
     pub fn step_by_step_logits(&self, tokens: &[u32], options: CacheOptions) -> Result<Vec<Tensor<2>>, ModelError> {
         let run = |cache: &mut KvCache| {
-            tokens.iter().map(|&t| self.forward(Input::ids(&[t]), cache, Output::All).map(|f| f.logits)).collect::<Result<Vec<_>, _>>()
+            tokens
+                .iter()
+                .map(|&t| self.forward(Input::ids(&[t]), cache, Output::All).map(|f| f.logits))
+                .collect::<Result<Vec<_>, _>>()
         };
         match run(&mut KvCache::new(&self.config, options, self.device())) {
             // The model no longer records: this second pass cannot fail the same way.

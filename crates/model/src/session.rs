@@ -219,7 +219,8 @@ impl Session {
         let soft = images.soft_tokens(prompt, keep..prompt.len());
         let (logits, hidden) = if with_hidden {
             let tokens = &prompt[keep..];
-            match self.model.forward(Input::with_images(tokens, soft.as_ref()), &mut self.cache, Output::LastWithHidden) {
+            match self.model.forward(Input::with_images(tokens, soft.as_ref()), &mut self.cache, Output::LastWithHidden)
+            {
                 Ok(Forwarded { logits, hidden }) => {
                     self.held.tokens.extend_from_slice(tokens);
                     (logits, Some(hidden))
@@ -315,13 +316,18 @@ impl Session {
         for mark in marks.into_iter().filter(|&m| m < all.len()) {
             if mark > done {
                 let soft = soft_in(done..mark);
-                drop(self.model.forward(Input::with_images(&all[done..mark], soft.as_ref()), &mut self.cache, Output::Last)?);
+                drop(self.model.forward(
+                    Input::with_images(&all[done..mark], soft.as_ref()),
+                    &mut self.cache,
+                    Output::Last,
+                )?);
                 done = mark;
             }
             self.cache.checkpoint();
         }
         let soft = soft_in(done..all.len());
-        let logits = self.model.forward(Input::with_images(&all[done..], soft.as_ref()), &mut self.cache, Output::Last)?.logits;
+        let logits =
+            self.model.forward(Input::with_images(&all[done..], soft.as_ref()), &mut self.cache, Output::Last)?.logits;
         self.held.tokens = all;
         Ok(logits)
     }

@@ -58,7 +58,8 @@ fn max_diff(actual: &[f32], expected: &[f32]) -> f32 {
 /// accepted tokens and the rejected drafts in one verification, the rejected ones rewound. Returns
 /// the next token (greedy, from the last kept position) and the hidden state there `[1, H]`.
 fn main_round(model: &Gemma, cache: &mut KvCache, case: &Case) -> (u32, Tensor<2>) {
-    let (mut logits, mut hidden) = model.forward(Input::ids(&case.prompt), cache, Output::AllWithHidden).unwrap().into_parts();
+    let (mut logits, mut hidden) =
+        model.forward(Input::ids(&case.prompt), cache, Output::AllWithHidden).unwrap().into_parts();
     let mut last = case.prompt.len() - 1;
     if !case.accepted.is_empty() {
         let verified: Vec<u32> = case.accepted.iter().chain(&case.rejected).copied().collect();
@@ -163,7 +164,8 @@ fn the_drafter_refuses_what_it_cannot_draft_from() {
     let mut cache = KvCache::new(&model.config, CacheOptions::default(), &device);
     assert!(matches!(drafter.context(&cache), Err(DrafterError::EmptyContext)));
 
-    let (_, hidden) = model.forward(Input::ids(&fixture.cases[0].prompt), &mut cache, Output::AllWithHidden).unwrap().into_parts();
+    let (_, hidden) =
+        model.forward(Input::ids(&fixture.cases[0].prompt), &mut cache, Output::AllWithHidden).unwrap().into_parts();
     let context = drafter.context(&cache).unwrap();
     let narrow = hidden.clone().slice([0..1, 0..16]);
     let err = drafter.step(&model, &context, 5, narrow).err();
@@ -214,7 +216,10 @@ fn recorded_draft_steps_draft_what_launched_ones_do() {
         let launched = drafter::load_dir(&dir, &model.config, &device).unwrap();
         launched.set_step_recording(false);
         let mut cache = KvCache::new(&model.config, options, model.device());
-        let (mut logits, mut hidden) = model.forward(Input::ids(&fixture.cases[0].prompt), &mut cache, Output::AllWithHidden).unwrap().into_parts();
+        let (mut logits, mut hidden) = model
+            .forward(Input::ids(&fixture.cases[0].prompt), &mut cache, Output::AllWithHidden)
+            .unwrap()
+            .into_parts();
         for round in 0..4 {
             if round == 1 {
                 // The ring is shared with the checkpoint now: this round records on it, and the
@@ -233,12 +238,16 @@ fn recorded_draft_steps_draft_what_launched_ones_do() {
             }
             // The main model takes the token and two of the drafts (a verification's chunk).
             let verified = [next, argmax(&got[0]), argmax(&got[1])];
-            (logits, hidden) = model.forward(Input::ids(&verified), &mut cache, Output::AllWithHidden).unwrap().into_parts();
+            (logits, hidden) =
+                model.forward(Input::ids(&verified), &mut cache, Output::AllWithHidden).unwrap().into_parts();
         }
 
         // A second cache drafting in turns with the first (two tabs): each keeps its recording.
         let mut other = KvCache::new(&model.config, options, model.device());
-        let (other_logits, other_hidden) = model.forward(Input::ids(&fixture.cases[1].prompt), &mut other, Output::AllWithHidden).unwrap().into_parts();
+        let (other_logits, other_hidden) = model
+            .forward(Input::ids(&fixture.cases[1].prompt), &mut other, Output::AllWithHidden)
+            .unwrap()
+            .into_parts();
         for (turn, (on, logits, hidden)) in
             [(&other, &other_logits, &other_hidden), (&cache, &logits, &hidden), (&other, &other_logits, &other_hidden)]
                 .into_iter()

@@ -101,8 +101,11 @@ fn step_by_step_logits_match_transformers() {
         for (options, recorded) in [(CacheOptions::default(), true), (small, true), (small, false)] {
             model.set_step_recording(recorded);
             let mut cache = KvCache::new(&model.config, options, model.device());
-            let rows: Vec<Vec<f32>> =
-                expected.tokens.iter().flat_map(|&t| read(model.forward(Input::ids(&[t]), &mut cache, Output::All).unwrap().logits)).collect();
+            let rows: Vec<Vec<f32>> = expected
+                .tokens
+                .iter()
+                .flat_map(|&t| read(model.forward(Input::ids(&[t]), &mut cache, Output::All).unwrap().logits))
+                .collect();
             let label = format!("{label} step-by-step (context {}, recorded {recorded})", options.max_context);
             check(&label, &rows, &expected.logits);
             assert_eq!(cache.holds_recorded_step(), on_gpu && recorded, "{label}: a recording on the GPU only");
@@ -115,8 +118,11 @@ fn step_by_step_logits_match_transformers() {
             // recording at a time: a recording may allocate nothing.)
             drop(cache);
             let mut held_cache = KvCache::new(&model.config, options, model.device());
-            let held: Vec<_> =
-                expected.tokens.iter().map(|&t| model.forward(Input::ids(&[t]), &mut held_cache, Output::All).unwrap().logits).collect();
+            let held: Vec<_> = expected
+                .tokens
+                .iter()
+                .map(|&t| model.forward(Input::ids(&[t]), &mut held_cache, Output::All).unwrap().logits)
+                .collect();
             let rows: Vec<Vec<f32>> = held.into_iter().flat_map(read).collect();
             check(&format!("{label}, each step's logits held to the end"), &rows, &expected.logits);
         }

@@ -109,7 +109,8 @@ fn check_case(label: &str, dir: &Path, case: &Case, tower: &VisionTower, model: 
     let small = CacheOptions { max_context: 192, max_chunk: 7 };
     for (options, how) in [(CacheOptions::default(), "in one chunk"), (small, "in chunks of 7")] {
         let mut cache = KvCache::new(&model.config, options, model.device());
-        let logits = model.forward(Input::with_images(&case.tokens, Some(&soft)), &mut cache, Output::All).unwrap().logits;
+        let logits =
+            model.forward(Input::with_images(&case.tokens, Some(&soft)), &mut cache, Output::All).unwrap().logits;
         check(
             &format!("{label}: logits after the image, {how}"),
             &rows(logits).split_off(case.logits_from),
@@ -128,8 +129,11 @@ fn a_prompt_whose_placeholders_do_not_match_the_soft_tokens_is_refused() {
     let model = files.load(&device).unwrap();
     let soft = SoftTokens { placeholder, rows: Tensor::zeros([3, model.config.hidden_size], &device) };
     let mut cache = KvCache::new(&model.config, CacheOptions::default(), model.device());
-    let input = Input::with_images(&[2, placeholder, placeholder, 5], Some(&soft));
-    let Err(err) = model.forward(input, &mut cache, Output::Last) else { panic!("two placeholders took three soft tokens") };
+    let ids = [2, placeholder, placeholder, 5];
+    let input = Input::with_images(&ids, Some(&soft));
+    let Err(err) = model.forward(input, &mut cache, Output::Last) else {
+        panic!("two placeholders took three soft tokens")
+    };
     assert_eq!(err.to_string(), "the prompt has 2 image placeholders but 3 soft tokens were given");
 }
 

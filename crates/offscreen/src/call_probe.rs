@@ -21,8 +21,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::engine_state;
-use hearth_engine::{Decoding, SharedModel};
 use hearth_engine::generation::{call_constraint, generate_step, keep_call_constraint};
+use hearth_engine::{Decoding, SharedModel};
 
 /// The KV-cache conversation of the probe (the prompt is the same for every run: it is prefilled
 /// once and reused).
@@ -166,17 +166,10 @@ async fn free(model: &SharedModel, prompt: &str, sampling: SamplingOptions, max_
     let mut decoding = Decoding::new(sampling);
     let (sampler, options) = decoding.options(max_tokens, &model.stop_tokens, None);
     let on_token = |id, _: &str| if Some(id) == close { ControlFlow::Break(()) } else { ControlFlow::Continue(()) };
-    let generation = generate::generate(
-        &mut session,
-        sampler,
-        &model.tokenizer,
-        &ids,
-        options,
-        engine_state::clock_ms,
-        on_token,
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let generation =
+        generate::generate(&mut session, sampler, &model.tokenizer, &ids, options, engine_state::clock_ms, on_token)
+            .await
+            .map_err(|e| e.to_string())?;
     let text = format!("{CALL_OPEN}{}", generation.text);
     Ok(Run {
         closed: text.ends_with(CALL_CLOSE),

@@ -82,7 +82,9 @@ fn the_assistant_drafts_the_steps_and_changes_nothing_they_do() {
     let plain = run(&[]);
     let drafted = run(&["--drafter", assistant.to_str().expect("utf-8")]);
     assert!(drafted.contains(&format!("drafter: {}", assistant.display())), "{drafted}");
-    let steps = |out: &str| out.lines().filter(|l| !l.starts_with("model:") && !l.starts_with("drafter:")).collect::<Vec<_>>().join("\n");
+    let steps = |out: &str| {
+        out.lines().filter(|l| !l.starts_with("model:") && !l.starts_with("drafter:")).collect::<Vec<_>>().join("\n")
+    };
     assert_eq!(steps(&drafted), steps(&plain));
 
     // An assistant made for another model is refused by name, before any step.
@@ -90,7 +92,17 @@ fn the_assistant_drafts_the_steps_and_changes_nothing_they_do() {
     let page = fixture("order.html");
     let model = tiny_model();
     let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
-        .args(["agent", "--cpu", "--model", &model, "--page", &page, "--drafter", other.to_str().expect("utf-8"), "Order."])
+        .args([
+            "agent",
+            "--cpu",
+            "--model",
+            &model,
+            "--page",
+            &page,
+            "--drafter",
+            other.to_str().expect("utf-8"),
+            "Order.",
+        ])
         .output()
         .expect("hearth runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -108,15 +120,23 @@ fn with_a_screenshot_the_agent_sees_the_page_and_without_one_it_cannot() {
     std::fs::write(&script, serde_json::to_string(&calls).expect("json")).expect("the script");
     let script = script.to_str().expect("utf-8");
     let seen = agent(&["--script", script, "--screenshot", shot.to_str().expect("utf-8")]);
-    assert!(seen.contains("result: Screenshot of the visible page."), "{seen}");
+    assert!(seen.contains("call: screenshot") && seen.contains("Screenshot of the visible page."), "{seen}");
     assert!(seen.contains("actions: took a screenshot"), "{seen}");
     // No picture: the tool is not offered, and the call fails.
     let blind = agent(&["--script", script]);
-    assert!(!blind.contains("result: Screenshot"), "{blind}");
+    assert!(!blind.contains("Screenshot of the visible page."), "{blind}");
     assert!(blind.contains("failed:"), "{blind}");
 
     // The real engine: the model's own vision tower is loaded for the picture, and the steps run.
-    let real = agent(&["--cpu", "--max-iterations", "1", "--max-new-tokens", "8", "--screenshot", shot.to_str().expect("utf-8")]);
+    let real = agent(&[
+        "--cpu",
+        "--max-iterations",
+        "1",
+        "--max-new-tokens",
+        "8",
+        "--screenshot",
+        shot.to_str().expect("utf-8"),
+    ]);
     assert!(real.contains("vision: the model sees the page's screenshot"), "{real}");
     assert!(real.contains("step: "), "{real}");
 }
