@@ -81,14 +81,16 @@ impl Output {
 pub struct Forwarded {
     /// `[rows, vocab]`, the rows the output asked for.
     pub logits: Tensor<2>,
-    /// `[rows, h]` after the final norm when the output asked for them, else `[0, h]`.
-    pub hidden: Tensor<2>,
+    /// `[rows, h]` after the final norm, when the output asked for them (nothing is made for a
+    /// decoded token's logits).
+    pub hidden: Option<Tensor<2>>,
 }
 
 impl Forwarded {
-    /// `(logits, hidden)`.
+    /// `(logits, hidden)` of an output that asked for the hidden states (`[0, 0]` otherwise).
     pub fn into_parts(self) -> (Tensor<2>, Tensor<2>) {
-        (self.logits, self.hidden)
+        let hidden = self.hidden.unwrap_or_else(|| self.logits.clone().slice([0..0, 0..0]));
+        (self.logits, hidden)
     }
 }
 
@@ -410,8 +412,7 @@ impl Gemma {
                 if output.hidden() {
                     return Err(ModelError::ChosenHidden);
                 }
-                let hidden = Tensor::zeros([0, self.config.hidden_size], &self.device);
-                self.forward_chosen(chosen, cache).map(|logits| Forwarded { logits, hidden })
+                self.forward_chosen(chosen, cache).map(|logits| Forwarded { logits, hidden: None })
             }
             Input::Ids { ids, soft_tokens } => {
                 if let Some(&bad) = ids.iter().find(|&&t| t as usize >= self.config.vocab_size) {
@@ -478,7 +479,7 @@ impl Gemma {
             _ => Tensor::cat(rows, 0),
         };
         let (vocab, h) = (self.config.vocab_size, self.config.hidden_size);
-        Ok(Forwarded { logits: cat(logits, vocab), hidden: cat(states, h) })
+        Ok(Forwarded { logits: cat(logits, vocab), hidden: hidden.then(|| cat(states, h)) })
     }
 
     /// The last position's logits and hidden state, for a prompt a drafter will draft after:
@@ -507,7 +508,7 @@ impl Gemma {
         let (x0, token_rows) = self.embed_with(&[last], soft_last.as_ref());
         let x = self.layers_and_norm(x0, token_rows, cache, &geometry, false);
         cache.commit(&geometry);
-        Ok(Forwarded { logits: self.head(x.clone()), hidden: x })
+        Ok(Forwarded { logits: self.head(x.clone()), hidden: Some(x) })
     }
 
     fn forward_chunk(

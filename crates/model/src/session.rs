@@ -223,7 +223,7 @@ impl Session {
             {
                 Ok(Forwarded { logits, hidden }) => {
                     self.held.tokens.extend_from_slice(tokens);
-                    (logits, Some(hidden))
+                    (logits, hidden)
                 }
                 Err(err) => return Err(self.forget(err)),
             }
@@ -240,9 +240,9 @@ impl Session {
     /// logits and hidden states at every position, `([S, vocab], [S, h])`.
     pub fn verify(&mut self, tokens: &[u32]) -> Result<(Tensor<2>, Tensor<2>), ModelError> {
         match self.model.forward(Input::ids(tokens), &mut self.cache, Output::AllWithHidden) {
-            Ok(Forwarded { logits, hidden }) => {
+            Ok(forwarded) => {
                 self.held.tokens.extend_from_slice(tokens);
-                Ok((logits, hidden))
+                Ok(forwarded.into_parts())
             }
             Err(err) => Err(self.forget(err)),
         }
