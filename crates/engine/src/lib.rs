@@ -1,6 +1,8 @@
 //! The agent on a model: one implementation for the browser (the offscreen document's wasm) and
 //! the terminal (`hearth agent`).
 //!
+//! - [`loading`]: a model built from its files (decoder, parts, vision tower, assistant) the one
+//!   way for every source: the browser's model store, bytes given whole, files on disk.
 //! - [`parts`]: a model's config, tokenizer and chat template, assembled one way from a folder's
 //!   files or a GGUF file's metadata.
 //! - [`shared`]: the loaded model as chat replies and agent tasks share it (one session, one
@@ -21,7 +23,8 @@ pub mod generation;
 /// A step's screenshots decoded, encoded by the vision tower (kept for the next steps) and put
 /// at the prompt's image placeholders.
 pub mod images;
-/// A model from files on disk (the terminal's): decoder, parts, vision tower and assistant.
+pub mod loading;
+/// Files on disk as a source of [`loading`] (the terminal's).
 #[cfg(not(target_arch = "wasm32"))]
 pub mod native;
 pub mod parts;

@@ -1,17 +1,20 @@
-//! A model from files on disk, assembled in one place for the terminal (`hearth agent`, `hearth
-//! generate`) as the browser's engine assembles one from its store: the decoder with its parts
-//! (config, tokenizer, chat template), the vision tower (the folder's own, or llama.cpp's projector
-//! file beside a GGUF model) and the assistant that drafts for it.
+//! A model from files on disk, for the terminal (`hearth agent`): the disk is one more source
+//! of [`crate::loading`], which builds the model (decoder and parts, the folder's tower or a
+//! projector file, the assistant) the same way from the browser's model store.
 
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
-use hearth_model::drafter::{Drafter, DrafterError};
+use hearth_model::drafter::Drafter;
 use hearth_model::model_dir::{ModelDirError, ModelFiles};
 use hearth_model::vision::VisionTower;
 use hearth_model::{CacheOptions, Gemma};
 
-use crate::parts::{DiskPartsError, ModelParts};
+use crate::loading::{
+    self, DrafterFiles, LoadFailure, ModelPayload, PartFiles, ReadRange, StreamedWeights, WeightFile,
+};
+use crate::parts::ModelParts;
 use crate::shared::SharedModel;
 
 /// Where a model's files are.
@@ -44,10 +47,16 @@ pub enum Vision {
 pub enum LoadError {
     #[error(transparent)]
     Files(#[from] ModelDirError),
-    #[error(transparent)]
-    Parts(#[from] DiskPartsError),
-    #[error("the drafter in {dir}: {source}")]
-    Drafter { dir: PathBuf, source: DrafterError },
+    #[error("{path} holds no weights (model.safetensors, or model.safetensors.index.json and its shards)")]
+    NoWeights { path: PathBuf },
+    #[error("{path}: {reason}")]
+    ShardIndex { path: PathBuf, reason: String },
+    #[error("{0}")]
+    Load(#[from] LoadFailure),
+    #[error("the drafter in {dir}: {why}")]
+    Drafter { dir: PathBuf, why: String },
+    #[error("the vision tower did not load: {0}")]
+    Tower(String),
     #[error("this GGUF file holds the text model only: give its vision tower with --mmproj <projector.gguf>")]
     NoProjector,
     #[error("this model has no vision tower (its config.json or weights lack one): it cannot see images")]
@@ -73,29 +82,152 @@ impl LoadedModel {
 }
 
 /// Loads the model `source` names onto `device`: its parts, its weights, the tower as `vision`
-/// asks, and the assistant when one is named.
+/// asks, and the assistant when one is named. On disk a tower or an assistant that was asked
+/// for and does not load is an error (the browser goes on without it and says why).
 pub fn load(source: &ModelSource, vision: Vision, device: &Device) -> Result<LoadedModel, LoadError> {
-    let mut files = ModelFiles::open(&source.model)?;
-    let parts = ModelParts::read(&files, source.tokenizer.as_deref())?;
-    let tower = match vision {
-        Vision::Off => None,
-        Vision::Required => Some(load_tower(&mut files, source.mmproj.as_deref(), device)?),
-        Vision::IfPresent => match load_tower(&mut files, source.mmproj.as_deref(), device) {
-            Ok(tower) => Some(tower),
-            Err(LoadError::NoProjector | LoadError::NoTower) => None,
-            Err(other) => return Err(other),
-        },
-    };
-    let model = files.load(device)?;
-    let drafter = match &source.drafter {
-        Some(dir) => Some(load_drafter(dir, &model, device)?),
-        None => None,
-    };
-    Ok(LoadedModel { model, parts, tower, drafter })
+    let payload = payload(source, vision)?;
+    let gguf = payload.parts.config_json.is_empty();
+    let loaded = pollster::block_on(loading::load(payload, device, &|_, _| {}))?;
+    if let Some(why) = loaded.vision_failure {
+        return Err(LoadError::Tower(why));
+    }
+    if let (Some(dir), Some(why)) = (&source.drafter, loaded.drafter_failure) {
+        return Err(LoadError::Drafter { dir: dir.clone(), why });
+    }
+    if vision == Vision::Required && loaded.tower.is_none() {
+        return Err(if gguf { LoadError::NoProjector } else { LoadError::NoTower });
+    }
+    Ok(LoadedModel { model: loaded.model, parts: loaded.parts, tower: loaded.tower, drafter: loaded.drafter })
 }
 
-/// The model's vision tower: llama.cpp's projector file when `mmproj` is given, else the one in
-/// the model's own weights (a folder).
+/// What [`loading::load`] reads for `source`: the small files now, the weights through
+/// [`DiskFiles`] as the loader asks.
+pub fn payload(source: &ModelSource, vision: Vision) -> Result<ModelPayload<DiskFiles>, LoadError> {
+    let path = &source.model;
+    if !path.exists() {
+        return Err(ModelDirError::NotAModel { path: path.clone() }.into());
+    }
+    let gguf = path.is_file() && is_gguf(path)?;
+    let weights = if path.is_file() { vec![path.clone()] } else { weight_files_in(path)? };
+    let tokenizer_override = source.tokenizer.as_deref().map(tokenizer_json).transpose()?;
+    let parts = if gguf {
+        PartFiles { tokenizer_json: tokenizer_override.unwrap_or_default(), ..PartFiles::default() }
+    } else {
+        // A folder, or a lone .safetensors file beside its config.json.
+        let folder = if path.is_file() { path.parent().unwrap_or(Path::new(".")) } else { path.as_path() };
+        PartFiles {
+            config_json: read_text(&folder.join("config.json"))?,
+            generation_config_json: read_optional(&folder.join("generation_config.json"))?,
+            tokenizer_json: match tokenizer_override {
+                Some(json) => json,
+                None => tokenizer_json(folder)?,
+            },
+            chat_template: read_optional(&folder.join("chat_template.jinja"))?,
+            tokenizer_config_json: read_optional(&folder.join("tokenizer_config.json"))?,
+        }
+    };
+    let projector = match (&source.mmproj, vision) {
+        (Some(path), Vision::IfPresent | Vision::Required) => Some(on_disk(vec![path.clone()])?),
+        _ => None,
+    };
+    let drafter = match &source.drafter {
+        Some(dir) => {
+            let failed = |e: LoadError| LoadError::Drafter { dir: dir.clone(), why: e.to_string() };
+            Some(DrafterFiles {
+                name: dir.display().to_string(),
+                config_json: read_text(&dir.join("config.json")).map_err(failed)?,
+                weights: on_disk(vec![dir.join("model.safetensors")]).map_err(failed)?,
+            })
+        }
+        None => None,
+    };
+    Ok(ModelPayload {
+        name: path.display().to_string(),
+        parts,
+        weights: on_disk(weights)?,
+        vision: vision != Vision::Off,
+        projector,
+        drafter,
+    })
+}
+
+/// Files on disk, read by the names the loader asks for.
+pub struct DiskFiles {
+    paths: Vec<PathBuf>,
+}
+
+impl ReadRange for DiskFiles {
+    async fn read(&self, path: &str, offset: u64, length: u64) -> Result<Vec<u8>, String> {
+        let Some(file) = self.paths.iter().find(|p| p.to_string_lossy() == path) else {
+            return Err(format!("{path} is not one of the model's files"));
+        };
+        let failed = |e: std::io::Error| format!("cannot read {path}: {e}");
+        let mut handle = std::fs::File::open(file).map_err(failed)?;
+        handle.seek(SeekFrom::Start(offset)).map_err(failed)?;
+        let mut bytes = vec![0; usize::try_from(length).map_err(|e| e.to_string())?];
+        handle.read_exact(&mut bytes).map_err(failed)?;
+        Ok(bytes)
+    }
+}
+
+fn on_disk(paths: Vec<PathBuf>) -> Result<StreamedWeights<DiskFiles>, LoadError> {
+    let files = paths
+        .iter()
+        .map(|path| {
+            let size = std::fs::metadata(path).map_err(|source| io(path, source))?.len();
+            Ok(WeightFile { path: path.to_string_lossy().into_owned(), size })
+        })
+        .collect::<Result<Vec<_>, LoadError>>()?;
+    Ok(StreamedWeights::new(files, DiskFiles { paths }))
+}
+
+/// A folder's weight files: `model.safetensors`, or the shards its index names.
+fn weight_files_in(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
+    let single = dir.join("model.safetensors");
+    if single.is_file() {
+        return Ok(vec![single]);
+    }
+    let index = dir.join("model.safetensors.index.json");
+    if !index.is_file() {
+        return Err(LoadError::NoWeights { path: dir.to_path_buf() });
+    }
+    #[derive(serde::Deserialize)]
+    struct ShardIndex {
+        weight_map: std::collections::BTreeMap<String, String>,
+    }
+    let parsed: ShardIndex = serde_json::from_str(&read_text(&index)?)
+        .map_err(|e| LoadError::ShardIndex { path: index.clone(), reason: e.to_string() })?;
+    let shards: std::collections::BTreeSet<&String> = parsed.weight_map.values().collect();
+    Ok(shards.into_iter().map(|shard| dir.join(shard)).collect())
+}
+
+fn is_gguf(path: &Path) -> Result<bool, LoadError> {
+    let mut magic = [0u8; 4];
+    let mut file = std::fs::File::open(path).map_err(|source| io(path, source))?;
+    Ok(file.read_exact(&mut magic).is_ok() && &magic == b"GGUF")
+}
+
+/// A tokenizer.json, or a folder's.
+fn tokenizer_json(path: &Path) -> Result<Vec<u8>, LoadError> {
+    let file = if path.is_dir() { path.join("tokenizer.json") } else { path.to_path_buf() };
+    std::fs::read(&file).map_err(|source| io(&file, source))
+}
+
+fn read_text(path: &Path) -> Result<String, LoadError> {
+    std::fs::read_to_string(path).map_err(|source| io(path, source))
+}
+
+fn read_optional(path: &Path) -> Result<Option<String>, LoadError> {
+    if path.is_file() { read_text(path).map(Some) } else { Ok(None) }
+}
+
+fn io(path: &Path, source: std::io::Error) -> LoadError {
+    ModelDirError::Io { path: path.to_path_buf(), source }.into()
+}
+
+/// The model's vision tower for `hearth generate`, which loads the decoder alone from a model
+/// folder (a raw prompt needs no template): llama.cpp's projector file when `mmproj` is given,
+/// else the one in the model's own weights (a folder).
 pub fn load_tower(files: &mut ModelFiles, mmproj: Option<&Path>, device: &Device) -> Result<VisionTower, LoadError> {
     if let Some(path) = mmproj {
         return Ok(files.load_projector(path, device)?);
@@ -107,8 +239,9 @@ pub fn load_tower(files: &mut ModelFiles, mmproj: Option<&Path>, device: &Device
     }
 }
 
-/// The assistant in `dir`, for `model` (an assistant made for another model is refused by name).
+/// The assistant in `dir`, for `model`, for `hearth generate` (an assistant made for another
+/// model is refused by name).
 pub fn load_drafter(dir: &Path, model: &Gemma, device: &Device) -> Result<Drafter, LoadError> {
     hearth_model::drafter::load_dir(dir, &model.config, device)
-        .map_err(|source| LoadError::Drafter { dir: dir.to_path_buf(), source })
+        .map_err(|e| LoadError::Drafter { dir: dir.to_path_buf(), why: e.to_string() })
 }

@@ -82,11 +82,19 @@ impl ModelParts {
         Self::assemble(config, Tokenizer::from_bytes(tokenizer_json)?, template)
     }
 
-    /// A GGUF file: config and tokenizer from its metadata; `chat_template` replaces its own.
-    pub fn from_gguf(checkpoint: &Checkpoint, chat_template: Option<&str>) -> Result<Self, PartsError> {
+    /// A GGUF file: config and tokenizer from its metadata; `chat_template` and `tokenizer`
+    /// replace its own when given.
+    pub fn from_gguf(
+        checkpoint: &Checkpoint,
+        chat_template: Option<&str>,
+        tokenizer: Option<Tokenizer>,
+    ) -> Result<Self, PartsError> {
         let gguf = checkpoint.gguf().ok_or(PartsError::NoGgufTemplate)?;
         let config = TextConfig::from_gguf(gguf)?;
-        let tokenizer = Tokenizer::from_gguf(gguf)?;
+        let tokenizer = match tokenizer {
+            Some(tokenizer) => tokenizer,
+            None => Tokenizer::from_gguf(gguf)?,
+        };
         Self::assemble(config, tokenizer, TemplateSource::gguf(checkpoint, chat_template))
     }
 }

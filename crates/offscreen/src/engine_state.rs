@@ -6,289 +6,17 @@ use std::ops::ControlFlow;
 
 use burn::tensor::Device;
 use hearth_chat::{Message, RenderRequest};
-use hearth_engine::{Decoding, MAX_DRAFT, ModelParts, PartsError, SharedModel, TemplateSource};
-use hearth_model::drafter::{Drafter, DrafterConfig};
+use hearth_engine::loading::{self, LoadContext, LoadFailure};
+use hearth_engine::{Decoding, MAX_DRAFT, SharedModel};
 use hearth_model::generate;
 use hearth_model::gpu::AdapterInfo;
-use hearth_model::vision::{VisionConfig, VisionTower, has_vision_weights, vision_weight_prefixes};
-use hearth_model::{CacheOptions, DeviceMemory, Gemma, SamplingOptions, TextConfig, gpu, self_test};
+use hearth_model::{DeviceMemory, SamplingOptions, gpu, self_test};
 use hearth_protocol::{
-    EngineFailure, EngineStatus, FailureKind, GenerateRequest, GenerationEvent, GenerationStats, ModelInfo, ModelMemory,
+    EngineFailure, EngineStatus, FailureKind, GenerateRequest, GenerationEvent, GenerationStats, ModelInfo,
 };
-use hearth_weights::{Checkpoint, MemorySource, Quantization};
 
-use crate::load_failure::LoadFailure;
-use crate::streamed::{StreamedWeights, WeightFile};
+use crate::model_files::ModelFiles;
 use hearth_engine::reports;
-use wasm_bindgen::prelude::*;
-
-/// A model's files, from JavaScript: the small ones whole, the weights whole (bundled test
-/// models, GGUF files given by hand) or read piece by piece from the model store.
-#[wasm_bindgen]
-pub struct ModelFiles {
-    name: String,
-    config_json: String,
-    generation_config_json: Option<String>,
-    weights: Weights,
-    tokenizer_json: Vec<u8>,
-    /// chat_template.jinja (a folder), or the template that replaces a GGUF file's own.
-    chat_template: Option<String>,
-    /// tokenizer_config.json (a folder): its `chat_template` (a string or a list of named
-    /// templates) when there is no chat_template.jinja, and its `bos_token`.
-    tokenizer_config_json: Option<String>,
-    /// The model's assistant (speculative decoding), when installed.
-    drafter: Option<DrafterFiles>,
-}
-
-/// An assistant's files: its config.json and its one safetensors file.
-struct DrafterFiles {
-    /// Its repository (what the engine's details name).
-    name: String,
-    config_json: String,
-    weights: Weights,
-}
-
-enum Weights {
-    /// One `model.safetensors` or `.gguf` file in memory.
-    Whole(Vec<u8>),
-    /// safetensors files (one, or the shards of a sharded model) read by a JavaScript callback.
-    Streamed(StreamedWeights),
-}
-
-#[wasm_bindgen]
-impl ModelFiles {
-    #[wasm_bindgen(constructor)]
-    pub fn new(
-        name: String,
-        config_json: String,
-        generation_config_json: Option<String>,
-        weights: Vec<u8>,
-        tokenizer_json: Vec<u8>,
-        chat_template: Option<String>,
-        tokenizer_config_json: Option<String>,
-    ) -> ModelFiles {
-        let weights = Weights::Whole(weights);
-        ModelFiles {
-            name,
-            config_json,
-            generation_config_json,
-            weights,
-            tokenizer_json,
-            chat_template,
-            tokenizer_config_json,
-            drafter: None,
-        }
-    }
-
-    /// A folder whose safetensors files (`weight_files`: JSON `[{path, size}]`) are read by
-    /// `read_weights(path, offset, length)`, which returns a Promise of a Uint8Array of exactly
-    /// `length` bytes. Only the bytes of one load step are held at a time. The chat template is
-    /// chat_template.jinja's text, else tokenizer_config.json's entry (at least one is needed).
-    #[allow(clippy::too_many_arguments)]
-    pub fn streamed(
-        name: String,
-        config_json: String,
-        generation_config_json: Option<String>,
-        weight_files: String,
-        read_weights: js_sys::Function,
-        tokenizer_json: Vec<u8>,
-        chat_template: Option<String>,
-        tokenizer_config_json: Option<String>,
-    ) -> Result<ModelFiles, JsError> {
-        let files: Vec<WeightFile> = serde_json::from_str(&weight_files)
-            .map_err(|e| JsError::new(&format!("weight files must be a JSON array of {{path, size}}: {e}")))?;
-        if files.is_empty() {
-            return Err(JsError::new("a model needs at least one weight file"));
-        }
-        let weights = Weights::Streamed(StreamedWeights::new(files, read_weights));
-        Ok(ModelFiles {
-            name,
-            config_json,
-            generation_config_json,
-            weights,
-            tokenizer_json,
-            chat_template,
-            tokenizer_config_json,
-            drafter: None,
-        })
-    }
-
-    /// One GGUF file of `size` bytes read by `read_weights(path, offset, length)` (as for
-    /// [`Self::streamed`]): header, metadata and tensor table as the parser asks, then each load
-    /// step's bytes. Its metadata holds the config, tokenizer and chat template.
-    pub fn streamed_gguf(
-        name: String,
-        path: String,
-        size: f64,
-        read_weights: js_sys::Function,
-        chat_template: Option<String>,
-    ) -> ModelFiles {
-        let files = vec![WeightFile { path, size: size as u64 }];
-        let weights = Weights::Streamed(StreamedWeights::new(files, read_weights));
-        ModelFiles {
-            name,
-            config_json: String::new(),
-            generation_config_json: None,
-            weights,
-            tokenizer_json: Vec::new(),
-            chat_template,
-            tokenizer_config_json: None,
-            drafter: None,
-        }
-    }
-
-    /// One GGUF file: its metadata holds the config, the tokenizer and the chat template
-    /// (`chat_template`, when given, replaces the file's; a file without one needs it).
-    pub fn gguf(name: String, weights: Vec<u8>, chat_template: Option<String>) -> ModelFiles {
-        let (config_json, tokenizer_json) = (String::new(), Vec::new());
-        let weights = Weights::Whole(weights);
-        ModelFiles {
-            name,
-            config_json,
-            generation_config_json: None,
-            weights,
-            tokenizer_json,
-            chat_template,
-            tokenizer_config_json: None,
-            drafter: None,
-        }
-    }
-
-    /// These files with the model's assistant (speculative decoding): its `config_json` and
-    /// `model.safetensors` of `size` bytes read by `read_weights(path, offset, length)` (as for
-    /// [`Self::streamed`]). A failing assistant leaves the model working without it.
-    pub fn with_drafter(
-        mut self,
-        name: String,
-        config_json: String,
-        size: f64,
-        read_weights: js_sys::Function,
-    ) -> ModelFiles {
-        let files = vec![WeightFile { path: "model.safetensors".into(), size: size as u64 }];
-        let weights = Weights::Streamed(StreamedWeights::new(files, read_weights));
-        self.drafter = Some(DrafterFiles { name, config_json, weights });
-        self
-    }
-
-    /// [`Self::with_drafter`] with the weights whole (a test build's bundled assistant).
-    pub fn with_drafter_bytes(mut self, name: String, config_json: String, weights: Vec<u8>) -> ModelFiles {
-        self.drafter = Some(DrafterFiles { name, config_json, weights: Weights::Whole(weights) });
-        self
-    }
-}
-
-/// Loads an assistant beside the loaded model; why not, in words, when it cannot.
-async fn load_drafter(files: DrafterFiles, main: &TextConfig, device: &Device) -> Result<Drafter, String> {
-    let config = DrafterConfig::from_json(&files.config_json).map_err(|e| e.to_string())?;
-    let drafter = match files.weights {
-        Weights::Whole(bytes) => {
-            let source = MemorySource::new(format!("{}/model.safetensors", files.name), bytes);
-            let mut checkpoint = Checkpoint::from_sources(vec![Box::new(source)]).map_err(|e| e.to_string())?;
-            Drafter::load(config, main, &mut checkpoint, device)
-        }
-        Weights::Streamed(streamed) => {
-            let mut checkpoint = streamed.open(None).await.map_err(|e| e.message)?;
-            // Every tensor at once (158 MB in bf16 for E2B's), then dropped.
-            streamed.fetch_under(&checkpoint, &[String::new()]).await.map_err(|e| e.message)?;
-            let drafter = Drafter::load(config, main, &mut checkpoint, device);
-            streamed.release_all();
-            drafter
-        }
-    };
-    drafter.map_err(|e| e.to_string())
-}
-
-/// A Hugging Face folder's parts: config.json (+ generation_config.json), tokenizer.json, the
-/// chat template. (MLX models declare their quantization in config.json.)
-fn folder_parts(files: &ModelFiles) -> Result<ModelParts, PartsError> {
-    let template = TemplateSource::Folder {
-        chat_template_jinja: files.chat_template.as_deref(),
-        tokenizer_config_json: files.tokenizer_config_json.as_deref(),
-    };
-    ModelParts::from_folder_files(
-        &files.config_json,
-        files.generation_config_json.as_deref(),
-        &files.tokenizer_json,
-        template,
-    )
-}
-
-/// Reads the weights (headers first, then tensor by tensor) and puts the model on `device`;
-/// also returns the files' size and the most of their bytes held at once.
-async fn load_weights(
-    mut files: ModelFiles,
-    device: &Device,
-    on_progress: &dyn Fn(usize, usize),
-) -> Result<(Gemma, ModelParts, (u64, u64), Option<Result<VisionTower, String>>), LoadFailure> {
-    let vision_config = vision_config_of(&files);
-    let weights = std::mem::replace(&mut files.weights, Weights::Whole(Vec::new()));
-    let load = |parts: &ModelParts, checkpoint: &mut Checkpoint| -> Result<Gemma, LoadFailure> {
-        Ok(Gemma::load(parts.config.clone(), checkpoint, device)?)
-    };
-    // A config, tokenizer or template Hearth cannot use is the model's, not damage.
-    let gguf_parts = |c: &Checkpoint, t: Option<&str>| {
-        ModelParts::from_gguf(c, t).map_err(|e| LoadFailure::unsupported(e.to_string()))
-    };
-    let folder_parts = |f: &ModelFiles| folder_parts(f).map_err(|e| LoadFailure::unsupported(e.to_string()));
-    let quantization_of = |f: &ModelFiles| quantization_of(f).map_err(LoadFailure::unsupported);
-    match weights {
-        Weights::Whole(bytes) if bytes.starts_with(b"GGUF") => {
-            let size = bytes.len() as u64;
-            let source = MemorySource::new(format!("{}.gguf", files.name), bytes);
-            let mut checkpoint = Checkpoint::from_gguf(Box::new(source))?;
-            let parts = gguf_parts(&checkpoint, files.chat_template.as_deref())?;
-            // A GGUF's tower is a separate projector file.
-            Ok((load(&parts, &mut checkpoint)?, parts, (size, size), None))
-        }
-        Weights::Whole(bytes) => {
-            let size = bytes.len() as u64;
-            let parts = folder_parts(&files)?;
-            let source = MemorySource::new(format!("{}/model.safetensors", files.name), bytes);
-            let mut checkpoint = Checkpoint::from_sources(vec![Box::new(source)])?;
-            checkpoint.set_quantization(quantization_of(&files)?);
-            let model = load(&parts, &mut checkpoint)?;
-            let tower = vision_config.and_then(|config| load_tower(config, &mut checkpoint, device));
-            Ok((model, parts, (size, size), tower))
-        }
-        Weights::Streamed(streamed) => {
-            let size = streamed.file_bytes();
-            let mut checkpoint = streamed.open(quantization_of(&files)?).await?;
-            let parts = match checkpoint.gguf() {
-                Some(_) => gguf_parts(&checkpoint, files.chat_template.as_deref())?,
-                None => folder_parts(&files)?,
-            };
-            let model = streamed.load(parts.config.clone(), &mut checkpoint, device, on_progress).await?;
-            let tower = match vision_config.filter(|_| has_vision_weights(&checkpoint)) {
-                Some(config) => {
-                    streamed.fetch_under(&checkpoint, &vision_weight_prefixes(&checkpoint)).await?;
-                    let tower = load_tower(config, &mut checkpoint, device);
-                    streamed.release_all();
-                    tower
-                }
-                None => None,
-            };
-            Ok((model, parts, (size, streamed.peak_held_bytes()), tower))
-        }
-    }
-}
-
-/// The vision tower config.json describes (a folder's model; a GGUF has none of its own).
-fn vision_config_of(files: &ModelFiles) -> Option<VisionConfig> {
-    if files.config_json.is_empty() {
-        return None;
-    }
-    VisionConfig::from_json(&files.config_json).ok().flatten()
-}
-
-/// The tower, when the weights hold it; one that does not load leaves the model text-only (it
-/// still chats and acts, without screenshots), and the model's info says why.
-fn load_tower(
-    config: VisionConfig,
-    checkpoint: &mut Checkpoint,
-    device: &Device,
-) -> Option<Result<VisionTower, String>> {
-    has_vision_weights(checkpoint).then(|| VisionTower::load(config, checkpoint, device).map_err(|e| e.to_string()))
-}
 
 /// The wasm instance's linear memory, in bytes (it only grows: this is its peak); 0 natively.
 pub fn wasm_memory_bytes() -> u64 {
@@ -297,17 +25,6 @@ pub fn wasm_memory_bytes() -> u64 {
     #[cfg(not(target_arch = "wasm32"))]
     0
 }
-
-fn quantization_of(files: &ModelFiles) -> Result<Option<Quantization>, String> {
-    if files.config_json.is_empty() {
-        return Ok(None); // a GGUF file: its blocks say how they are quantized
-    }
-    Quantization::from_config_json(&files.config_json).map_err(|e| e.to_string())
-}
-
-/// Conversations (tabs) whose KV caches are kept at once, at most; fewer when the memory budget
-/// holds fewer (E2B at 32K: two).
-const MAX_CONVERSATION_CACHES: usize = 4;
 
 /// The conversation of chat replies (`generate`); agent tasks use their tab's.
 pub const CHAT_CONVERSATION: u64 = 0;
@@ -393,7 +110,7 @@ pub async fn start(
             // The old model's GPU buffers and host memory go before the new one's arrive: two
             // models of gigabytes would not fit together.
             ENGINE.with(|e| e.borrow_mut().model = None);
-            let name = files.name.clone();
+            let name = files.name().to_string();
             match load_model(files, &device, gpu::device_memory(&adapter), on_status).await {
                 Ok(model) => {
                     let info = model.info.clone();
@@ -440,61 +157,14 @@ async fn load_model(
     on_status: &dyn Fn(&EngineStatus),
 ) -> Result<LoadedModel, LoadFailure> {
     let start = now_ms();
-    let name = files.name.clone();
+    let name = files.name().to_string();
     let on_progress = |done: usize, total: usize| {
         on_status(&EngineStatus::Loading { model: name.clone(), done: done as u32, total: total as u32 })
     };
-    let mut files = files;
-    let drafter_files = files.drafter.take();
-    let (model, parts, (file_bytes, peak_read_bytes), tower) = load_weights(files, device, &on_progress).await?;
-    let (drafter, drafter_name, drafter_failure) = match drafter_files {
-        Some(d) => {
-            let repo = d.name.clone();
-            match load_drafter(d, &parts.config, device).await {
-                Ok(drafter) => (Some(drafter), Some(repo), None),
-                Err(why) => (None, None, Some(why)),
-            }
-        }
-        None => (None, None, None),
-    };
-    let (tower, vision_failure) = match tower {
-        Some(Ok(tower)) => (Some(tower), None),
-        Some(Err(why)) => (None, Some(why)),
-        None => (None, None),
-    };
-    let sees_images = tower.is_some();
-    let config = &parts.config;
-    let architecture = format!("{:?}", config.family).to_lowercase();
-    let (layers, vocab_size) = (config.num_layers as u32, config.vocab_size as u32);
-    let weights = model.weight_bytes();
-    let memory_limits = memory;
-    let cache = CacheOptions::for_device(config, memory_limits);
-    let memory = ModelMemory {
-        file_bytes,
-        peak_read_bytes,
-        device_bytes: weights.device,
-        host_bytes: weights.host,
-        kv_cache_bytes: cache.bytes(config),
-        wasm_memory_bytes: wasm_memory_bytes(),
-    };
-    let context_tokens = cache.max_context as u32;
-    let conversation_caches = cache.caches_within_budget(config, memory_limits).min(MAX_CONVERSATION_CACHES);
-    let info = ModelInfo {
-        name,
-        architecture,
-        layers,
-        vocab_size,
-        load_ms: now_ms() - start,
-        context_tokens,
-        memory,
-        sees_images,
-        vision_failure,
-        drafter: drafter_name,
-        drafter_failure,
-        drafter_offer: None,
-    };
-    let shared =
-        SharedModel::new(model, parts, cache, conversation_caches, clock_ms).with_vision(tower).with_drafter(drafter);
+    let loaded = loading::load(files.payload, device, &on_progress).await?;
+    let context =
+        LoadContext { name, memory, load_ms: now_ms() - start, wasm_memory_bytes: wasm_memory_bytes(), clock_ms };
+    let (shared, info) = loaded.share(context);
     Ok(LoadedModel { shared, info })
 }
 

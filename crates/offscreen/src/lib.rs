@@ -9,9 +9,8 @@ mod call_probe;
 mod engine_state;
 /// "Use a model file you already have": a chosen GGUF file's header, judged by the engine's parsers.
 pub mod inspect;
-mod load_failure;
+mod model_files;
 mod sha256;
-mod streamed;
 mod tasks;
 mod trap;
 
@@ -19,7 +18,7 @@ use hearth_model::gpu;
 use hearth_protocol::{EngineStatus, GenerateRequest, GenerationEvent, WorkerToEngine};
 use wasm_bindgen::prelude::*;
 
-pub use engine_state::ModelFiles;
+pub use model_files::ModelFiles;
 pub use sha256::Sha256;
 
 // Synthesised by wasm-ld: runs the module's static constructors (CubeCL's IR registers its

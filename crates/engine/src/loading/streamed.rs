@@ -1,38 +1,80 @@
-//! Weight files read piece by piece from JavaScript (the model store in Cache Storage), so that a
-//! model of gigabytes is never held whole in wasm memory (whose 4 GiB would not even hold E4B):
-//! the headers are fetched as the parsers ask ([`hearth_model::gemma::open_headers`]), then the
-//! loader names the bytes of each step, they are fetched, read, and dropped before the next step
-//! ([`hearth_model::GemmaLoader::load_with_async`]).
+//! Weight files read piece by piece from where they are (the browser's model store in Cache
+//! Storage, bytes in memory, files on disk), so that a model of gigabytes is never held whole (in
+//! wasm, whose 4 GiB would not even hold E4B): the headers are fetched as the parsers ask
+//! ([`hearth_model::gemma::open_headers`]), then the loader names the bytes of each step, they are
+//! fetched, read, and dropped before the next step ([`hearth_model::GemmaLoader::load_with_async`]).
+
+use std::future::Future;
 
 use hearth_model::gemma::{FetchedFile, HeaderError, LoadStep, MAX_TENSOR_BYTES, open_headers};
 use hearth_model::{Gemma, GemmaLoader, TextConfig};
 use hearth_weights::{Checkpoint, Quantization, Windows};
-use serde::Deserialize;
-use wasm_bindgen::{JsCast, JsValue};
 
-use crate::load_failure::LoadFailure;
+use super::LoadFailure;
 
 use burn::tensor::Device;
 
-/// One weight file of a model folder, as the store lists it.
-#[derive(Debug, Clone, Deserialize)]
+/// Where weight files' bytes come from: the browser's model store (a JavaScript callback), a
+/// file given whole, files on disk.
+pub trait ReadRange {
+    /// Bytes `offset..offset + length` of the file `path`, or why they cannot be read.
+    fn read(&self, path: &str, offset: u64, length: u64) -> impl Future<Output = Result<Vec<u8>, String>>;
+}
+
+/// One file's bytes, whole in memory (a bundled test model, a GGUF file given by hand).
+pub struct InMemory {
+    path: String,
+    bytes: Vec<u8>,
+}
+
+impl InMemory {
+    pub fn new(path: impl Into<String>, bytes: Vec<u8>) -> Self {
+        InMemory { path: path.into(), bytes }
+    }
+
+    /// The file as the loader lists it.
+    pub fn file(&self) -> WeightFile {
+        WeightFile { path: self.path.clone(), size: self.bytes.len() as u64 }
+    }
+}
+
+impl ReadRange for InMemory {
+    async fn read(&self, path: &str, offset: u64, length: u64) -> Result<Vec<u8>, String> {
+        let range = usize::try_from(offset).ok().zip(usize::try_from(offset + length).ok());
+        match range.and_then(|(start, end)| self.bytes.get(start..end)) {
+            Some(bytes) if path == self.path => Ok(bytes.to_vec()),
+            _ => Err(format!("{path} has no bytes {offset}..{}", offset + length)),
+        }
+    }
+}
+
+/// One weight file of a model, as its source lists it.
+#[derive(Debug, Clone, serde::Deserialize)]
 pub struct WeightFile {
     pub path: String,
     pub size: u64,
 }
 
-pub struct StreamedWeights {
+/// Weight files read through `R`, a window at a time.
+pub struct StreamedWeights<R> {
     files: Vec<FetchedFile>,
-    /// `read(path, offset, length)` → `Promise<Uint8Array>` of exactly `length` bytes.
-    read: js_sys::Function,
+    reader: R,
     /// The most bytes held at once (over all files), for the load's report.
     peak_held: std::cell::Cell<u64>,
 }
 
-impl StreamedWeights {
-    pub fn new(files: Vec<WeightFile>, read: js_sys::Function) -> Self {
+impl StreamedWeights<InMemory> {
+    /// One file whole in memory.
+    pub fn in_memory(path: impl Into<String>, bytes: Vec<u8>) -> Self {
+        let reader = InMemory::new(path, bytes);
+        Self::new(vec![reader.file()], reader)
+    }
+}
+
+impl<R: ReadRange> StreamedWeights<R> {
+    pub fn new(files: Vec<WeightFile>, reader: R) -> Self {
         let files = files.into_iter().map(|f| FetchedFile { name: f.path, size: f.size, windows: Windows::default() });
-        Self { files: files.collect(), read, peak_held: std::cell::Cell::new(0) }
+        Self { files: files.collect(), reader, peak_held: std::cell::Cell::new(0) }
     }
 
     /// The files' size in all.
@@ -50,24 +92,11 @@ impl StreamedWeights {
         let Some(file) = self.files.get(index) else {
             return Err(format!("the loader asked for weight file {index}, which does not exist"));
         };
-        let js = |e: JsValue| {
-            let detail = e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).or_else(|| e.as_string());
-            format!("reading {} failed: {}", file.name, detail.unwrap_or_else(|| format!("{e:?}")))
-        };
-        let args =
-            (JsValue::from_str(&file.name), JsValue::from_f64(start as f64), JsValue::from_f64((end - start) as f64));
-        let promise = self.read.call3(&JsValue::NULL, &args.0, &args.1, &args.2).map_err(js)?;
-        let value = wasm_bindgen_futures::JsFuture::from(js_sys::Promise::resolve(&promise)).await.map_err(js)?;
-        let bytes = js_sys::Uint8Array::new(&value);
-        if u64::from(bytes.length()) != end - start {
-            return Err(format!(
-                "reading {} gave {} bytes where {} were asked",
-                file.name,
-                bytes.length(),
-                end - start
-            ));
+        let bytes = self.reader.read(&file.name, start, end - start).await?;
+        if bytes.len() as u64 != end - start {
+            return Err(format!("reading {} gave {} bytes where {} were asked", file.name, bytes.len(), end - start));
         }
-        file.windows.insert(start, bytes.to_vec());
+        file.windows.insert(start, bytes);
         let held = self.files.iter().map(|f| f.windows.held_bytes()).sum::<u64>();
         self.peak_held.set(self.peak_held.get().max(held));
         Ok(())

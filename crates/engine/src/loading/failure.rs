@@ -3,7 +3,8 @@
 
 /// Why a model did not load: its bytes are damaged (reinstall it), or it is a well-formed file of
 /// a model Hearth cannot run (say which, and why, to report).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
 pub struct LoadFailure {
     pub damaged: bool,
     pub message: String,
