@@ -135,6 +135,16 @@ impl ModelFiles {
         self
     }
 
+    /// These files with the model's vision tower as a file of its own (llama.cpp's projector,
+    /// `mmproj…gguf`, beside a GGUF model): `path` of `size` bytes read by
+    /// `read_weights(path, offset, length)` (as for [`Self::streamed`]). A tower that fails
+    /// leaves the model text-only, and its info says why.
+    pub fn with_projector(mut self, path: String, size: f64, read_weights: js_sys::Function) -> ModelFiles {
+        let files = vec![WeightFile { path, size: size as u64 }];
+        self.payload.projector = Some(StreamedWeights::new(files, BrowserBytes::Store(read_weights)));
+        self
+    }
+
     /// [`Self::with_drafter`] with the weights whole (a test build's bundled assistant).
     pub fn with_drafter_bytes(mut self, name: String, config_json: String, weights: Vec<u8>) -> ModelFiles {
         let weights = whole(format!("{name}/model.safetensors"), weights);

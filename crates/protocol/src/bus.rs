@@ -201,6 +201,9 @@ pub enum WorkerToEngine {
     /// Download, verify and store the assistant of `model_id`, then load the model again with it;
     /// the response is the final `EngineStatus`.
     InstallDrafter { model_id: String },
+    /// Download, verify and store the vision tower of `model_id` (its projector file), then load
+    /// the model again with it; the response is the final `EngineStatus`.
+    InstallProjector { model_id: String },
     /// Start a task in the tab's conversation (created on first use).
     StartTask {
         tab_id: u32,

@@ -93,6 +93,12 @@ pub struct ModelInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional)]
     pub drafter_offer: Option<crate::ModelOffer>,
+    /// The model's vision tower where it is a file of its own (a GGUF model's projector, its
+    /// manifest's `vision_files`) when it is not installed: what the overlay offers to download so
+    /// that the model sees the page. Filled in by the offscreen document from the manifest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub projector_offer: Option<crate::ModelOffer>,
 }
 
 /// What a loaded model costs in memory, in bytes.

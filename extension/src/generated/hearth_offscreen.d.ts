@@ -39,6 +39,13 @@ export class ModelFiles {
      * [`Self::with_drafter`] with the weights whole (a test build's bundled assistant).
      */
     with_drafter_bytes(name: string, config_json: string, weights: Uint8Array | number[]): ModelFiles;
+    /**
+     * These files with the model's vision tower as a file of its own (llama.cpp's projector,
+     * `mmproj…gguf`, beside a GGUF model): `path` of `size` bytes read by
+     * `read_weights(path, offset, length)` (as for [`Self::streamed`]). A tower that fails
+     * leaves the model text-only, and its info says why.
+     */
+    with_projector(path: string, size: number, read_weights: Function): ModelFiles;
 }
 
 /**

@@ -6,7 +6,7 @@ export type EngineToWorker = { "kind": "offscreen_ready" } | { "kind": "engine_s
 
 export type OptionsToWorker = { "kind": "model_installed", model_id: string, };
 
-export type WorkerToEngine = { "kind": "start_engine", model_id: string | null, } | { "kind": "install_model", model_id: string, } | { "kind": "install_drafter", model_id: string, } | { "kind": "start_task", tab_id: number, text: string, 
+export type WorkerToEngine = { "kind": "start_engine", model_id: string | null, } | { "kind": "install_model", model_id: string, } | { "kind": "install_drafter", model_id: string, } | { "kind": "install_projector", model_id: string, } | { "kind": "start_task", tab_id: number, text: string, 
 /**
  * Text the user selected on the page (the page's words, fenced as such).
  */
@@ -174,7 +174,13 @@ drafter_failure?: string,
  * The model's published assistant when it is not installed (its manifest names one): what
  * the overlay offers to download. Filled in by the offscreen document from the manifest.
  */
-drafter_offer?: ModelOffer, };
+drafter_offer?: ModelOffer, 
+/**
+ * The model's vision tower where it is a file of its own (a GGUF model's projector, its
+ * manifest's `vision_files`) when it is not installed: what the overlay offers to download so
+ * that the model sees the page. Filled in by the offscreen document from the manifest.
+ */
+projector_offer?: ModelOffer, };
 
 export type ModelMemory = { 
 /**

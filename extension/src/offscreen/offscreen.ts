@@ -274,6 +274,7 @@ async function engineStatus(modelId: string | null): Promise<EngineStatus> {
   let key: string;
   let files: ModelFiles | undefined;
   let assistantOffer: ModelOffer | null = null;
+  let projectorOffer: ModelOffer | null = null;
   try {
     if (modelId === null && bundled) {
       key = `bundled:${bundled}`;
@@ -288,7 +289,11 @@ async function engineStatus(modelId: string | null): Promise<EngineStatus> {
       const assistant = assistantOf(manifest);
       const withAssistant = assistant !== null && installed !== null && (await store.isInstalled(assistant));
       if (assistant && !withAssistant) assistantOffer = await offerOf(assistant);
-      key = `store:${manifest.id}@${(installed ?? manifest).revision}${withAssistant ? "+assistant" : ""}`;
+      // Its vision tower where it is a file of its own (a GGUF's projector), likewise.
+      const projector = projectorOf(manifest);
+      const withProjector = projector !== null && installed !== null && (await store.isInstalled(projector));
+      if (projector && !withProjector) projectorOffer = await offerOf(projector);
+      key = `store:${manifest.id}@${(installed ?? manifest).revision}${withAssistant ? "+assistant" : ""}${withProjector ? "+vision" : ""}`;
       if (loadedModel !== key) {
         if (!installed) {
           // No download before the GPU has shown that it can run the model.
@@ -297,6 +302,7 @@ async function engineStatus(modelId: string | null): Promise<EngineStatus> {
         }
         files = await storedModel(wasm, installed);
         if (withAssistant && assistant) files = await withStoredAssistant(files, manifest, assistant);
+        if (withProjector && projector) files = await withStoredProjector(files, projector);
       }
     }
   } catch (error) {
@@ -310,7 +316,22 @@ async function engineStatus(modelId: string | null): Promise<EngineStatus> {
   if (status.state === "ready" && files !== undefined) loadedModel = key;
   // The model's assistant, when it has one that is not installed: the overlay offers it.
   if (status.state === "ready" && status.model && assistantOffer) status.model.drafter_offer = assistantOffer;
+  // Its projector, when the model does not see without it: the overlay offers it too.
+  if (status.state === "ready" && status.model && projectorOffer) status.model.projector_offer = projectorOffer;
   return status;
+}
+
+/** The vision tower a manifest names as a file of its own (`vision_files`), as a manifest of its own. */
+function projectorOf(m: ModelManifest): ModelManifest | null {
+  if (!m.vision_files?.length) return null;
+  return { id: `${m.id}--vision`, name: `${m.name}: vision`, repo: m.repo, revision: m.revision, format: "gguf", files: m.vision_files };
+}
+
+/** `files` with the stored projector (read by ranges, as the model's weights are). */
+async function withStoredProjector(files: ModelFiles, projector: ModelManifest): Promise<ModelFiles> {
+  const [only] = projector.files;
+  const file = await store.openFile(projector, only.path);
+  return files.with_projector(only.path, file.size, weightReader(projector, new Map([[only.path, file]])));
 }
 
 /** The assistant a manifest names, as a manifest of its own: its one weights file, stored like a model's. */
@@ -329,11 +350,11 @@ async function withStoredAssistant(files: ModelFiles, m: ModelManifest, assistan
 }
 
 /**
- * Downloads and verifies `modelId` ("" is the build's default), or only its assistant, then starts
- * the engine with what is stored (the model again, with its assistant). The model's download
+ * Downloads and verifies `modelId` ("" is the build's default), or only its assistant or its vision
+ * file, then starts the engine with what is stored (the model again, with them). The model's download
  * streams `installing` statuses; a model must be pinned.
  */
-function install(modelId: string, what: "model" | "assistant"): Promise<EngineStatus> {
+function install(modelId: string, what: "model" | "assistant" | "projector"): Promise<EngineStatus> {
   installing ??= (async () => {
     const id = modelId || DEFAULT_MODEL_ID;
     try {
@@ -344,6 +365,9 @@ function install(modelId: string, what: "model" | "assistant"): Promise<EngineSt
       if (what === "assistant") {
         target = assistantOf(manifest);
         if (!target) return failed("model_download", "failureDownloadStopped", `${id} has no assistant`);
+      } else if (what === "projector") {
+        target = projectorOf(manifest);
+        if (!target) return failed("model_download", "failureDownloadStopped", `${id} has no vision file`);
       } else {
         const problem = manifestProblem(manifest);
         if (problem) return problem;
@@ -419,6 +443,9 @@ chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) =>
       return true;
     case "install_drafter":
       void install(msg.model_id, "assistant").catch(unexpected("model_download", "failureDownloadStopped")).then(sendResponse);
+      return true;
+    case "install_projector":
+      void install(msg.model_id, "projector").catch(unexpected("model_download", "failureDownloadStopped")).then(sendResponse);
       return true;
     case "start_task":
     case "task_control":

@@ -61,9 +61,13 @@ export async function snapshot(tabId: number): Promise<ChatPatch> {
   return patchOf((await conversation(tabId)).transcript, "full");
 }
 
-/** A copy of the conversation of `tabId` as it is now (after the changes asked for before). */
-export async function read(tabId: number): Promise<Transcript> {
-  return structuredClone((await conversation(tabId)).transcript);
+/**
+ * What `see` finds in the conversation of `tabId` as it is now (after the changes asked for
+ * before), without copying it (it may hold megabytes): `see` must return values, not the
+ * transcript's own objects, which later changes edit in place.
+ */
+export async function look<T>(tabId: number, see: (t: Readonly<Transcript>) => T): Promise<T> {
+  return see((await conversation(tabId)).transcript);
 }
 
 /**

@@ -388,19 +388,27 @@ const queued = new Map<number, { text: string; selection: string | null }[]>();
  * were shown on, while it still waits on the same call.
  */
 async function onChatInput(tabId: number, input: ChatInput): Promise<unknown> {
-  const transcript = await conversations.read(tabId);
-  const entry = "entry_id" in input ? transcript.entries.find((e) => e.id === input.entry_id) : undefined;
+  // What the input is judged by, copied out of the record (the one entry it names, not the whole).
+  const { entry, asking, running, source } = await conversations.look(tabId, (t) => {
+    const named = "entry_id" in input ? t.entries.find((e) => e.id === input.entry_id) : undefined;
+    return {
+      entry: named && structuredClone(named),
+      asking: pendingAsk(t) !== undefined,
+      running: t.task === "running",
+      source: input.input === "show_source" ? sourceOf(t, input.number) : undefined,
+    };
+  });
   switch (input.input) {
     case "submit": {
       const text = typeof input.text === "string" ? input.text : "";
       if (!text.trim()) return;
-      if (pendingAsk(transcript)) {
+      if (asking) {
         await conversations.change(tabId, (t) => answer(t, null, text));
         await controlTask(tabId, { action: "answer", text });
         return;
       }
       // A running task is steered with the text alone: the selection waits for the next task.
-      const selection = transcript.task === "running" || typeof input.selection !== "string" || !input.selection ? null : input.selection;
+      const selection = running || typeof input.selection !== "string" || !input.selection ? null : input.selection;
       const ready = status.state === "ready" && status.model !== null;
       await conversations.change(tabId, (t) => userMessage(t, text, !ready, selection));
       if (ready) return startTask(tabId, text, selection);
@@ -442,6 +450,7 @@ async function onChatInput(tabId: number, input: ChatInput): Promise<unknown> {
     case "install":
       // The loaded model's assistant, when that is what is offered; else the model a `needs_model` status offers.
       if (status.state === "ready" && status.model?.drafter_offer?.id === input.model_id) void install({ kind: "drafter" });
+      else if (status.state === "ready" && status.model?.projector_offer?.id === input.model_id) void install({ kind: "projector" });
       else if (status.state === "needs_model" && status.model.id === input.model_id) void install({ kind: "model", modelId: input.model_id });
       return;
     case "open_model_options":
@@ -449,7 +458,6 @@ async function onChatInput(tabId: number, input: ChatInput): Promise<unknown> {
       void chrome.tabs.create({ url: chrome.runtime.getURL("options.html#models") });
       return;
     case "show_source": {
-      const source = sourceOf(transcript, input.number);
       if (!source) return false;
       const tab = await chrome.tabs.get(tabId).catch(() => null);
       const here = (url: string | undefined) => url?.split("#")[0] === source.url.split("#")[0];
@@ -736,10 +744,10 @@ function fromTheEngine<T>(answer: Promise<T>, silence: number): Promise<T> {
 
 /**
  * What an install downloads in the offscreen document: a model, which streams `installing`
- * statuses and then loads; or the loaded model's assistant, after which the document loads the
- * model again with it (`loading` statuses meanwhile; a failed download leaves the model as it was).
+ * statuses and then loads; or the loaded model's assistant or vision file, after which the
+ * document loads the model again with it (`loading` statuses meanwhile; a failed download leaves the model as it was).
  */
-type Install = { kind: "model"; modelId: string } | { kind: "drafter" };
+type Install = { kind: "model"; modelId: string } | { kind: "drafter" } | { kind: "projector" };
 
 /** Runs one install at a time; its outcome becomes the status (Retry when the document was lost). */
 async function install(what: Install): Promise<void> {
@@ -753,11 +761,11 @@ async function install(what: Install): Promise<void> {
   let next: EngineStatus | undefined;
   try {
     await ensureOffscreenDocument();
-    // A drafter belongs to the settings' model ("" is the build's default), whose assistant was offered.
+    // A drafter or a projector belongs to the settings' model ("" is the build's default), which offered it.
     const message: WorkerToEngine =
       what.kind === "model"
         ? { kind: "install_model", model_id: what.modelId }
-        : { kind: "install_drafter", model_id: (await loadSettings()).model };
+        : { kind: what.kind === "drafter" ? "install_drafter" : "install_projector", model_id: (await loadSettings()).model };
     const answer = toOffscreen(message) as Promise<EngineStatus | undefined>;
     next = await fromTheEngine(answer, silenceMs(INSTALL_SILENCE_MS));
   } catch (error) {

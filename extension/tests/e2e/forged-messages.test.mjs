@@ -189,6 +189,8 @@ test("(c) requests meant for the offscreen document, old and new shapes, are ign
     { kind: "install_model", model_id: "tiny-chat" },
     // The assistant's download, straight to the engine: only the worker may ask for it.
     { kind: "install_drafter", model_id: "tiny-chat" },
+    // The vision tower's download likewise.
+    { kind: "install_projector", model_id: "tiny-chat" },
   ];
   const outcomes = await sendAll([...forEngine.map((msg) => ({ to: "offscreen", msg })), ...forEngine]);
   // start_engine would be answered with an EngineStatus, had the offscreen document taken it.

@@ -274,6 +274,7 @@ impl Loaded {
             drafter: self.drafter_name,
             drafter_failure: self.drafter_failure,
             drafter_offer: None,
+            projector_offer: None,
         };
         let shared = SharedModel::new(self.model, self.parts, cache, conversation_caches, context.clock_ms)
             .with_vision(self.tower)

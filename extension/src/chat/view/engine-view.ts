@@ -5,7 +5,8 @@
 // builds the dataset of the overlay's hidden test-state element, inside its shadow root): data-engine,
 // data-adapter, data-self-test, data-values, data-fused-error, data-failure, data-model,
 // data-model-verified ("false" for the user's own model file), data-offer, data-download, data-load,
-// data-drafter (the assistant the model drafts with), data-drafter-offer (the assistant offered).
+// data-drafter (the assistant the model drafts with), data-drafter-offer (the assistant offered),
+// data-projector-offer (a GGUF model's vision file offered).
 // `needs_model` also offers "Use a model file you already have" (the options page, at its models).
 
 import { INSTALL_FAILURES, type EngineStatus } from "../../generated/protocol";
@@ -50,6 +51,7 @@ export function engineView(
       delete data.load;
       delete data.drafter;
       delete data.drafterOffer;
+      delete data.projectorOffer;
       data.engine = status.state;
       switch (status.state) {
         case "idle":
@@ -85,7 +87,20 @@ export function engineView(
             t("factModel"),
             model ? t("modelFacts", model.name, String(model.layers), formatNumber(model.context_tokens), formatNumber(model.load_ms)) : t("noModel"),
           );
-          if (model) fact(t("factSight"), model.sees_images ? t("sightYes") : model.vision_failure ? t("sightFailed", model.vision_failure) : t("sightNo"));
+          const sight = model && (model.sees_images ? t("sightYes") : model.vision_failure ? t("sightFailed", model.vision_failure) : model.projector_offer ? t("sightOffered") : t("sightNo"));
+          if (sight) fact(t("factSight"), sight);
+          const projector = model?.projector_offer;
+          if (projector) {
+            // A GGUF model's vision tower is a file of its own: offered, never fetched unasked.
+            data.projectorOffer = projector.id;
+            const download = button("download-projector", t("projectorDownload", formatBytes(projector.total_bytes)));
+            download.dataset.model = projector.id;
+            download.addEventListener("click", () => {
+              download.disabled = true;
+              install(projector.id);
+            });
+            body.append(el("p", { class: "projector-offer" }, t("projectorPrompt"), " ", download));
+          }
           if (model) {
             const offer = model.drafter_offer;
             fact(t("factDrafter"), model.drafter ? t("drafterYes", model.drafter) : model.drafter_failure ? t("drafterFailed", model.drafter_failure) : offer ? t("drafterOffered") : t("drafterNo"));
