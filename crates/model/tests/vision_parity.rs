@@ -95,6 +95,25 @@ fn the_mlx_layout_quantized_by_mlx_matches_transformers() {
     }
 }
 
+/// Where the fused kernels run, the MLX tower's 4-bit linears stay packed on the device (the
+/// CPU backend holds them as f32): the same tower in less memory, with the numbers above.
+#[test]
+fn a_quantized_tower_stays_packed_on_the_gpu() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gemma4-vision-mlx");
+    let bytes: Vec<(&str, u64)> = devices()
+        .into_iter()
+        .map(|(name, device)| {
+            let mut files = ModelFiles::open(&dir).unwrap();
+            (name, files.load_vision(&device).unwrap().expect("a tower").weight_bytes())
+        })
+        .collect();
+    eprintln!("the MLX tower's weights on the device: {bytes:?}");
+    if let [(_, f32_bytes), (_, packed_bytes)] = bytes[..] {
+        // (The tiny tower's position table and patch projection, f32 on both, are half of it.)
+        assert!(packed_bytes * 10 < f32_bytes * 6, "packed {packed_bytes} B against f32 {f32_bytes} B");
+    }
+}
+
 /// From the raw image to the soft tokens, then the logits of a prompt holding them: in one
 /// chunk, and in chunks smaller than the image (the soft tokens split across them) through a
 /// ring that wraps.

@@ -10,18 +10,46 @@
 use burn::tensor::activation::softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use hearth_kernels::fused::rms_norm_unscaled;
-use hearth_kernels::{gelu_tanh_mul, rms_norm};
+use hearth_kernels::{AffineMatrix, gelu_tanh_mul, has_fused_kernels, rms_norm};
 use hearth_weights::{Checkpoint, HostTensor};
 
 use super::config::{ImageTokens, VisionConfig};
 use super::image::ImagePatches;
 use crate::error::ModelError;
 
-/// A linear layer without bias, `[in, out]` on the device, with the bounds a clipped linear
-/// clamps its input and output to.
+/// A linear layer without bias, with the bounds a clipped linear clamps its input and output to.
 struct Linear {
-    weight: Tensor<2>,
+    weight: Weight,
     clip: Option<Clip>,
+}
+
+/// A linear layer's matrix on the device, in the file's own precision where the kernels can
+/// multiply by it as stored.
+// A few hundred per tower, each holding device handles: their size does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Weight {
+    /// f32, transposed (`[in, out]`): so that `x · W` needs no transpose.
+    Dense(Tensor<2>),
+    /// 4- or 8-bit codes as the file stores them (`[out, in]`: GGUF's Q8_0/Q4_0 blocks, MLX's
+    /// groups), multiplied by the fused kernel; a quarter of the f32 bytes or less.
+    Packed(AffineMatrix),
+}
+
+impl Weight {
+    /// `[S, in] → [S, out]`
+    fn apply(&self, x: Tensor<2>) -> Tensor<2> {
+        match self {
+            Weight::Dense(w) => x.matmul(w.clone()),
+            Weight::Packed(w) => w.matmul_transposed(x),
+        }
+    }
+
+    fn device_bytes(&self) -> u64 {
+        match self {
+            Weight::Dense(w) => w.shape().num_elements() as u64 * 4,
+            Weight::Packed(w) => w.device_bytes() as u64,
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -34,10 +62,8 @@ impl Linear {
     /// [S, in] → [S, out]
     fn forward(&self, x: Tensor<2>) -> Tensor<2> {
         match self.clip {
-            None => x.matmul(self.weight.clone()),
-            Some(Clip { input, output }) => {
-                x.clamp(input.0, input.1).matmul(self.weight.clone()).clamp(output.0, output.1)
-            }
+            None => self.weight.apply(x),
+            Some(Clip { input, output }) => self.weight.apply(x.clamp(input.0, input.1)).clamp(output.0, output.1),
         }
     }
 }
@@ -203,6 +229,24 @@ impl Reader<'_> {
         Ok(self.upload_transposed(w, out_features, in_features))
     }
 
+    /// A linear module's `[out, in]` matrix: packed codes stay packed where the fused kernels
+    /// run (as the decoder's do); anything else is uploaded as f32, transposed.
+    fn weight(&mut self, module: &str, out_features: usize, in_features: usize) -> Result<Weight, ModelError> {
+        let name = self.layout.name(&format!("{module}.weight"));
+        let stored = name.strip_suffix(".weight").unwrap_or(&name);
+        if has_fused_kernels(self.device)
+            && let Some(packed) = self.checkpoint.read_affine(stored)?
+            && AffineMatrix::holds(&packed)
+        {
+            if (packed.rows, packed.cols) != (out_features, in_features) {
+                let (expected, actual) = (vec![out_features, in_features], vec![packed.rows, packed.cols]);
+                return Err(ModelError::Shape { name, expected, actual });
+            }
+            return Ok(Weight::Packed(AffineMatrix::upload(packed, self.device)));
+        }
+        Ok(Weight::Dense(self.matrix(&format!("{module}.weight"), out_features, in_features)?))
+    }
+
     /// The patch projection `[w, 3·p²]`, inputs in the processor's order (row, column, channel);
     /// llama.cpp stores it as a convolution kernel `[w, 3, p, p]`.
     fn patch_projection(&mut self, w: usize, p: usize) -> Result<Tensor<2>, ModelError> {
@@ -238,7 +282,7 @@ impl Reader<'_> {
         in_features: usize,
         clipped: bool,
     ) -> Result<Linear, ModelError> {
-        let weight = self.matrix(&format!("{module}.linear.weight"), out_features, in_features)?;
+        let weight = self.weight(&format!("{module}.linear"), out_features, in_features)?;
         let clip = if clipped {
             Some(Clip {
                 input: (self.scalar(&format!("{module}.input_min"))?, self.scalar(&format!("{module}.input_max"))?),
@@ -312,7 +356,7 @@ impl VisionTower {
         ImageTokens { image: c.image_token_id, boi: c.boi_token_id, eoi: c.eoi_token_id }
     }
 
-    /// Bytes of the weights on the device (f32).
+    /// Bytes of the weights on the device (packed matrices at their stored size, the rest f32).
     pub fn weight_bytes(&self) -> u64 {
         fn n<const D: usize>(t: &Tensor<D>) -> u64 {
             t.shape().num_elements() as u64 * 4
@@ -320,7 +364,7 @@ impl VisionTower {
         let mut bytes = n(&self.patch_projection) + n(&self.position_table) + n(&self.embedding_projection);
         for l in &self.layers {
             for m in [&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj] {
-                bytes += n(&m.weight);
+                bytes += m.weight.device_bytes();
             }
             for v in [
                 &l.input_norm,
