@@ -95,6 +95,10 @@ pub struct BenchOptions {
     /// Timed runs of `--vision` per budget, after one warm-up (the median is printed).
     #[arg(long, default_value_t = 3)]
     pub vision_runs: usize,
+    /// `--vision` with the tower's linears as 8-bit codes in groups of 32 (the published E4B
+    /// projector is Q8_0), kept packed on the device, in place of bf16 read as f32.
+    #[arg(long, requires = "vision")]
+    pub vision_packed: bool,
     /// After the model's figures, speculative decoding with a random drafter of the assistant's
     /// shape, drafting each of these many tokens a round (e.g. 2,4,8): the cost of a
     /// verification against a decoded token, of the draft steps, and tokens per second.

@@ -10,7 +10,8 @@ use std::time::Instant;
 use burn::tensor::{Device, Tensor};
 use hearth_model::vision::{RgbImage, SOFT_TOKEN_BUDGETS, VisionConfig, VisionTower};
 use hearth_model::{CacheOptions, DeviceMemory, Input, KvCache, Output, Sampler, SamplingOptions, SoftTokens};
-use hearth_weights::{Checkpoint, MemorySource};
+use hearth_kernels::has_fused_kernels;
+use hearth_weights::{Checkpoint, MemorySource, Quantization};
 use serde_json::json;
 
 use super::{BenchOptions, SafetensorsWriter, load_synthetic, peak_host_bytes, shape_config, sync};
@@ -41,9 +42,11 @@ pub(super) fn run(device: &Device, memory: DeviceMemory, options: &BenchOptions)
         .ok_or("the benchmark's vision config has no tower")?;
 
     let build = Instant::now();
-    let file = tower_checkpoint(&config);
+    let packed = options.vision_packed;
+    let file = tower_checkpoint(&config, packed);
+    let stored = if packed { "the linears as 8-bit codes (group 32)" } else { "bf16" };
     eprintln!(
-        "hearth bench: built a {:.2} GB bf16 vision checkpoint in {:.1} s",
+        "hearth bench: built a {:.2} GB {stored} vision checkpoint in {:.1} s",
         file.len() as f64 / 1e9,
         build.elapsed().as_secs_f64()
     );
@@ -51,6 +54,10 @@ pub(super) fn run(device: &Device, memory: DeviceMemory, options: &BenchOptions)
     let load = Instant::now();
     let mut checkpoint = Checkpoint::from_sources(vec![Box::new(MemorySource::new("vision.safetensors", file))])
         .map_err(|e| e.to_string())?;
+    if packed {
+        let quantization = json!({"quantization": {"group_size": PACKED_GROUP, "bits": 8, "mode": "affine"}});
+        checkpoint.set_quantization(Quantization::from_config_json(&quantization.to_string()).map_err(|e| e.to_string())?);
+    }
     let tower = VisionTower::load(config.clone(), &mut checkpoint, device).map_err(|e| e.to_string())?;
     drop(checkpoint);
     sync(device);
@@ -59,7 +66,7 @@ pub(super) fn run(device: &Device, memory: DeviceMemory, options: &BenchOptions)
     let c = &config;
     println!(
         "## Vision tower, {:?}'s shape (width {}, {} layers, {} heads of {}, MLP {}, patch {}, pooling {}; \
-         standardized, no clipped linears): random bf16 weights, f32 on the device\n",
+         standardized, no clipped linears): random weights, {}; {}\n",
         options.shape,
         c.hidden_size,
         c.num_layers,
@@ -67,15 +74,14 @@ pub(super) fn run(device: &Device, memory: DeviceMemory, options: &BenchOptions)
         c.head_dim,
         c.intermediate_size,
         c.patch_size,
-        c.pooling_kernel_size
+        c.pooling_kernel_size,
+        stored,
+        if has_fused_kernels(device) && packed { "the linears packed on the device" } else { "f32 on the device" },
     );
     println!("| what | figure |");
     println!("|---|---|");
-    println!("| tower + embedder weights on the device (f32) | {:.1} MB |", tower.weight_bytes() as f64 / 1e6);
-    println!(
-        "| checkpoint → device (bf16 read, f32 transposed upload) | {:.2} GB in {load_s:.2} s |",
-        file_bytes as f64 / 1e9
-    );
+    println!("| tower + embedder weights on the device | {:.1} MB |", tower.weight_bytes() as f64 / 1e6);
+    println!("| checkpoint → device ({stored} read) | {:.2} GB in {load_s:.2} s |", file_bytes as f64 / 1e9);
     if let Some(usage) = device.memory_pool_usage() {
         println!("| device memory reserved after loading the tower | {:.1} MB |", usage.bytes_reserved as f64 / 1e6);
     }
@@ -267,7 +273,7 @@ fn screenshot(width: usize, height: usize) -> Result<RgbImage, String> {
 /// The tower and the multimodal embedder as a Hugging Face safetensors file holds them
 /// (`model.vision_tower.…`, `model.embed_vision.…`): bf16, random linears and tables (±0.02),
 /// norms of ones.
-fn tower_checkpoint(c: &VisionConfig) -> Vec<u8> {
+fn tower_checkpoint(c: &VisionConfig, packed: bool) -> Vec<u8> {
     const SPREAD: f32 = 0.02;
     let mut file = SafetensorsWriter::default();
     let (w, p, d) = (c.hidden_size, c.patch_size, c.head_dim);
@@ -286,7 +292,10 @@ fn tower_checkpoint(c: &VisionConfig) -> Vec<u8> {
             ("mlp.up_proj", mlp, w),
             ("mlp.down_proj", w, mlp),
         ] {
-            file.random_bf16(&layer(&format!("{module}.linear.weight")), &[rows, cols], SPREAD);
+            match packed {
+                true => file.random_8bit(&layer(&format!("{module}.linear")), rows, cols, SPREAD),
+                false => file.random_bf16(&layer(&format!("{module}.linear.weight")), &[rows, cols], SPREAD),
+            }
         }
         file.ones(&layer("self_attn.q_norm.weight"), d);
         file.ones(&layer("self_attn.k_norm.weight"), d);
@@ -304,7 +313,21 @@ fn tower_checkpoint(c: &VisionConfig) -> Vec<u8> {
     file.finish()
 }
 
+/// The group of `--vision-packed`'s 8-bit codes: Q8_0's block.
+const PACKED_GROUP: usize = 32;
+
 impl SafetensorsWriter {
+    /// A linear module as MLX stores an 8-bit one: random codes (four to a u32), bf16 scales and
+    /// biases per group of [`PACKED_GROUP`] mapping them onto ±`spread`.
+    fn random_8bit(&mut self, module: &str, rows: usize, cols: usize, spread: f32) {
+        let words: Vec<u32> = (0..rows * cols / 4).map(|_| self.rng.next() as u32).collect();
+        self.tensor(&format!("{module}.weight"), "U32", &[rows, cols / 4], words.into_iter().flat_map(u32::to_le_bytes));
+        let groups = rows * cols / PACKED_GROUP;
+        let shape = [rows, cols / PACKED_GROUP];
+        self.tensor(&format!("{module}.scales"), "BF16", &shape, Self::bf16(2.0 * spread / 255.0, groups));
+        self.tensor(&format!("{module}.biases"), "BF16", &shape, Self::bf16(-spread, groups));
+    }
+
     /// A bf16 tensor of values uniform in ±`spread`.
     fn random_bf16(&mut self, name: &str, shape: &[usize], spread: f32) {
         let n: usize = shape.iter().product();
