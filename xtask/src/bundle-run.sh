@@ -98,6 +98,7 @@ if [ "$quick" = 1 ]; then
     agent_flags=(--agent 16 8 2)
     # The drafter reads a full-attention layer: E2B's first is its fifth, E4B's its sixth.
     speculative_flags=(--layers 6 --prefill 4 --decode 2 --gemm-tokens 0 --speculative 2 --speculative-tokens 6)
+    vision_flags=(--vision --vision-budgets 70 --vision-runs 1 --layers 2)
     mode="quick: prefill product of 64 tokens; 2 layers, prefill 4, decode 2; agent step 16 cached + 8 new tokens, 2 decoded (E2B)"
 else
     model_flags=(--prefill 64 --decode 16 --gemm-tokens 0)
@@ -105,6 +106,7 @@ else
     # Three separate values: clap refuses them comma-separated, whatever `--help` says.
     agent_flags=(--agent 3000 1500 40)
     speculative_flags=(--prefill 16 --decode 4 --gemm-tokens 0 --speculative 2,4,8)
+    vision_flags=(--vision --vision-budgets 70,280,1120 --vision-runs 3)
     mode="full: prefill product of 1500 tokens; all layers, prefill 64, decode 16; agent step 3000 cached + 1500 new tokens, 40 decoded (E2B)"
 fi
 
@@ -310,6 +312,9 @@ step "E4B model" md 150 bench --shape e4b "${model_flags[@]}"
 step "E2B agent step" md 120 bench --shape e2b "${model_flags[@]}" "${agent_flags[@]}"
 step "E2B speculative decoding" md 150 bench --shape e2b "${speculative_flags[@]}"
 step "E4B speculative decoding" md 180 bench --shape e4b "${speculative_flags[@]}"
+# The tower per image: E2B's projector is 16-bit (f32 on the device), E4B's Q8_0 (kept packed).
+step "E2B vision tower" md 240 bench --shape e2b "${vision_flags[@]}"
+step "E4B vision tower, packed" md 240 bench --shape e4b "${vision_flags[@]}" --vision-packed
 
 say "$steps_ok of $steps_total steps ok; results in $out"
 echo

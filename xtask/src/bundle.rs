@@ -199,7 +199,8 @@ the decode GEMV against a copy, the 1500-token prefill product against Burn's f3
 the Gemma 4 E2B and E4B model benches (random 4-bit weights, prefill 64, decode 16) and an E2B
 agent step (3000 cached + 1500 new tokens, 40 decoded), then speculative decoding on E2B and E4B
 (a random assistant of the published shape: a verification's cost against a decoded token, the
-draft steps', tokens/s), each under its own time limit, and writes
+draft steps', tokens/s) and the vision tower per image (E2B's 16-bit tower, E4B's packed 8-bit one;
+budgets 70, 280 and 1120), each under its own time limit, and writes
 them all to one Markdown file: results.md, or results-<host>-<UTC time>.md here. It exits 0 when
 the kernel step finished. `./run.sh --quick` (2 layers, a few tokens, a tiny agent step) checks
 the bundle on a slow adapter; `./run.sh --help` lists the settings.
@@ -378,6 +379,9 @@ mod tests {
             "kernel_flags=(--gemm-tokens 64)",
             "agent_flags=(--agent 16 8 2)",
             "--speculative 2,4,8",
+            "step \"E2B vision tower\" md 240 bench --shape e2b \"${vision_flags[@]}\"",
+            "step \"E4B vision tower, packed\" md 240 bench --shape e4b \"${vision_flags[@]}\" --vision-packed",
+            "vision_flags=(--vision --vision-budgets 70,280,1120 --vision-runs 3)",
             "timeout --kill-after=10 \"$limit\" \"$program\"",
             "program=\"$hearth\"",
             // The side-by-side comes right after the self-test: a lent GPU's first minutes go to it.

@@ -8,9 +8,9 @@
 use std::time::Instant;
 
 use burn::tensor::{Device, Tensor};
+use hearth_kernels::has_fused_kernels;
 use hearth_model::vision::{RgbImage, SOFT_TOKEN_BUDGETS, VisionConfig, VisionTower};
 use hearth_model::{CacheOptions, DeviceMemory, Input, KvCache, Output, Sampler, SamplingOptions, SoftTokens};
-use hearth_kernels::has_fused_kernels;
 use hearth_weights::{Checkpoint, MemorySource, Quantization};
 use serde_json::json;
 
@@ -56,7 +56,8 @@ pub(super) fn run(device: &Device, memory: DeviceMemory, options: &BenchOptions)
         .map_err(|e| e.to_string())?;
     if packed {
         let quantization = json!({"quantization": {"group_size": PACKED_GROUP, "bits": 8, "mode": "affine"}});
-        checkpoint.set_quantization(Quantization::from_config_json(&quantization.to_string()).map_err(|e| e.to_string())?);
+        checkpoint
+            .set_quantization(Quantization::from_config_json(&quantization.to_string()).map_err(|e| e.to_string())?);
     }
     let tower = VisionTower::load(config.clone(), &mut checkpoint, device).map_err(|e| e.to_string())?;
     drop(checkpoint);
@@ -321,7 +322,12 @@ impl SafetensorsWriter {
     /// biases per group of [`PACKED_GROUP`] mapping them onto ±`spread`.
     fn random_8bit(&mut self, module: &str, rows: usize, cols: usize, spread: f32) {
         let words: Vec<u32> = (0..rows * cols / 4).map(|_| self.rng.next() as u32).collect();
-        self.tensor(&format!("{module}.weight"), "U32", &[rows, cols / 4], words.into_iter().flat_map(u32::to_le_bytes));
+        self.tensor(
+            &format!("{module}.weight"),
+            "U32",
+            &[rows, cols / 4],
+            words.into_iter().flat_map(u32::to_le_bytes),
+        );
         let groups = rows * cols / PACKED_GROUP;
         let shape = [rows, cols / PACKED_GROUP];
         self.tensor(&format!("{module}.scales"), "BF16", &shape, Self::bf16(2.0 * spread / 255.0, groups));
