@@ -364,14 +364,21 @@ mod tests {
             "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
             "num_key_value_heads": 2, "head_dim": 16, "position_embedding_size": 64, "standardize": true}}"#;
         let config = VisionConfig::from_json(json).unwrap().unwrap();
-        let file = tower_checkpoint(&config);
-        let mut checkpoint =
-            Checkpoint::from_sources(vec![Box::new(MemorySource::new("vision.safetensors", file))]).unwrap();
-        let device = Device::flex();
-        let tower = VisionTower::load(config.clone(), &mut checkpoint, &device).unwrap();
-        let image = screenshot(200, 120).unwrap();
-        let patches = config.processor(70).process(&image).unwrap();
-        let soft = tower.encode(&patches).unwrap();
-        assert_eq!(soft.dims(), [patches.soft_tokens, 64]);
+        // bf16, and the linears as 8-bit codes (`--vision-packed`).
+        for packed in [false, true] {
+            let file = tower_checkpoint(&config, packed);
+            let mut checkpoint =
+                Checkpoint::from_sources(vec![Box::new(MemorySource::new("vision.safetensors", file))]).unwrap();
+            if packed {
+                let quantization = r#"{"quantization": {"group_size": 32, "bits": 8, "mode": "affine"}}"#;
+                checkpoint.set_quantization(Quantization::from_config_json(quantization).unwrap());
+            }
+            let device = Device::flex();
+            let tower = VisionTower::load(config.clone(), &mut checkpoint, &device).unwrap();
+            let image = screenshot(200, 120).unwrap();
+            let patches = config.processor(70).process(&image).unwrap();
+            let soft = tower.encode(&patches).unwrap();
+            assert_eq!(soft.dims(), [patches.soft_tokens, 64]);
+        }
     }
 }
