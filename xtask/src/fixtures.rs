@@ -99,6 +99,19 @@ const GENERATORS: &[Generator] = &[
         writes: "crates/model/fixtures/gemma4-drafter",
     },
     Generator {
+        name: "gemma4-audio",
+        // The text decoder is gen_parity.py's gemma4-text (imported from it).
+        script: "crates/model/fixtures/gen_audio_parity.py",
+        packages: TORCH,
+        writes: "crates/model/fixtures/gemma4-audio",
+    },
+    Generator {
+        name: "audio-features",
+        script: "crates/model/fixtures/gen_audio_features.py",
+        packages: &["transformers==5.23.0", "numpy==2.4.6"],
+        writes: "crates/model/fixtures/audio-features",
+    },
+    Generator {
         name: "tiny-chat-assistant",
         // An assistant for tiny-chat, read from its config (test builds carry it).
         script: "crates/model/fixtures/gen_tiny_chat_assistant.py",

@@ -18,6 +18,7 @@ use hearth_chat::{ChatTemplate, ContentPart, Message, MessageContent, RenderRequ
 use hearth_engine::constrain::{CallConstraint, CallGrammar, VocabTrie, grammar_from_function_list};
 use hearth_engine::native;
 use hearth_engine::{Decoding, MAX_DRAFT, ModelParts};
+use hearth_model::audio;
 use hearth_model::generate;
 use hearth_model::model_dir::{ModelFiles, load_model, load_tokenizer};
 use hearth_model::vision::{self, RgbImage, SOFT_TOKEN_BUDGETS};
@@ -74,6 +75,10 @@ enum Command {
         /// The vision tower as llama.cpp's projector file (`mmproj…gguf`), for a GGUF model.
         #[arg(long)]
         mmproj: Option<PathBuf>,
+        /// Let the model hear this clip (a WAV file, 16 kHz, mono or stereo, at most 30 s) before
+        /// the prompt, through its audio tower (a model folder's).
+        #[arg(long, requires = "chat", conflicts_with = "image")]
+        audio: Option<PathBuf>,
         /// Draft with Gemma 4's assistant from this folder (`google/gemma-4-E2B-it-assistant` beside
         /// gemma-4-E2B-it; E4B likewise): speculative decoding, the same tokens when greedy.
         #[arg(long)]
@@ -183,6 +188,7 @@ fn main() -> ExitCode {
             image,
             image_budget,
             mmproj,
+            audio,
             drafter,
             draft,
             max_tokens,
@@ -197,7 +203,7 @@ fn main() -> ExitCode {
             let prompt = prompt.or(prompt_text).unwrap_or_default();
             let files = ModelInput { model, tokenizer, drafter: drafter.map(|dir| (dir, draft)) };
             let images = Images { paths: image, budget: image_budget, mmproj };
-            let chat = chat.then_some(ChatOptions { tools, force_call, images });
+            let chat = chat.then_some(ChatOptions { tools, force_call, images, audio });
             run_generate(files, &prompt, chat, max_tokens, sampling, print_ids, &device)
         }
         Command::Logits { model, tokens, step_by_step, device } => logits(model, &tokens, step_by_step, &device),
@@ -259,6 +265,8 @@ struct ChatOptions {
     tools: Option<PathBuf>,
     force_call: bool,
     images: Images,
+    /// `--audio`: a WAV file the model hears before the prompt.
+    audio: Option<PathBuf>,
 }
 
 /// `--image`, `--image-budget`, `--mmproj`.
@@ -282,6 +290,29 @@ fn read_png(path: &std::path::Path) -> Result<RgbImage, String> {
     let fail = |why: String| format!("cannot read the image {}: {why}", path.display());
     let bytes = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
     RgbImage::from_png(&bytes, MAX_IMAGE_PIXELS).map_err(|e| fail(e.to_string()))
+}
+
+/// A WAV file's samples, mono (channels averaged), in [-1, 1]; 16 kHz, as Gemma 4 hears.
+fn read_wav(path: &std::path::Path) -> Result<Vec<f32>, String> {
+    let fail = |why: String| format!("cannot read the clip {}: {why}", path.display());
+    let mut reader = hound::WavReader::open(path).map_err(|e| fail(e.to_string()))?;
+    let spec = reader.spec();
+    if spec.sample_rate != 16_000 {
+        return Err(fail(format!(
+            "it is sampled at {} Hz; Gemma 4 hears 16 kHz (convert it: ffmpeg -i in.wav -ar 16000 -ac 1 out.wav)",
+            spec.sample_rate
+        )));
+    }
+    let interleaved: Vec<f32> = match spec.sample_format {
+        hound::SampleFormat::Float => reader.samples::<f32>().collect::<Result<_, _>>(),
+        hound::SampleFormat::Int => {
+            let scale = (1i64 << (spec.bits_per_sample.max(1) - 1)) as f32;
+            reader.samples::<i32>().map(|s| s.map(|s| s as f32 / scale)).collect::<Result<_, _>>()
+        }
+    }
+    .map_err(|e| fail(e.to_string()))?;
+    let channels = usize::from(spec.channels.max(1));
+    Ok(interleaved.chunks(channels).map(|frame| frame.iter().sum::<f32>() / channels as f32).collect())
 }
 
 /// The largest image `--image` decodes (a 8K screen): the processor shrinks it to the budget anyway.
@@ -342,9 +373,12 @@ fn run_generate(
         None => Vec::new(),
     };
     let text = if let (Some(chat), Some(template)) = (&chat, &template) {
-        // The images first, then the question, as Gemma 4's documentation shows them.
+        // The images (or the clip) first, then the question, as Gemma 4's documentation shows them.
         let mut parts: Vec<ContentPart> =
             images.iter().map(|_| ContentPart::Image { extra: serde_json::Map::new() }).collect();
+        if chat.audio.is_some() {
+            parts.push(ContentPart::Audio { extra: serde_json::Map::new() });
+        }
         parts.push(ContentPart::Text { text: prompt.to_string(), extra: serde_json::Map::new() });
         let messages = [Message { content: Some(MessageContent::Parts(parts)), ..Message::user("") }];
         let request = RenderRequest {
@@ -384,6 +418,20 @@ fn run_generate(
         );
         prompt_ids = ids;
         prompt_images = Some(encoded);
+    }
+    if let Some(path) = chat.as_ref().and_then(|c| c.audio.as_deref()) {
+        let clock = Instant::now();
+        let samples = read_wav(path)?;
+        let tower = native::load_audio_tower(&input.model, &device).map_err(|e| e.to_string())?;
+        let (ids, heard) = audio::prompt::prepare(&tower, &prompt_ids, &samples).map_err(|e| e.to_string())?;
+        eprintln!(
+            "hearth: {:.2} s of sound encoded to {} soft tokens in {:.0} ms",
+            samples.len() as f64 / 16_000.0,
+            heard.images[0].soft_tokens.dims()[0],
+            clock.elapsed().as_secs_f64() * 1e3
+        );
+        prompt_ids = ids;
+        prompt_images = Some(heard);
     }
     // Raw text gets the BOS token the chat template would have written.
     if chat.is_none() && prompt_ids.first() != Some(&model.config.bos_token_id) {

@@ -6,10 +6,12 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
+use hearth_model::audio::{AudioConfig, AudioTower, has_audio_weights};
 use hearth_model::drafter::Drafter;
 use hearth_model::model_dir::{ModelDirError, ModelFiles};
 use hearth_model::vision::VisionTower;
 use hearth_model::{CacheOptions, Gemma};
+use hearth_weights::Checkpoint;
 
 use crate::loading::{
     self, DrafterFiles, LoadFailure, ModelPayload, PartFiles, ReadRange, StreamedWeights, WeightFile,
@@ -61,6 +63,12 @@ pub enum LoadError {
     NoProjector,
     #[error("this model has no vision tower (its config.json or weights lack one): it cannot see images")]
     NoTower,
+    #[error("the audio tower did not load: {0}")]
+    AudioTower(String),
+    #[error(
+        "{path} has no audio tower Hearth can read (a model folder whose config.json has `audio_config` and whose weights carry it): it cannot hear"
+    )]
+    NoAudioTower { path: PathBuf },
 }
 
 /// A model loaded from disk, with what came with it.
@@ -239,9 +247,30 @@ pub fn load_tower(files: &mut ModelFiles, mmproj: Option<&Path>, device: &Device
     }
 }
 
+/// The audio tower a model folder carries (config.json's `audio_config` and its weights), for
+/// `hearth generate --audio`.
+pub fn load_audio_tower(model: &Path, device: &Device) -> Result<AudioTower, LoadError> {
+    if model.is_file() {
+        return Err(LoadError::NoAudioTower { path: model.to_path_buf() });
+    }
+    let config = AudioConfig::from_json(&read_text(&model.join("config.json"))?)
+        .map_err(|e| LoadError::AudioTower(e.to_string()))?
+        .ok_or_else(|| LoadError::NoAudioTower { path: model.to_path_buf() })?;
+    let mut checkpoint = Checkpoint::open(model).map_err(|e| LoadError::AudioTower(e.to_string()))?;
+    if !has_audio_weights(&checkpoint) {
+        return Err(LoadError::NoAudioTower { path: model.to_path_buf() });
+    }
+    AudioTower::load(config, &mut checkpoint, device).map_err(|e| LoadError::AudioTower(e.to_string()))
+}
+
 /// The assistant in `dir`, for `model`, for `hearth generate` (an assistant made for another
 /// model is refused by name).
 pub fn load_drafter(dir: &Path, model: &Gemma, device: &Device) -> Result<Drafter, LoadError> {
     hearth_model::drafter::load_dir(dir, &model.config, device)
         .map_err(|e| LoadError::Drafter { dir: dir.to_path_buf(), why: e.to_string() })
 }
+
+/// Every source builds the same model (the disk's, whole bytes, the model crate's own loader).
+#[cfg(test)]
+#[path = "native_tests.rs"]
+mod tests;

@@ -15,6 +15,7 @@
 //! - [`drafting`]: what a generation drafts with and what drafting did.
 //! - [`speculative`]: speculative decoding: drafts (the assistant's, or a lookup's) verified in
 //!   one chunk, the accepted prefix kept.
+//! - [`vision`] and [`audio`]: what an image and a sound become before the decoder takes them.
 //!
 //! The model knows no chat syntax: the tool-call grammar a generation is held to is the engine's
 //! (`hearth_engine::constrain`), behind [`decode::TokenConstraint`].
@@ -22,6 +23,7 @@
 //! The kernels (packed matrices, fused element-wise chains, decode attention, the per-layer
 //! table, the logit mask) are [`hearth_kernels`]'s.
 
+pub mod audio;
 pub mod cache;
 pub mod config;
 pub mod decode;

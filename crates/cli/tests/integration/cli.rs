@@ -223,6 +223,52 @@ fn generate_looks_at_an_image() {
     let _ = std::fs::remove_file(not_png);
 }
 
+/// A WAV file of `seconds` of a tone at `rate` Hz, written to the temp folder.
+fn write_wav(name: &str, rate: u32, seconds: f32) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("hearth-{}-{name}.wav", std::process::id()));
+    let spec =
+        hound::WavSpec { channels: 1, sample_rate: rate, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
+    let mut writer = hound::WavWriter::create(&path, spec).expect("temp file");
+    for i in 0..(rate as f32 * seconds) as usize {
+        let value = (i as f32 * 440.0 * std::f32::consts::TAU / rate as f32).sin() * 0.3;
+        writer.write_sample((value * i16::MAX as f32) as i16).expect("sample written");
+    }
+    writer.finalize().expect("wav written");
+    path
+}
+
+/// `--audio`: a clip at another rate and a model without an audio tower are refused in words
+/// (the tower's numbers are `crates/model/tests/audio_parity.rs`'s).
+#[test]
+fn generate_refuses_a_clip_it_cannot_hear() {
+    let model = repo().join("crates/model/fixtures/tiny-chat");
+    let ask = |clip: &Path| {
+        let args = [
+            "generate",
+            "--model",
+            model.to_str().expect("utf-8 path"),
+            "--chat",
+            "--audio",
+            clip.to_str().expect("utf-8 path"),
+            "--cpu",
+            "--prompt",
+            "What did I say?",
+        ];
+        let out = hearth(&args, "");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let cd_rate = write_wav("cd-rate", 44_100, 0.2);
+    let stderr = ask(&cd_rate);
+    assert!(stderr.contains("44100 Hz") && stderr.contains("16 kHz") && stderr.contains("ffmpeg"), "{stderr}");
+    let speech_rate = write_wav("speech-rate", 16_000, 0.2);
+    let stderr = ask(&speech_rate);
+    assert!(stderr.contains("has no audio tower"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let _ = std::fs::remove_file(cd_rate);
+    let _ = std::fs::remove_file(speech_rate);
+}
+
 /// `hearth generate --drafter`: Gemma 4's assistant drafts (the tiny pair of
 /// crates/model/fixtures), the ids are those of the run without it, and the drafting is reported;
 /// an assistant made for another model is refused by name.

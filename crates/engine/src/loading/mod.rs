@@ -282,6 +282,3 @@ impl Loaded {
         (shared, info)
     }
 }
-
-#[cfg(all(test, not(target_arch = "wasm32")))]
-mod tests;

@@ -10,7 +10,7 @@ use hearth_model::model_dir::ModelFiles;
 use hearth_model::vision::{RgbImage, VisionTower};
 use hearth_model::{CacheOptions, Gemma, Input, KvCache, Output};
 
-use super::*;
+use crate::loading::{LoadFailure, Loaded, ModelPayload, ReadRange, StreamedWeights, load};
 use crate::native::{self, LoadError, ModelSource, Vision};
 
 fn fixture(name: &str) -> PathBuf {

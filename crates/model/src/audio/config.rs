@@ -1,0 +1,188 @@
+//! The audio tower's configuration: transformers 5.23's `Gemma4AudioConfig` (its defaults are
+//! E2B's and E4B's tower), with the text width the embedder projects to and the prompt's audio
+//! tokens.
+
+use serde::Deserialize;
+
+use crate::config::ConfigError;
+use crate::vision::{ImageCountError, ImageTokens};
+
+/// The audio tower and its embedder, as config.json describes them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AudioConfig {
+    pub hidden_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    /// The two subsampling convolutions' output channels.
+    pub subsampling_channels: [usize; 2],
+    pub conv_kernel_size: usize,
+    /// The feed-forward blocks' residual weight.
+    pub residual_weight: f32,
+    /// Attention runs over blocks of this many frames, each seeing `context_left - 1` frames back
+    /// and `context_right` ahead.
+    pub chunk_size: usize,
+    pub context_left: usize,
+    pub context_right: usize,
+    pub logit_cap: f32,
+    pub invalid_logit: f32,
+    pub clipped_linears: bool,
+    pub rms_norm_eps: f32,
+    pub gradient_clipping: f32,
+    /// The tower's output width (the embedder's input).
+    pub output_dims: usize,
+    /// The text model's width (the embedder's output).
+    pub text_hidden_size: usize,
+    /// Mel bins a feature frame.
+    pub feature_size: usize,
+    pub tokens: AudioTokens,
+}
+
+/// The prompt's audio tokens: `<|audio>` opens a clip, one `<|audio|>` per soft token, `<audio|>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AudioTokens {
+    pub audio: u32,
+    pub boa: u32,
+    pub eoa: u32,
+}
+
+impl AudioTokens {
+    /// The pieces, in the order of the fields.
+    pub const PIECES: [&'static str; 3] = ["<|audio|>", "<|audio>", "<audio|>"];
+
+    /// A rendered prompt's ids with each clip the chat template wrote (one `<|audio|>`) expanded
+    /// as Gemma 4's processor expands it: `<|audio>`, one `<|audio|>` per soft token, `<audio|>`
+    /// (the images' expansion, with the audio tokens).
+    pub fn expand(&self, ids: &[u32], soft_tokens: &[usize]) -> Result<Vec<u32>, ImageCountError> {
+        ImageTokens { image: self.audio, boi: self.boa, eoi: self.eoa }.expand(ids, soft_tokens)
+    }
+}
+
+#[derive(Deserialize)]
+struct RawTop {
+    audio_config: Option<RawAudio>,
+    text_config: Option<RawText>,
+    #[serde(default = "defaults::audio_token")]
+    audio_token_id: u32,
+    #[serde(default = "defaults::boa_token")]
+    boa_token_id: u32,
+    #[serde(default = "defaults::eoa_token")]
+    eoa_token_id: u32,
+}
+
+#[derive(Deserialize)]
+struct RawText {
+    hidden_size: usize,
+}
+
+#[derive(Deserialize)]
+#[serde(default)]
+struct RawAudio {
+    hidden_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    hidden_act: String,
+    subsampling_conv_channels: Vec<usize>,
+    conv_kernel_size: usize,
+    residual_weight: f32,
+    attention_chunk_size: usize,
+    attention_context_left: usize,
+    attention_context_right: usize,
+    attention_logit_cap: f32,
+    attention_invalid_logits_value: f32,
+    use_clipped_linears: bool,
+    rms_norm_eps: f32,
+    gradient_clipping: f32,
+    output_proj_dims: usize,
+}
+
+impl Default for RawAudio {
+    fn default() -> Self {
+        RawAudio {
+            hidden_size: 1024,
+            num_hidden_layers: 12,
+            num_attention_heads: 8,
+            hidden_act: "silu".into(),
+            subsampling_conv_channels: vec![128, 32],
+            conv_kernel_size: 5,
+            residual_weight: 0.5,
+            attention_chunk_size: 12,
+            attention_context_left: 13,
+            attention_context_right: 0,
+            attention_logit_cap: 50.0,
+            attention_invalid_logits_value: -1.0e9,
+            use_clipped_linears: true,
+            rms_norm_eps: 1e-6,
+            gradient_clipping: 1e10,
+            output_proj_dims: 1536,
+        }
+    }
+}
+
+mod defaults {
+    pub fn audio_token() -> u32 {
+        258_881
+    }
+    pub fn boa_token() -> u32 {
+        256_000
+    }
+    pub fn eoa_token() -> u32 {
+        258_883
+    }
+}
+
+impl AudioConfig {
+    /// The tower config.json describes (`None`: the model hears nothing).
+    pub fn from_json(json: &str) -> Result<Option<Self>, ConfigError> {
+        let top: RawTop = serde_json::from_str(json)?;
+        let Some(a) = top.audio_config else { return Ok(None) };
+        let invalid = |why: String| ConfigError::Invalid(format!("audio_config: {why}"));
+        let text = top.text_config.ok_or_else(|| invalid("there is no text_config".into()))?;
+        let unsupported = |what: String| Err(invalid(format!("{what} is not supported")));
+        if a.hidden_act != "silu" {
+            return unsupported(format!("activation {}", a.hidden_act));
+        }
+        let [c0, c1] = a.subsampling_conv_channels[..] else {
+            return unsupported(format!("{} subsampling convolutions", a.subsampling_conv_channels.len()));
+        };
+        if a.num_attention_heads == 0 || !a.hidden_size.is_multiple_of(a.num_attention_heads) {
+            return unsupported(format!("{} heads over width {}", a.num_attention_heads, a.hidden_size));
+        }
+        if a.attention_context_left == 0 || a.attention_chunk_size == 0 {
+            return unsupported("attention context".into());
+        }
+        Ok(Some(AudioConfig {
+            hidden_size: a.hidden_size,
+            num_layers: a.num_hidden_layers,
+            num_heads: a.num_attention_heads,
+            subsampling_channels: [c0, c1],
+            conv_kernel_size: a.conv_kernel_size,
+            residual_weight: a.residual_weight,
+            chunk_size: a.attention_chunk_size,
+            context_left: a.attention_context_left,
+            context_right: a.attention_context_right,
+            logit_cap: a.attention_logit_cap,
+            invalid_logit: a.attention_invalid_logits_value,
+            clipped_linears: a.use_clipped_linears,
+            rms_norm_eps: a.rms_norm_eps,
+            gradient_clipping: a.gradient_clipping,
+            output_dims: a.output_proj_dims,
+            text_hidden_size: text.hidden_size,
+            feature_size: 128,
+            tokens: AudioTokens { audio: top.audio_token_id, boa: top.boa_token_id, eoa: top.eoa_token_id },
+        }))
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.hidden_size / self.num_heads
+    }
+
+    /// Soft tokens for `frames` feature frames of which the first `valid` hold sound: the valid
+    /// frames that survive the two stride-2 subsamplings (the processor's count).
+    pub fn soft_tokens(mask: &[bool]) -> usize {
+        let mut mask = mask.to_vec();
+        for _ in 0..2 {
+            mask = mask.iter().step_by(2).copied().collect();
+        }
+        mask.iter().filter(|&&m| m).count()
+    }
+}

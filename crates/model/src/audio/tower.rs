@@ -1,0 +1,494 @@
+//! Gemma 4's audio tower and audio embedder: a clip's log-mel frames → its soft tokens, the rows
+//! that replace the prompt's audio placeholders. Reference: transformers 5.23, `Gemma4AudioModel`
+//! and `Gemma4MultimodalEmbedder` (modeling_gemma4.py).
+//!
+//! Shapes: F = feature frames (10 ms each), S = frames after the two stride-2 convolutions (40 ms
+//! each), H = tower width, n = heads, d = head size, W = frames a query sees (itself and the
+//! `context_left - 2` before it), T = soft tokens (the valid ones of S), h = text width.
+//!
+//! The reference attends over blocks of `chunk_size` queries against a padded window of keys, a
+//! relative-position term shifted into place, and a mask that keeps, for each query, itself and
+//! the frames just before it. Computed here the direct way: for each distance δ < W, the keys δ
+//! frames back (a shifted copy) and the relative term of δ; the same sums, without the blocks.
+
+use burn::tensor::activation::{relu, sigmoid, silu, softmax};
+use burn::tensor::module::conv2d;
+use burn::tensor::ops::ConvOptions;
+use burn::tensor::{Bool, Device, Tensor, TensorData};
+use hearth_kernels::fused::rms_norm_unscaled;
+use hearth_kernels::{AffineMatrix, has_fused_kernels, rms_norm};
+use hearth_weights::{Checkpoint, HostTensor};
+
+use super::config::AudioConfig;
+use super::features::AudioFeatures;
+use crate::error::ModelError;
+
+/// Where the tower's tensors are named in a Hugging Face checkpoint.
+const TOWER: &str = "model.audio_tower.";
+const EMBEDDER: &str = "model.embed_audio.";
+
+/// A linear layer without bias; a clipped one clamps its input and output.
+struct Linear {
+    weight: Weight,
+    clip: Option<[f32; 4]>,
+}
+
+/// A matrix on the device: packed codes as the file stores them where the kernels multiply by
+/// them, else f32 transposed (`[in, out]`).
+#[allow(clippy::large_enum_variant)]
+enum Weight {
+    Dense(Tensor<2>),
+    Packed(AffineMatrix),
+}
+
+impl Linear {
+    /// `[S, in] → [S, out]`
+    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        let x = match self.clip {
+            Some([lo, hi, _, _]) => x.clamp(lo, hi),
+            None => x,
+        };
+        let y = match &self.weight {
+            Weight::Dense(w) => x.matmul(w.clone()),
+            Weight::Packed(w) => w.matmul_transposed(x),
+        };
+        match self.clip {
+            Some([_, _, lo, hi]) => y.clamp(lo, hi),
+            None => y,
+        }
+    }
+
+    fn device_bytes(&self) -> u64 {
+        match &self.weight {
+            Weight::Dense(w) => w.shape().num_elements() as u64 * 4,
+            Weight::Packed(w) => w.device_bytes() as u64,
+        }
+    }
+}
+
+/// A feed-forward block: `x + residual_weight · norm(W₂ · silu(W₁ · norm(x)))`.
+struct FeedForward {
+    pre_norm: Tensor<1>,
+    up: Linear,
+    down: Linear,
+    post_norm: Tensor<1>,
+}
+
+struct Attention {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    post: Linear,
+    /// `[W, n, d]`: the relative-position keys of distances 0‥W (`relative_k_proj` of the
+    /// sinusoidal embeddings), computed at load.
+    relative_keys: Tensor<3>,
+    /// `[d]`: the queries' scale per dimension, `q_scale · softplus(per_dim_scale)`.
+    query_scale: Tensor<1>,
+}
+
+/// The light convolution block: GLU, a causal depthwise convolution over time, SiLU.
+struct LightConv {
+    pre_norm: Tensor<1>,
+    start: Linear,
+    /// `[K, H]`: tap `t` multiplies the frame `K - 1 - t` back.
+    kernel: Tensor<2>,
+    conv_norm: Tensor<1>,
+    end: Linear,
+}
+
+struct ConformerLayer {
+    feed_forward1: FeedForward,
+    norm_pre_attention: Tensor<1>,
+    attention: Attention,
+    norm_post_attention: Tensor<1>,
+    light_conv: LightConv,
+    feed_forward2: FeedForward,
+    norm_out: Tensor<1>,
+}
+
+/// One subsampling step: a 3 × 3 convolution of stride 2 over (time, frequency), a layer norm
+/// over its channels (no bias), ReLU.
+struct Subsample {
+    /// `[out, in, 3, 3]`
+    conv: Tensor<4>,
+    norm: Tensor<1>,
+}
+
+pub struct AudioTower {
+    config: AudioConfig,
+    subsample: [Subsample; 2],
+    /// `[C₁·F/4, H]`, transposed.
+    input_projection: Tensor<2>,
+    layers: Vec<ConformerLayer>,
+    /// `[H, out]` and `[out]`.
+    output_projection: (Tensor<2>, Tensor<1>),
+    /// `[out, h]`: the embedder's projection to the text width.
+    embedding_projection: Tensor<2>,
+    device: Device,
+}
+
+struct Reader<'a> {
+    checkpoint: &'a mut Checkpoint,
+    device: &'a Device,
+}
+
+impl Reader<'_> {
+    fn host(&mut self, name: &str, expected: &[usize]) -> Result<HostTensor, ModelError> {
+        let tensor = self.checkpoint.read_f32(name)?;
+        let matches = tensor.shape == expected || (expected.is_empty() && tensor.data.len() == 1);
+        if !matches {
+            return Err(ModelError::Shape {
+                name: name.to_string(),
+                expected: expected.to_vec(),
+                actual: tensor.shape,
+            });
+        }
+        Ok(tensor)
+    }
+
+    fn tensor<const D: usize>(&mut self, name: &str, shape: [usize; D]) -> Result<Tensor<D>, ModelError> {
+        let t = self.host(name, &shape)?;
+        Ok(Tensor::from_data(TensorData::new(t.data, shape), self.device))
+    }
+
+    fn scalar(&mut self, name: &str) -> Result<f32, ModelError> {
+        Ok(self.host(name, &[])?.data[0])
+    }
+
+    /// `[out, in]` in the file → `[in, out]` on the device.
+    fn transposed(&mut self, name: &str, out_features: usize, in_features: usize) -> Result<Tensor<2>, ModelError> {
+        let w = self.host(name, &[out_features, in_features])?;
+        Ok(transpose_upload(w.data, out_features, in_features, self.device))
+    }
+
+    /// A linear module (`{module}.weight`), packed where the file packs it and the kernels run.
+    fn weight(&mut self, module: &str, out_features: usize, in_features: usize) -> Result<Weight, ModelError> {
+        if has_fused_kernels(self.device)
+            && let Some(packed) = self.checkpoint.read_affine(module)?
+            && AffineMatrix::holds(&packed)
+        {
+            if (packed.rows, packed.cols) != (out_features, in_features) {
+                let (expected, actual) = (vec![out_features, in_features], vec![packed.rows, packed.cols]);
+                return Err(ModelError::Shape { name: format!("{module}.weight"), expected, actual });
+            }
+            return Ok(Weight::Packed(AffineMatrix::upload(packed, self.device)));
+        }
+        Ok(Weight::Dense(self.transposed(&format!("{module}.weight"), out_features, in_features)?))
+    }
+
+    /// A clippable linear (`{module}.linear.weight`, and its four bounds when `clipped`).
+    fn clippable(
+        &mut self,
+        module: &str,
+        out_features: usize,
+        in_features: usize,
+        clipped: bool,
+    ) -> Result<Linear, ModelError> {
+        let weight = self.weight(&format!("{module}.linear"), out_features, in_features)?;
+        let clip = match clipped {
+            true => Some([
+                self.scalar(&format!("{module}.input_min"))?,
+                self.scalar(&format!("{module}.input_max"))?,
+                self.scalar(&format!("{module}.output_min"))?,
+                self.scalar(&format!("{module}.output_max"))?,
+            ]),
+            false => None,
+        };
+        Ok(Linear { weight, clip })
+    }
+
+    fn feed_forward(&mut self, module: &str, c: &AudioConfig) -> Result<FeedForward, ModelError> {
+        let h = c.hidden_size;
+        Ok(FeedForward {
+            pre_norm: self.tensor(&format!("{module}.pre_layer_norm.weight"), [h])?,
+            up: self.clippable(&format!("{module}.ffw_layer_1"), 4 * h, h, c.clipped_linears)?,
+            down: self.clippable(&format!("{module}.ffw_layer_2"), h, 4 * h, c.clipped_linears)?,
+            post_norm: self.tensor(&format!("{module}.post_layer_norm.weight"), [h])?,
+        })
+    }
+
+    fn attention(&mut self, module: &str, c: &AudioConfig) -> Result<Attention, ModelError> {
+        let (h, n, d) = (c.hidden_size, c.num_heads, c.head_dim());
+        let w = c.context_left - 1;
+        let linear = |r: &mut Self, part: &str| r.clippable(&format!("{module}.{part}"), h, h, c.clipped_linears);
+        let (q, k, v, post) =
+            (linear(self, "q_proj")?, linear(self, "k_proj")?, linear(self, "v_proj")?, linear(self, "post")?);
+        // The sinusoidal embeddings of distances 0‥W ([sin…, cos…] over H/2 timescales), projected.
+        let half = h / 2;
+        let increment = (10_000f64).ln() / (half.max(2) - 1) as f64;
+        let mut embeddings = Vec::with_capacity(w * h);
+        for distance in 0..w {
+            let angle = |i: usize| distance as f64 * (-(i as f64) * increment).exp();
+            embeddings.extend((0..half).map(|i| angle(i).sin() as f32));
+            embeddings.extend((0..half).map(|i| angle(i).cos() as f32));
+        }
+        let embeddings = Tensor::<2>::from_data(TensorData::new(embeddings, [w, h]), self.device);
+        let relative = self.transposed(&format!("{module}.relative_k_proj.weight"), n * d, h)?;
+        let relative_keys = embeddings.matmul(relative).reshape([w, n, d]);
+        // q · d^-½ / ln 2 · softplus(per_dim_scale).
+        let per_dim = self.host(&format!("{module}.per_dim_scale"), &[d])?;
+        let scale = (d as f64).powf(-0.5) / std::f64::consts::LN_2;
+        let query_scale: Vec<f32> =
+            per_dim.data.iter().map(|&p| (scale * (1.0 + f64::from(p).exp()).ln()) as f32).collect();
+        let query_scale = Tensor::from_data(TensorData::new(query_scale, [d]), self.device);
+        Ok(Attention { q, k, v, post, relative_keys, query_scale })
+    }
+
+    fn light_conv(&mut self, module: &str, c: &AudioConfig) -> Result<LightConv, ModelError> {
+        let (h, k) = (c.hidden_size, c.conv_kernel_size);
+        let taps = self.host(&format!("{module}.depthwise_conv1d.weight"), &[h, 1, k])?;
+        let kernel = transpose_upload(taps.data, h, k, self.device);
+        Ok(LightConv {
+            pre_norm: self.tensor(&format!("{module}.pre_layer_norm.weight"), [h])?,
+            start: self.clippable(&format!("{module}.linear_start"), 2 * h, h, c.clipped_linears)?,
+            kernel,
+            conv_norm: self.tensor(&format!("{module}.conv_norm.weight"), [h])?,
+            end: self.clippable(&format!("{module}.linear_end"), h, h, c.clipped_linears)?,
+        })
+    }
+}
+
+fn transpose_upload(data: Vec<f32>, rows: usize, cols: usize, device: &Device) -> Tensor<2> {
+    let mut transposed = vec![0.0; data.len()];
+    for (r, row) in data.chunks_exact(cols).enumerate() {
+        for (i, value) in row.iter().enumerate() {
+            transposed[i * rows + r] = *value;
+        }
+    }
+    Tensor::from_data(TensorData::new(transposed, [cols, rows]), device)
+}
+
+/// Whether `checkpoint` carries an audio tower (transformers' names).
+pub fn has_audio_weights(checkpoint: &Checkpoint) -> bool {
+    checkpoint.contains(&format!("{TOWER}subsample_conv_projection.layer0.conv.weight"))
+}
+
+/// The name prefixes of the tower's tensors (a streaming loader fetches them before loading).
+pub fn audio_weight_prefixes() -> Vec<String> {
+    vec![TOWER.to_owned(), EMBEDDER.to_owned()]
+}
+
+impl AudioTower {
+    /// Loads the tower and its embedder from a model's weights (transformers' names).
+    pub fn load(config: AudioConfig, checkpoint: &mut Checkpoint, device: &Device) -> Result<Self, ModelError> {
+        let c = &config;
+        if c.context_right != 0 {
+            let why = format!("attention_context_right {} (only 0, Gemma 4's, is supported)", c.context_right);
+            return Err(crate::config::ConfigError::Invalid(format!("audio_config: {why}")).into());
+        }
+        let mut r = Reader { checkpoint, device };
+        let [c0, c1] = c.subsampling_channels;
+        let name = |part: &str| format!("{TOWER}{part}");
+        let subsample = [
+            Subsample {
+                conv: r.tensor(&name("subsample_conv_projection.layer0.conv.weight"), [c0, 1, 3, 3])?,
+                norm: r.tensor(&name("subsample_conv_projection.layer0.norm.weight"), [c0])?,
+            },
+            Subsample {
+                conv: r.tensor(&name("subsample_conv_projection.layer1.conv.weight"), [c1, c0, 3, 3])?,
+                norm: r.tensor(&name("subsample_conv_projection.layer1.norm.weight"), [c1])?,
+            },
+        ];
+        let projected_in = c.feature_size.div_ceil(4) * c1;
+        let input_projection =
+            r.transposed(&name("subsample_conv_projection.input_proj_linear.weight"), c.hidden_size, projected_in)?;
+        let mut layers = Vec::with_capacity(c.num_layers);
+        for i in 0..c.num_layers {
+            let l = |part: &str| name(&format!("layers.{i}.{part}"));
+            let h = c.hidden_size;
+            layers.push(ConformerLayer {
+                feed_forward1: r.feed_forward(&l("feed_forward1"), c)?,
+                norm_pre_attention: r.tensor(&l("norm_pre_attn.weight"), [h])?,
+                attention: r.attention(&l("self_attn"), c)?,
+                norm_post_attention: r.tensor(&l("norm_post_attn.weight"), [h])?,
+                light_conv: r.light_conv(&l("lconv1d"), c)?,
+                feed_forward2: r.feed_forward(&l("feed_forward2"), c)?,
+                norm_out: r.tensor(&l("norm_out.weight"), [h])?,
+            });
+        }
+        let output_projection = (
+            r.transposed(&name("output_proj.weight"), c.output_dims, c.hidden_size)?,
+            r.tensor(&name("output_proj.bias"), [c.output_dims])?,
+        );
+        let embedding_projection =
+            r.transposed(&format!("{EMBEDDER}embedding_projection.weight"), c.text_hidden_size, c.output_dims)?;
+        Ok(AudioTower {
+            config,
+            subsample,
+            input_projection,
+            layers,
+            output_projection,
+            embedding_projection,
+            device: device.clone(),
+        })
+    }
+
+    pub fn config(&self) -> &AudioConfig {
+        &self.config
+    }
+
+    /// Bytes of the weights on the device.
+    pub fn weight_bytes(&self) -> u64 {
+        fn n<const D: usize>(t: &Tensor<D>) -> u64 {
+            t.shape().num_elements() as u64 * 4
+        }
+        let mut bytes = self.subsample.iter().map(|s| n(&s.conv) + n(&s.norm)).sum::<u64>()
+            + n(&self.input_projection)
+            + n(&self.output_projection.0)
+            + n(&self.output_projection.1)
+            + n(&self.embedding_projection);
+        for l in &self.layers {
+            for f in [&l.feed_forward1, &l.feed_forward2] {
+                bytes += n(&f.pre_norm) + n(&f.post_norm) + f.up.device_bytes() + f.down.device_bytes();
+            }
+            let a = &l.attention;
+            bytes += [&a.q, &a.k, &a.v, &a.post].iter().map(|m| m.device_bytes()).sum::<u64>();
+            bytes += n(&a.relative_keys) + n(&a.query_scale);
+            let v = &l.light_conv;
+            bytes += n(&v.pre_norm) + n(&v.kernel) + n(&v.conv_norm) + v.start.device_bytes() + v.end.device_bytes();
+            bytes += n(&l.norm_pre_attention) + n(&l.norm_post_attention) + n(&l.norm_out);
+        }
+        bytes
+    }
+
+    /// A clip's soft tokens `[T, h]`, one per 40 ms of sound (the frames that end in the padding
+    /// are dropped, as the processor counts them).
+    pub fn encode(&self, features: &AudioFeatures) -> Result<Tensor<2>, ModelError> {
+        let c = &self.config;
+        let (frames, bins) = (features.frames, features.bins);
+        if bins != c.feature_size {
+            return Err(ModelError::Image(format!(
+                "audio features of {bins} bins, the tower takes {}",
+                c.feature_size
+            )));
+        }
+        let mut mask = features.mask.clone();
+        if frames == 0 || !mask.iter().any(|&m| m) {
+            return Ok(Tensor::zeros([0, c.text_hidden_size], &self.device));
+        }
+        // [1, 1, F, bins]: time and frequency as an image of one channel.
+        let mut x = Tensor::<2>::from_data(TensorData::new(features.values.clone(), [frames, bins]), &self.device)
+            .reshape([1, 1, frames, bins]);
+        for step in &self.subsample {
+            let time = x.dims()[2];
+            let keep: Vec<f32> = mask.iter().map(|&m| if m { 1.0 } else { 0.0 }).collect();
+            let keep = Tensor::<1>::from_data(TensorData::new(keep, [time]), &self.device).reshape([1, 1, time, 1]);
+            x = conv2d(x * keep, step.conv.clone(), None, ConvOptions::new([2, 2], [1, 1], [1, 1], 1));
+            x = relu(layer_norm_channels(x, &step.norm, c.rms_norm_eps));
+            mask = mask.iter().step_by(2).copied().collect();
+        }
+        // [1, C₁, S, F/4] → [S, F/4 · C₁] (frequency-major, channels inner), projected.  [S, H]
+        let [_, channels, s, f] = x.dims();
+        let x = x.permute([0, 2, 3, 1]).reshape([s, f * channels]);
+        let mut x = x.matmul(self.input_projection.clone());
+
+        let keys = KeyMask::new(&mask, c.context_left - 1, &self.device);
+        for layer in &self.layers {
+            x = self.layer(layer, x, &keys);
+        }
+        let (w, b) = &self.output_projection;
+        let x = x.matmul(w.clone()) + b.clone().unsqueeze_dim(0);
+        // The embedder: RMS-norm without a scale, projection to the text width.  [S, h]
+        let embedded = rms_norm_unscaled(x, c.rms_norm_eps).matmul(self.embedding_projection.clone());
+        let valid: Vec<i32> = (0..s as i32).filter(|&i| mask[i as usize]).collect();
+        let count = valid.len();
+        let valid = Tensor::<1, burn::tensor::Int>::from_data(TensorData::new(valid, [count]), &self.device);
+        Ok(embedded.select(0, valid))
+    }
+
+    /// One conformer layer: [S, H] → [S, H].
+    fn layer(&self, l: &ConformerLayer, x: Tensor<2>, keys: &KeyMask) -> Tensor<2> {
+        let c = &self.config;
+        let (eps, clip) = (c.rms_norm_eps, c.gradient_clipping);
+        let x = self.feed_forward(&l.feed_forward1, x);
+        let attended =
+            self.attention(&l.attention, rms_norm(x.clone().clamp(-clip, clip), &l.norm_pre_attention, eps), keys);
+        let x = x + rms_norm(attended.clamp(-clip, clip), &l.norm_post_attention, eps);
+        let x = self.light_conv(&l.light_conv, x);
+        let x = self.feed_forward(&l.feed_forward2, x);
+        rms_norm(x.clamp(-clip, clip), &l.norm_out, eps)
+    }
+
+    fn feed_forward(&self, f: &FeedForward, x: Tensor<2>) -> Tensor<2> {
+        let c = &self.config;
+        let (eps, clip) = (c.rms_norm_eps, c.gradient_clipping);
+        let h = rms_norm(x.clone().clamp(-clip, clip), &f.pre_norm, eps);
+        let h = f.down.forward(silu(f.up.forward(h))).clamp(-clip, clip);
+        x + rms_norm(h, &f.post_norm, eps).mul_scalar(c.residual_weight)
+    }
+
+    /// Each frame attends to itself and the W - 1 frames before it that hold sound, with a
+    /// relative-position term and a soft cap on the logits.  [S, H] (normed) → [S, H]
+    fn attention(&self, a: &Attention, x: Tensor<2>, keys: &KeyMask) -> Tensor<2> {
+        let c = &self.config;
+        let (s, n, d, w) = (x.dims()[0], c.num_heads, c.head_dim(), c.context_left - 1);
+        let q = a.q.forward(x.clone()).reshape([s, n, d]) * a.query_scale.clone().reshape([1, 1, d]);
+        // The keys' scale, ln(1 + e) / ln 2 (not the relative keys').
+        let key_scale = ((1.0 + std::f64::consts::E).ln() / std::f64::consts::LN_2) as f32;
+        let k = a.k.forward(x.clone()).reshape([s, n, d]).mul_scalar(key_scale);
+        let v = a.v.forward(x).reshape([s, n, d]);
+        // [S, W, n, d]: row i, slot δ holds frame i - δ (zeros before the clip).
+        let back = |t: Tensor<3>| Tensor::stack::<4>((0..w).map(|delta| shift_back(t.clone(), delta)).collect(), 1);
+        let (k_band, v_band) = (back(k), back(v));
+        let scores = ((k_band + a.relative_keys.clone().unsqueeze_dim(0)) * q.unsqueeze_dim(1)).sum_dim(3);
+        let capped = scores.div_scalar(c.logit_cap).tanh().mul_scalar(c.logit_cap); // [S, W, n, 1]
+        let masked = capped.mask_fill(keys.invalid.clone().expand([s, w, n, 1]), c.invalid_logit);
+        let weights = softmax(masked, 1);
+        let out = (weights * v_band).sum_dim(1).reshape([s, n * d]);
+        a.post.forward(out)
+    }
+
+    fn light_conv(&self, l: &LightConv, x: Tensor<2>) -> Tensor<2> {
+        let c = &self.config;
+        let (eps, clip, h, k) = (c.rms_norm_eps, c.gradient_clipping, c.hidden_size, c.conv_kernel_size);
+        let s = x.dims()[0];
+        let started = l.start.forward(rms_norm(x.clone(), &l.pre_norm, eps));
+        let gated = started.clone().slice([0..s, 0..h]) * sigmoid(started.slice([0..s, h..2 * h]));
+        // Causal depthwise convolution: tap t reads the frame K - 1 - t back.
+        let gated = gated.unsqueeze_dim::<3>(1);
+        let mut conv = Tensor::<2>::zeros([s, h], &self.device);
+        for t in 0..k {
+            let tap = l.kernel.clone().slice([t..t + 1, 0..h]);
+            conv = conv + shift_back(gated.clone(), k - 1 - t).reshape([s, h]) * tap;
+        }
+        let conv = rms_norm(conv.clamp(-clip, clip), &l.conv_norm, eps);
+        x + l.end.forward(silu(conv))
+    }
+}
+
+/// `[S, a, b]` moved `delta` rows later: row i holds row i - delta, zeros before.
+fn shift_back(t: Tensor<3>, delta: usize) -> Tensor<3> {
+    let [s, a, b] = t.dims();
+    if delta == 0 {
+        return t;
+    }
+    if delta >= s {
+        return Tensor::zeros([s, a, b], &t.device());
+    }
+    let zeros = Tensor::zeros([delta, a, b], &t.device());
+    Tensor::cat(vec![zeros, t.slice([0..s - delta, 0..a, 0..b])], 0)
+}
+
+/// `[1, C, S, F]`: each position's C channels normalised (mean and variance), scaled, no bias.
+fn layer_norm_channels(x: Tensor<4>, weight: &Tensor<1>, eps: f32) -> Tensor<4> {
+    let channels = weight.dims()[0];
+    let mean = x.clone().mean_dim(1);
+    let centred = x - mean;
+    let variance = centred.clone().square().mean_dim(1);
+    centred / variance.add_scalar(eps).sqrt() * weight.clone().reshape([1, channels, 1, 1])
+}
+
+/// Which (query, distance) pairs see no frame: before the clip, or a frame in the padding.
+struct KeyMask {
+    /// `[S, W, 1, 1]`: true where the key is not to be seen.
+    invalid: Tensor<4, Bool>,
+}
+
+impl KeyMask {
+    fn new(valid: &[bool], window: usize, device: &Device) -> Self {
+        let s = valid.len();
+        let invalid: Vec<bool> =
+            (0..s).flat_map(|i| (0..window).map(move |delta| delta > i || !valid[i - delta])).collect();
+        KeyMask { invalid: Tensor::from_data(TensorData::new(invalid, [s, window, 1, 1]), device) }
+    }
+}
