@@ -41,6 +41,7 @@ pub mod session;
 pub mod speculative;
 pub mod step_recording;
 pub mod tokenizer;
+mod tower_weights;
 pub mod vision;
 
 pub use cache::{CONTEXT_SIZES, CacheOptions, DeviceMemory, KvCache};

@@ -16,55 +16,17 @@ use burn::tensor::module::conv2d;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Bool, Device, Tensor, TensorData};
 use hearth_kernels::fused::rms_norm_unscaled;
-use hearth_kernels::{AffineMatrix, has_fused_kernels, rms_norm};
-use hearth_weights::{Checkpoint, HostTensor};
+use hearth_kernels::rms_norm;
+use hearth_weights::Checkpoint;
 
 use super::config::AudioConfig;
 use super::features::AudioFeatures;
 use crate::error::ModelError;
+use crate::tower_weights::{Linear, TowerReader, upload_transposed};
 
 /// Where the tower's tensors are named in a Hugging Face checkpoint.
 const TOWER: &str = "model.audio_tower.";
 const EMBEDDER: &str = "model.embed_audio.";
-
-/// A linear layer without bias; a clipped one clamps its input and output.
-struct Linear {
-    weight: Weight,
-    clip: Option<[f32; 4]>,
-}
-
-/// A matrix on the device: packed codes as the file stores them where the kernels multiply by
-/// them, else f32 transposed (`[in, out]`).
-#[allow(clippy::large_enum_variant)]
-enum Weight {
-    Dense(Tensor<2>),
-    Packed(AffineMatrix),
-}
-
-impl Linear {
-    /// `[S, in] → [S, out]`
-    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        let x = match self.clip {
-            Some([lo, hi, _, _]) => x.clamp(lo, hi),
-            None => x,
-        };
-        let y = match &self.weight {
-            Weight::Dense(w) => x.matmul(w.clone()),
-            Weight::Packed(w) => w.matmul_transposed(x),
-        };
-        match self.clip {
-            Some([_, _, lo, hi]) => y.clamp(lo, hi),
-            None => y,
-        }
-    }
-
-    fn device_bytes(&self) -> u64 {
-        match &self.weight {
-            Weight::Dense(w) => w.shape().num_elements() as u64 * 4,
-            Weight::Packed(w) => w.device_bytes() as u64,
-        }
-    }
-}
 
 /// A feed-forward block: `x + residual_weight · norm(W₂ · silu(W₁ · norm(x)))`.
 struct FeedForward {
@@ -127,135 +89,53 @@ pub struct AudioTower {
     device: Device,
 }
 
-struct Reader<'a> {
-    checkpoint: &'a mut Checkpoint,
-    device: &'a Device,
+fn feed_forward(r: &mut TowerReader, module: &str, c: &AudioConfig) -> Result<FeedForward, ModelError> {
+    let h = c.hidden_size;
+    Ok(FeedForward {
+        pre_norm: r.tensor(&format!("{module}.pre_layer_norm.weight"), [h])?,
+        up: r.clippable(&format!("{module}.ffw_layer_1"), 4 * h, h, c.clipped_linears)?,
+        down: r.clippable(&format!("{module}.ffw_layer_2"), h, 4 * h, c.clipped_linears)?,
+        post_norm: r.tensor(&format!("{module}.post_layer_norm.weight"), [h])?,
+    })
 }
 
-impl Reader<'_> {
-    fn host(&mut self, name: &str, expected: &[usize]) -> Result<HostTensor, ModelError> {
-        let tensor = self.checkpoint.read_f32(name)?;
-        let matches = tensor.shape == expected || (expected.is_empty() && tensor.data.len() == 1);
-        if !matches {
-            return Err(ModelError::Shape {
-                name: name.to_string(),
-                expected: expected.to_vec(),
-                actual: tensor.shape,
-            });
-        }
-        Ok(tensor)
+fn attention(r: &mut TowerReader, module: &str, c: &AudioConfig) -> Result<Attention, ModelError> {
+    let (h, n, d) = (c.hidden_size, c.num_heads, c.head_dim());
+    let w = c.context_left - 1;
+    let mut linear = |part: &str| r.clippable(&format!("{module}.{part}"), h, h, c.clipped_linears);
+    let (q, k, v, post) = (linear("q_proj")?, linear("k_proj")?, linear("v_proj")?, linear("post")?);
+    // The sinusoidal embeddings of distances 0‥W ([sin…, cos…] over H/2 timescales), projected.
+    let half = h / 2;
+    let increment = (10_000f64).ln() / (half.max(2) - 1) as f64;
+    let mut embeddings = Vec::with_capacity(w * h);
+    for distance in 0..w {
+        let angle = |i: usize| distance as f64 * (-(i as f64) * increment).exp();
+        embeddings.extend((0..half).map(|i| angle(i).sin() as f32));
+        embeddings.extend((0..half).map(|i| angle(i).cos() as f32));
     }
-
-    fn tensor<const D: usize>(&mut self, name: &str, shape: [usize; D]) -> Result<Tensor<D>, ModelError> {
-        let t = self.host(name, &shape)?;
-        Ok(Tensor::from_data(TensorData::new(t.data, shape), self.device))
-    }
-
-    fn scalar(&mut self, name: &str) -> Result<f32, ModelError> {
-        Ok(self.host(name, &[])?.data[0])
-    }
-
-    /// `[out, in]` in the file → `[in, out]` on the device.
-    fn transposed(&mut self, name: &str, out_features: usize, in_features: usize) -> Result<Tensor<2>, ModelError> {
-        let w = self.host(name, &[out_features, in_features])?;
-        Ok(transpose_upload(w.data, out_features, in_features, self.device))
-    }
-
-    /// A linear module (`{module}.weight`), packed where the file packs it and the kernels run.
-    fn weight(&mut self, module: &str, out_features: usize, in_features: usize) -> Result<Weight, ModelError> {
-        if has_fused_kernels(self.device)
-            && let Some(packed) = self.checkpoint.read_affine(module)?
-            && AffineMatrix::holds(&packed)
-        {
-            if (packed.rows, packed.cols) != (out_features, in_features) {
-                let (expected, actual) = (vec![out_features, in_features], vec![packed.rows, packed.cols]);
-                return Err(ModelError::Shape { name: format!("{module}.weight"), expected, actual });
-            }
-            return Ok(Weight::Packed(AffineMatrix::upload(packed, self.device)));
-        }
-        Ok(Weight::Dense(self.transposed(&format!("{module}.weight"), out_features, in_features)?))
-    }
-
-    /// A clippable linear (`{module}.linear.weight`, and its four bounds when `clipped`).
-    fn clippable(
-        &mut self,
-        module: &str,
-        out_features: usize,
-        in_features: usize,
-        clipped: bool,
-    ) -> Result<Linear, ModelError> {
-        let weight = self.weight(&format!("{module}.linear"), out_features, in_features)?;
-        let clip = match clipped {
-            true => Some([
-                self.scalar(&format!("{module}.input_min"))?,
-                self.scalar(&format!("{module}.input_max"))?,
-                self.scalar(&format!("{module}.output_min"))?,
-                self.scalar(&format!("{module}.output_max"))?,
-            ]),
-            false => None,
-        };
-        Ok(Linear { weight, clip })
-    }
-
-    fn feed_forward(&mut self, module: &str, c: &AudioConfig) -> Result<FeedForward, ModelError> {
-        let h = c.hidden_size;
-        Ok(FeedForward {
-            pre_norm: self.tensor(&format!("{module}.pre_layer_norm.weight"), [h])?,
-            up: self.clippable(&format!("{module}.ffw_layer_1"), 4 * h, h, c.clipped_linears)?,
-            down: self.clippable(&format!("{module}.ffw_layer_2"), h, 4 * h, c.clipped_linears)?,
-            post_norm: self.tensor(&format!("{module}.post_layer_norm.weight"), [h])?,
-        })
-    }
-
-    fn attention(&mut self, module: &str, c: &AudioConfig) -> Result<Attention, ModelError> {
-        let (h, n, d) = (c.hidden_size, c.num_heads, c.head_dim());
-        let w = c.context_left - 1;
-        let linear = |r: &mut Self, part: &str| r.clippable(&format!("{module}.{part}"), h, h, c.clipped_linears);
-        let (q, k, v, post) =
-            (linear(self, "q_proj")?, linear(self, "k_proj")?, linear(self, "v_proj")?, linear(self, "post")?);
-        // The sinusoidal embeddings of distances 0‥W ([sin…, cos…] over H/2 timescales), projected.
-        let half = h / 2;
-        let increment = (10_000f64).ln() / (half.max(2) - 1) as f64;
-        let mut embeddings = Vec::with_capacity(w * h);
-        for distance in 0..w {
-            let angle = |i: usize| distance as f64 * (-(i as f64) * increment).exp();
-            embeddings.extend((0..half).map(|i| angle(i).sin() as f32));
-            embeddings.extend((0..half).map(|i| angle(i).cos() as f32));
-        }
-        let embeddings = Tensor::<2>::from_data(TensorData::new(embeddings, [w, h]), self.device);
-        let relative = self.transposed(&format!("{module}.relative_k_proj.weight"), n * d, h)?;
-        let relative_keys = embeddings.matmul(relative).reshape([w, n, d]);
-        // q · d^-½ / ln 2 · softplus(per_dim_scale).
-        let per_dim = self.host(&format!("{module}.per_dim_scale"), &[d])?;
-        let scale = (d as f64).powf(-0.5) / std::f64::consts::LN_2;
-        let query_scale: Vec<f32> =
-            per_dim.data.iter().map(|&p| (scale * (1.0 + f64::from(p).exp()).ln()) as f32).collect();
-        let query_scale = Tensor::from_data(TensorData::new(query_scale, [d]), self.device);
-        Ok(Attention { q, k, v, post, relative_keys, query_scale })
-    }
-
-    fn light_conv(&mut self, module: &str, c: &AudioConfig) -> Result<LightConv, ModelError> {
-        let (h, k) = (c.hidden_size, c.conv_kernel_size);
-        let taps = self.host(&format!("{module}.depthwise_conv1d.weight"), &[h, 1, k])?;
-        let kernel = transpose_upload(taps.data, h, k, self.device);
-        Ok(LightConv {
-            pre_norm: self.tensor(&format!("{module}.pre_layer_norm.weight"), [h])?,
-            start: self.clippable(&format!("{module}.linear_start"), 2 * h, h, c.clipped_linears)?,
-            kernel,
-            conv_norm: self.tensor(&format!("{module}.conv_norm.weight"), [h])?,
-            end: self.clippable(&format!("{module}.linear_end"), h, h, c.clipped_linears)?,
-        })
-    }
+    let embeddings = Tensor::<2>::from_data(TensorData::new(embeddings, [w, h]), r.device);
+    let relative = r.matrix(&format!("{module}.relative_k_proj.weight"), n * d, h)?;
+    let relative_keys = embeddings.matmul(relative).reshape([w, n, d]);
+    // q · d^-½ / ln 2 · softplus(per_dim_scale).
+    let per_dim = r.host(&format!("{module}.per_dim_scale"), &[d])?;
+    let scale = (d as f64).powf(-0.5) / std::f64::consts::LN_2;
+    let query_scale: Vec<f32> =
+        per_dim.data.iter().map(|&p| (scale * (1.0 + f64::from(p).exp()).ln()) as f32).collect();
+    let query_scale = Tensor::from_data(TensorData::new(query_scale, [d]), r.device);
+    Ok(Attention { q, k, v, post, relative_keys, query_scale })
 }
 
-fn transpose_upload(data: Vec<f32>, rows: usize, cols: usize, device: &Device) -> Tensor<2> {
-    let mut transposed = vec![0.0; data.len()];
-    for (r, row) in data.chunks_exact(cols).enumerate() {
-        for (i, value) in row.iter().enumerate() {
-            transposed[i * rows + r] = *value;
-        }
-    }
-    Tensor::from_data(TensorData::new(transposed, [cols, rows]), device)
+fn light_conv(r: &mut TowerReader, module: &str, c: &AudioConfig) -> Result<LightConv, ModelError> {
+    let (h, k) = (c.hidden_size, c.conv_kernel_size);
+    let taps = r.host(&format!("{module}.depthwise_conv1d.weight"), &[h, 1, k])?;
+    let kernel = upload_transposed(taps.data, h, k, r.device);
+    Ok(LightConv {
+        pre_norm: r.tensor(&format!("{module}.pre_layer_norm.weight"), [h])?,
+        start: r.clippable(&format!("{module}.linear_start"), 2 * h, h, c.clipped_linears)?,
+        kernel,
+        conv_norm: r.tensor(&format!("{module}.conv_norm.weight"), [h])?,
+        end: r.clippable(&format!("{module}.linear_end"), h, h, c.clipped_linears)?,
+    })
 }
 
 /// Whether `checkpoint` carries an audio tower (transformers' names).
@@ -276,7 +156,7 @@ impl AudioTower {
             let why = format!("attention_context_right {} (only 0, Gemma 4's, is supported)", c.context_right);
             return Err(crate::config::ConfigError::Invalid(format!("audio_config: {why}")).into());
         }
-        let mut r = Reader { checkpoint, device };
+        let mut r = TowerReader::new(checkpoint, device, str::to_owned);
         let [c0, c1] = c.subsampling_channels;
         let name = |part: &str| format!("{TOWER}{part}");
         let subsample = [
@@ -291,27 +171,27 @@ impl AudioTower {
         ];
         let projected_in = c.feature_size.div_ceil(4) * c1;
         let input_projection =
-            r.transposed(&name("subsample_conv_projection.input_proj_linear.weight"), c.hidden_size, projected_in)?;
+            r.matrix(&name("subsample_conv_projection.input_proj_linear.weight"), c.hidden_size, projected_in)?;
         let mut layers = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
             let l = |part: &str| name(&format!("layers.{i}.{part}"));
             let h = c.hidden_size;
             layers.push(ConformerLayer {
-                feed_forward1: r.feed_forward(&l("feed_forward1"), c)?,
+                feed_forward1: feed_forward(&mut r, &l("feed_forward1"), c)?,
                 norm_pre_attention: r.tensor(&l("norm_pre_attn.weight"), [h])?,
-                attention: r.attention(&l("self_attn"), c)?,
+                attention: attention(&mut r, &l("self_attn"), c)?,
                 norm_post_attention: r.tensor(&l("norm_post_attn.weight"), [h])?,
-                light_conv: r.light_conv(&l("lconv1d"), c)?,
-                feed_forward2: r.feed_forward(&l("feed_forward2"), c)?,
+                light_conv: light_conv(&mut r, &l("lconv1d"), c)?,
+                feed_forward2: feed_forward(&mut r, &l("feed_forward2"), c)?,
                 norm_out: r.tensor(&l("norm_out.weight"), [h])?,
             });
         }
         let output_projection = (
-            r.transposed(&name("output_proj.weight"), c.output_dims, c.hidden_size)?,
+            r.matrix(&name("output_proj.weight"), c.output_dims, c.hidden_size)?,
             r.tensor(&name("output_proj.bias"), [c.output_dims])?,
         );
         let embedding_projection =
-            r.transposed(&format!("{EMBEDDER}embedding_projection.weight"), c.text_hidden_size, c.output_dims)?;
+            r.matrix(&format!("{EMBEDDER}embedding_projection.weight"), c.text_hidden_size, c.output_dims)?;
         Ok(AudioTower {
             config,
             subsample,

@@ -10,63 +10,13 @@
 use burn::tensor::activation::softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use hearth_kernels::fused::rms_norm_unscaled;
-use hearth_kernels::{AffineMatrix, gelu_tanh_mul, has_fused_kernels, rms_norm};
-use hearth_weights::{Checkpoint, HostTensor};
+use hearth_kernels::{gelu_tanh_mul, rms_norm};
+use hearth_weights::Checkpoint;
 
 use super::config::{ImageTokens, VisionConfig};
 use super::image::ImagePatches;
 use crate::error::ModelError;
-
-/// A linear layer without bias, with the bounds a clipped linear clamps its input and output to.
-struct Linear {
-    weight: Weight,
-    clip: Option<Clip>,
-}
-
-/// A linear layer's matrix on the device, in the file's own precision where the kernels can
-/// multiply by it as stored.
-// A few hundred per tower, each holding device handles: their size does not matter.
-#[allow(clippy::large_enum_variant)]
-enum Weight {
-    /// f32, transposed (`[in, out]`): so that `x · W` needs no transpose.
-    Dense(Tensor<2>),
-    /// 4- or 8-bit codes as the file stores them (`[out, in]`: GGUF's Q8_0/Q4_0 blocks, MLX's
-    /// groups), multiplied by the fused kernel; a quarter of the f32 bytes or less.
-    Packed(AffineMatrix),
-}
-
-impl Weight {
-    /// `[S, in] → [S, out]`
-    fn apply(&self, x: Tensor<2>) -> Tensor<2> {
-        match self {
-            Weight::Dense(w) => x.matmul(w.clone()),
-            Weight::Packed(w) => w.matmul_transposed(x),
-        }
-    }
-
-    fn device_bytes(&self) -> u64 {
-        match self {
-            Weight::Dense(w) => w.shape().num_elements() as u64 * 4,
-            Weight::Packed(w) => w.device_bytes() as u64,
-        }
-    }
-}
-
-#[derive(Clone, Copy)]
-struct Clip {
-    input: (f32, f32),
-    output: (f32, f32),
-}
-
-impl Linear {
-    /// [S, in] → [S, out]
-    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        match self.clip {
-            None => self.weight.apply(x),
-            Some(Clip { input, output }) => self.weight.apply(x.clamp(input.0, input.1)).clamp(output.0, output.1),
-        }
-    }
-}
+use crate::tower_weights::{Linear, TowerReader, upload_transposed};
 
 struct EncoderLayer {
     input_norm: Tensor<1>,
@@ -192,107 +142,22 @@ pub fn vision_weight_prefixes(checkpoint: &Checkpoint) -> Vec<String> {
     }
 }
 
-/// Reads the tower's tensors by their transformers names, checking shapes.
-struct Reader<'a> {
-    checkpoint: &'a mut Checkpoint,
-    layout: Layout,
-    device: &'a Device,
-}
-
-impl Reader<'_> {
-    fn host(&mut self, name: &str, expected: &[usize]) -> Result<HostTensor, ModelError> {
-        let tensor = self.checkpoint.read_f32(name)?;
-        // Scalars (the clip bounds) may be stored with shape [] or [1].
-        let matches = tensor.shape == expected || (expected.is_empty() && tensor.data.len() == 1);
-        if !matches {
-            return Err(ModelError::Shape {
-                name: name.to_string(),
-                expected: expected.to_vec(),
-                actual: tensor.shape,
-            });
-        }
-        Ok(tensor)
-    }
-
-    fn vector(&mut self, name: &str, len: usize) -> Result<Tensor<1>, ModelError> {
-        let t = self.host(&self.layout.name(name), &[len])?;
-        Ok(Tensor::from_data(TensorData::new(t.data, [len]), self.device))
-    }
-
-    fn scalar(&mut self, name: &str) -> Result<f32, ModelError> {
-        Ok(self.host(&self.layout.name(name), &[])?.data[0])
-    }
-
-    /// A checkpoint matrix `[out, in]` uploaded transposed, `[in, out]`.
-    fn matrix(&mut self, name: &str, out_features: usize, in_features: usize) -> Result<Tensor<2>, ModelError> {
-        let w = self.host(&self.layout.name(name), &[out_features, in_features])?;
-        Ok(self.upload_transposed(w, out_features, in_features))
-    }
-
-    /// A linear module's `[out, in]` matrix: packed codes stay packed where the fused kernels
-    /// run (as the decoder's do); anything else is uploaded as f32, transposed.
-    fn weight(&mut self, module: &str, out_features: usize, in_features: usize) -> Result<Weight, ModelError> {
-        let name = self.layout.name(&format!("{module}.weight"));
-        let stored = name.strip_suffix(".weight").unwrap_or(&name);
-        if has_fused_kernels(self.device)
-            && let Some(packed) = self.checkpoint.read_affine(stored)?
-            && AffineMatrix::holds(&packed)
-        {
-            if (packed.rows, packed.cols) != (out_features, in_features) {
-                let (expected, actual) = (vec![out_features, in_features], vec![packed.rows, packed.cols]);
-                return Err(ModelError::Shape { name, expected, actual });
-            }
-            return Ok(Weight::Packed(AffineMatrix::upload(packed, self.device)));
-        }
-        Ok(Weight::Dense(self.matrix(&format!("{module}.weight"), out_features, in_features)?))
-    }
-
-    /// The patch projection `[w, 3·p²]`, inputs in the processor's order (row, column, channel);
-    /// llama.cpp stores it as a convolution kernel `[w, 3, p, p]`.
-    fn patch_projection(&mut self, w: usize, p: usize) -> Result<Tensor<2>, ModelError> {
-        let Layout::Mmproj = self.layout else { return self.matrix(PATCH_PROJECTION, w, 3 * p * p) };
-        let kernel = self.host(&self.layout.name(PATCH_PROJECTION), &[w, 3, p, p])?;
-        let mut data = vec![0.0; kernel.data.len()];
-        for o in 0..w {
-            for c in 0..3 {
-                for y in 0..p {
-                    for x in 0..p {
-                        data[o * 3 * p * p + (y * p + x) * 3 + c] = kernel.data[((o * 3 + c) * p + y) * p + x];
-                    }
+/// The patch projection `[w, 3·p²]`, inputs in the processor's order (row, column, channel);
+/// llama.cpp stores it as a convolution kernel `[w, 3, p, p]`.
+fn patch_projection(r: &mut TowerReader, layout: Layout, w: usize, p: usize) -> Result<Tensor<2>, ModelError> {
+    let Layout::Mmproj = layout else { return r.matrix(PATCH_PROJECTION, w, 3 * p * p) };
+    let kernel = r.host(PATCH_PROJECTION, &[w, 3, p, p])?;
+    let mut data = vec![0.0; kernel.data.len()];
+    for o in 0..w {
+        for c in 0..3 {
+            for y in 0..p {
+                for x in 0..p {
+                    data[o * 3 * p * p + (y * p + x) * 3 + c] = kernel.data[((o * 3 + c) * p + y) * p + x];
                 }
             }
         }
-        Ok(self.upload_transposed(HostTensor { shape: vec![w, 3 * p * p], data }, w, 3 * p * p))
     }
-
-    fn upload_transposed(&self, w: HostTensor, out_features: usize, in_features: usize) -> Tensor<2> {
-        let mut transposed = vec![0.0; w.data.len()];
-        for (o, row) in w.data.chunks_exact(in_features).enumerate() {
-            for (i, value) in row.iter().enumerate() {
-                transposed[i * out_features + o] = *value;
-            }
-        }
-        Tensor::from_data(TensorData::new(transposed, [in_features, out_features]), self.device)
-    }
-
-    fn linear(
-        &mut self,
-        module: &str,
-        out_features: usize,
-        in_features: usize,
-        clipped: bool,
-    ) -> Result<Linear, ModelError> {
-        let weight = self.weight(&format!("{module}.linear"), out_features, in_features)?;
-        let clip = if clipped {
-            Some(Clip {
-                input: (self.scalar(&format!("{module}.input_min"))?, self.scalar(&format!("{module}.input_max"))?),
-                output: (self.scalar(&format!("{module}.output_min"))?, self.scalar(&format!("{module}.output_max"))?),
-            })
-        } else {
-            None
-        };
-        Ok(Linear { weight, clip })
-    }
+    Ok(upload_transposed(data, w, 3 * p * p, r.device))
 }
 
 impl VisionTower {
@@ -305,11 +170,10 @@ impl VisionTower {
         let c = &config;
         let (w, p) = (c.hidden_size, c.patch_size);
         let (q_rows, kv_rows) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
-        let mut r = Reader { checkpoint, layout, device };
+        let mut r = TowerReader::new(checkpoint, device, move |name| layout.name(name));
 
-        let patch_projection = r.patch_projection(w, p)?;
-        let table =
-            r.host(&layout.name("patch_embedder.position_embedding_table"), &[2, c.position_embedding_size, w])?;
+        let patch_projection = patch_projection(&mut r, layout, w, p)?;
+        let table = r.host("patch_embedder.position_embedding_table", &[2, c.position_embedding_size, w])?;
         let position_table = Tensor::from_data(TensorData::new(table.data, [2 * c.position_embedding_size, w]), device);
 
         let mut layers = Vec::with_capacity(c.num_layers);
@@ -317,23 +181,23 @@ impl VisionTower {
             let l = format!("encoder.layers.{i}.");
             let clipped = c.clipped_linears;
             layers.push(EncoderLayer {
-                input_norm: r.vector(&format!("{l}input_layernorm.weight"), w)?,
-                q_proj: r.linear(&format!("{l}self_attn.q_proj"), q_rows, w, clipped)?,
-                k_proj: r.linear(&format!("{l}self_attn.k_proj"), kv_rows, w, clipped)?,
-                v_proj: r.linear(&format!("{l}self_attn.v_proj"), kv_rows, w, clipped)?,
-                o_proj: r.linear(&format!("{l}self_attn.o_proj"), w, q_rows, clipped)?,
-                q_norm: r.vector(&format!("{l}self_attn.q_norm.weight"), c.head_dim)?,
-                k_norm: r.vector(&format!("{l}self_attn.k_norm.weight"), c.head_dim)?,
-                post_attention_norm: r.vector(&format!("{l}post_attention_layernorm.weight"), w)?,
-                pre_feedforward_norm: r.vector(&format!("{l}pre_feedforward_layernorm.weight"), w)?,
-                gate_proj: r.linear(&format!("{l}mlp.gate_proj"), c.intermediate_size, w, clipped)?,
-                up_proj: r.linear(&format!("{l}mlp.up_proj"), c.intermediate_size, w, clipped)?,
-                down_proj: r.linear(&format!("{l}mlp.down_proj"), w, c.intermediate_size, clipped)?,
-                post_feedforward_norm: r.vector(&format!("{l}post_feedforward_layernorm.weight"), w)?,
+                input_norm: r.tensor(&format!("{l}input_layernorm.weight"), [w])?,
+                q_proj: r.clippable(&format!("{l}self_attn.q_proj"), q_rows, w, clipped)?,
+                k_proj: r.clippable(&format!("{l}self_attn.k_proj"), kv_rows, w, clipped)?,
+                v_proj: r.clippable(&format!("{l}self_attn.v_proj"), kv_rows, w, clipped)?,
+                o_proj: r.clippable(&format!("{l}self_attn.o_proj"), w, q_rows, clipped)?,
+                q_norm: r.tensor(&format!("{l}self_attn.q_norm.weight"), [c.head_dim])?,
+                k_norm: r.tensor(&format!("{l}self_attn.k_norm.weight"), [c.head_dim])?,
+                post_attention_norm: r.tensor(&format!("{l}post_attention_layernorm.weight"), [w])?,
+                pre_feedforward_norm: r.tensor(&format!("{l}pre_feedforward_layernorm.weight"), [w])?,
+                gate_proj: r.clippable(&format!("{l}mlp.gate_proj"), c.intermediate_size, w, clipped)?,
+                up_proj: r.clippable(&format!("{l}mlp.up_proj"), c.intermediate_size, w, clipped)?,
+                down_proj: r.clippable(&format!("{l}mlp.down_proj"), w, c.intermediate_size, clipped)?,
+                post_feedforward_norm: r.tensor(&format!("{l}post_feedforward_layernorm.weight"), [w])?,
             });
         }
         let standardize =
-            if c.standardize { Some((r.vector("std_bias", w)?, r.vector("std_scale", w)?)) } else { None };
+            if c.standardize { Some((r.tensor("std_bias", [w])?, r.tensor("std_scale", [w])?)) } else { None };
         let embedding_projection = r.matrix("embed_vision.embedding_projection.weight", c.text_hidden_size, w)?;
         Ok(VisionTower {
             config,
@@ -364,7 +228,7 @@ impl VisionTower {
         let mut bytes = n(&self.patch_projection) + n(&self.position_table) + n(&self.embedding_projection);
         for l in &self.layers {
             for m in [&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj] {
-                bytes += m.weight.device_bytes();
+                bytes += m.device_bytes();
             }
             for v in [
                 &l.input_norm,
