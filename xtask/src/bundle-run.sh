@@ -99,6 +99,7 @@ if [ "$quick" = 1 ]; then
     # The drafter reads a full-attention layer: E2B's first is its fifth, E4B's its sixth.
     speculative_flags=(--layers 6 --prefill 4 --decode 2 --gemm-tokens 0 --speculative 2 --speculative-tokens 6)
     vision_flags=(--vision --vision-budgets 70 --vision-runs 1 --layers 2)
+    audio_flags=(--audio --audio-seconds 1 --audio-runs 1)
     mode="quick: prefill product of 64 tokens; 2 layers, prefill 4, decode 2; agent step 16 cached + 8 new tokens, 2 decoded (E2B)"
 else
     model_flags=(--prefill 64 --decode 16 --gemm-tokens 0)
@@ -107,6 +108,7 @@ else
     agent_flags=(--agent 3000 1500 40)
     speculative_flags=(--prefill 16 --decode 4 --gemm-tokens 0 --speculative 2,4,8)
     vision_flags=(--vision --vision-budgets 70,280,1120 --vision-runs 3)
+    audio_flags=(--audio --audio-seconds 1,5,30 --audio-runs 3)
     mode="full: prefill product of 1500 tokens; all layers, prefill 64, decode 16; agent step 3000 cached + 1500 new tokens, 40 decoded (E2B)"
 fi
 
@@ -315,6 +317,7 @@ step "E4B speculative decoding" md 180 bench --shape e4b "${speculative_flags[@]
 # The tower per image: E2B's projector is 16-bit (f32 on the device), E4B's Q8_0 (kept packed).
 step "E2B vision tower" md 240 bench --shape e2b "${vision_flags[@]}"
 step "E4B vision tower, packed" md 240 bench --shape e4b "${vision_flags[@]}" --vision-packed
+step "E2B audio tower" md 180 bench --shape e2b "${audio_flags[@]}"
 
 say "$steps_ok of $steps_total steps ok; results in $out"
 echo

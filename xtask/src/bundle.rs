@@ -199,8 +199,9 @@ the decode GEMV against a copy, the 1500-token prefill product against Burn's f3
 the Gemma 4 E2B and E4B model benches (random 4-bit weights, prefill 64, decode 16) and an E2B
 agent step (3000 cached + 1500 new tokens, 40 decoded), then speculative decoding on E2B and E4B
 (a random assistant of the published shape: a verification's cost against a decoded token, the
-draft steps', tokens/s) and the vision tower per image (E2B's 16-bit tower, E4B's packed 8-bit one;
-budgets 70, 280 and 1120), each under its own time limit, and writes
+draft steps', tokens/s), the vision tower per image (E2B's 16-bit tower, E4B's packed 8-bit one;
+budgets 70, 280 and 1120) and the audio tower per second of sound (clips of 1, 5 and 30 s), each
+under its own time limit, and writes
 them all to one Markdown file: results.md, or results-<host>-<UTC time>.md here. It exits 0 when
 the kernel step finished. `./run.sh --quick` (2 layers, a few tokens, a tiny agent step) checks
 the bundle on a slow adapter; `./run.sh --help` lists the settings.
@@ -382,6 +383,8 @@ mod tests {
             "step \"E2B vision tower\" md 240 bench --shape e2b \"${vision_flags[@]}\"",
             "step \"E4B vision tower, packed\" md 240 bench --shape e4b \"${vision_flags[@]}\" --vision-packed",
             "vision_flags=(--vision --vision-budgets 70,280,1120 --vision-runs 3)",
+            "step \"E2B audio tower\" md 180 bench --shape e2b \"${audio_flags[@]}\"",
+            "audio_flags=(--audio --audio-seconds 1,5,30 --audio-runs 3)",
             "timeout --kill-after=10 \"$limit\" \"$program\"",
             "program=\"$hearth\"",
             // The side-by-side comes right after the self-test: a lent GPU's first minutes go to it.

@@ -19,6 +19,17 @@ struct Generator {
 const TORCH: &[&str] =
     &["transformers==5.23.0", "torch==2.15.0", "safetensors==0.8.0", "numpy==2.4.6", "tokenizers==0.23.3"];
 
+/// The towers' generators: torch, the image processor's Pillow, MLX for the MLX layout (and
+/// llama.cpp's converter, which they fetch themselves).
+const TOWERS: &[&str] = &[
+    "transformers==5.23.0",
+    "torch==2.15.0",
+    "safetensors==0.8.0",
+    "pillow==13.0.0",
+    "numpy==2.4.6",
+    "mlx[cpu]==0.32.4",
+];
+
 /// In the order they must run: the model fixtures read gen_parity.py's helpers, the tiny chat
 /// model reads the chat crate's copy of Google's template.
 const GENERATORS: &[Generator] = &[
@@ -80,14 +91,7 @@ const GENERATORS: &[Generator] = &[
     Generator {
         name: "gemma4-vision",
         script: "crates/model/fixtures/gen_vision_parity.py",
-        packages: &[
-            "transformers==5.23.0",
-            "torch==2.15.0",
-            "safetensors==0.8.0",
-            "pillow==13.0.0",
-            "numpy==2.4.6",
-            "mlx[cpu]==0.32.4",
-        ],
+        packages: TOWERS,
         // Also gemma4-vision-mlx, beside it.
         writes: "crates/model/fixtures/gemma4-vision",
     },
@@ -102,7 +106,9 @@ const GENERATORS: &[Generator] = &[
         name: "gemma4-audio",
         // The text decoder is gen_parity.py's gemma4-text (imported from it).
         script: "crates/model/fixtures/gen_audio_parity.py",
-        packages: TORCH,
+        // With gen_vision_parity.py's tower and converter (both towers in one projector file),
+        // and gemma4-audio-mlx beside it.
+        packages: TOWERS,
         writes: "crates/model/fixtures/gemma4-audio",
     },
     Generator {

@@ -83,6 +83,28 @@ pub struct GenerationRequest {
     /// The prompt's images, in the order of its image placeholders (`<|image|>`, as the chat
     /// template writes an image part): a backend that sees encodes them there.
     pub images: Vec<PromptImage>,
+    /// The prompt's voice clips, in the order of its audio placeholders (`<|audio|>`): a backend
+    /// that hears encodes them there.
+    pub clips: Vec<PromptClip>,
+}
+
+/// A spoken request in a prompt: 16 kHz mono samples, held in memory for the task only.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptClip {
+    /// Names the clip within its conversation.
+    pub key: String,
+    pub samples: std::sync::Arc<[f32]>,
+}
+
+impl PromptClip {
+    /// Samples a second.
+    pub const RATE: usize = 16_000;
+
+    /// The soft tokens the clip becomes, about (one per 40 ms, and its two boundary tokens):
+    /// what the agent budgets for it.
+    pub fn tokens(&self) -> usize {
+        self.samples.len().div_ceil(Self::RATE / 25) + 2
+    }
 }
 
 /// An image of a prompt: a screenshot a tool returned.

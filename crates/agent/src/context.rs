@@ -188,6 +188,36 @@ pub fn image_keys(entry: &Entry) -> Vec<String> {
     }
 }
 
+/// The keys of the voice clips an entry holds (its audio parts' `audio` field).
+pub fn clip_keys(entry: &Entry) -> Vec<String> {
+    match &entry.message.content {
+        Some(MessageContent::Parts(parts)) => parts
+            .iter()
+            .filter_map(|p| match p {
+                ContentPart::Audio { extra } => extra.get("audio").and_then(|k| k.as_str()).map(str::to_owned),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// What stands where a voice clip was that is not kept (a restored conversation).
+pub const VOICE_PLACEHOLDER: &str = "[The user spoke this request; the recording was not kept.]";
+
+/// The entry's voice clips replaced by a note: its text parts stay.
+pub fn remove_clips(entry: &mut Entry) {
+    let Some(MessageContent::Parts(parts)) = &entry.message.content else { return };
+    let mut text = String::from(VOICE_PLACEHOLDER);
+    for part in parts {
+        if let ContentPart::Text { text: t, .. } = part {
+            text.push('\n');
+            text.push_str(t);
+        }
+    }
+    entry.message.content = Some(MessageContent::Text(text));
+}
+
 /// The entry's images replaced by a note: its text parts stay.
 pub fn remove_images(entry: &mut Entry) {
     let Some(MessageContent::Parts(parts)) = &entry.message.content else { return };

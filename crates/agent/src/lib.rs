@@ -34,7 +34,7 @@ mod task_loop_tests;
 #[cfg(not(target_arch = "wasm32"))]
 pub use backend::SystemClock;
 pub use backend::{
-    CancelToken, Clock, GenerationRequest, GenerationStats, ModelBackend, ModelChunk, ModelError, Passages,
+    CancelToken, Clock, GenerationRequest, GenerationStats, ModelBackend, ModelChunk, ModelError, Passages, PromptClip,
     PromptImage, ToolError, ToolExecutor, ToolImage, ToolInvocation, ToolOutput,
 };
 pub use context::{ApproxTokenCounter, ContextBudget, Entry, EntryKind, TokenCounter};

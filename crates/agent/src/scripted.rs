@@ -43,6 +43,8 @@ pub struct ScriptedModel {
     /// The images of every request, in order (a script sees no picture, a test sees that one
     /// was sent).
     pub images_sent: Vec<Vec<crate::PromptImage>>,
+    /// The voice clips of every request, in order.
+    pub clips_sent: Vec<Vec<crate::PromptClip>>,
     /// Whether a reply ends after the first `stop_after` piece, as a model backend stops
     /// decoding there (on by default; off plays a backend that runs on).
     pub honor_stop_after: bool,
@@ -58,6 +60,7 @@ impl ScriptedModel {
             prompts: Vec::new(),
             stops_asked: Vec::new(),
             images_sent: Vec::new(),
+            clips_sent: Vec::new(),
             honor_stop_after: true,
             chunk_chars: 5,
             control: None,
@@ -120,6 +123,7 @@ impl ScriptedModel {
         self.prompts.push(request.prompt.clone());
         self.stops_asked.push(request.stop_after.clone());
         self.images_sent.push(request.images.clone());
+        self.clips_sent.push(request.clips.clone());
         let honor_stop_after = self.honor_stop_after;
         let cut = |t: String| match request.stop_end(&t, 0) {
             Some(end) if honor_stop_after => t[..end].to_owned(),
@@ -303,6 +307,7 @@ mod tests {
                 cancel: crate::CancelToken::new(),
                 tools: None,
                 images: Vec::new(),
+                clips: Vec::new(),
             };
             let chunks = futures::executor::block_on(model.reply(request).collect::<Vec<_>>());
             chunks

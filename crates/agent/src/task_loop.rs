@@ -20,13 +20,14 @@ use hearth_chat::{ChatError, ChatTemplate, Message, MessageContent, RenderReques
 
 use crate::arguments::{self, AskUserArgs, DoneArgs, RunJavascriptArgs};
 use crate::backend::{
-    CancelToken, Clock, GenerationRequest, ModelBackend, ModelChunk, PromptImage, ToolExecutor, ToolImage,
+    CancelToken, Clock, GenerationRequest, ModelBackend, ModelChunk, PromptClip, PromptImage, ToolExecutor, ToolImage,
     ToolInvocation, ToolOutput,
 };
 use crate::breaker::FailureBreaker;
 use crate::context::{
-    ContextBudget, Entry, EntryKind, TokenCounter, drop_oldest_step, full_page_results, image_keys, prefill_tokens,
-    prune_old_results, prune_page_results, prune_screenshots, remove_images, truncate_head_tail,
+    ContextBudget, Entry, EntryKind, TokenCounter, clip_keys, drop_oldest_step, full_page_results, image_keys,
+    prefill_tokens, prune_old_results, prune_page_results, prune_screenshots, remove_clips, remove_images,
+    truncate_head_tail,
 };
 use crate::events::{AgentEvent, PauseReason, Source, TaskError};
 use crate::page::PointTarget;
@@ -273,6 +274,9 @@ pub struct Agent {
     /// The screenshots the conversation shows the model, by the key of their image part (the
     /// call that took them). Kept in memory only: a restored conversation has notes instead.
     images: BTreeMap<String, Arc<ToolImage>>,
+    /// The user's spoken requests, by the key of their audio part. In memory only, like the
+    /// screenshots: a restored conversation has a note instead.
+    clips: BTreeMap<String, Arc<[f32]>>,
     /// The URL of the page the latest screenshot shows (`click_at` aims at it).
     screenshot_of: Option<String>,
 }
@@ -312,6 +316,7 @@ impl Agent {
             last_prompt: None,
             stats: Vec::new(),
             images: BTreeMap::new(),
+            clips: BTreeMap::new(),
             screenshot_of: None,
         }
     }
@@ -355,6 +360,7 @@ impl Agent {
         self.entries = entries;
         // The pictures were not kept with the conversation: their notes stay.
         self.entries.iter_mut().filter(|e| !image_keys(e).is_empty()).for_each(remove_images);
+        self.entries.iter_mut().filter(|e| !clip_keys(e).is_empty()).for_each(remove_clips);
         self.finished = true;
         true
     }
@@ -378,6 +384,18 @@ impl Agent {
     /// [`Self::start_task`] with the text the user had selected on the page, which is the page's
     /// words and is fenced as such (what the user typed is theirs, whatever it starts with).
     pub fn start_task_with_selection(&mut self, text: &str, selection: Option<&str>, page: Option<PageInfo>) {
+        self.start_task_with_voice(None, text, selection, page);
+    }
+
+    /// [`Self::start_task_with_selection`] for a request the user spoke: `samples` (16 kHz mono)
+    /// go to the model as the audio part of their message, before what they typed and the page.
+    pub fn start_task_with_voice(
+        &mut self,
+        samples: Option<Arc<[f32]>>,
+        text: &str,
+        selection: Option<&str>,
+        page: Option<PageInfo>,
+    ) {
         self.abandon_pending("Not run: the user started a new task.");
         self.grants.clear();
         self.repetition.reset();
@@ -387,7 +405,19 @@ impl Agent {
         self.finished = false;
         let message = self.user_turn(text, selection, page.as_ref());
         self.page = page;
-        self.entries.push(Entry { message: Message::user(message), kind: EntryKind::User });
+        let message = match samples {
+            Some(samples) => {
+                let key = format!("voice_{}", self.clips.len() + 1);
+                self.clips.insert(key.clone(), samples);
+                let mut audio = Map::new();
+                audio.insert("audio".into(), Value::String(key));
+                let parts =
+                    vec![ContentPart::Audio { extra: audio }, ContentPart::Text { text: message, extra: Map::new() }];
+                Message { content: Some(MessageContent::Parts(parts)), ..Message::user("") }
+            }
+            None => Message::user(message),
+        };
+        self.entries.push(Entry { message, kind: EntryKind::User });
     }
 
     /// The user's turn: what they typed, with page-derived parts fenced: the text they selected
@@ -544,6 +574,8 @@ impl Agent {
             // Pictures no entry shows any more are let go.
             let shown: BTreeSet<String> = self.entries.iter().flat_map(image_keys).collect();
             self.images.retain(|key, _| shown.contains(key));
+            let heard: BTreeSet<String> = self.entries.iter().flat_map(clip_keys).collect();
+            self.clips.retain(|key, _| heard.contains(key));
             on_event(AgentEvent::Compacted { before_tokens: before, after_tokens: tokens });
         }
         if tokens > budget.max_prompt_tokens() {
@@ -563,9 +595,19 @@ impl Agent {
         Ok((prompt, stats))
     }
 
-    /// The prompt's size in model tokens: its text, and each image's soft tokens.
+    /// The prompt's size in model tokens: its text, each image's soft tokens and each clip's.
     fn prompt_tokens(&self, prompt: &str) -> usize {
-        self.counter.count(prompt) + self.shown_images().len() * self.config.budget.image_tokens
+        let clips: usize = self.shown_clips().iter().map(PromptClip::tokens).sum();
+        self.counter.count(prompt) + self.shown_images().len() * self.config.budget.image_tokens + clips
+    }
+
+    /// The voice clips the prompt holds, in the order the template writes their placeholders.
+    fn shown_clips(&self) -> Vec<PromptClip> {
+        self.entries
+            .iter()
+            .flat_map(clip_keys)
+            .filter_map(|key| self.clips.get(&key).map(|samples| PromptClip { key, samples: samples.clone() }))
+            .collect()
     }
 
     /// The images the prompt shows, in the order the template writes their placeholders (the
@@ -613,6 +655,7 @@ impl Agent {
             cancel: cancel.clone(),
             tools: Some(self.offered().map(|t| t.name.clone()).collect()),
             images: self.shown_images(),
+            clips: self.shown_clips(),
         };
         let mut closed = false;
         {

@@ -965,6 +965,45 @@ fn a_screenshot_reaches_the_model_as_an_image_after_the_tool_response() {
     assert!(model.prompts[0].contains("Screenshot removed"));
 }
 
+/// A spoken request reaches the model as the audio part of the user's message (one `<|audio|>`
+/// before what they typed and the page), with its samples, at every step of the task; the clip
+/// counts in the prompt's size; a restored conversation has a note where it was.
+#[test]
+fn a_spoken_request_reaches_the_model_as_its_clip() {
+    let mut agent = seeing_agent();
+    let samples: std::sync::Arc<[f32]> = vec![0.25; 16_000].into();
+    agent.start_task_with_voice(Some(samples.clone()), "", None, Some(page()));
+    let mut model = ScriptedModel::texts([call("screenshot", ""), call("done", &format!("result:{}", s("Heard.")))]);
+    let (outcome, _) = run(&mut agent, &mut model, &mut canvas_tools());
+    assert!(matches!(outcome, Outcome::Done { .. }), "{outcome:?}");
+    for (clips, prompt) in model.clips_sent.iter().zip(&model.prompts) {
+        assert_eq!(clips.len(), 1);
+        assert_eq!(clips[0].samples, samples);
+        assert_eq!(clips[0].tokens(), 27, "one soft token per 40 ms and two boundaries");
+        assert_eq!(prompt.matches(hearth_chat::syntax::AUDIO).count(), 1, "{prompt}");
+        let (audio, page_at) =
+            (prompt.find(hearth_chat::syntax::AUDIO).unwrap(), prompt.find("The current page").unwrap());
+        assert!(audio < page_at, "the clip comes first: {prompt}");
+    }
+    assert_eq!(agent.prompt_stats()[0].prompt_tokens, ApproxTokenCounter.count(&model.prompts[0]) + 27);
+    // What the user types cannot forge a clip.
+    let mut typed = seeing_agent();
+    typed.start_task("say <|audio|> now", Some(page()));
+    let mut model = ScriptedModel::texts([call("done", &format!("result:{}", s("ok")))]);
+    run(&mut typed, &mut model, &mut canvas_tools());
+    assert!(model.clips_sent[0].is_empty());
+    assert!(!model.prompts[0].contains(hearth_chat::syntax::AUDIO));
+    // A restored conversation keeps a note where the recording was.
+    let mut restored = seeing_agent();
+    restored.restore_history(agent.history().to_vec());
+    restored.start_task("And now?", Some(page()));
+    let mut model = ScriptedModel::texts([call("done", &format!("result:{}", s("ok")))]);
+    run(&mut restored, &mut model, &mut canvas_tools());
+    assert!(model.clips_sent[0].is_empty());
+    assert!(!model.prompts[0].contains(hearth_chat::syntax::AUDIO));
+    assert!(model.prompts[0].contains("the recording was not kept"));
+}
+
 #[test]
 fn old_screenshots_leave_the_context_first() {
     let mut agent = seeing_agent();

@@ -119,10 +119,13 @@ pub const STOP_MARKERS: [&str; 2] = [TURN_CLOSE, RESPONSE_OPEN];
 /// to the image's soft tokens.
 pub const IMAGE: &str = "<|image|>";
 
+/// The placeholder the template writes for an audio part (the processor expands it).
+pub const AUDIO: &str = "<|audio|>";
+
 /// The media markers of Gemma 4's vocabulary. Text that holds one would be read as a placeholder
 /// with no picture behind it: text written into a prompt (the user's, the model's own) has them
 /// defused first ([`defuse_media_markers`]).
-pub const MEDIA_MARKERS: [&str; 7] = [IMAGE, "<|image>", "<image|>", "<|audio|>", "<|audio>", "<audio|>", "<|video|>"];
+pub const MEDIA_MARKERS: [&str; 7] = [IMAGE, "<|image>", "<image|>", AUDIO, "<|audio>", "<audio|>", "<|video|>"];
 
 /// `text` with every media marker broken by a zero-width space after its first character, so the
 /// tokenizer reads ordinary characters; text without one is returned as it is.

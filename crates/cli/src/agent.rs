@@ -27,8 +27,8 @@ pub struct AgentArgs {
     /// A tokenizer.json in place of the model's own.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
-    /// The vision tower as llama.cpp's projector file (`mmproj…gguf`), for a GGUF model (a model
-    /// folder's own tower is loaded without it). With --screenshot, the agent sees the page.
+    /// The towers as llama.cpp's projector file (`mmproj…gguf`), for a GGUF model (a model
+    /// folder's own towers are loaded without it). With --screenshot, the agent sees the page.
     #[arg(long)]
     mmproj: Option<PathBuf>,
     /// The model's assistant (a folder): the steps draft with it, as in the browser.
@@ -37,6 +37,11 @@ pub struct AgentArgs {
     /// The page's picture (a PNG): what the `screenshot` tool shows a model that can see.
     #[arg(long)]
     screenshot: Option<PathBuf>,
+    /// The request spoken (a WAV file, 16 kHz, at most 30 s): the model hears it through its
+    /// audio tower, before the typed task (which may then be empty), as the extension's
+    /// microphone gives it.
+    #[arg(long)]
+    voice: Option<PathBuf>,
     /// The saved page (HTML) the agent works on.
     #[arg(long)]
     page: PathBuf,
@@ -72,6 +77,10 @@ pub struct AgentArgs {
 
 pub fn run(args: AgentArgs) -> Result<(), String> {
     let mut page = SavedPage::read(&args.page, &args.url)?;
+    let voice = args.voice.as_deref().map(crate::read_wav).transpose()?;
+    if let Some(samples) = &voice {
+        hearth_model::audio::check_clip(samples, 16_000).map_err(|e| format!("the voice clip: {e}"))?;
+    }
     if let Some(path) = &args.screenshot {
         let png = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         page = page.with_picture(&png)?;
@@ -104,9 +113,17 @@ pub fn run(args: AgentArgs) -> Result<(), String> {
         None => {
             let (device, adapter, memory) = crate::device_with_name(&args.device)?;
             println!("model: {} on {adapter}", args.model.display());
-            // The tower only when there is a picture to see (a saved page has no pixels of its own).
-            let vision = if args.screenshot.is_some() { Vision::Required } else { Vision::Off };
+            // The towers only when there is a picture to see (a saved page has no pixels of its
+            // own) or a request to hear.
+            let vision = match (&args.screenshot, &voice) {
+                (Some(_), _) => Vision::Required,
+                (None, Some(_)) => Vision::IfPresent,
+                (None, None) => Vision::Off,
+            };
             let loaded = native::load(&source, vision, &device).map_err(|e| e.to_string())?;
+            if voice.is_some() && loaded.audio.is_none() {
+                return Err(native::LoadError::NoAudioTower { path: args.model.clone() }.to_string());
+            }
             if let Some(dir) = &args.drafter {
                 println!("drafter: {}", dir.display());
             }
@@ -124,7 +141,10 @@ pub fn run(args: AgentArgs) -> Result<(), String> {
     let mut agent = new_agent(&template, tokenizer, context_tokens, &settings, sees, Box::new(SystemClock));
     println!("page: {} ({})", page.info().title, page.info().url);
     println!("task: {}", args.task);
-    agent.start_task(&args.task, Some(page.info().clone()));
+    if let Some(samples) = &voice {
+        println!("voice: {:.2} s of sound, heard by the model's audio tower", samples.len() as f64 / 16_000.0);
+    }
+    agent.start_task_with_voice(voice.map(Into::into), &args.task, None, Some(page.info().clone()));
     let mut printer = Printer::default();
     let mut answers = std::io::stdin().lock().lines();
     loop {

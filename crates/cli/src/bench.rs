@@ -19,6 +19,7 @@ use hearth_model::{
 use hearth_weights::{AffineParams, AffineTensor, Checkpoint, FileRange, MemorySource, Quantization};
 use serde_json::{Value, json};
 
+mod audio;
 mod profile;
 mod speculative;
 mod vision;
@@ -99,6 +100,16 @@ pub struct BenchOptions {
     /// projector is Q8_0), kept packed on the device, in place of bf16 read as f32.
     #[arg(long, requires = "vision")]
     pub vision_packed: bool,
+    /// Only the audio section: Gemma 4's audio tower (E2B/E4B's shape, random weights) on a
+    /// synthetic spoken clip of each `--audio-seconds` length: features, encode, per second.
+    #[arg(long, conflicts_with_all = ["model", "kernels_only", "vision"])]
+    pub audio: bool,
+    /// Clip lengths of `--audio`, in seconds (1 to 30).
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 5])]
+    pub audio_seconds: Vec<usize>,
+    /// Timed runs of `--audio` per clip, after one warm-up (the median is printed).
+    #[arg(long, default_value_t = 3)]
+    pub audio_runs: usize,
     /// After the model's figures, speculative decoding with a random drafter of the assistant's
     /// shape, drafting each of these many tokens a round (e.g. 2,4,8): the cost of a
     /// verification against a decoded token, of the draft steps, and tokens per second.
@@ -147,6 +158,9 @@ pub fn run(device: &Device, adapter: &str, memory: DeviceMemory, options: &Bench
     }
     if options.vision {
         return vision::run(device, memory, options);
+    }
+    if options.audio {
+        return audio::run(device, options);
     }
     if !options.kernels_only || options.gemm_shapes.is_empty() {
         kernel_bandwidth(device);

@@ -72,11 +72,12 @@ enum Command {
         /// Soft tokens per image: 70, 140, 280, 560 or 1120 (more see finer detail, cost more).
         #[arg(long, default_value_t = 280, value_parser = image_budget)]
         image_budget: usize,
-        /// The vision tower as llama.cpp's projector file (`mmproj…gguf`), for a GGUF model.
+        /// The towers as llama.cpp's projector file (`mmproj…gguf`: vision, and audio where it
+        /// carries one), for a GGUF model.
         #[arg(long)]
         mmproj: Option<PathBuf>,
         /// Let the model hear this clip (a WAV file, 16 kHz, mono or stereo, at most 30 s) before
-        /// the prompt, through its audio tower (a model folder's).
+        /// the prompt, through its audio tower (a model folder's, or the --mmproj file's).
         #[arg(long, requires = "chat", conflicts_with = "image")]
         audio: Option<PathBuf>,
         /// Draft with Gemma 4's assistant from this folder (`google/gemma-4-E2B-it-assistant` beside
@@ -293,7 +294,7 @@ fn read_png(path: &std::path::Path) -> Result<RgbImage, String> {
 }
 
 /// A WAV file's samples, mono (channels averaged), in [-1, 1]; 16 kHz, as Gemma 4 hears.
-fn read_wav(path: &std::path::Path) -> Result<Vec<f32>, String> {
+pub(crate) fn read_wav(path: &std::path::Path) -> Result<Vec<f32>, String> {
     let fail = |why: String| format!("cannot read the clip {}: {why}", path.display());
     let mut reader = hound::WavReader::open(path).map_err(|e| fail(e.to_string()))?;
     let spec = reader.spec();
@@ -402,6 +403,14 @@ fn run_generate(
         }
         _ => None,
     };
+    let audio_path = chat.as_ref().and_then(|c| c.audio.as_deref());
+    let audio_tower = match audio_path {
+        Some(_) => {
+            let mmproj = chat.as_ref().and_then(|c| c.images.mmproj.as_deref());
+            Some(native::load_audio_tower(&mut files, mmproj, &device).map_err(|e| e.to_string())?)
+        }
+        None => None,
+    };
     let model = files.load(&device).map_err(|e| e.to_string())?;
     eprintln!("hearth: model and tokenizer loaded in {:.2} s", load_clock.elapsed().as_secs_f64());
     let mut prompt_ids = tokenizer.encode(&text).map_err(|e| e.to_string())?;
@@ -419,11 +428,10 @@ fn run_generate(
         prompt_ids = ids;
         prompt_images = Some(encoded);
     }
-    if let Some(path) = chat.as_ref().and_then(|c| c.audio.as_deref()) {
+    if let (Some(path), Some(tower)) = (audio_path, &audio_tower) {
         let clock = Instant::now();
         let samples = read_wav(path)?;
-        let tower = native::load_audio_tower(&input.model, &device).map_err(|e| e.to_string())?;
-        let (ids, heard) = audio::prompt::prepare(&tower, &prompt_ids, &samples).map_err(|e| e.to_string())?;
+        let (ids, heard) = audio::prompt::prepare(tower, &prompt_ids, &samples).map_err(|e| e.to_string())?;
         eprintln!(
             "hearth: {:.2} s of sound encoded to {} soft tokens in {:.0} ms",
             samples.len() as f64 / 16_000.0,

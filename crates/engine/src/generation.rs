@@ -34,10 +34,11 @@ pub fn generate_step(
         let result = async {
             let prepared = prepare_prompt(
                 &model.tokenizer,
-                model.vision.as_deref(),
+                model.towers(),
                 &mut model.encoded.borrow_mut(),
                 &request.prompt,
                 &request.images,
+                &request.clips,
                 image_budget,
             )
             .map_err(|e| e.to_string())?;

@@ -1,10 +1,11 @@
-//! A step's screenshots made ready for the model: each decoded from the PNG data URL the browser
-//! gave, processed at the settings' budget and encoded by the vision tower, once (a task's later
-//! prompts show the same screenshots again), then the prompt's image placeholders expanded to
-//! their soft tokens.
+//! A step's screenshots and spoken request made ready for the model: each screenshot decoded from
+//! the PNG data URL the browser gave, processed at the settings' budget and encoded by the vision
+//! tower, once (a task's later prompts show the same screenshots again); the request's clip
+//! encoded by the audio tower; then the prompt's placeholders expanded to their soft tokens.
 
 use base64::Engine as _;
-use hearth_agent::PromptImage;
+use hearth_agent::{PromptClip, PromptImage};
+use hearth_model::audio::{self, AudioTower};
 use hearth_model::tokenizer::Tokenizer;
 use hearth_model::vision::{RgbImage, VisionTower, prompt};
 use hearth_model::{ModelError, PromptImages};
@@ -23,6 +24,10 @@ pub enum ImagesError {
         "this model file cannot see images (it has no vision tower): choose a model with one, or install its vision weights"
     )]
     NoVision,
+    #[error(
+        "this model cannot hear (it has no audio tower): type the request, or choose a model that hears (Gemma 4 E2B or E4B with its projector installed)"
+    )]
+    NoHearing,
     #[error("a screenshot is not a PNG data URL")]
     NotADataUrl,
     #[error("a screenshot could not be read: {0}")]
@@ -31,6 +36,8 @@ pub enum ImagesError {
     Tokenize(String),
     #[error("the vision tower failed: {0}")]
     Model(#[from] ModelError),
+    #[error("the audio tower failed: {0}")]
+    Audio(ModelError),
 }
 
 /// Screenshots encoded by the tower, the most recently used last.
@@ -47,14 +54,36 @@ impl EncodedImages {
         budget: usize,
     ) -> Result<hearth_model::PromptImage, ImagesError> {
         let key = fnv(image.image.data_url.as_bytes()) ^ budget as u64;
+        self.cached(key, || {
+            let rgb = decode_data_url(&image.image.data_url)?;
+            Ok(prompt::encode(tower, &rgb, budget)?)
+        })
+    }
+
+    /// A spoken request's clip encoded by the audio tower, once (every step of its task shows it).
+    fn get_or_encode_clip(
+        &mut self,
+        tower: &AudioTower,
+        clip: &PromptClip,
+    ) -> Result<hearth_model::PromptImage, ImagesError> {
+        // Keyed apart from the screenshots' (whose keys mix in the budget).
+        let key = audio::prompt::clip_key(&clip.samples).rotate_left(1) ^ 0xa0d1;
+        self.cached(key, || audio::prompt::encode(tower, &clip.samples).map_err(ImagesError::Audio))
+    }
+
+    /// The entry under `key`, else `encode`'s, kept (the least recently used goes beyond `KEPT`).
+    fn cached(
+        &mut self,
+        key: u64,
+        encode: impl FnOnce() -> Result<hearth_model::PromptImage, ImagesError>,
+    ) -> Result<hearth_model::PromptImage, ImagesError> {
         if let Some(at) = self.entries.iter().position(|(k, _)| *k == key) {
             let entry = self.entries.remove(at);
             let encoded = entry.1.clone();
             self.entries.push(entry);
             return Ok(encoded);
         }
-        let rgb = decode_data_url(&image.image.data_url)?;
-        let encoded = prompt::encode(tower, &rgb, budget)?;
+        let encoded = encode()?;
         if self.entries.len() >= KEPT {
             self.entries.remove(0);
         }
@@ -62,7 +91,7 @@ impl EncodedImages {
         Ok(encoded)
     }
 
-    /// How many screenshots are held encoded.
+    /// How many screenshots and clips are held encoded.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -72,41 +101,73 @@ impl EncodedImages {
     }
 }
 
-/// A prompt as the model takes it: its tokens, each image placeholder expanded to its image's
-/// soft tokens, and the images (`None` without any).
+/// A prompt as the model takes it: its tokens, each placeholder expanded to its image's or clip's
+/// soft tokens, and the images and clips (`None` without any).
 pub struct PreparedPrompt {
     pub ids: Vec<u32>,
     pub images: Option<PromptImages>,
     /// Each image's soft tokens, in prompt order.
     pub soft_tokens: Vec<usize>,
+    /// Each clip's soft tokens, in prompt order.
+    pub clip_tokens: Vec<usize>,
 }
 
-/// Tokenizes `text` and makes its `images` (in placeholder order) ready with `tower` at `budget`.
+/// The towers a prompt's media go through.
+#[derive(Clone, Copy, Default)]
+pub struct Towers<'a> {
+    pub vision: Option<&'a VisionTower>,
+    pub audio: Option<&'a AudioTower>,
+}
+
+/// Tokenizes `text` and makes its `images` (in placeholder order) ready with the vision tower at
+/// `budget`, and its `clips` with the audio tower.
 pub fn prepare_prompt(
     tokenizer: &Tokenizer,
-    tower: Option<&VisionTower>,
+    towers: Towers,
     cache: &mut EncodedImages,
     text: &str,
     images: &[PromptImage],
+    clips: &[PromptClip],
     budget: usize,
 ) -> Result<PreparedPrompt, ImagesError> {
-    let ids = tokenizer.encode(text).map_err(|e| ImagesError::Tokenize(e.to_string()))?;
-    if images.is_empty() {
-        // A placeholder with no picture behind it would be read as an empty image.
-        let placeholder = tokenizer.token_id(hearth_chat::syntax::IMAGE);
+    let mut ids = tokenizer.encode(text).map_err(|e| ImagesError::Tokenize(e.to_string()))?;
+    // A placeholder with nothing behind it would be read as an empty image or clip.
+    for (piece, given, kind) in
+        [(hearth_chat::syntax::IMAGE, images.len(), "image"), (hearth_chat::syntax::AUDIO, clips.len(), "clip")]
+    {
+        let placeholder = tokenizer.token_id(piece);
         let written = placeholder.map_or(0, |p| ids.iter().filter(|&&id| id == p).count());
-        if written > 0 {
+        if given == 0 && written > 0 {
             return Err(ImagesError::Model(ModelError::Image(format!(
-                "the prompt holds {written} image placeholders but no image"
+                "the prompt holds {written} {kind} placeholders but no {kind}"
             ))));
         }
-        return Ok(PreparedPrompt { ids, images: None, soft_tokens: Vec::new() });
     }
-    let tower = tower.ok_or(ImagesError::NoVision)?;
-    let encoded = images.iter().map(|i| cache.get_or_encode(tower, i, budget)).collect::<Result<Vec<_>, _>>()?;
-    let soft_tokens = encoded.iter().map(|e| e.soft_tokens.dims()[0]).collect();
-    let (ids, images) = prompt::expand(tower, &ids, encoded)?;
-    Ok(PreparedPrompt { ids, images: Some(images), soft_tokens })
+    let mut lists = Vec::new();
+    let mut clip_tokens = Vec::new();
+    if !clips.is_empty() {
+        let tower = towers.audio.ok_or(ImagesError::NoHearing)?;
+        let encoded = clips.iter().map(|c| cache.get_or_encode_clip(tower, c)).collect::<Result<Vec<_>, _>>()?;
+        clip_tokens = encoded.iter().map(|e| e.soft_tokens.dims()[0]).collect();
+        let (expanded, heard) = audio::prompt::expand(tower, &ids, encoded).map_err(ImagesError::Audio)?;
+        ids = expanded;
+        lists.push(heard);
+    }
+    let mut soft_tokens = Vec::new();
+    if !images.is_empty() {
+        let tower = towers.vision.ok_or(ImagesError::NoVision)?;
+        let encoded = images.iter().map(|i| cache.get_or_encode(tower, i, budget)).collect::<Result<Vec<_>, _>>()?;
+        soft_tokens = encoded.iter().map(|e| e.soft_tokens.dims()[0]).collect();
+        let (expanded, seen) = prompt::expand(tower, &ids, encoded)?;
+        ids = expanded;
+        lists.push(seen);
+    }
+    let images = match lists.len() {
+        0 => None,
+        1 => lists.pop(),
+        _ => Some(PromptImages::interleaved(&ids, lists)),
+    };
+    Ok(PreparedPrompt { ids, images, soft_tokens, clip_tokens })
 }
 
 /// A `data:image/png;base64,…` URL's picture.

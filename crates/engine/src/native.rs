@@ -6,12 +6,11 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
-use hearth_model::audio::{AudioConfig, AudioTower, has_audio_weights};
+use hearth_model::audio::AudioTower;
 use hearth_model::drafter::Drafter;
 use hearth_model::model_dir::{ModelDirError, ModelFiles};
 use hearth_model::vision::VisionTower;
 use hearth_model::{CacheOptions, Gemma};
-use hearth_weights::Checkpoint;
 
 use crate::loading::{
     self, DrafterFiles, LoadFailure, ModelPayload, PartFiles, ReadRange, StreamedWeights, WeightFile,
@@ -26,8 +25,8 @@ pub struct ModelSource {
     pub model: PathBuf,
     /// A tokenizer.json in place of the model's own.
     pub tokenizer: Option<PathBuf>,
-    /// The vision tower as llama.cpp's projector file (`mmproj…gguf`), for a GGUF model; a
-    /// folder's own tower is used without it.
+    /// The towers as llama.cpp's projector file (`mmproj…gguf`: vision, and audio where it
+    /// carries one), for a GGUF model; a folder's own towers are used without it.
     pub mmproj: Option<PathBuf>,
     /// The assistant's folder: generations draft with it.
     pub drafter: Option<PathBuf>,
@@ -66,7 +65,7 @@ pub enum LoadError {
     #[error("the audio tower did not load: {0}")]
     AudioTower(String),
     #[error(
-        "{path} has no audio tower Hearth can read (a model folder whose config.json has `audio_config` and whose weights carry it): it cannot hear"
+        "{path} has no audio tower Hearth can read (a model folder whose config.json has `audio_config` and whose weights carry it, or a GGUF model with its projector file given by --mmproj): it cannot hear"
     )]
     NoAudioTower { path: PathBuf },
 }
@@ -76,6 +75,7 @@ pub struct LoadedModel {
     pub model: Gemma,
     pub parts: ModelParts,
     pub tower: Option<VisionTower>,
+    pub audio: Option<AudioTower>,
     pub drafter: Option<Drafter>,
 }
 
@@ -85,6 +85,7 @@ impl LoadedModel {
     pub fn shared(self, cache: CacheOptions, caches: usize, clock_ms: fn() -> f64) -> SharedModel {
         SharedModel::new(self.model, self.parts, cache, caches, clock_ms)
             .with_vision(self.tower)
+            .with_audio(self.audio)
             .with_drafter(self.drafter)
     }
 }
@@ -105,7 +106,16 @@ pub fn load(source: &ModelSource, vision: Vision, device: &Device) -> Result<Loa
     if vision == Vision::Required && loaded.tower.is_none() {
         return Err(if gguf { LoadError::NoProjector } else { LoadError::NoTower });
     }
-    Ok(LoadedModel { model: loaded.model, parts: loaded.parts, tower: loaded.tower, drafter: loaded.drafter })
+    if let Some(why) = loaded.audio_failure {
+        return Err(LoadError::AudioTower(why));
+    }
+    Ok(LoadedModel {
+        model: loaded.model,
+        parts: loaded.parts,
+        tower: loaded.tower,
+        audio: loaded.audio,
+        drafter: loaded.drafter,
+    })
 }
 
 /// What [`loading::load`] reads for `source`: the small files now, the weights through
@@ -247,20 +257,19 @@ pub fn load_tower(files: &mut ModelFiles, mmproj: Option<&Path>, device: &Device
     }
 }
 
-/// The audio tower a model folder carries (config.json's `audio_config` and its weights), for
-/// `hearth generate --audio`.
-pub fn load_audio_tower(model: &Path, device: &Device) -> Result<AudioTower, LoadError> {
-    if model.is_file() {
-        return Err(LoadError::NoAudioTower { path: model.to_path_buf() });
-    }
-    let config = AudioConfig::from_json(&read_text(&model.join("config.json"))?)
-        .map_err(|e| LoadError::AudioTower(e.to_string()))?
-        .ok_or_else(|| LoadError::NoAudioTower { path: model.to_path_buf() })?;
-    let mut checkpoint = Checkpoint::open(model).map_err(|e| LoadError::AudioTower(e.to_string()))?;
-    if !has_audio_weights(&checkpoint) {
-        return Err(LoadError::NoAudioTower { path: model.to_path_buf() });
-    }
-    AudioTower::load(config, &mut checkpoint, device).map_err(|e| LoadError::AudioTower(e.to_string()))
+/// The model's audio tower for `hearth generate --audio`: the one in llama.cpp's projector file
+/// when `mmproj` is given, else the one in the model's own weights (a folder).
+pub fn load_audio_tower(
+    files: &mut ModelFiles,
+    mmproj: Option<&Path>,
+    device: &Device,
+) -> Result<AudioTower, LoadError> {
+    let tower = match mmproj {
+        Some(path) => files.load_audio_projector(path, device),
+        None => files.load_audio(device),
+    };
+    let missing = mmproj.unwrap_or(files.path()).to_path_buf();
+    tower.map_err(|e| LoadError::AudioTower(e.to_string()))?.ok_or(LoadError::NoAudioTower { path: missing })
 }
 
 /// The assistant in `dir`, for `model`, for `hearth generate` (an assistant made for another

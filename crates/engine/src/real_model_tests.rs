@@ -8,8 +8,8 @@ use std::path::Path;
 use burn::tensor::Device;
 use futures::StreamExt;
 use hearth_agent::{
-    AgentEvent, ElementInfo, GenerationRequest, ModelChunk, PageInfo, PromptImage, Snapshot, SystemClock, ToolError,
-    ToolExecutor, ToolImage, ToolInvocation, ToolOutput,
+    AgentEvent, ElementInfo, GenerationRequest, ModelChunk, PageInfo, PromptClip, PromptImage, Snapshot, SystemClock,
+    ToolError, ToolExecutor, ToolImage, ToolInvocation, ToolOutput,
 };
 use hearth_model::model_dir::ModelFiles;
 use hearth_model::{CacheOptions, SamplingOptions};
@@ -60,6 +60,7 @@ fn a_step_drafted_by_the_assistant_writes_the_same_text() {
             cancel: hearth_agent::CancelToken::new(),
             tools: None,
             images: Vec::new(),
+            clips: Vec::new(),
         };
         let chunks = pollster::block_on(
             generate_step(
@@ -117,13 +118,24 @@ fn png_data_url(width: u32, height: u32, seed: u8) -> String {
 
 /// One greedy step over `prompt` with `images`: the text and the prompt's token count.
 fn step_with_images(model: &SharedModel, prompt: &str, images: Vec<PromptImage>) -> Result<(String, usize), String> {
-    step_with_images_drafting(model, prompt, images, false)
+    step_with_media(model, prompt, images, Vec::new(), false)
 }
 
 fn step_with_images_drafting(
     model: &SharedModel,
     prompt: &str,
     images: Vec<PromptImage>,
+    drafting: bool,
+) -> Result<(String, usize), String> {
+    step_with_media(model, prompt, images, Vec::new(), drafting)
+}
+
+/// One greedy step over `prompt` with its images and voice clips.
+fn step_with_media(
+    model: &SharedModel,
+    prompt: &str,
+    images: Vec<PromptImage>,
+    clips: Vec<PromptClip>,
     drafting: bool,
 ) -> Result<(String, usize), String> {
     let request = GenerationRequest {
@@ -133,6 +145,7 @@ fn step_with_images_drafting(
         cancel: hearth_agent::CancelToken::new(),
         tools: None,
         images,
+        clips,
     };
     let chunks = pollster::block_on(
         generate_step(model.clone(), tab_conversation(2), SamplingOptions::greedy(), 70, drafting, request)
@@ -181,6 +194,54 @@ fn a_screenshot_becomes_soft_tokens_at_its_placeholder() {
     assert!(e.contains("cannot see images"), "{e}");
 }
 
+/// The tiny test model with its vision and audio towers.
+fn tiny_hearing_model() -> SharedModel {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/fixtures/tiny-chat");
+    let mut files = ModelFiles::open(&dir).expect("the tiny model's files");
+    let audio = files.load_audio(&Device::flex()).expect("its audio weights load");
+    assert!(audio.is_some(), "the tiny model carries an audio tower");
+    tiny_seeing_model().with_audio(audio)
+}
+
+/// A spoken request reaches the model as its clip's soft tokens (one per 40 ms), beside a
+/// screenshot in the same prompt; a model without an audio tower says it cannot hear.
+#[test]
+fn a_spoken_request_becomes_soft_tokens_at_its_placeholder() {
+    let model = tiny_hearing_model();
+    let prompt = "<bos><|turn>user\n<|audio|>Do this.<turn|>\n<|turn>model\n";
+    let text_tokens = model.tokenizer.encode(prompt).expect("tokens").len();
+    let wave: Vec<f32> = (0..8000).map(|i| (i as f32 * 0.05).sin() * 0.3).collect();
+    let clip = PromptClip { key: "voice_1".into(), samples: wave.into() };
+    let (_, tokens) = step_with_media(&model, prompt, Vec::new(), vec![clip.clone()], false).expect("the step runs");
+    // 0.5 s: 13 soft tokens (transformers' count, fixtures/gemma4-audio), and <|audio>, <audio|>.
+    assert_eq!(tokens, text_tokens - 1 + 13 + 2);
+    step_with_media(&model, prompt, Vec::new(), vec![clip.clone()], false).expect("the same clip again");
+    assert_eq!(model.encoded.borrow().len(), 1, "encoded once");
+
+    // With a screenshot after it: both kinds of soft tokens in one prompt.
+    let both = "<bos><|turn>user\n<|audio|>Do this.<turn|>\n<|turn>model\nLook.<|image|><turn|>\n<|turn>model\n";
+    let shot = PromptImage {
+        key: "call_1".into(),
+        image: std::sync::Arc::new(ToolImage {
+            data_url: png_data_url(64, 40, 3),
+            thumbnail: String::new(),
+            width: 64,
+            height: 40,
+        }),
+    };
+    let text_tokens = model.tokenizer.encode(both).expect("tokens").len();
+    let (_, tokens) =
+        step_with_media(&model, both, vec![shot], vec![clip.clone()], false).expect("the step with both runs");
+    assert!(tokens > text_tokens + 13, "{tokens} tokens from {text_tokens}");
+
+    // The template's placeholders and the clips must agree; a model that cannot hear says so.
+    let e = step_with_media(&model, prompt, Vec::new(), Vec::new(), false).unwrap_err();
+    assert!(e.contains("clip"), "{e}");
+    let deaf = tiny_seeing_model();
+    let e = step_with_media(&deaf, prompt, Vec::new(), vec![clip], false).unwrap_err();
+    assert!(e.contains("cannot hear"), "{e}");
+}
+
 /// A step with a screenshot drafts too: the prompt's last position comes from the image-bearing
 /// prefill, and the text is the one without drafting.
 #[test]
@@ -215,6 +276,7 @@ fn decode(model: &SharedModel, seed: u64, stop_after: &[&str]) -> (String, usize
         cancel: hearth_agent::CancelToken::new(),
         tools: None,
         images: Vec::new(),
+        clips: Vec::new(),
     };
     let chunks = pollster::block_on(
         generate_step(model.clone(), tab_conversation(1), sampling, 280, false, request).collect::<Vec<_>>(),

@@ -4,12 +4,13 @@ use std::rc::Rc;
 
 use futures::lock::Mutex;
 use hearth_chat::ChatTemplate;
+use hearth_model::audio::AudioTower;
 use hearth_model::drafter::Drafter;
 use hearth_model::tokenizer::Tokenizer;
 use hearth_model::vision::VisionTower;
 use hearth_model::{CacheOptions, Gemma, Session};
 
-use crate::images::EncodedImages;
+use crate::images::{EncodedImages, Towers};
 
 use crate::parts::ModelParts;
 
@@ -27,6 +28,8 @@ pub struct SharedModel {
     pub clock_ms: fn() -> f64,
     /// The vision tower, when the model's files carry one: screenshots are offered then.
     pub vision: Option<Rc<VisionTower>>,
+    /// The audio tower, when the model's files carry one: spoken requests are taken then.
+    pub audio: Option<Rc<AudioTower>>,
     /// Screenshots encoded already (a task's prompts show the same ones step after step).
     pub encoded: Rc<std::cell::RefCell<EncodedImages>>,
     /// The model's assistant, when installed: generations draft with it (speculative decoding).
@@ -46,6 +49,7 @@ impl SharedModel {
             context_tokens: cache.max_context,
             clock_ms,
             vision: None,
+            audio: None,
             encoded: Rc::default(),
             drafter: None,
         }
@@ -60,6 +64,17 @@ impl SharedModel {
     /// The model with its vision tower: it sees the screenshots its tasks take.
     pub fn with_vision(mut self, tower: Option<VisionTower>) -> Self {
         self.vision = tower.map(Rc::new);
+        self
+    }
+
+    /// The towers the prompts' images and clips go through.
+    pub fn towers(&self) -> Towers<'_> {
+        Towers { vision: self.vision.as_deref(), audio: self.audio.as_deref() }
+    }
+
+    /// The model with its audio tower: it hears the requests spoken to it.
+    pub fn with_audio(mut self, tower: Option<AudioTower>) -> Self {
+        self.audio = tower.map(Rc::new);
         self
     }
 }

@@ -25,12 +25,31 @@ pub use load_driver::{FetchedFile, HeaderError, LoadStep, open_headers};
 /// Gemma's padding token: what an image placeholder is looked up as.
 const PAD_TOKEN: u32 = 0;
 
-/// Rows that stand in for the embeddings of a prompt's placeholder tokens (an image's soft
-/// tokens): the i-th `placeholder` in the prompt takes row i.
+/// Rows that stand in for the embeddings of a prompt's placeholder tokens (an image's or a
+/// clip's soft tokens): the i-th placeholder in the prompt, of whichever kind, takes row i.
 pub struct SoftTokens {
-    pub placeholder: u32,
+    /// The placeholder tokens (`<|image|>`, `<|audio|>`).
+    pub placeholders: Vec<u32>,
     /// [placeholders, h]
     pub rows: Tensor<2>,
+}
+
+impl SoftTokens {
+    /// Rows for the placeholders of one kind.
+    pub fn new(placeholder: u32, rows: Tensor<2>) -> Self {
+        SoftTokens { placeholders: vec![placeholder], rows }
+    }
+
+    /// Whether `token` is one of the placeholders.
+    pub fn holds(&self, token: u32) -> bool {
+        self.placeholders.contains(&token)
+    }
+
+    /// The same placeholders with rows `range` of these.
+    fn rows_in(&self, range: std::ops::Range<usize>) -> SoftTokens {
+        let h = self.rows.dims()[1];
+        SoftTokens { placeholders: self.placeholders.clone(), rows: self.rows.clone().slice([range, 0..h]) }
+    }
 }
 
 /// What one forward pass reads ([`Gemma::forward`]).
@@ -419,7 +438,7 @@ impl Gemma {
                     return Err(ModelError::TokenOutOfRange(bad));
                 }
                 if let Some(soft) = soft_tokens {
-                    let placeholders = ids.iter().filter(|&&t| t == soft.placeholder).count();
+                    let placeholders = ids.iter().filter(|&&t| soft.holds(t)).count();
                     let rows = soft.rows.dims()[0];
                     if placeholders != rows || soft.rows.dims()[1] != self.config.hidden_size {
                         return Err(ModelError::SoftTokens { placeholders, rows });
@@ -451,12 +470,9 @@ impl Gemma {
             rest = after;
             // This chunk's share of the soft tokens.
             let soft = soft_tokens.and_then(|soft| {
-                let count = chunk.iter().filter(|&&t| t == soft.placeholder).count();
+                let count = chunk.iter().filter(|&&t| soft.holds(t)).count();
                 placed += count;
-                (count > 0).then(|| SoftTokens {
-                    placeholder: soft.placeholder,
-                    rows: soft.rows.clone().slice([placed - count..placed, 0..self.config.hidden_size]),
-                })
+                (count > 0).then(|| soft.rows_in(placed - count..placed))
             });
             if hidden {
                 // Launch by launch: a verification takes several tokens, which a recorded
@@ -491,17 +507,12 @@ impl Gemma {
         cache: &mut KvCache,
     ) -> Result<Forwarded, ModelError> {
         let Some((&last, before)) = tokens.split_last() else { return Err(ModelError::EmptyPrompt) };
-        let placeholders_before =
-            soft_tokens.map_or(0, |soft| before.iter().filter(|&&t| t == soft.placeholder).count());
-        let split = |soft: &SoftTokens, range: std::ops::Range<usize>| SoftTokens {
-            placeholder: soft.placeholder,
-            rows: soft.rows.clone().slice([range, 0..self.config.hidden_size]),
-        };
+        let placeholders_before = soft_tokens.map_or(0, |soft| before.iter().filter(|&&t| soft.holds(t)).count());
         let soft_before =
-            soft_tokens.filter(|_| placeholders_before > 0).map(|soft| split(soft, 0..placeholders_before));
-        let soft_last = soft_tokens.filter(|soft| last == soft.placeholder).map(|soft| {
+            soft_tokens.filter(|_| placeholders_before > 0).map(|soft| soft.rows_in(0..placeholders_before));
+        let soft_last = soft_tokens.filter(|soft| soft.holds(last)).map(|soft| {
             let rows = soft.rows.dims()[0];
-            split(soft, rows.saturating_sub(1)..rows)
+            soft.rows_in(rows.saturating_sub(1)..rows)
         });
         self.forward_ids(before, soft_before.as_ref(), cache, Output::Last)?;
         let geometry = cache.plan(1, &self.device)?;
@@ -639,17 +650,17 @@ impl Gemma {
     /// does: their per-layer rows are the pad token's, id 0).
     fn embed_with(&self, tokens: &[u32], soft_tokens: Option<&SoftTokens>) -> (Tensor<2>, Option<Tensor<2>>) {
         let Some(soft) = soft_tokens else { return self.embed(tokens) };
-        let ids: Vec<u32> = tokens.iter().map(|&t| if t == soft.placeholder { PAD_TOKEN } else { t }).collect();
+        let ids: Vec<u32> = tokens.iter().map(|&t| if soft.holds(t) { PAD_TOKEN } else { t }).collect();
         let (mut x0, token_rows) = self.embed(&ids);
         let h = self.config.hidden_size;
         let mut used = 0;
         let mut i = 0;
         while i < tokens.len() {
-            if tokens[i] != soft.placeholder {
+            if !soft.holds(tokens[i]) {
                 i += 1;
                 continue;
             }
-            let run = tokens[i..].iter().take_while(|&&t| t == soft.placeholder).count();
+            let run = tokens[i..].iter().take_while(|&&t| soft.holds(t)).count();
             let rows = soft.rows.clone().slice([used..used + run, 0..h]);
             x0 = x0.slice_assign([i..i + run, 0..h], rows);
             used += run;

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use burn::tensor::Device;
 use hearth_weights::{Checkpoint, MetadataValue};
 
+use crate::audio::{AudioConfig, AudioTokens, AudioTower, has_audio_weights};
 use crate::config::TextConfig;
 use crate::gemma::{Gemma, ModelError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
@@ -22,6 +23,8 @@ pub enum ModelDirError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{path}'s vocabulary has no image tokens (<|image|>, <|image>, <image|>): it is not a Gemma 4 that sees")]
     NoImageTokens { path: PathBuf },
+    #[error("{path}'s vocabulary has no audio tokens (<|audio|>, <|audio>, <audio|>): it is not a Gemma 4 that hears")]
+    NoAudioTokens { path: PathBuf },
     #[error(transparent)]
     Model(#[from] ModelError),
     #[error(transparent)]
@@ -78,6 +81,11 @@ impl ModelFiles {
         self.checkpoint.gguf()?.get("tokenizer.chat_template").and_then(MetadataValue::as_str)
     }
 
+    /// The folder or file opened.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// The folder holding config.json and the chat template (the path itself, or a file's parent).
     pub fn folder(&self) -> &Path {
         if self.path.is_file() { self.path.parent().unwrap_or(Path::new(".")) } else { &self.path }
@@ -118,6 +126,55 @@ impl ModelFiles {
         let mut checkpoint = Checkpoint::open(projector).map_err(ModelError::from)?;
         let config = VisionConfig::from_mmproj(&checkpoint, text.hidden_size, tokens).map_err(ModelError::from)?;
         Ok(VisionTower::load(config, &mut checkpoint, device)?)
+    }
+
+    /// The audio tower config.json describes, if the folder's weights carry it (`None` for a
+    /// model that does not hear, and for a GGUF file, whose towers are in a projector file).
+    pub fn audio_config(&self) -> Result<Option<AudioConfig>, ModelDirError> {
+        if !has_audio_weights(&self.checkpoint) {
+            return Ok(None);
+        }
+        self.audio_config_json()
+    }
+
+    /// Loads the audio tower onto `device` when the model has one ([`Self::audio_config`]).
+    pub fn load_audio(&mut self, device: &Device) -> Result<Option<AudioTower>, ModelDirError> {
+        let Some(config) = self.audio_config()? else { return Ok(None) };
+        Ok(Some(AudioTower::load(config, &mut self.checkpoint, device)?))
+    }
+
+    /// Loads the audio tower of a llama.cpp projector file (`mmproj`, which carries it beside
+    /// the vision tower): `None` when the file has none. The audio tokens come from the model.
+    pub fn load_audio_projector(&self, projector: &Path, device: &Device) -> Result<Option<AudioTower>, ModelDirError> {
+        let text = self.config()?;
+        let mut checkpoint = Checkpoint::open(projector).map_err(ModelError::from)?;
+        if !has_audio_weights(&checkpoint) {
+            return Ok(None);
+        }
+        let tokens = match self.audio_config_json()? {
+            Some(config) => config.tokens,
+            None => {
+                let tokenizer = self.tokenizer()?;
+                match AudioTokens::PIECES.map(|piece| tokenizer.token_id(piece)) {
+                    [Some(audio), Some(boa), Some(eoa)] => AudioTokens { audio, boa, eoa },
+                    _ => return Err(ModelDirError::NoAudioTokens { path: self.path.clone() }),
+                }
+            }
+        };
+        let Some(config) = AudioConfig::from_mmproj(&checkpoint, text.hidden_size, tokens).map_err(ModelError::from)?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(AudioTower::load(config, &mut checkpoint, device)?))
+    }
+
+    /// config.json's audio tower, whether or not the weights carry it.
+    fn audio_config_json(&self) -> Result<Option<AudioConfig>, ModelDirError> {
+        let path = self.folder().join("config.json");
+        if self.is_gguf() || !path.is_file() {
+            return Ok(None);
+        }
+        Ok(AudioConfig::from_json(&String::from_utf8_lossy(&read(&path)?)).map_err(ModelError::from)?)
     }
 
     /// config.json's vision tower, whether or not the weights carry it.

@@ -27,18 +27,19 @@ pub struct Session {
     max_caches: usize,
 }
 
-/// An image in a prompt: its soft tokens `[n, h]`, one per placeholder of its run, and a key that
-/// tells it from other images (every image's placeholders are the same token).
+/// An image or a clip in a prompt: its soft tokens `[n, h]`, one per placeholder of its run, the
+/// placeholder (`<|image|>`, `<|audio|>`), and a key that tells it from others of its kind
+/// (their placeholders are all the same token).
 #[derive(Clone)]
 pub struct PromptImage {
     pub key: u64,
+    pub placeholder: u32,
     pub soft_tokens: Tensor<2>,
 }
 
-/// A prompt's images, in the order of their runs of `placeholder` tokens.
+/// A prompt's images and clips, in the order of their runs of placeholders.
 #[derive(Clone, Default)]
 pub struct PromptImages {
-    pub placeholder: u32,
     pub images: Vec<PromptImage>,
 }
 
@@ -47,13 +48,40 @@ impl PromptImages {
         self.images.is_empty()
     }
 
+    /// Several kinds in one prompt (a spoken request and the screenshots after it): each list in
+    /// its own order, merged in the order `ids` shows their runs.
+    pub fn interleaved(ids: &[u32], lists: Vec<PromptImages>) -> PromptImages {
+        let mut queues: Vec<std::collections::VecDeque<PromptImage>> =
+            lists.into_iter().map(|list| list.images.into()).collect();
+        let mut images = Vec::new();
+        for (i, &t) in ids.iter().enumerate() {
+            if i > 0 && ids[i - 1] == t {
+                continue;
+            }
+            if let Some(queue) = queues.iter_mut().find(|q| q.front().is_some_and(|m| m.placeholder == t)) {
+                images.extend(queue.pop_front());
+            }
+        }
+        // Any left over: a count that does not match is the model's to report.
+        images.extend(queues.into_iter().flatten());
+        PromptImages { images }
+    }
+
+    fn placeholders(&self) -> Vec<u32> {
+        let mut placeholders: Vec<u32> = self.images.iter().map(|i| i.placeholder).collect();
+        placeholders.sort_unstable();
+        placeholders.dedup();
+        placeholders
+    }
+
     /// The soft tokens of the placeholders in `tokens[range]` (`None` when there are none).
     fn soft_tokens(&self, tokens: &[u32], range: std::ops::Range<usize>) -> Option<SoftTokens> {
         if self.is_empty() {
             return None;
         }
-        let before = tokens[..range.start].iter().filter(|&&t| t == self.placeholder).count();
-        let count = tokens[range].iter().filter(|&&t| t == self.placeholder).count();
+        let placeholders = self.placeholders();
+        let before = tokens[..range.start].iter().filter(|t| placeholders.contains(t)).count();
+        let count = tokens[range].iter().filter(|t| placeholders.contains(t)).count();
         if count == 0 {
             return None;
         }
@@ -61,14 +89,15 @@ impl PromptImages {
         let h = rows.dims()[1];
         // A count that does not match is the model's to report (`Gemma::forward`).
         let end = (before + count).min(rows.dims()[0]);
-        Some(SoftTokens { placeholder: self.placeholder, rows: rows.slice([before.min(end)..end, 0..h]) })
+        Some(SoftTokens { placeholders, rows: rows.slice([before.min(end)..end, 0..h]) })
     }
 
     /// Where the run of placeholders of image `index` starts in `tokens`.
     fn run_start(&self, tokens: &[u32], index: usize) -> Option<usize> {
+        let placeholders = self.placeholders();
         let mut runs = 0;
         for (i, &t) in tokens.iter().enumerate() {
-            if t == self.placeholder && (i == 0 || tokens[i - 1] != self.placeholder) {
+            if placeholders.contains(&t) && (i == 0 || tokens[i - 1] != t) {
                 if runs == index {
                     return Some(i);
                 }
@@ -205,7 +234,7 @@ impl Session {
         // first image run that is not the same image in both.
         let (before, now) = (&held.images, images);
         for index in 0..before.images.len().max(now.images.len()) {
-            let key = |list: &PromptImages| list.images.get(index).map(|i| (list.placeholder, i.key));
+            let key = |list: &PromptImages| list.images.get(index).map(|i| (i.placeholder, i.key));
             if key(before) != key(now) {
                 let start = [before.run_start(&held.tokens, index), now.run_start(prompt, index)];
                 common = start.into_iter().flatten().fold(common, usize::min);

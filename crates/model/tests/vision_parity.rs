@@ -13,7 +13,7 @@ use hearth_model::{CacheOptions, Gemma, Input, KvCache, Output, PromptImage, Pro
 use serde::Deserialize;
 
 mod common;
-use common::{devices, rows};
+use common::{check_rows, devices, rows};
 
 const TOLERANCE: f32 = 1e-3;
 
@@ -39,17 +39,7 @@ fn fixture_dir() -> PathBuf {
 }
 
 fn check(label: &str, actual: &[Vec<f32>], expected: &[Vec<f32>]) {
-    assert_eq!(actual.len(), expected.len(), "{label}: row count");
-    let diff = actual
-        .iter()
-        .zip(expected)
-        .flat_map(|(a, e)| {
-            assert_eq!(a.len(), e.len(), "{label}: row width");
-            a.iter().zip(e).map(|(x, y)| (x - y).abs())
-        })
-        .fold(0.0, f32::max);
-    eprintln!("{label}: max |Δ| = {diff:.2e}");
-    assert!(diff <= TOLERANCE, "{label}: max |Δ| {diff} > {TOLERANCE}");
+    check_rows(label, actual, expected, TOLERANCE);
 }
 
 /// The tower from the model's own safetensors (transformers' names), and from the projector file
@@ -124,7 +114,7 @@ fn check_case(label: &str, dir: &Path, case: &Case, tower: &VisionTower, model: 
     let soft = tower.encode(&patches).unwrap();
     check(&format!("{label}: soft tokens"), &rows(soft.clone()), &case.soft_tokens);
 
-    let soft = SoftTokens { placeholder: tower.config().image_token_id, rows: soft };
+    let soft = SoftTokens::new(tower.config().image_token_id, soft);
     let small = CacheOptions { max_context: 192, max_chunk: 7 };
     for (options, how) in [(CacheOptions::default(), "in one chunk"), (small, "in chunks of 7")] {
         let mut cache = KvCache::new(&model.config, options, model.device());
@@ -146,7 +136,7 @@ fn a_prompt_whose_placeholders_do_not_match_the_soft_tokens_is_refused() {
     let tower = files.load_vision(&device).unwrap().unwrap();
     let placeholder = tower.config().image_token_id;
     let model = files.load(&device).unwrap();
-    let soft = SoftTokens { placeholder, rows: Tensor::zeros([3, model.config.hidden_size], &device) };
+    let soft = SoftTokens::new(placeholder, Tensor::zeros([3, model.config.hidden_size], &device));
     let mut cache = KvCache::new(&model.config, CacheOptions::default(), model.device());
     let ids = [2, placeholder, placeholder, 5];
     let input = Input::with_images(&ids, Some(&soft));
@@ -183,12 +173,11 @@ fn a_session_reuses_an_image_only_while_it_is_the_same() {
     let negative: Vec<u8> = pixels.iter().map(|v| 255 - v).collect();
     let (picture, other) = (encode(pixels), encode(negative));
     let images = |key, soft: &Tensor<2>| PromptImages {
-        placeholder,
-        images: vec![PromptImage { key, soft_tokens: soft.clone() }],
+        images: vec![PromptImage { key, placeholder, soft_tokens: soft.clone() }],
     };
     let fresh = |soft: &Tensor<2>| {
         let mut cache = KvCache::new(&model.config, CacheOptions::default(), model.device());
-        let s = SoftTokens { placeholder, rows: soft.clone() };
+        let s = SoftTokens::new(placeholder, soft.clone());
         rows(model.forward(Input::with_images(&case.tokens, Some(&s)), &mut cache, Output::Last).unwrap().logits)
     };
     let expected_other = fresh(&other);

@@ -124,6 +124,7 @@ async fn constrained(
         cancel: CancelToken::new(),
         tools: None,
         images: Vec::new(),
+        clips: Vec::new(),
     };
     // No images in a probe: the budget is not read.
     let mut chunks = generate_step(model.clone(), PROBE_CONVERSATION, sampling, 280, false, request);

@@ -331,7 +331,8 @@ pub mod scripted {
         TASKS.with(|t| t.borrow().script.as_ref().map(|s| s.borrow().prompts.clone()).unwrap_or_default())
     }
 
-    /// What the engine made of a scripted step's prompt with images, as the model would take it.
+    /// What the engine made of a scripted step's prompt with images or a spoken request, as the
+    /// model would take it.
     #[derive(Debug, Clone, serde::Serialize)]
     pub struct ImagePrompt {
         /// The prompt's tokens as the template rendered it (one placeholder per image).
@@ -340,6 +341,8 @@ pub mod scripted {
         pub model_tokens: usize,
         /// Each image's soft tokens, in prompt order.
         pub soft_tokens: Vec<usize>,
+        /// Each voice clip's soft tokens, in prompt order.
+        pub clip_tokens: Vec<usize>,
         /// Why the images could not be made ready, if they could not.
         pub error: Option<String>,
     }
@@ -352,7 +355,7 @@ pub mod scripted {
     /// a step's screenshots into soft tokens: the same preparation as a Burn step (decode, the
     /// loaded model's tower at the task's budget, placeholders expanded), recorded here.
     pub fn prepare_images(request: &hearth_agent::GenerationRequest) {
-        if request.images.is_empty() {
+        if request.images.is_empty() && request.clips.is_empty() {
             return;
         }
         let Some(model) = crate::engine_state::model() else { return };
@@ -360,15 +363,28 @@ pub mod scripted {
         let text_tokens = model.tokenizer.encode(&request.prompt).map_or(0, |ids| ids.len());
         let prepared = hearth_engine::images::prepare_prompt(
             &model.tokenizer,
-            model.vision.as_deref(),
+            model.towers(),
             &mut model.encoded.borrow_mut(),
             &request.prompt,
             &request.images,
+            &request.clips,
             budget,
         );
         let record = match prepared {
-            Ok(p) => ImagePrompt { text_tokens, model_tokens: p.ids.len(), soft_tokens: p.soft_tokens, error: None },
-            Err(e) => ImagePrompt { text_tokens, model_tokens: 0, soft_tokens: Vec::new(), error: Some(e.to_string()) },
+            Ok(p) => ImagePrompt {
+                text_tokens,
+                model_tokens: p.ids.len(),
+                soft_tokens: p.soft_tokens,
+                clip_tokens: p.clip_tokens,
+                error: None,
+            },
+            Err(e) => ImagePrompt {
+                text_tokens,
+                model_tokens: 0,
+                soft_tokens: Vec::new(),
+                clip_tokens: Vec::new(),
+                error: Some(e.to_string()),
+            },
         };
         IMAGE_PROMPTS.with(|p| p.borrow_mut().push(record));
     }

@@ -79,6 +79,14 @@ pub struct ModelInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional)]
     pub vision_failure: Option<String>,
+    /// Whether the model loaded an audio tower: it takes spoken requests (a text-only file, or a
+    /// GGUF without its projector, cannot).
+    #[serde(default)]
+    pub hears_audio: bool,
+    /// Why the model's audio tower did not load, when it has one that failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub audio_failure: Option<String>,
     /// The assistant the model drafts with (speculative decoding), when one is installed and
     /// loaded: its repository.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -162,6 +162,15 @@ sees_images: boolean,
  */
 vision_failure?: string, 
 /**
+ * Whether the model loaded an audio tower: it takes spoken requests (a text-only file, or a
+ * GGUF without its projector, cannot).
+ */
+hears_audio: boolean, 
+/**
+ * Why the model's audio tower did not load, when it has one that failed.
+ */
+audio_failure?: string, 
+/**
  * The assistant the model drafts with (speculative decoding), when one is installed and
  * loaded: its repository.
  */

@@ -74,10 +74,18 @@ async function clickInPanel(selector) {
   }
 }
 
-/** Types `text` into the panel's composer (keyboard input on the panel's target) and sends it. */
+/**
+ * Types `text` into the panel's composer (keyboard input on the panel's target) and sends it. The
+ * click is repeated until the composer has the focus: Chrome may still be sliding the panel open
+ * (its layout moving under the pointer) when a test starts.
+ */
 async function askInPanel(text) {
-  await clickInPanel("textarea.composer");
+  await until(async () => {
+    await clickInPanel("textarea.composer");
+    return inChat(`return root.activeElement === root.querySelector("textarea.composer")`);
+  }, "the panel's composer to take the focus");
   await chrome.console.send(PANEL, "Input.insertText", { text });
+  await until(() => inChat(`return root.querySelector("textarea.composer").value === ${JSON.stringify(text)}`), "the request in the composer");
   await chrome.console.send(PANEL, "Input.dispatchKeyEvent", { type: "keyDown", key: "Enter", code: "Enter", windowsVirtualKeyCode: 13, text: "\r" });
   await chrome.console.send(PANEL, "Input.dispatchKeyEvent", { type: "keyUp", key: "Enter", code: "Enter", windowsVirtualKeyCode: 13 });
 }
@@ -244,11 +252,11 @@ test("the service worker stopped: the panel connects again and goes on", { timeo
   assert.equal((await overlayState(pageB)).answer, "Still here.");
 });
 
-test("the tab shown reloads: its new page's content script takes the panel up, with the conversation", { timeout: 60_000 }, async () => {
+test("the tab shown reloads: its new page's content script takes the panel up, with the conversation", { timeout: 150_000 }, async () => {
   const entries = await inChat(`return root.querySelectorAll("[data-entry]").length`);
   // The answer is stored before the page goes (a save waits 250 ms for more changes; the page's
   // leaving sends it at once too).
-  await until(async () => (await inWorker(`chrome.storage.session.get("transcript:${tabB}").then((s) => s["transcript:${tabB}"]?.answer ?? null)`)) === "Still here.", "the answer stored");
+  await until(async () => (await inWorker(`chrome.storage.session.get("transcript:${tabB}").then((s) => s["transcript:${tabB}"]?.answer ?? null)`)) === "Still here.", "the answer stored", 60_000);
   await pageB.reload();
   await overlayHost(pageB);
   // The new page's overlay is told about the panel, stays closed and sends the restored chat.
@@ -256,7 +264,7 @@ test("the tab shown reloads: its new page's content script takes the panel up, w
   await waitForData(pageB, "answer", "Still here.");
   assert.equal((await overlayState(pageB)).state, "closed");
   await waitPanel("tabState", "ready");
-  await until(async () => (await panelState()).answer === "Still here." && (await inChat(`return root.querySelectorAll("[data-entry]").length`)) === entries, "the conversation in the panel again");
+  await until(async () => (await panelState()).answer === "Still here." && (await inChat(`return root.querySelectorAll("[data-entry]").length`)) === entries, "the conversation in the panel again", 60_000);
   // And it still acts on the tab.
   await useScript(chrome, [done("After the reload.")]);
   await askInPanel("And now?");

@@ -174,7 +174,7 @@ fn soft_token_prefill(
     let mut first_token = |rows: &Tensor<2>| -> Result<(f64, f64), String> {
         let t = rows.dims()[0];
         let mut cache = KvCache::new(&model.config, cache_options, model.device());
-        let soft = SoftTokens { placeholder: vision.image_token_id, rows: rows.clone() };
+        let soft = SoftTokens::new(vision.image_token_id, rows.clone());
         let start = Instant::now();
         let logits = model
             .forward(Input::with_images(&prompt(t), Some(&soft)), &mut cache, Output::Last)
@@ -240,7 +240,7 @@ fn soft_token_prefill(
 }
 
 /// The median of `values` (the mean of the middle two for an even count); 0 when empty.
-fn median(values: &mut [f64]) -> f64 {
+pub(super) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     let n = values.len();
     match n {
@@ -335,7 +335,7 @@ impl SafetensorsWriter {
     }
 
     /// A bf16 tensor of values uniform in ±`spread`.
-    fn random_bf16(&mut self, name: &str, shape: &[usize], spread: f32) {
+    pub(super) fn random_bf16(&mut self, name: &str, shape: &[usize], spread: f32) {
         let n: usize = shape.iter().product();
         let mut bytes = Vec::with_capacity(n * 2);
         for _ in 0..n {

@@ -140,3 +140,25 @@ fn with_a_screenshot_the_agent_sees_the_page_and_without_one_it_cannot() {
     assert!(real.contains("vision: the model sees the page's screenshot"), "{real}");
     assert!(real.contains("step: "), "{real}");
 }
+
+/// `--voice`: the request spoken; the real engine's tiny model hears it through its audio tower
+/// and runs the step; a model that cannot hear is refused before any step.
+#[test]
+fn a_spoken_request_reaches_the_model_that_hears() {
+    let clip = crate::cli::write_wav("agent-voice", 16_000, 0.5);
+    let clip = clip.to_str().expect("utf-8");
+    let heard = agent(&["--cpu", "--max-iterations", "1", "--max-new-tokens", "8", "--voice", clip]);
+    assert!(heard.contains("voice: 0.50 s of sound, heard by the model's audio tower"), "{heard}");
+    assert!(heard.contains("step: "), "{heard}");
+
+    let deaf = fixtures().join("gemma4-gguf/model.gguf");
+    let page = fixture("order.html");
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["agent", "--cpu", "--model", deaf.to_str().expect("utf-8"), "--page", &page, "--voice", clip, ""])
+        .output()
+        .expect("hearth runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("has no audio tower"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let _ = std::fs::remove_file(clip);
+}

@@ -224,7 +224,7 @@ fn generate_looks_at_an_image() {
 }
 
 /// A WAV file of `seconds` of a tone at `rate` Hz, written to the temp folder.
-fn write_wav(name: &str, rate: u32, seconds: f32) -> PathBuf {
+pub(crate) fn write_wav(name: &str, rate: u32, seconds: f32) -> PathBuf {
     let path = std::env::temp_dir().join(format!("hearth-{}-{name}.wav", std::process::id()));
     let spec =
         hound::WavSpec { channels: 1, sample_rate: rate, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
@@ -237,12 +237,12 @@ fn write_wav(name: &str, rate: u32, seconds: f32) -> PathBuf {
     path
 }
 
-/// `--audio`: a clip at another rate and a model without an audio tower are refused in words
-/// (the tower's numbers are `crates/model/tests/audio_parity.rs`'s).
+/// `--audio`: the tiny model hears a clip (its soft tokens reported); a clip at another rate and a
+/// model without an audio tower are refused in words (the tower's numbers are
+/// `crates/model/tests/audio_parity.rs`'s).
 #[test]
-fn generate_refuses_a_clip_it_cannot_hear() {
-    let model = repo().join("crates/model/fixtures/tiny-chat");
-    let ask = |clip: &Path| {
+fn generate_hears_a_clip_and_refuses_one_it_cannot_hear() {
+    let ask = |model: &Path, clip: &Path| {
         let args = [
             "generate",
             "--model",
@@ -251,19 +251,32 @@ fn generate_refuses_a_clip_it_cannot_hear() {
             "--audio",
             clip.to_str().expect("utf-8 path"),
             "--cpu",
+            "--max-tokens",
+            "4",
             "--prompt",
             "What did I say?",
         ];
-        let out = hearth(&args, "");
+        hearth(&args, "")
+    };
+    let hearing = repo().join("crates/model/fixtures/tiny-chat");
+    let speech_rate = write_wav("speech-rate", 16_000, 0.5);
+    let out = ask(&hearing, &speech_rate);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    // 0.5 s: 13 soft tokens, as transformers counts them (fixtures/gemma4-audio clip0).
+    assert!(stderr.contains("0.50 s of sound encoded to 13 soft tokens"), "{stderr}");
+
+    let refused = |model: &Path, clip: &Path| {
+        let out = ask(model, clip);
         assert!(!out.status.success());
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
     let cd_rate = write_wav("cd-rate", 44_100, 0.2);
-    let stderr = ask(&cd_rate);
+    let stderr = refused(&hearing, &cd_rate);
     assert!(stderr.contains("44100 Hz") && stderr.contains("16 kHz") && stderr.contains("ffmpeg"), "{stderr}");
-    let speech_rate = write_wav("speech-rate", 16_000, 0.2);
-    let stderr = ask(&speech_rate);
-    assert!(stderr.contains("has no audio tower"), "{stderr}");
+    let deaf = repo().join("crates/model/fixtures/gemma4-gguf/model.gguf");
+    let stderr = refused(&deaf, &speech_rate);
+    assert!(stderr.contains("has no audio tower") && stderr.contains("--mmproj"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
     let _ = std::fs::remove_file(cd_rate);
     let _ = std::fs::remove_file(speech_rate);

@@ -7,7 +7,8 @@
 //! 2. the parts (config, tokenizer, chat template: a folder's files, or the GGUF metadata);
 //! 3. the decoder, one load step at a time (each step's bytes fetched, read, dropped);
 //! 4. the vision tower: the folder's own weights, or llama.cpp's projector file beside a GGUF;
-//! 5. the assistant that drafts for it.
+//! 5. the audio tower, from the same place (the projector file carries both);
+//! 6. the assistant that drafts for it.
 //!
 //! A decoder that fails fails the load ([`LoadFailure`]: damaged, or a model Hearth cannot run);
 //! a tower or an assistant that fails leaves the model working without it, and [`Loaded`] says why.
@@ -16,6 +17,7 @@ mod failure;
 mod streamed;
 
 use burn::tensor::Device;
+use hearth_model::audio::{AudioConfig, AudioTokens, AudioTower, audio_weight_prefixes, has_audio_weights};
 use hearth_model::drafter::{Drafter, DrafterConfig};
 use hearth_model::tokenizer::Tokenizer;
 use hearth_model::vision::{ImageTokens, VisionConfig, VisionTower, has_vision_weights, vision_weight_prefixes};
@@ -59,9 +61,9 @@ pub struct ModelPayload<R> {
     pub name: String,
     pub parts: PartFiles,
     pub weights: StreamedWeights<R>,
-    /// Whether to load a vision tower when the model has one.
+    /// Whether to load the towers (vision, audio) when the model has them.
     pub vision: bool,
-    /// llama.cpp's projector file (`mmproj…gguf`): the vision tower of a GGUF model.
+    /// llama.cpp's projector file (`mmproj…gguf`): the vision and audio towers of a GGUF model.
     pub projector: Option<StreamedWeights<R>>,
     /// The assistant that drafts for the model (speculative decoding).
     pub drafter: Option<DrafterFiles<R>>,
@@ -74,6 +76,10 @@ pub struct Loaded {
     pub tower: Option<VisionTower>,
     /// Why the model's tower (its weights', or the projector's) did not load.
     pub vision_failure: Option<String>,
+    /// The audio tower, when the model's weights or its projector file carry one.
+    pub audio: Option<AudioTower>,
+    /// Why the audio tower did not load.
+    pub audio_failure: Option<String>,
     pub drafter: Option<Drafter>,
     /// The assistant's repository, when it loaded.
     pub drafter_name: Option<String>,
@@ -104,21 +110,34 @@ pub async fn load<R: ReadRange>(
     let model = weights.load(parts.config.clone(), &mut checkpoint, device, on_progress).await?;
     let (file_bytes, peak_read_bytes) = (weights.file_bytes(), weights.peak_held_bytes());
 
-    let tower = match (vision, projector) {
-        (false, _) => None,
-        (true, Some(projector)) => Some(load_projector(&projector, &files, &parts, device).await),
-        (true, None) => match vision_config_of(&files).filter(|_| has_vision_weights(&checkpoint)) {
-            Some(config) => {
-                weights.fetch_under(&checkpoint, &vision_weight_prefixes(&checkpoint)).await?;
-                let tower = VisionTower::load(config, &mut checkpoint, device).map_err(|e| e.to_string());
-                weights.release_all();
-                Some(tower)
-            }
-            None => None,
-        },
+    let (tower, audio) = match (vision, projector) {
+        (false, _) => (None, None),
+        (true, Some(projector)) => load_projector(&projector, &files, &parts, device).await,
+        (true, None) => {
+            let tower = match vision_config_of(&files).filter(|_| has_vision_weights(&checkpoint)) {
+                Some(config) => {
+                    weights.fetch_under(&checkpoint, &vision_weight_prefixes(&checkpoint)).await?;
+                    let tower = VisionTower::load(config, &mut checkpoint, device).map_err(|e| e.to_string());
+                    weights.release_all();
+                    Some(tower)
+                }
+                None => None,
+            };
+            let audio = match audio_config_of(&files).filter(|_| has_audio_weights(&checkpoint)) {
+                Some(config) => {
+                    weights.fetch_under(&checkpoint, &audio_weight_prefixes(&checkpoint)).await?;
+                    let tower = AudioTower::load(config, &mut checkpoint, device).map_err(|e| e.to_string());
+                    weights.release_all();
+                    Some(tower)
+                }
+                None => None,
+            };
+            (tower, audio)
+        }
     };
     drop(checkpoint);
     let (tower, vision_failure) = split(tower);
+    let (audio, audio_failure) = split(audio);
 
     let (drafter, drafter_name, drafter_failure) = match drafter {
         Some(files) => {
@@ -135,6 +154,8 @@ pub async fn load<R: ReadRange>(
         parts,
         tower,
         vision_failure,
+        audio,
+        audio_failure,
         drafter,
         drafter_name,
         drafter_failure,
@@ -191,29 +212,61 @@ fn vision_config_of(files: &PartFiles) -> Option<VisionConfig> {
     VisionConfig::from_json(&files.config_json).ok().flatten()
 }
 
-/// llama.cpp's projector file as the model's vision tower: its width must be the text model's,
-/// and the image tokens come from config.json, else the model's vocabulary.
+/// The audio tower config.json describes (a folder's model).
+fn audio_config_of(files: &PartFiles) -> Option<AudioConfig> {
+    if files.config_json.is_empty() {
+        return None;
+    }
+    AudioConfig::from_json(&files.config_json).ok().flatten()
+}
+
+type Towers = (Option<Result<VisionTower, String>>, Option<Result<AudioTower, String>>);
+
+/// llama.cpp's projector file as the model's towers: the vision tower (its width must be the
+/// text model's, the image tokens from config.json, else the model's vocabulary), and the audio
+/// tower beside it when the file carries one (likewise). All of the file is read at once.
 async fn load_projector<R: ReadRange>(
     projector: &StreamedWeights<R>,
     files: &PartFiles,
     parts: &ModelParts,
     device: &Device,
-) -> Result<VisionTower, String> {
-    let tokens = match vision_config_of(files) {
-        Some(config) => {
-            ImageTokens { image: config.image_token_id, boi: config.boi_token_id, eoi: config.eoi_token_id }
-        }
-        None => match ImageTokens::PIECES.map(|piece| parts.tokenizer.token_id(piece)) {
-            [Some(image), Some(boi), Some(eoi)] => ImageTokens { image, boi, eoi },
-            _ => return Err("the model's vocabulary has no image tokens: it is not a Gemma 4 that sees".into()),
-        },
+) -> Towers {
+    let mut checkpoint = match projector.open(None).await {
+        Ok(checkpoint) => checkpoint,
+        Err(e) => return (Some(Err(e.message)), None),
     };
-    let mut checkpoint = projector.open(None).await.map_err(|e| e.message)?;
-    let config = VisionConfig::from_mmproj(&checkpoint, parts.config.hidden_size, tokens).map_err(|e| e.to_string())?;
-    projector.fetch_under(&checkpoint, &[String::new()]).await.map_err(|e| e.message)?;
-    let tower = VisionTower::load(config, &mut checkpoint, device).map_err(|e| e.to_string());
+    if let Err(e) = projector.fetch_under(&checkpoint, &[String::new()]).await {
+        return (Some(Err(e.message)), None);
+    }
+    let vision = (|| {
+        let tokens = match vision_config_of(files) {
+            Some(config) => {
+                ImageTokens { image: config.image_token_id, boi: config.boi_token_id, eoi: config.eoi_token_id }
+            }
+            None => match ImageTokens::PIECES.map(|piece| parts.tokenizer.token_id(piece)) {
+                [Some(image), Some(boi), Some(eoi)] => ImageTokens { image, boi, eoi },
+                _ => return Err("the model's vocabulary has no image tokens: it is not a Gemma 4 that sees".into()),
+            },
+        };
+        let config =
+            VisionConfig::from_mmproj(&checkpoint, parts.config.hidden_size, tokens).map_err(|e| e.to_string())?;
+        VisionTower::load(config, &mut checkpoint, device).map_err(|e| e.to_string())
+    })();
+    let audio = has_audio_weights(&checkpoint).then(|| {
+        let tokens = match audio_config_of(files) {
+            Some(config) => config.tokens,
+            None => match AudioTokens::PIECES.map(|piece| parts.tokenizer.token_id(piece)) {
+                [Some(audio), Some(boa), Some(eoa)] => AudioTokens { audio, boa, eoa },
+                _ => return Err("the model's vocabulary has no audio tokens: it is not a Gemma 4 that hears".into()),
+            },
+        };
+        let config = AudioConfig::from_mmproj(&checkpoint, parts.config.hidden_size, tokens)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "the projector file's audio tower is not Gemma 4's".to_string())?;
+        AudioTower::load(config, &mut checkpoint, device).map_err(|e| e.to_string())
+    });
     projector.release_all();
-    tower
+    (Some(vision), audio)
 }
 
 /// An assistant beside the loaded model; why not, in words, when it cannot.
@@ -271,6 +324,8 @@ impl Loaded {
             memory,
             sees_images: self.tower.is_some(),
             vision_failure: self.vision_failure,
+            hears_audio: self.audio.is_some(),
+            audio_failure: self.audio_failure,
             drafter: self.drafter_name,
             drafter_failure: self.drafter_failure,
             drafter_offer: None,
@@ -278,6 +333,7 @@ impl Loaded {
         };
         let shared = SharedModel::new(self.model, self.parts, cache, conversation_caches, context.clock_ms)
             .with_vision(self.tower)
+            .with_audio(self.audio)
             .with_drafter(self.drafter);
         (shared, info)
     }

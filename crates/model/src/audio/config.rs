@@ -2,6 +2,7 @@
 //! E2B's and E4B's tower), with the text width the embedder projects to and the prompt's audio
 //! tokens.
 
+use hearth_weights::{Checkpoint, MetadataValue};
 use serde::Deserialize;
 
 use crate::config::ConfigError;
@@ -169,6 +170,75 @@ impl AudioConfig {
             text_hidden_size: text.hidden_size,
             feature_size: 128,
             tokens: AudioTokens { audio: top.audio_token_id, boa: top.boa_token_id, eoa: top.eoa_token_id },
+        }))
+    }
+
+    /// The audio tower of a llama.cpp projector file (`mmproj`, projector type `gemma4a`): its
+    /// sizes from the metadata and the tensors' shapes; what the file does not record (the
+    /// attention's chunking and context, the logit cap, the residual weight) is Gemma 4's, as
+    /// llama.cpp assumes too. `None` when the file holds no audio tower.
+    pub fn from_mmproj(
+        checkpoint: &Checkpoint,
+        text_hidden_size: usize,
+        tokens: AudioTokens,
+    ) -> Result<Option<Self>, ConfigError> {
+        let invalid = |why: String| ConfigError::InvalidGguf(format!("projector's audio tower: {why}"));
+        let gguf = checkpoint.gguf().ok_or_else(|| invalid("not a GGUF file".into()))?;
+        let Some(kind) = gguf.get("clip.audio.projector_type").and_then(MetadataValue::as_str) else {
+            return Ok(None);
+        };
+        if kind != "gemma4a" {
+            return Err(invalid(format!("projector type `{kind}` is not Gemma 4's audio tower (gemma4a)")));
+        }
+        let number = |key: &str| {
+            gguf.get(key).and_then(MetadataValue::as_usize).ok_or_else(|| invalid(format!("`{key}` is missing")))
+        };
+        let shape = |name: &str| checkpoint.shape(name).ok_or_else(|| invalid(format!("tensor `{name}` is missing")));
+        let hidden_size = number("clip.audio.embedding_length")?;
+        let num_heads = number("clip.audio.attention.head_count")?;
+        let (first, second) = (shape("a.conv1d.0.weight")?, shape("a.conv1d.1.weight")?);
+        let kernel = shape("a.blk.0.conv_dw.weight")?;
+        let output = shape("a.pre_encode.out.weight")?;
+        let embedder = shape("mm.a.input_projection.weight")?;
+        let fits = num_heads > 0
+            && hidden_size.is_multiple_of(num_heads)
+            && first.len() == 4
+            && second.len() == 4
+            && kernel.len() == 2
+            && output.len() == 2
+            && embedder.len() == 2;
+        if !fits {
+            return Err(invalid(format!(
+                "{num_heads} heads over width {hidden_size}, convolutions {first:?} and {second:?}, kernel {kernel:?}"
+            )));
+        }
+        if embedder[0] != text_hidden_size {
+            return Err(invalid(format!(
+                "it projects to width {}, the model's is {text_hidden_size}: it belongs to another model",
+                embedder[0]
+            )));
+        }
+        let gemma = RawAudio::default();
+        let eps = gguf.get("clip.audio.attention.layer_norm_epsilon").and_then(MetadataValue::as_f64).unwrap_or(1e-6);
+        Ok(Some(AudioConfig {
+            hidden_size,
+            num_layers: number("clip.audio.block_count")?,
+            num_heads,
+            subsampling_channels: [first[0], second[0]],
+            conv_kernel_size: kernel[1],
+            residual_weight: gemma.residual_weight,
+            chunk_size: gemma.attention_chunk_size,
+            context_left: gemma.attention_context_left,
+            context_right: gemma.attention_context_right,
+            logit_cap: gemma.attention_logit_cap,
+            invalid_logit: gemma.attention_invalid_logits_value,
+            clipped_linears: checkpoint.contains("a.blk.0.attn_q.input_min"),
+            rms_norm_eps: eps as f32,
+            gradient_clipping: gemma.gradient_clipping,
+            output_dims: output[0],
+            text_hidden_size,
+            feature_size: number("clip.audio.num_mel_bins")?,
+            tokens,
         }))
     }
 

@@ -86,6 +86,17 @@ pub struct FeatureExtractor {
     fft: Arc<dyn RealToComplex<f64>>,
 }
 
+/// Whether `samples` (at `rate` Hz) is a clip the model takes: some sound, at most 30 s.
+pub fn check_clip(samples: &[f32], rate: usize) -> Result<(), AudioError> {
+    if samples.is_empty() {
+        return Err(AudioError::Empty);
+    }
+    if samples.len() > MAX_SAMPLES {
+        return Err(AudioError::TooLong { seconds: samples.len() as f64 / rate as f64 });
+    }
+    Ok(())
+}
+
 impl FeatureExtractor {
     pub fn new(config: FeatureConfig) -> Result<Self, AudioError> {
         let round = |ms: f64| (config.sampling_rate as f64 * ms / 1000.0).round() as usize;
@@ -114,12 +125,7 @@ impl FeatureExtractor {
 
     /// The features of `samples` (mono, at the configured rate, in [-1, 1]).
     pub fn extract(&self, samples: &[f32]) -> Result<AudioFeatures, AudioError> {
-        if samples.is_empty() {
-            return Err(AudioError::Empty);
-        }
-        if samples.len() > MAX_SAMPLES {
-            return Err(AudioError::TooLong { seconds: samples.len() as f64 / self.config.sampling_rate as f64 });
-        }
+        check_clip(samples, self.config.sampling_rate)?;
         let c = &self.config;
         let scale = c.input_scale_factor as f32;
         // Half a frame of silence in front, the clip, zeros up to a multiple of PAD_TO.

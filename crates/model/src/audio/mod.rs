@@ -9,5 +9,5 @@ pub mod prompt;
 pub mod tower;
 
 pub use config::{AudioConfig, AudioTokens};
-pub use features::{AudioError, AudioFeatures, FeatureConfig, FeatureExtractor, MAX_SAMPLES};
+pub use features::{AudioError, AudioFeatures, FeatureConfig, FeatureExtractor, MAX_SAMPLES, check_clip};
 pub use tower::{AudioTower, audio_weight_prefixes, has_audio_weights};

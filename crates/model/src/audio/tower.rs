@@ -24,9 +24,98 @@ use super::features::AudioFeatures;
 use crate::error::ModelError;
 use crate::tower_weights::{Linear, TowerReader, upload_transposed};
 
-/// Where the tower's tensors are named in a Hugging Face checkpoint.
-const TOWER: &str = "model.audio_tower.";
-const EMBEDDER: &str = "model.embed_audio.";
+/// How a checkpoint names the tower's tensors (as the vision tower's loader reads them).
+#[derive(Clone, Copy)]
+enum Layout {
+    /// Transformers' names under a prefix for the tower and one for the embedder: Hugging Face's
+    /// `model.audio_tower.`, or MLX's `audio_tower.` (mlx-vlm drops the outer `model.`).
+    Named { tower: &'static str, embedder: &'static str },
+    /// llama.cpp's projector file (`mmproj`): `a.blk.N.attn_q.weight`, `mm.a.input_projection.weight`, …
+    /// Its converter stores `softplus(per_dim_scale)` and the depthwise kernel as `[H, K]`.
+    Mmproj,
+}
+
+const NAMED: [Layout; 2] = [
+    Layout::Named { tower: "model.audio_tower.", embedder: "model.embed_audio." },
+    Layout::Named { tower: "audio_tower.", embedder: "embed_audio." },
+];
+
+/// The first subsampling convolution: every layout has it.
+const FIRST_CONV: &str = "subsample_conv_projection.layer0.conv.weight";
+
+impl Layout {
+    /// The layout `checkpoint` uses, if it holds a tower.
+    fn of(checkpoint: &Checkpoint) -> Option<Layout> {
+        NAMED.into_iter().chain([Layout::Mmproj]).find(|layout| checkpoint.contains(&layout.name(FIRST_CONV)))
+    }
+
+    /// The checkpoint's name for a tensor given by its name in transformers' tower
+    /// (`layers.0.self_attn.q_proj.linear.weight`), or in its embedder when it starts with
+    /// `embed_audio.`.
+    fn name(self, name: &str) -> String {
+        match self {
+            Layout::Named { tower, embedder } => match name.strip_prefix("embed_audio.") {
+                Some(rest) => format!("{embedder}{rest}"),
+                None => format!("{tower}{name}"),
+            },
+            Layout::Mmproj => mmproj_name(name),
+        }
+    }
+}
+
+/// llama.cpp's name for a tower tensor (its converter's `Gemma4VisionAudioModel` mapping, through
+/// gguf-py's `A_ENC_*` names).
+fn mmproj_name(name: &str) -> String {
+    const GLOBAL: [(&str, &str); 8] = [
+        (FIRST_CONV, "a.conv1d.0.weight"),
+        ("subsample_conv_projection.layer0.norm.weight", "a.conv1d.0.norm.weight"),
+        ("subsample_conv_projection.layer1.conv.weight", "a.conv1d.1.weight"),
+        ("subsample_conv_projection.layer1.norm.weight", "a.conv1d.1.norm.weight"),
+        ("subsample_conv_projection.input_proj_linear.weight", "a.input_projection.weight"),
+        ("output_proj.weight", "a.pre_encode.out.weight"),
+        ("output_proj.bias", "a.pre_encode.out.bias"),
+        ("embed_audio.embedding_projection.weight", "mm.a.input_projection.weight"),
+    ];
+    const LAYER: [(&str, &str); 22] = [
+        ("feed_forward1.pre_layer_norm.", "ffn_norm."),
+        ("feed_forward1.post_layer_norm.", "ffn_post_norm."),
+        ("feed_forward1.ffw_layer_1.", "ffn_up."),
+        ("feed_forward1.ffw_layer_2.", "ffn_down."),
+        ("feed_forward2.pre_layer_norm.", "ffn_norm_1."),
+        ("feed_forward2.post_layer_norm.", "ffn_post_norm_1."),
+        ("feed_forward2.ffw_layer_1.", "ffn_up_1."),
+        ("feed_forward2.ffw_layer_2.", "ffn_down_1."),
+        ("norm_pre_attn.", "attn_pre_norm."),
+        ("norm_post_attn.", "attn_post_norm."),
+        ("norm_out.", "ln2."),
+        ("self_attn.q_proj.", "attn_q."),
+        ("self_attn.k_proj.", "attn_k."),
+        ("self_attn.v_proj.", "attn_v."),
+        ("self_attn.post.", "attn_out."),
+        ("self_attn.relative_k_proj.", "attn_k_rel."),
+        ("self_attn.per_dim_scale", "per_dim_scale.weight"),
+        // The light convolution's norms swap names in llama.cpp's table.
+        ("lconv1d.pre_layer_norm.", "conv_norm."),
+        ("lconv1d.conv_norm.", "norm_conv."),
+        ("lconv1d.linear_start.", "conv_pw1."),
+        ("lconv1d.linear_end.", "conv_pw2."),
+        ("lconv1d.depthwise_conv1d.", "conv_dw."),
+    ];
+    if let Some(&(_, gguf)) = GLOBAL.iter().find(|(hf, _)| *hf == name) {
+        return gguf.to_string();
+    }
+    let Some((index, rest)) = name.strip_prefix("layers.").and_then(|r| r.split_once('.')) else {
+        return name.to_string();
+    };
+    for (hf, gguf) in LAYER {
+        if let Some(tail) = rest.strip_prefix(hf) {
+            // `linear.weight` → `weight`; the clip bounds keep their names.
+            let tail = tail.strip_prefix("linear.").unwrap_or(tail);
+            return format!("a.blk.{index}.{gguf}{tail}");
+        }
+    }
+    name.to_string()
+}
 
 /// A feed-forward block: `x + residual_weight · norm(W₂ · silu(W₁ · norm(x)))`.
 struct FeedForward {
@@ -99,7 +188,7 @@ fn feed_forward(r: &mut TowerReader, module: &str, c: &AudioConfig) -> Result<Fe
     })
 }
 
-fn attention(r: &mut TowerReader, module: &str, c: &AudioConfig) -> Result<Attention, ModelError> {
+fn attention(r: &mut TowerReader, layout: Layout, module: &str, c: &AudioConfig) -> Result<Attention, ModelError> {
     let (h, n, d) = (c.hidden_size, c.num_heads, c.head_dim());
     let w = c.context_left - 1;
     let mut linear = |part: &str| r.clippable(&format!("{module}.{part}"), h, h, c.clipped_linears);
@@ -116,18 +205,26 @@ fn attention(r: &mut TowerReader, module: &str, c: &AudioConfig) -> Result<Atten
     let embeddings = Tensor::<2>::from_data(TensorData::new(embeddings, [w, h]), r.device);
     let relative = r.matrix(&format!("{module}.relative_k_proj.weight"), n * d, h)?;
     let relative_keys = embeddings.matmul(relative).reshape([w, n, d]);
-    // q · d^-½ / ln 2 · softplus(per_dim_scale).
+    // q · d^-½ / ln 2 · softplus(per_dim_scale) (llama.cpp's file stores the softplus).
     let per_dim = r.host(&format!("{module}.per_dim_scale"), &[d])?;
     let scale = (d as f64).powf(-0.5) / std::f64::consts::LN_2;
-    let query_scale: Vec<f32> =
-        per_dim.data.iter().map(|&p| (scale * (1.0 + f64::from(p).exp()).ln()) as f32).collect();
+    let softplus = |p: f32| match layout {
+        Layout::Mmproj => f64::from(p),
+        Layout::Named { .. } => (1.0 + f64::from(p).exp()).ln(),
+    };
+    let query_scale: Vec<f32> = per_dim.data.iter().map(|&p| (scale * softplus(p)) as f32).collect();
     let query_scale = Tensor::from_data(TensorData::new(query_scale, [d]), r.device);
     Ok(Attention { q, k, v, post, relative_keys, query_scale })
 }
 
-fn light_conv(r: &mut TowerReader, module: &str, c: &AudioConfig) -> Result<LightConv, ModelError> {
+fn light_conv(r: &mut TowerReader, layout: Layout, module: &str, c: &AudioConfig) -> Result<LightConv, ModelError> {
     let (h, k) = (c.hidden_size, c.conv_kernel_size);
-    let taps = r.host(&format!("{module}.depthwise_conv1d.weight"), &[h, 1, k])?;
+    // `[H, 1, K]` (llama.cpp's file: `[H, K]`, the same values).
+    let shape: &[usize] = match layout {
+        Layout::Mmproj => &[h, k],
+        Layout::Named { .. } => &[h, 1, k],
+    };
+    let taps = r.host(&format!("{module}.depthwise_conv1d.weight"), shape)?;
     let kernel = upload_transposed(taps.data, h, k, r.device);
     Ok(LightConv {
         pre_norm: r.tensor(&format!("{module}.pre_layer_norm.weight"), [h])?,
@@ -138,60 +235,68 @@ fn light_conv(r: &mut TowerReader, module: &str, c: &AudioConfig) -> Result<Ligh
     })
 }
 
-/// Whether `checkpoint` carries an audio tower (transformers' names).
+/// Whether `checkpoint` carries an audio tower in a layout this loader reads.
 pub fn has_audio_weights(checkpoint: &Checkpoint) -> bool {
-    checkpoint.contains(&format!("{TOWER}subsample_conv_projection.layer0.conv.weight"))
+    Layout::of(checkpoint).is_some()
 }
 
-/// The name prefixes of the tower's tensors (a streaming loader fetches them before loading).
-pub fn audio_weight_prefixes() -> Vec<String> {
-    vec![TOWER.to_owned(), EMBEDDER.to_owned()]
+/// The name prefixes of the tower's tensors in `checkpoint` (a loader that streams the bytes
+/// fetches the ranges under them before [`AudioTower::load`]); empty without a tower.
+pub fn audio_weight_prefixes(checkpoint: &Checkpoint) -> Vec<String> {
+    match Layout::of(checkpoint) {
+        Some(Layout::Named { tower, embedder }) => vec![tower.to_owned(), embedder.to_owned()],
+        Some(Layout::Mmproj) => vec!["a.".to_owned(), "mm.a.".to_owned()],
+        None => Vec::new(),
+    }
 }
 
 impl AudioTower {
-    /// Loads the tower and its embedder from a model's weights (transformers' names).
+    /// Loads the tower and its embedder from `checkpoint` (a model's weights, or a llama.cpp
+    /// projector file): linears in the file's packing where the kernels multiply by it, the
+    /// rest f32.
     pub fn load(config: AudioConfig, checkpoint: &mut Checkpoint, device: &Device) -> Result<Self, ModelError> {
+        let layout = Layout::of(checkpoint)
+            .ok_or_else(|| hearth_weights::WeightsError::Missing { name: format!("audio_tower.{FIRST_CONV}") })?;
         let c = &config;
         if c.context_right != 0 {
             let why = format!("attention_context_right {} (only 0, Gemma 4's, is supported)", c.context_right);
             return Err(crate::config::ConfigError::Invalid(format!("audio_config: {why}")).into());
         }
-        let mut r = TowerReader::new(checkpoint, device, str::to_owned);
+        let mut r = TowerReader::new(checkpoint, device, move |name| layout.name(name));
         let [c0, c1] = c.subsampling_channels;
-        let name = |part: &str| format!("{TOWER}{part}");
         let subsample = [
             Subsample {
-                conv: r.tensor(&name("subsample_conv_projection.layer0.conv.weight"), [c0, 1, 3, 3])?,
-                norm: r.tensor(&name("subsample_conv_projection.layer0.norm.weight"), [c0])?,
+                conv: r.tensor("subsample_conv_projection.layer0.conv.weight", [c0, 1, 3, 3])?,
+                norm: r.tensor("subsample_conv_projection.layer0.norm.weight", [c0])?,
             },
             Subsample {
-                conv: r.tensor(&name("subsample_conv_projection.layer1.conv.weight"), [c1, c0, 3, 3])?,
-                norm: r.tensor(&name("subsample_conv_projection.layer1.norm.weight"), [c1])?,
+                conv: r.tensor("subsample_conv_projection.layer1.conv.weight", [c1, c0, 3, 3])?,
+                norm: r.tensor("subsample_conv_projection.layer1.norm.weight", [c1])?,
             },
         ];
         let projected_in = c.feature_size.div_ceil(4) * c1;
         let input_projection =
-            r.matrix(&name("subsample_conv_projection.input_proj_linear.weight"), c.hidden_size, projected_in)?;
+            r.matrix("subsample_conv_projection.input_proj_linear.weight", c.hidden_size, projected_in)?;
         let mut layers = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
-            let l = |part: &str| name(&format!("layers.{i}.{part}"));
+            let l = |part: &str| format!("layers.{i}.{part}");
             let h = c.hidden_size;
             layers.push(ConformerLayer {
                 feed_forward1: feed_forward(&mut r, &l("feed_forward1"), c)?,
                 norm_pre_attention: r.tensor(&l("norm_pre_attn.weight"), [h])?,
-                attention: attention(&mut r, &l("self_attn"), c)?,
+                attention: attention(&mut r, layout, &l("self_attn"), c)?,
                 norm_post_attention: r.tensor(&l("norm_post_attn.weight"), [h])?,
-                light_conv: light_conv(&mut r, &l("lconv1d"), c)?,
+                light_conv: light_conv(&mut r, layout, &l("lconv1d"), c)?,
                 feed_forward2: feed_forward(&mut r, &l("feed_forward2"), c)?,
                 norm_out: r.tensor(&l("norm_out.weight"), [h])?,
             });
         }
         let output_projection = (
-            r.matrix(&name("output_proj.weight"), c.output_dims, c.hidden_size)?,
-            r.tensor(&name("output_proj.bias"), [c.output_dims])?,
+            r.matrix("output_proj.weight", c.output_dims, c.hidden_size)?,
+            r.tensor("output_proj.bias", [c.output_dims])?,
         );
         let embedding_projection =
-            r.matrix(&format!("{EMBEDDER}embedding_projection.weight"), c.text_hidden_size, c.output_dims)?;
+            r.matrix("embed_audio.embedding_projection.weight", c.text_hidden_size, c.output_dims)?;
         Ok(AudioTower {
             config,
             subsample,

@@ -22,7 +22,8 @@ pub fn prepare(
 /// One image processed at `budget` and encoded: its soft tokens `[n, h]`, keyed.
 pub fn encode(tower: &VisionTower, image: &RgbImage, budget: usize) -> Result<PromptImage, ModelError> {
     let patches = tower.config().processor(budget).process(image).map_err(|e| ModelError::Image(e.to_string()))?;
-    Ok(PromptImage { key: image_key(image, budget), soft_tokens: tower.encode(&patches)? })
+    let placeholder = tower.image_tokens().image;
+    Ok(PromptImage { key: image_key(image, budget), placeholder, soft_tokens: tower.encode(&patches)? })
 }
 
 /// `ids` (one `<|image|>` per image) with each of `images` (encoded, in prompt order) expanded to
@@ -35,7 +36,7 @@ pub fn expand(
     let counts: Vec<usize> = images.iter().map(|i| i.soft_tokens.dims()[0]).collect();
     let tokens = tower.image_tokens();
     let ids = tokens.expand(ids, &counts).map_err(|e| ModelError::Image(e.to_string()))?;
-    Ok((ids, PromptImages { placeholder: tokens.image, images }))
+    Ok((ids, PromptImages { images }))
 }
 
 /// Tells images apart (FNV-1a over the size, the budget and the pixels).
