@@ -3,13 +3,14 @@
 // (tiny, random) vision tower, and the prompt holds the image's soft tokens (the engine's own
 // counts, through a test hook). click_at on the canvas hits the drawn target (the page records
 // where); click_at over another site's frame asks, and a denial holds (the frame's button is
-// never clicked). The screenshot's card shows its thumbnail.
+// never clicked). The screenshot's card shows its thumbnail. With another tab in front of the
+// task's, a screenshot is refused: the model never sees another tab (threat model row 19).
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { launch, until } from "../lib/browser.mjs";
 import { overlayEval, overlayText, queryOverlay, screenshot } from "../lib/overlay.mjs";
-import { ask, call, decide, done, openAgentPage, scriptedImagePrompts, scriptedPrompts, useScript, waitForTask } from "../lib/agent.mjs";
+import { ask, call, decide, done, openAgentPage, scriptedImagePrompts, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 import { servePages } from "../lib/pages.mjs";
 
 let pages;
@@ -86,5 +87,29 @@ test("a chart wrapped in another site's link while the click is on its way is no
   assert.ok(!requests.some((u) => u.includes("from=wrap")), requests.join("\n"));
   const prompts = await scriptedPrompts(chrome);
   assert.match(prompts.at(-1), /changed since the snapshot/, "the model is told what happened");
+  await page.close();
+});
+
+test("a screenshot shows only the task's tab: with another site's tab in front, nothing is captured", { timeout: 300_000 }, async () => {
+  const page = await openAgentPage(chrome, `${pages.url}/agent/canvas.html`);
+  const prepared = (await scriptedImagePrompts(chrome)).length;
+  await useScript(chrome, [call("wait_for", `text:${str("Go on")},timeout_seconds:60`), call("screenshot"), done("Looked.")]);
+  await ask(page, "Look at the chart when it says go on.");
+  // The user turns to their other tab (another site: what it shows is theirs, not the task's)
+  // while the task waits; then the task's page lets the task go on in the background.
+  const other = await chrome.context.newPage();
+  await other.goto(`${pages.crossOriginUrl}/agent/article.html`);
+  await other.bringToFront();
+  const active = () => chrome.console.evaluate("/service-worker.js", `chrome.tabs.query({ active: true, lastFocusedWindow: true }).then(([t]) => t?.url ?? "")`);
+  await until(async () => (await active()).startsWith(pages.crossOriginUrl), "the other tab in front");
+  await page.evaluate(() => document.body.insertAdjacentHTML("beforeend", "<p>Go on</p>"));
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"], 120_000), "done");
+
+  // No picture reached the engine, and the model was told why.
+  assert.equal((await scriptedImagePrompts(chrome)).length, prepared, "no screenshot was prepared for the model");
+  const prompts = await scriptedPrompts(chrome);
+  assert.match(prompts.at(-1), /not the one shown in its window/, "the model is told it cannot see now");
+  assert.equal(prompts.at(-1).split("<|image|>").length - 1, 0, "no image in the prompt");
+  await other.close();
   await page.close();
 });
