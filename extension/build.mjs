@@ -25,11 +25,11 @@ const common = {
   // Drops the `if (!__HEARTH_TEST_BUILD__)` branches it can decide (identifiers stay readable).
   minifySyntax: true,
 };
-// The worker, the offscreen document, the options page and the side panel are ES modules; the
+// The worker, the offscreen document, the options page, the side panel and the microphone page are ES modules; the
 // content script is a classic script (the side panel's code is not in it: it has its own bundle).
 await build({
   ...common,
-  entryPoints: { "service-worker": "src/worker/service-worker.ts", offscreen: "src/offscreen/offscreen.ts", options: "src/options/options.ts", sidepanel: "src/sidepanel/sidepanel.ts" },
+  entryPoints: { "service-worker": "src/worker/service-worker.ts", offscreen: "src/offscreen/offscreen.ts", options: "src/options/options.ts", sidepanel: "src/sidepanel/sidepanel.ts", microphone: "src/microphone/microphone.ts" },
   format: "esm",
 });
 await build({ ...common, entryPoints: { content: "src/content/content.ts" }, format: "iife" });

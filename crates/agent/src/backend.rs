@@ -99,6 +99,8 @@ pub struct PromptClip {
 impl PromptClip {
     /// Samples a second.
     pub const RATE: usize = 16_000;
+    /// The longest clip Gemma 4 hears, in seconds.
+    pub const MAX_SECONDS: usize = 30;
 
     /// The soft tokens the clip becomes, about (one per 40 ms, and its two boundary tokens):
     /// what the agent budgets for it.

@@ -277,6 +277,9 @@ pub struct Agent {
     /// The user's spoken requests, by the key of their audio part. In memory only, like the
     /// screenshots: a restored conversation has a note instead.
     clips: BTreeMap<String, Arc<[f32]>>,
+    /// The number of the next spoken request's clip: keys never repeat, even after older clips
+    /// were dropped from the conversation.
+    next_clip: u32,
     /// The URL of the page the latest screenshot shows (`click_at` aims at it).
     screenshot_of: Option<String>,
 }
@@ -317,6 +320,7 @@ impl Agent {
             stats: Vec::new(),
             images: BTreeMap::new(),
             clips: BTreeMap::new(),
+            next_clip: 1,
             screenshot_of: None,
         }
     }
@@ -407,7 +411,8 @@ impl Agent {
         self.page = page;
         let message = match samples {
             Some(samples) => {
-                let key = format!("voice_{}", self.clips.len() + 1);
+                let key = format!("voice_{}", self.next_clip);
+                self.next_clip += 1;
                 self.clips.insert(key.clone(), samples);
                 let mut audio = Map::new();
                 audio.insert("audio".into(), Value::String(key));

@@ -90,6 +90,7 @@ pub fn run(args: AgentArgs) -> Result<(), String> {
         tokenizer: args.tokenizer.clone(),
         mmproj: args.mmproj.clone(),
         drafter: args.drafter.clone(),
+        hearing: voice.is_some(),
     };
     let settings = TaskSettings {
         max_iterations: args.max_iterations,

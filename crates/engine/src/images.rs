@@ -10,6 +10,9 @@ use hearth_model::tokenizer::Tokenizer;
 use hearth_model::vision::{RgbImage, VisionTower, prompt};
 use hearth_model::{ModelError, PromptImages};
 
+// The clip the extension records (at most `PromptClip::MAX_SECONDS`) is one the tower takes.
+const _: () = assert!(audio::MAX_SAMPLES == PromptClip::RATE * PromptClip::MAX_SECONDS);
+
 /// The largest screenshot decoded (an 8K screen at device scale 1; larger ones are refused).
 const MAX_PIXELS: u64 = 7680 * 4320;
 

@@ -30,6 +30,8 @@ pub struct ModelSource {
     pub mmproj: Option<PathBuf>,
     /// The assistant's folder: generations draft with it.
     pub drafter: Option<PathBuf>,
+    /// Load the audio tower too, where the model has one (a spoken request is coming).
+    pub hearing: bool,
 }
 
 /// Whether the vision tower is loaded.
@@ -146,6 +148,7 @@ pub fn payload(source: &ModelSource, vision: Vision) -> Result<ModelPayload<Disk
     };
     let projector = match (&source.mmproj, vision) {
         (Some(path), Vision::IfPresent | Vision::Required) => Some(on_disk(vec![path.clone()])?),
+        (Some(path), Vision::Off) if source.hearing => Some(on_disk(vec![path.clone()])?),
         _ => None,
     };
     let drafter = match &source.drafter {
@@ -164,6 +167,7 @@ pub fn payload(source: &ModelSource, vision: Vision) -> Result<ModelPayload<Disk
         parts,
         weights: on_disk(weights)?,
         vision: vision != Vision::Off,
+        audio: source.hearing,
         projector,
         drafter,
     })

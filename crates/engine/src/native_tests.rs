@@ -37,7 +37,7 @@ fn payload_with_tiny_chats_text(
     vision: Vision,
 ) -> ModelPayload<native::DiskFiles> {
     let tokenizer = Some(fixture("tiny-chat"));
-    let source = ModelSource { model: model.to_path_buf(), tokenizer, mmproj, drafter: None };
+    let source = ModelSource { model: model.to_path_buf(), tokenizer, mmproj, ..Default::default() };
     let mut payload = native::payload(&source, vision).expect("the fixture's files");
     payload.parts.chat_template = Some(std::fs::read_to_string(fixture("tiny-chat/chat_template.jinja")).unwrap());
     payload
@@ -66,8 +66,15 @@ fn every_source_builds_the_same_model() {
     let parts = native::payload(&source, Vision::Off).unwrap().parts;
     let bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
     let weights = StreamedWeights::in_memory("model.safetensors", bytes);
-    let whole =
-        ModelPayload { name: "tiny-chat".into(), parts, weights, vision: false, projector: None, drafter: None };
+    let whole = ModelPayload {
+        name: "tiny-chat".into(),
+        parts,
+        weights,
+        vision: false,
+        audio: false,
+        projector: None,
+        drafter: None,
+    };
     let in_memory = loaded(whole, &device);
     assert!(in_memory.tower.is_none(), "vision off loads no tower");
 
@@ -120,6 +127,25 @@ fn a_projector_file_gives_the_tower_the_folder_carries() {
     let (a, b) = (soft_tokens(&own), soft_tokens(&projected));
     let diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
     assert!(a.len() == b.len() && diff <= 1e-5, "max |Δ| {diff}");
+}
+
+/// The audio tower loads only when asked for (voice input on), from the folder's weights or the
+/// projector file; the vision tower either way.
+#[test]
+fn the_audio_tower_loads_only_for_voice_input() {
+    let device = Device::flex();
+    let dir = fixture("gemma4-audio");
+    for mmproj in [None, Some(dir.join("mmproj.gguf"))] {
+        for hearing in [false, true] {
+            let mut payload = payload_with_tiny_chats_text(&dir, mmproj.clone(), Vision::IfPresent);
+            payload.audio = hearing;
+            let model = loaded(payload, &device);
+            let from = if mmproj.is_some() { "the projector" } else { "the folder" };
+            assert!(model.tower.is_some(), "{from}: {:?}", model.vision_failure);
+            assert!(model.audio_failure.is_none(), "{from}: {:?}", model.audio_failure);
+            assert_eq!(model.audio.is_some(), hearing, "{from}, hearing {hearing}");
+        }
+    }
 }
 
 /// A copy of tiny-chat in a fresh folder, to spoil.

@@ -114,14 +114,8 @@ impl ModelFiles {
             Some(config) => {
                 ImageTokens { image: config.image_token_id, boi: config.boi_token_id, eoi: config.eoi_token_id }
             }
-            None => {
-                let tokenizer = self.tokenizer()?;
-                let [image, boi, eoi] = ImageTokens::PIECES.map(|piece| tokenizer.token_id(piece));
-                match (image, boi, eoi) {
-                    (Some(image), Some(boi), Some(eoi)) => ImageTokens { image, boi, eoi },
-                    _ => return Err(ModelDirError::NoImageTokens { path: self.path.clone() }),
-                }
-            }
+            None => ImageTokens::from_vocabulary(&self.tokenizer()?)
+                .ok_or_else(|| ModelDirError::NoImageTokens { path: self.path.clone() })?,
         };
         let mut checkpoint = Checkpoint::open(projector).map_err(ModelError::from)?;
         let config = VisionConfig::from_mmproj(&checkpoint, text.hidden_size, tokens).map_err(ModelError::from)?;
@@ -153,13 +147,8 @@ impl ModelFiles {
         }
         let tokens = match self.audio_config_json()? {
             Some(config) => config.tokens,
-            None => {
-                let tokenizer = self.tokenizer()?;
-                match AudioTokens::PIECES.map(|piece| tokenizer.token_id(piece)) {
-                    [Some(audio), Some(boa), Some(eoa)] => AudioTokens { audio, boa, eoa },
-                    _ => return Err(ModelDirError::NoAudioTokens { path: self.path.clone() }),
-                }
-            }
+            None => AudioTokens::from_vocabulary(&self.tokenizer()?)
+                .ok_or_else(|| ModelDirError::NoAudioTokens { path: self.path.clone() })?,
         };
         let Some(config) = AudioConfig::from_mmproj(&checkpoint, text.hidden_size, tokens).map_err(ModelError::from)?
         else {

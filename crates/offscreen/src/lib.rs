@@ -112,11 +112,20 @@ pub fn set_task_host(on_update: js_sys::Function, run_tool: js_sys::Function) {
 
 /// Handles a `WorkerToEngine` task message (`start_task`, `task_control`) as JSON. Resolves when the
 /// run it starts returns (the task waits for the user, or is over); updates stream meanwhile.
+/// `voice`: the samples (16 kHz mono) of the clip a `start_task` names, which the document holds.
 #[wasm_bindgen(js_name = taskMessage)]
-pub async fn task_message(message: String) -> Result<(), JsError> {
+pub async fn task_message(message: String, voice: Option<Vec<f32>>) -> Result<(), JsError> {
     match serde_json::from_str::<WorkerToEngine>(&message) {
-        Ok(WorkerToEngine::StartTask { tab_id, text, selection, page, settings, history }) => {
-            tasks::start_task(tab_id, text, selection, page, settings, history).await
+        Ok(WorkerToEngine::StartTask { tab_id, text, selection, page, settings, history, voice: clip }) => {
+            let voice = match (clip, voice) {
+                (Some(_), Some(samples)) => Some(samples),
+                (Some(clip), None) => {
+                    return Err(JsError::new(&format!("the recording {clip} is gone: record the request again")));
+                }
+                (None, _) => None,
+            };
+            let request = tasks::Request { text, selection, page, voice };
+            tasks::start_task(tab_id, request, settings, history).await
         }
         Ok(WorkerToEngine::TaskControl { tab_id, action }) => tasks::control(tab_id, action).await,
         Ok(other) => return Err(JsError::new(&format!("not a task message: {other:?}"))),

@@ -44,8 +44,10 @@ pub struct ModelFiles {
 
 impl ModelFiles {
     fn of(name: String, parts: PartFiles, weights: StreamedWeights<BrowserBytes>) -> ModelFiles {
-        // The tower loads whenever the model has one (the folder's weights, or a projector).
-        ModelFiles { payload: ModelPayload { name, parts, weights, vision: true, projector: None, drafter: None } }
+        // The vision tower loads whenever the model has one (the folder's weights, or a
+        // projector); the audio tower only when the user takes voice input (`hearing`).
+        let payload = ModelPayload { name, parts, weights, vision: true, audio: false, projector: None, drafter: None };
+        ModelFiles { payload }
     }
 
     pub fn name(&self) -> &str {
@@ -142,6 +144,13 @@ impl ModelFiles {
     pub fn with_projector(mut self, path: String, size: f64, read_weights: js_sys::Function) -> ModelFiles {
         let files = vec![WeightFile { path, size: size as u64 }];
         self.payload.projector = Some(StreamedWeights::new(files, BrowserBytes::Store(read_weights)));
+        self
+    }
+
+    /// These files with the audio tower loaded too, where the model has one (the user turned
+    /// voice input on).
+    pub fn hearing(mut self, hearing: bool) -> ModelFiles {
+        self.payload.audio = hearing;
         self
     }
 

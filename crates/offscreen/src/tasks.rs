@@ -73,17 +73,20 @@ fn refused(tab_id: u32, refusal: TaskRefusal) {
     emit(tab_id, &TaskUpdate::Refused { refusal });
 }
 
+/// What the user asked: typed, with the page's words they selected, or spoken (`voice`: 16 kHz
+/// mono samples, the typed text beside them), on the page the tab shows.
+pub struct Request {
+    pub text: String,
+    pub selection: Option<String>,
+    pub page: Option<PageInfo>,
+    pub voice: Option<Vec<f32>>,
+}
+
 /// Starts a task in the tab's conversation; while one runs there, the text steers it instead (a
-/// selection is not sent to a running task: the overlay offers it only to a new one).
+/// selection or a clip is not sent to a running task: the views offer them only to a new one).
 /// `history` (from `TaskUpdate::History`) restores a conversation this engine does not hold.
-pub async fn start_task(
-    tab_id: u32,
-    text: String,
-    selection: Option<String>,
-    page: Option<PageInfo>,
-    settings: TaskSettings,
-    history: Option<serde_json::Value>,
-) {
+pub async fn start_task(tab_id: u32, request: Request, settings: TaskSettings, history: Option<serde_json::Value>) {
+    let Request { text, selection, page, voice } = request;
     let Some(model) = engine_state::model() else {
         return refused(tab_id, TaskRefusal::NoModel);
     };
@@ -101,7 +104,7 @@ pub async fn start_task(
             return false;
         };
         apply_settings(agent.config_mut(), &settings);
-        agent.start_task_with_selection(&text, selection.as_deref(), page.clone());
+        agent.start_task_with_voice(voice.map(Into::into), &text, selection.as_deref(), page.clone());
         conversation.settings = settings.clone();
         true
     });

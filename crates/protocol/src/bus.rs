@@ -162,6 +162,47 @@ pub enum ChatInput {
     Shown {
         open: bool,
     },
+    /// The microphone button (start, stop: the clip becomes the task; cancel: Esc), or a voice
+    /// message's play button.
+    Voice {
+        voice: VoiceAction,
+    },
+}
+
+/// What the user does with their voice. The offscreen document records (under the extension's
+/// own origin, never the page's) and keeps the clips in memory only.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum VoiceAction {
+    Start,
+    /// Stop recording: the clip goes to the model as the tab's next task.
+    Stop,
+    /// Stop recording and drop the clip.
+    Cancel,
+    /// Play a recorded clip back (in the offscreen document: the sound never reaches the page).
+    Play {
+        clip: u32,
+    },
+}
+
+/// The microphone as the offscreen document reports it to the worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum VoiceState {
+    /// Recording: the seconds so far and the loudness of the last moment (0 to 1).
+    Recording { seconds: f32, level: f32 },
+    /// Stopped: the clip (16 kHz mono) is held in memory under `clip`; `capped` when it stopped
+    /// itself at the longest clip the model hears.
+    Recorded { clip: u32, seconds: f32, capped: bool },
+    /// Stopped and dropped.
+    Cancelled,
+    /// Hearth was never allowed the microphone: it must be asked for on a page of Hearth's own
+    /// (the offscreen document cannot ask).
+    NeedsPermission,
+    /// The user (or a policy) blocked the microphone for Hearth.
+    Denied { detail: String },
+    /// No microphone, or it could not be opened.
+    Failed { detail: String },
 }
 
 /// What the offscreen document (the engine) sends to the service worker.
@@ -176,6 +217,8 @@ pub enum EngineToWorker {
     TaskUpdate { tab_id: u32, update: TaskUpdate },
     /// Run a tool; the message's response is a `ToolReply`.
     RunTool { request: ToolRequest },
+    /// The microphone of the tab's recording.
+    Voice { tab_id: u32, state: VoiceState },
 }
 
 /// What the options page sends to the service worker.
@@ -194,7 +237,12 @@ pub enum WorkerToEngine {
     /// `model_id` is a manifest id from the settings, or `None` for the build's default (the
     /// bundled test model in test builds). The response is the resulting `EngineStatus`, which is
     /// `needs_model` when the model is not installed.
-    StartEngine { model_id: Option<String> },
+    /// `voice`: load the model's audio tower too (the user turned voice input on).
+    StartEngine {
+        model_id: Option<String>,
+        #[serde(default)]
+        voice: bool,
+    },
     /// Download, verify and store a model, then load it; `installing` statuses stream meanwhile
     /// and the response is the final `EngineStatus`.
     InstallModel { model_id: String },
@@ -218,7 +266,13 @@ pub enum WorkerToEngine {
         #[serde(default)]
         #[ts(type = "unknown")]
         history: Option<serde_json::Value>,
+        /// The spoken request: a clip the offscreen document recorded for this tab (`Recorded`).
+        #[serde(default)]
+        voice: Option<u32>,
     },
+    /// Record from the microphone for the tab, stop, cancel, or play a clip back; the state
+    /// comes back as `EngineToWorker::Voice`.
+    Voice { tab_id: u32, voice: VoiceAction },
     /// The user acted on the tab's task.
     TaskControl { tab_id: u32, action: TaskAction },
     /// The main text of a page the worker fetched for `read_link` (the offscreen document has a
@@ -387,8 +441,12 @@ mod tests {
     #[test]
     fn engine_requests_keep_the_wire_format_the_engine_parses() {
         assert_eq!(
-            WorkerToEngine::StartEngine { model_id: None }.to_json(),
-            r#"{"kind":"start_engine","model_id":null}"#
+            WorkerToEngine::StartEngine { model_id: None, voice: false }.to_json(),
+            r#"{"kind":"start_engine","model_id":null,"voice":false}"#
+        );
+        assert_eq!(
+            wire(&WorkerToEngine::Voice { tab_id: 2, voice: VoiceAction::Play { clip: 7 } }),
+            json!({"kind": "voice", "tab_id": 2, "voice": {"action": "play", "clip": 7}})
         );
         assert_eq!(
             wire(&WorkerToEngine::TaskControl { tab_id: 4, action: TaskAction::Forget }),
@@ -399,7 +457,7 @@ mod tests {
         let start =
             json!({"kind": "start_task", "tab_id": 4, "text": "go", "page": null, "settings": settings}).to_string();
         match WorkerToEngine::from_json(&start) {
-            Some(WorkerToEngine::StartTask { tab_id: 4, history: None, .. }) => {}
+            Some(WorkerToEngine::StartTask { tab_id: 4, history: None, voice: None, .. }) => {}
             other => panic!("{other:?}"),
         }
     }

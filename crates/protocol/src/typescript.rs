@@ -14,7 +14,7 @@ use crate::{
     ManifestFile, ModelFormat, ModelInfo, ModelManifest, ModelMemory, ModelOffer, ModelProgress, OptionsToWorker,
     Outcome, PageInfo, PanelTabState, PanelToWorker, Passages, PauseReason, RiskLevel, RiskReason, SelfTestReport,
     SettingsView, Snapshot, Source, TabToWorker, TaskAction, TaskError, TaskRefusal, TaskSettings, TaskUpdate,
-    ToolMode, ToolOutput, ToolReply, ToolRequest, WorkerToEngine, WorkerToPanel, WorkerToTab,
+    ToolMode, ToolOutput, ToolReply, ToolRequest, VoiceAction, VoiceState, WorkerToEngine, WorkerToPanel, WorkerToTab,
 };
 
 /// Path of the generated file, relative to the repository root.
@@ -35,6 +35,8 @@ pub fn typescript_module() -> String {
         PanelTabState::decl(&cfg),
         WorkerToPanel::decl(&cfg),
         ChatInput::decl(&cfg),
+        VoiceAction::decl(&cfg),
+        VoiceState::decl(&cfg),
         EngineStatus::decl(&cfg),
         AdapterReport::decl(&cfg),
         SelfTestReport::decl(&cfg),
@@ -235,6 +237,11 @@ pub fn typescript_module() -> String {
         "/** The soft tokens a screenshot may cost (crates/protocol `IMAGE_BUDGETS`) and the default. */\nexport const IMAGE_BUDGETS = {:?} as const;\nexport const DEFAULT_IMAGE_BUDGET = {};\n\n",
         crate::task::IMAGE_BUDGETS,
         crate::task::default_image_budget()
+    ));
+    out.push_str(&format!(
+        "/** A voice clip's samples a second, and the longest clip the model hears (crates/agent `PromptClip`). */\nexport const VOICE_SAMPLE_RATE = {};\nexport const VOICE_MAX_SECONDS = {};\n\n",
+        hearth_agent::PromptClip::RATE,
+        hearth_agent::PromptClip::MAX_SECONDS
     ));
     out.truncate(out.trim_end().len());
     out.push('\n');

@@ -7,7 +7,8 @@ import type { AgentEvent, Decision, Outcome, PauseReason, RiskLevel, RiskReason,
 export type TaskState = "idle" | "running" | "confirm" | "ask" | "done" | "failed" | "stopped" | "paused";
 
 export type Entry = { id: number } & (
-  | { kind: "user"; text: string; queued?: boolean; selection?: string }
+  /** `voice`: a spoken request, the clip the offscreen document holds in memory (played back there). */
+  | { kind: "user"; text: string; queued?: boolean; selection?: string; voice?: VoiceClip }
   /** Answer text streamed by the model (may precede tool calls). */
   | { kind: "answer"; text: string }
   | { kind: "thinking"; text: string }
@@ -69,6 +70,18 @@ export interface ConfirmTarget {
   point?: [number, number];
 }
 
+/** A recorded clip: its number in the offscreen document, and its length. */
+export interface VoiceClip {
+  clip: number;
+  seconds: number;
+}
+
+/** The microphone while it records for this tab: the seconds so far and the loudness now (0 to 1). */
+export interface Recording {
+  seconds: number;
+  level: number;
+}
+
 export type Notice =
   | { kind: "paused"; reason: PauseReason }
   | { kind: "stopped" }
@@ -93,6 +106,8 @@ export interface Transcript {
   usage: Usage | null;
   /** Whether the panel was open (restored after a navigation in the same tab). */
   open: boolean;
+  /** The microphone records a request for this tab (null: it does not). */
+  recording: Recording | null;
   nextId: number;
 }
 
@@ -102,7 +117,7 @@ export const MAX_TEXT = 20_000;
 const MAX_TOOL_OUTPUT = 4_000;
 
 export function emptyTranscript(): Transcript {
-  return { version: 1, entries: [], task: "idle", canContinue: false, answer: null, usage: null, open: false, nextId: 1 };
+  return { version: 1, entries: [], task: "idle", canContinue: false, answer: null, usage: null, open: false, recording: null, nextId: 1 };
 }
 
 /** A stored transcript if it has the right shape (storage outlives code versions). */
@@ -112,7 +127,8 @@ export function reviveTranscript(value: unknown): Transcript | null {
   if (t.version !== 1 || !Array.isArray(t.entries) || typeof t.task !== "string" || typeof t.nextId !== "number") return null;
   // A message that waited for the engine was never sent: it is gone with the page that held it.
   const entries = t.entries.filter((e) => typeof e === "object" && e !== null && !(e.kind === "user" && e.queued));
-  return { ...emptyTranscript(), ...t, entries } as Transcript;
+  // A recording does not outlive the worker that started it.
+  return { ...emptyTranscript(), ...t, entries, recording: null } as Transcript;
 }
 
 /** Entries changed or added by one step, for the view to redraw. */
@@ -179,6 +195,20 @@ export function userMessage(t: Transcript, text: string, queued = false, selecti
   t.task = "running";
   const quoted = selection ? { selection: selection.slice(0, MAX_TEXT) } : {};
   return [add(t, { kind: "user", text: text.slice(0, MAX_TEXT), ...(queued ? { queued } : {}), ...quoted }).id];
+}
+
+/** The user spoke a request: a voice message, the new task. */
+export function voiceMessage(t: Transcript, voice: VoiceClip): Touched {
+  const touched = userMessage(t, "");
+  const entry = t.entries.find((e) => e.id === touched[0]);
+  if (entry?.kind === "user") entry.voice = { clip: voice.clip, seconds: voice.seconds };
+  return touched;
+}
+
+/** The microphone started, went on, or stopped recording for this tab. */
+export function setRecording(t: Transcript, recording: Recording | null): Touched {
+  t.recording = recording;
+  return [];
 }
 
 /** Messages that waited for the engine have been sent. */

@@ -10,7 +10,8 @@
 // (open/closed), data-view (chat/settings), data-engine, data-adapter, data-self-test, data-values,
 // data-fused-error, data-failure, data-model, data-offer, data-download, data-load, data-task,
 // data-answer, data-cards, data-pending-call, data-side-panel (a side panel shows this tab),
-// data-passage. Release builds mirror nothing.
+// data-passage, data-recording (the seconds recorded, while the microphone records). Release
+// builds mirror nothing.
 
 import type { ChatInput, EngineStatus, SettingsView } from "../generated/protocol";
 import { sendFromTab } from "../shared/messages";
@@ -214,7 +215,8 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
   data.view = "chat";
   data.engine = "idle";
   listen("keydown", (e) => {
-    if (e instanceof KeyboardEvent && e.key === "Escape" && !e.isComposing && !panel.hidden) {
+    // (An Esc that dropped a recording closes nothing.)
+    if (e instanceof KeyboardEvent && e.key === "Escape" && !e.isComposing && !e.defaultPrevented && !panel.hidden) {
       e.preventDefault();
       setOpen(false);
     }

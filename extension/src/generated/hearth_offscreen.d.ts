@@ -15,6 +15,11 @@ export class ModelFiles {
      * (`chat_template`, when given, replaces the file's; a file without one needs it).
      */
     static gguf(name: string, weights: Uint8Array | number[], chat_template?: string | null): ModelFiles;
+    /**
+     * These files with the audio tower loaded too, where the model has one (the user turned
+     * voice input on).
+     */
+    hearing(hearing: boolean): ModelFiles;
     constructor(name: string, config_json: string, generation_config_json: string | null | undefined, weights: Uint8Array | number[], tokenizer_json: Uint8Array | number[], chat_template?: string | null, tokenizer_config_json?: string | null);
     /**
      * A folder whose safetensors files (`weight_files`: JSON `[{path, size}]`) are read by
@@ -138,8 +143,9 @@ export function startEngine(vendor: string, architecture: string, model?: ModelF
 /**
  * Handles a `WorkerToEngine` task message (`start_task`, `task_control`) as JSON. Resolves when the
  * run it starts returns (the task waits for the user, or is over); updates stream meanwhile.
+ * `voice`: the samples (16 kHz mono) of the clip a `start_task` names, which the document holds.
  */
-export function taskMessage(message: string): Promise<void>;
+export function taskMessage(message: string, voice?: Float32Array | number[] | null): Promise<void>;
 
 /**
  * Test builds only: the next agent tasks replay these outputs instead of running the model: a

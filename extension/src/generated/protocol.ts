@@ -2,11 +2,11 @@
 
 export type TabToWorker = { "kind": "watch_engine" } | { "kind": "watch_chat" } | { "kind": "chat_input", input: ChatInput, } | { "kind": "open_side_panel" } | { "kind": "get_settings" } | { "kind": "disable_site" } | { "kind": "open_options" };
 
-export type EngineToWorker = { "kind": "offscreen_ready" } | { "kind": "engine_status", status: EngineStatus, } | { "kind": "task_update", tab_id: number, update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, };
+export type EngineToWorker = { "kind": "offscreen_ready" } | { "kind": "engine_status", status: EngineStatus, } | { "kind": "task_update", tab_id: number, update: TaskUpdate, } | { "kind": "run_tool", request: ToolRequest, } | { "kind": "voice", tab_id: number, state: VoiceState, };
 
 export type OptionsToWorker = { "kind": "model_installed", model_id: string, };
 
-export type WorkerToEngine = { "kind": "start_engine", model_id: string | null, } | { "kind": "install_model", model_id: string, } | { "kind": "install_drafter", model_id: string, } | { "kind": "install_projector", model_id: string, } | { "kind": "start_task", tab_id: number, text: string, 
+export type WorkerToEngine = { "kind": "start_engine", model_id: string | null, voice: boolean, } | { "kind": "install_model", model_id: string, } | { "kind": "install_drafter", model_id: string, } | { "kind": "install_projector", model_id: string, } | { "kind": "start_task", tab_id: number, text: string, 
 /**
  * Text the user selected on the page (the page's words, fenced as such).
  */
@@ -15,7 +15,11 @@ selection: string | null, page: PageInfo | null, settings: TaskSettings,
  * The tab's conversation as last reported (`TaskUpdate::History`), for an engine that no
  * longer holds it (the offscreen document was recreated); ignored otherwise.
  */
-history: unknown, } | { "kind": "task_control", tab_id: number, action: TaskAction, } | { "kind": "read_article", html: string, url: string, };
+history: unknown, 
+/**
+ * The spoken request: a clip the offscreen document recorded for this tab (`Recorded`).
+ */
+voice: number | null, } | { "kind": "voice", tab_id: number, voice: VoiceAction, } | { "kind": "task_control", tab_id: number, action: TaskAction, } | { "kind": "read_article", html: string, url: string, };
 
 export type Article = { title: string, passages: Array<string>, };
 
@@ -37,7 +41,11 @@ export type PanelTabState = "ready" | "disabled" | "unsupported" | "no_script" |
 
 export type WorkerToPanel = { "kind": "tab_state", tab_id: number, state: PanelTabState, site: string | null, } | { "kind": "chat", tab_id: number, chat: unknown, } | { "kind": "engine_status", status: EngineStatus, };
 
-export type ChatInput = { "input": "submit", text: string, selection: string | null, } | { "input": "stop" } | { "input": "decide", entry_id: number, call_id: string, decision: Decision, } | { "input": "choose", entry_id: number, call_id: string, option: string, } | { "input": "fence", entry_id: number, allow: boolean, } | { "input": "continue" } | { "input": "clear" } | { "input": "retry" } | { "input": "install", model_id: string, } | { "input": "open_model_options" } | { "input": "show_source", number: number, } | { "input": "shown", open: boolean, };
+export type ChatInput = { "input": "submit", text: string, selection: string | null, } | { "input": "stop" } | { "input": "decide", entry_id: number, call_id: string, decision: Decision, } | { "input": "choose", entry_id: number, call_id: string, option: string, } | { "input": "fence", entry_id: number, allow: boolean, } | { "input": "continue" } | { "input": "clear" } | { "input": "retry" } | { "input": "install", model_id: string, } | { "input": "open_model_options" } | { "input": "show_source", number: number, } | { "input": "shown", open: boolean, } | { "input": "voice", voice: VoiceAction, };
+
+export type VoiceAction = { "action": "start" } | { "action": "stop" } | { "action": "cancel" } | { "action": "play", clip: number, };
+
+export type VoiceState = { "state": "recording", seconds: number, level: number, } | { "state": "recorded", clip: number, seconds: number, capped: boolean, } | { "state": "cancelled" } | { "state": "needs_permission" } | { "state": "denied", detail: string, } | { "state": "failed", detail: string, };
 
 export type EngineStatus = { "state": "idle" } | { "state": "starting" } | { "state": "ready", adapter: AdapterReport, self_test: SelfTestReport, model: ModelInfo | null, } | { "state": "needs_model", model: ModelOffer, } | { "state": "installing", model: ModelOffer, progress: ModelProgress, } | { "state": "loading", model: string, done: number, total: number, } | { "state": "failed", failure: EngineFailure, };
 
@@ -816,3 +824,7 @@ export const LOCATE_POINT = "locate_point";
 /** The soft tokens a screenshot may cost (crates/protocol `IMAGE_BUDGETS`) and the default. */
 export const IMAGE_BUDGETS = [70, 140, 280, 560, 1120] as const;
 export const DEFAULT_IMAGE_BUDGET = 280;
+
+/** A voice clip's samples a second, and the longest clip the model hears (crates/agent `PromptClip`). */
+export const VOICE_SAMPLE_RATE = 16000;
+export const VOICE_MAX_SECONDS = 30;

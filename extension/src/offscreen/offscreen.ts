@@ -14,6 +14,7 @@ import { buildInfo, DEFAULT_MODEL_ID, isOwnModelId, loadManifest, totalBytes, un
 import { ownChatTemplate } from "../shared/own-models";
 import { crashedStatus, EngineCrashed, guardWasm, hasCrashed, isTrap, noteCrash, onCrash } from "./crash";
 import * as store from "../shared/model-store";
+import { clipOf, forgetClips, voice } from "./voice";
 import { loadWasm, type ModelFiles, type Wasm } from "../shared/wasm";
 
 /** The slice of the WebGPU API used here (the DOM typings do not include WebGPU yet). */
@@ -67,6 +68,8 @@ let engine: Promise<Wasm> | null = null;
 /** Which model the engine holds: `bundled:<folder>` or `store:<id>@<revision>`. */
 let loadedModel: string | null = null;
 let installing: Promise<EngineStatus> | null = null;
+/** Whether the last start asked for the audio tower (voice input on): installs load the model the same way. */
+let hearingWanted = false;
 /** Set when reading an installed model's weights found the store damaged during the last load. */
 let storeFailure: store.InstallError | null = null;
 
@@ -253,7 +256,7 @@ async function adapterOf(wasm: Wasm): Promise<{ vendor: string; architecture: st
  * model, else DEFAULT_MODEL_ID). A model that is not installed yet gives `needs_model`, once the
  * GPU has shown it works.
  */
-async function engineStatus(modelId: string | null): Promise<EngineStatus> {
+async function engineStatus(modelId: string | null, hearing: boolean): Promise<EngineStatus> {
   let wasm: Wasm;
   let bundled: string | null;
   try {
@@ -277,8 +280,8 @@ async function engineStatus(modelId: string | null): Promise<EngineStatus> {
   let projectorOffer: ModelOffer | null = null;
   try {
     if (modelId === null && bundled) {
-      key = `bundled:${bundled}`;
-      if (loadedModel !== key) files = await bundledModel(wasm, bundled);
+      key = `bundled:${bundled}${hearing ? "+voice" : ""}`;
+      if (loadedModel !== key) files = (await bundledModel(wasm, bundled)).hearing(hearing);
     } else {
       const manifest = await manifestOf(modelId ?? DEFAULT_MODEL_ID);
       const problem = manifestProblem(manifest);
@@ -293,14 +296,14 @@ async function engineStatus(modelId: string | null): Promise<EngineStatus> {
       const projector = projectorOf(manifest);
       const withProjector = projector !== null && installed !== null && (await store.isInstalled(projector));
       if (projector && !withProjector) projectorOffer = await offerOf(projector);
-      key = `store:${manifest.id}@${(installed ?? manifest).revision}${withAssistant ? "+assistant" : ""}${withProjector ? "+vision" : ""}`;
+      key = `store:${manifest.id}@${(installed ?? manifest).revision}${withAssistant ? "+assistant" : ""}${withProjector ? "+vision" : ""}${hearing ? "+voice" : ""}`;
       if (loadedModel !== key) {
         if (!installed) {
           // No download before the GPU has shown that it can run the model.
           const status = await start();
           return status.state === "ready" ? { state: "needs_model", model: await offerOf(manifest) } : status;
         }
-        files = await storedModel(wasm, installed);
+        files = (await storedModel(wasm, installed)).hearing(hearing);
         if (withAssistant && assistant) files = await withStoredAssistant(files, manifest, assistant);
         if (withProjector && projector) files = await withStoredProjector(files, projector);
       }
@@ -378,7 +381,7 @@ function install(modelId: string, what: "model" | "assistant" | "projector"): Pr
     } catch (error) {
       return failureOf(error);
     }
-    return engineStatus(modelId || null);
+    return engineStatus(modelId || null, hearingWanted);
   })().finally(() => (installing = null));
   return installing;
 }
@@ -405,7 +408,10 @@ async function taskMessage(msg: Extract<WorkerToEngine, { kind: "start_task" | "
     // A lost device computes nothing: say so rather than fail somewhere inside the model.
     if (deviceLost !== null && msg.kind === "start_task") throw new Error(`the GPU device was lost (${deviceLost}); press Retry above the conversation`);
     const wasm = await loadEngine();
-    await wasm.taskMessage(JSON.stringify(msg));
+    if (msg.kind === "task_control" && msg.action.action === "forget") forgetClips(msg.tab_id);
+    // A spoken request's samples go beside the message (a clip this document recorded for the tab).
+    const clip = msg.kind === "start_task" && msg.voice !== null && msg.voice !== undefined ? clipOf(msg.tab_id, msg.voice) : null;
+    await wasm.taskMessage(JSON.stringify(msg), clip ?? undefined);
   } catch (error) {
     // A task the crash cut short ends here, as do those sent to the crashed engine afterwards.
     const update: TaskUpdate = {
@@ -431,7 +437,8 @@ chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) =>
         return false;
       }
       // The worker waits for the answer: it always gets one.
-      void engineStatus(msg.model_id)
+      hearingWanted = msg.voice === true;
+      void engineStatus(msg.model_id, hearingWanted)
         .catch(unexpected("engine_load", "failureEngineStart"))
         .then((status) => {
           if (__HEARTH_TEST_BUILD__) testHooks().statuses?.push(status);
@@ -450,6 +457,11 @@ chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) =>
     case "start_task":
     case "task_control":
       void taskMessage(msg);
+      break;
+    case "voice":
+      void voice(msg.tab_id, msg.voice, (tabId, state) => void sendFromEngine({ kind: "voice", tab_id: tabId, state })).catch((error: unknown) =>
+        sendFromEngine({ kind: "voice", tab_id: msg.tab_id, state: { state: "failed", detail: String(error) } }),
+      );
       break;
     case "read_article":
       try {

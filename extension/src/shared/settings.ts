@@ -32,6 +32,11 @@ export interface Settings {
   imageBudget: ImageBudget;
   /** Draft with the model's assistant when it is installed (faster; at temperature 0 the same answer). */
   drafting: boolean;
+  /**
+   * Voice input: the microphone button records a spoken request for the model's audio tower, which
+   * the engine loads only while this is on (E2B's takes 1.2 GB of GPU memory).
+   */
+  voice: boolean;
 }
 
 export type ImageBudget = (typeof IMAGE_BUDGETS)[number];
@@ -46,6 +51,7 @@ export const DEFAULT_SETTINGS: Settings = {
   chatSurface: "overlay",
   imageBudget: DEFAULT_IMAGE_BUDGET,
   drafting: true,
+  voice: false,
 };
 
 /** Tokens per model call: enough for a long answer in `done`. */
@@ -85,6 +91,7 @@ function sanitize(s: Settings): Settings {
     chatSurface: s.chatSurface === "panel" ? "panel" : "overlay",
     imageBudget: IMAGE_BUDGETS.find((b) => b === s.imageBudget) ?? DEFAULT_IMAGE_BUDGET,
     drafting: s.drafting !== false,
+    voice: s.voice === true,
   };
 }
 

@@ -21,6 +21,7 @@ import { agentNavigating, runTool } from "./browser-tools";
 import * as fence from "./fence";
 import * as downloads from "./downloads";
 import * as conversations from "./conversations";
+import * as voice from "./voice";
 import { answer, applyUpdate, continued, decide, decideFence, emptyTranscript, fenceBlocked, localError, markSent, pendingAsk, sourceOf, userMessage } from "../chat/transcript";
 import { t as t_ } from "../shared/ui/i18n";
 
@@ -29,6 +30,8 @@ const OFFSCREEN_URL = "offscreen.html";
 let status: EngineStatus = { state: "idle" };
 /** The model the engine was last started with (settings.model; null: the build's default). */
 let engineModel: string | null = null;
+/** Whether that start loaded the audio tower (settings.voice). */
+let engineVoice = false;
 /** A download runs in the offscreen document: its `installing` statuses are current. */
 let installInFlight = false;
 /** The offscreen document is starting the engine: its `loading` statuses are current. */
@@ -78,8 +81,10 @@ onSettingsChanged((settings) => {
   for (const [port, tabId] of panels) if (tabId !== null) void watchTab(port, tabId);
   // Another model was chosen: start the engine again with it (it is offered for download if it
   // is not installed). An engine nobody asked for yet, or one busy starting, picks it up itself.
+  // Voice input turned on or off: likewise (the audio tower loads only while it is on).
   const model = settings.model || null;
-  if (model !== engineModel && !["idle", "starting", "installing", "loading"].includes(status.state)) void startEngine();
+  const changed = model !== engineModel || settings.voice !== engineVoice;
+  if (changed && !["idle", "starting", "installing", "loading"].includes(status.state)) void startEngine();
 });
 
 chrome.runtime.onMessage.addListener((message: unknown, sender, sendResponse) => {
@@ -207,6 +212,7 @@ conversations.onPatch((tabId, chat) => {
 chrome.tabs.onRemoved.addListener((tabId) => {
   watchers.delete(tabId);
   queued.delete(tabId);
+  voice.dropRecording(tabId, voiceHost);
   for (const [port, shown] of panels) if (shown === tabId) toPanel(port, { kind: "tab_state", tab_id: tabId, state: "gone", site: null });
   void toOffscreen({ kind: "task_control", tab_id: tabId, action: { action: "forget" } }).catch(() => {});
   conversations.forget(tabId);
@@ -440,6 +446,7 @@ async function onChatInput(tabId: number, input: ChatInput): Promise<unknown> {
       return controlTask(tabId, { action: "continue" });
     case "clear": {
       queued.delete(tabId);
+      voice.dropRecording(tabId, voiceHost);
       await controlTask(tabId, { action: "forget" });
       await conversations.change(tabId, (t) => ({ ...emptyTranscript(), open: t.open }));
       return;
@@ -457,6 +464,8 @@ async function onChatInput(tabId: number, input: ChatInput): Promise<unknown> {
       // "Use a model file you already have": the file is chosen in the options page, at its models.
       void chrome.tabs.create({ url: chrome.runtime.getURL("options.html#models") });
       return;
+    case "voice":
+      return voice.voiceInput(tabId, input.voice, voiceHost);
     case "show_source": {
       if (!source) return false;
       const tab = await chrome.tabs.get(tabId).catch(() => null);
@@ -511,6 +520,9 @@ function fromEngine(msg: EngineToWorker): Promise<unknown> | undefined {
       break;
     case "run_tool":
       return runTool(msg.request);
+    case "voice":
+      void voice.heard(msg.tab_id, msg.state, voiceHost);
+      break;
   }
   return undefined;
 }
@@ -562,8 +574,18 @@ async function openSource(tabId: number, url: string): Promise<boolean> {
   return true;
 }
 
-/** Starts a task in `tabId` on the page it shows now (its committed URL and title, as the browser reports them). */
-async function startTask(tabId: number, text: string, selection: string | null): Promise<void> {
+/** What the voice module needs of this worker. */
+const voiceHost: voice.VoiceHost = {
+  status: () => status,
+  toOffscreen,
+  startSpokenTask: (tabId, clip) => startTask(tabId, "", null, clip),
+};
+
+/**
+ * Starts a task in `tabId` on the page it shows now (its committed URL and title, as the browser
+ * reports them); `voice`: the clip of a spoken request, which the offscreen document holds.
+ */
+async function startTask(tabId: number, text: string, selection: string | null, voiceClip: number | null = null): Promise<void> {
   const settings = await loadSettings();
   const tab = await chrome.tabs.get(tabId).catch(() => null);
   const url = tab?.url;
@@ -574,7 +596,7 @@ async function startTask(tabId: number, text: string, selection: string | null):
     await fence.raise(tabId, url);
     // An engine that lost the tab's conversation (its document was recreated) takes it up again.
     const history: unknown = (await chrome.storage.session.get(historyKey(tabId)))[historyKey(tabId)] ?? null;
-    await toOffscreen({ kind: "start_task", tab_id: tabId, text, selection, page, settings: taskSettings(settings), history });
+    await toOffscreen({ kind: "start_task", tab_id: tabId, text, selection, page, settings: taskSettings(settings), history, voice: voiceClip });
   } catch (error) {
     void fence.lift(tabId, true).catch(() => {});
     await conversations.change(tabId, (t) => applyUpdate(t, { update: "refused", refusal: { kind: "engine_not_running", detail: String(error) } }));
@@ -680,10 +702,12 @@ async function startEngine(): Promise<void> {
   try {
     if (recreate && (await chrome.offscreen.hasDocument())) await chrome.offscreen.closeDocument();
     await ensureOffscreenDocument();
-    engineModel = (await loadSettings()).model || null;
+    const settings = await loadSettings();
+    engineModel = settings.model || null;
+    engineVoice = settings.voice;
     // The offscreen document answers once the engine is ready (or failed), or with the model to
     // install; it sends `loading` statuses meanwhile.
-    const answer = toOffscreen({ kind: "start_engine", model_id: engineModel }) as Promise<EngineStatus | undefined>;
+    const answer = toOffscreen({ kind: "start_engine", model_id: engineModel, voice: engineVoice }) as Promise<EngineStatus | undefined>;
     next = (await fromTheEngine(answer, silenceMs(ENGINE_SILENCE_MS))) ?? engineFailure(new Error("the engine gave no answer"));
   } catch (error) {
     next = engineFailure(error);
@@ -786,8 +810,8 @@ async function ensureOffscreenDocument(): Promise<void> {
     const ready = new Promise<void>((resolve) => (onOffscreenReady = resolve));
     await chrome.offscreen.createDocument({
       url: OFFSCREEN_URL,
-      reasons: [chrome.offscreen.Reason.WORKERS],
-      justification: "Runs Hearth's language model on the GPU with WebGPU.",
+      reasons: [chrome.offscreen.Reason.WORKERS, chrome.offscreen.Reason.USER_MEDIA],
+      justification: "Runs Hearth's language model on the GPU with WebGPU, and records a spoken request when the user presses Hearth's microphone button.",
     });
     await fromTheEngine(ready, silenceMs(OFFSCREEN_READY_MS));
   })();

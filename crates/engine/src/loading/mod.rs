@@ -61,8 +61,11 @@ pub struct ModelPayload<R> {
     pub name: String,
     pub parts: PartFiles,
     pub weights: StreamedWeights<R>,
-    /// Whether to load the towers (vision, audio) when the model has them.
+    /// Whether to load the vision tower when the model has one.
     pub vision: bool,
+    /// Whether to load the audio tower when the model has one: only when spoken requests are
+    /// taken (E2B's costs 1.2 GB of GPU memory that text and screenshots never use).
+    pub audio: bool,
     /// llama.cpp's projector file (`mmproj…gguf`): the vision and audio towers of a GGUF model.
     pub projector: Option<StreamedWeights<R>>,
     /// The assistant that drafts for the model (speculative decoding).
@@ -98,7 +101,7 @@ pub async fn load<R: ReadRange>(
     device: &Device,
     on_progress: &dyn Fn(usize, usize),
 ) -> Result<Loaded, LoadFailure> {
-    let ModelPayload { name: _, parts: files, weights, vision, projector, drafter } = payload;
+    let ModelPayload { name: _, parts: files, weights, vision, audio, projector, drafter } = payload;
     // A config, tokenizer or template Hearth cannot use is the model's, not damage.
     let unsupported = |e: PartsError| LoadFailure::unsupported(e.to_string());
     let quantization = quantization_of(&files.config_json).map_err(LoadFailure::unsupported)?;
@@ -110,25 +113,28 @@ pub async fn load<R: ReadRange>(
     let model = weights.load(parts.config.clone(), &mut checkpoint, device, on_progress).await?;
     let (file_bytes, peak_read_bytes) = (weights.file_bytes(), weights.peak_held_bytes());
 
-    let (tower, audio) = match (vision, projector) {
-        (false, _) => (None, None),
-        (true, Some(projector)) => load_projector(&projector, &files, &parts, device).await,
-        (true, None) => {
-            let tower = match vision_config_of(&files).filter(|_| has_vision_weights(&checkpoint)) {
+    let wanted = WantedTowers { vision, audio };
+    let (tower, audio) = match projector {
+        Some(_) if !vision && !audio => (None, None),
+        Some(projector) => load_projector(&projector, &files, &parts, wanted, device).await,
+        None => {
+            let tower = match vision_config_of(&files).filter(|_| vision && has_vision_weights(&checkpoint)) {
                 Some(config) => {
-                    weights.fetch_under(&checkpoint, &vision_weight_prefixes(&checkpoint)).await?;
-                    let tower = VisionTower::load(config, &mut checkpoint, device).map_err(|e| e.to_string());
-                    weights.release_all();
-                    Some(tower)
+                    let prefixes = vision_weight_prefixes(&checkpoint);
+                    Some(
+                        own_tower(&weights, &mut checkpoint, &prefixes, |c| VisionTower::load(config, c, device))
+                            .await?,
+                    )
                 }
                 None => None,
             };
-            let audio = match audio_config_of(&files).filter(|_| has_audio_weights(&checkpoint)) {
+            let audio = match audio_config_of(&files).filter(|_| audio && has_audio_weights(&checkpoint)) {
                 Some(config) => {
-                    weights.fetch_under(&checkpoint, &audio_weight_prefixes(&checkpoint)).await?;
-                    let tower = AudioTower::load(config, &mut checkpoint, device).map_err(|e| e.to_string());
-                    weights.release_all();
-                    Some(tower)
+                    let prefixes = audio_weight_prefixes(&checkpoint);
+                    Some(
+                        own_tower(&weights, &mut checkpoint, &prefixes, |c| AudioTower::load(config, c, device))
+                            .await?,
+                    )
                 }
                 None => None,
             };
@@ -162,6 +168,21 @@ pub async fn load<R: ReadRange>(
         file_bytes,
         peak_read_bytes,
     })
+}
+
+/// A tower in the model's own weights: its tensors (those under `prefixes`) fetched, the tower
+/// built from them, the bytes let go. A tower that does not build is the `Err` inside (the model
+/// goes on without it); a read that fails fails the load.
+async fn own_tower<R: ReadRange, T, E: std::fmt::Display>(
+    weights: &StreamedWeights<R>,
+    checkpoint: &mut Checkpoint,
+    prefixes: &[String],
+    build: impl FnOnce(&mut Checkpoint) -> Result<T, E>,
+) -> Result<Result<T, String>, LoadFailure> {
+    weights.fetch_under(checkpoint, prefixes).await?;
+    let tower = build(checkpoint).map_err(|e| e.to_string());
+    weights.release_all();
+    Ok(tower)
 }
 
 fn split<T>(result: Option<Result<T, String>>) -> (Option<T>, Option<String>) {
@@ -222,6 +243,13 @@ fn audio_config_of(files: &PartFiles) -> Option<AudioConfig> {
 
 type Towers = (Option<Result<VisionTower, String>>, Option<Result<AudioTower, String>>);
 
+/// Which of the towers a load builds, where the model has them.
+#[derive(Clone, Copy)]
+struct WantedTowers {
+    vision: bool,
+    audio: bool,
+}
+
 /// llama.cpp's projector file as the model's towers: the vision tower (its width must be the
 /// text model's, the image tokens from config.json, else the model's vocabulary), and the audio
 /// tower beside it when the file carries one (likewise). All of the file is read at once.
@@ -229,36 +257,35 @@ async fn load_projector<R: ReadRange>(
     projector: &StreamedWeights<R>,
     files: &PartFiles,
     parts: &ModelParts,
+    wanted: WantedTowers,
     device: &Device,
 ) -> Towers {
+    // A file that cannot be read fails each tower that was wanted from it.
+    let unread = |why: String| (wanted.vision.then(|| Err(why.clone())), wanted.audio.then(|| Err(why.clone())));
     let mut checkpoint = match projector.open(None).await {
         Ok(checkpoint) => checkpoint,
-        Err(e) => return (Some(Err(e.message)), None),
+        Err(e) => return unread(e.message),
     };
     if let Err(e) = projector.fetch_under(&checkpoint, &[String::new()]).await {
-        return (Some(Err(e.message)), None);
+        return unread(e.message);
     }
-    let vision = (|| {
+    let vision = wanted.vision.then(|| {
         let tokens = match vision_config_of(files) {
             Some(config) => {
                 ImageTokens { image: config.image_token_id, boi: config.boi_token_id, eoi: config.eoi_token_id }
             }
-            None => match ImageTokens::PIECES.map(|piece| parts.tokenizer.token_id(piece)) {
-                [Some(image), Some(boi), Some(eoi)] => ImageTokens { image, boi, eoi },
-                _ => return Err("the model's vocabulary has no image tokens: it is not a Gemma 4 that sees".into()),
-            },
+            None => ImageTokens::from_vocabulary(&parts.tokenizer)
+                .ok_or("the model's vocabulary has no image tokens: it is not a Gemma 4 that sees")?,
         };
         let config =
             VisionConfig::from_mmproj(&checkpoint, parts.config.hidden_size, tokens).map_err(|e| e.to_string())?;
         VisionTower::load(config, &mut checkpoint, device).map_err(|e| e.to_string())
-    })();
-    let audio = has_audio_weights(&checkpoint).then(|| {
+    });
+    let audio = (wanted.audio && has_audio_weights(&checkpoint)).then(|| {
         let tokens = match audio_config_of(files) {
             Some(config) => config.tokens,
-            None => match AudioTokens::PIECES.map(|piece| parts.tokenizer.token_id(piece)) {
-                [Some(audio), Some(boa), Some(eoa)] => AudioTokens { audio, boa, eoa },
-                _ => return Err("the model's vocabulary has no audio tokens: it is not a Gemma 4 that hears".into()),
-            },
+            None => AudioTokens::from_vocabulary(&parts.tokenizer)
+                .ok_or("the model's vocabulary has no audio tokens: it is not a Gemma 4 that hears")?,
         };
         let config = AudioConfig::from_mmproj(&checkpoint, parts.config.hidden_size, tokens)
             .map_err(|e| e.to_string())?
@@ -266,7 +293,7 @@ async fn load_projector<R: ReadRange>(
         AudioTower::load(config, &mut checkpoint, device).map_err(|e| e.to_string())
     });
     projector.release_all();
-    (Some(vision), audio)
+    (vision, audio)
 }
 
 /// An assistant beside the loaded model; why not, in words, when it cannot.

@@ -50,6 +50,15 @@ impl AudioTokens {
     /// The pieces, in the order of the fields.
     pub const PIECES: [&'static str; 3] = ["<|audio|>", "<|audio>", "<audio|>"];
 
+    /// The tokens as the model's vocabulary names them; `None` for a vocabulary without them,
+    /// which is not a Gemma 4 that hears.
+    pub fn from_vocabulary(tokenizer: &crate::tokenizer::Tokenizer) -> Option<Self> {
+        match Self::PIECES.map(|piece| tokenizer.token_id(piece)) {
+            [Some(audio), Some(boa), Some(eoa)] => Some(Self { audio, boa, eoa }),
+            _ => None,
+        }
+    }
+
     /// A rendered prompt's ids with each clip the chat template wrote (one `<|audio|>`) expanded
     /// as Gemma 4's processor expands it: `<|audio>`, one `<|audio|>` per soft token, `<audio|>`
     /// (the images' expansion, with the audio tokens).

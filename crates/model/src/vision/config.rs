@@ -50,6 +50,15 @@ impl ImageTokens {
     /// Their pieces in Gemma 4's vocabulary.
     pub const PIECES: [&'static str; 3] = ["<|image|>", "<|image>", "<image|>"];
 
+    /// The tokens as the model's vocabulary names them (a model without a config.json of its
+    /// own: a GGUF file); `None` for a vocabulary without them, which is not a Gemma 4 that sees.
+    pub fn from_vocabulary(tokenizer: &crate::tokenizer::Tokenizer) -> Option<Self> {
+        match Self::PIECES.map(|piece| tokenizer.token_id(piece)) {
+            [Some(image), Some(boi), Some(eoi)] => Some(Self { image, boi, eoi }),
+            _ => None,
+        }
+    }
+
     /// A rendered prompt's ids with each image the chat template wrote (one `<|image|>`) expanded
     /// as Gemma 4's processor expands it: `<|image>`, one `<|image|>` per soft token, `<image|>`.
     /// `soft_tokens[i]` is the i-th image's count; the template must have written as many images.

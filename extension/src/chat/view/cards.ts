@@ -18,6 +18,16 @@ export interface CardActions {
   sourceOpens?(number: number): string | null;
   /** Shows passage `number`: on this page, or its page in a new tab. */
   showSource(number: number): void;
+  /** Plays a voice message's clip (in Hearth's offscreen document, not the page). */
+  playVoice?(clip: number): void;
+}
+
+/** A voice message: its length and a play button. */
+function voiceLine(clipNumber: number, seconds: number, actions: CardActions): HTMLElement {
+  const length = t("voiceLength", formatNumber(seconds, 1));
+  const play = button("voice-play", "▶", t("voicePlay", length), { "data-clip": String(clipNumber) });
+  play.addEventListener("click", () => actions.playVoice?.(clipNumber));
+  return el("p", { class: "voice-message" }, play, el("span", {}, t("voiceMessage", length)));
 }
 
 export function renderEntry(entry: Entry, actions: CardActions): HTMLElement {
@@ -33,7 +43,13 @@ function build(entry: Entry, actions: CardActions): HTMLElement {
         "div",
         { class: entry.queued ? "msg user queued" : "msg user" },
         el("span", { class: "sr-only" }, t("youSaid")),
-        el("div", { class: "bubble" }, entry.selection ? el("blockquote", { class: "selection-text" }, entry.selection) : null, renderMarkdown(entry.text)),
+        el(
+          "div",
+          { class: "bubble" },
+          entry.voice ? voiceLine(entry.voice.clip, entry.voice.seconds, actions) : null,
+          entry.selection ? el("blockquote", { class: "selection-text" }, entry.selection) : null,
+          entry.text ? renderMarkdown(entry.text) : null,
+        ),
         entry.queued ? el("p", { class: "meta" }, t("waitingForEngine")) : null,
       );
     case "answer":

@@ -2,13 +2,16 @@
 // the user selected on the page shows above it, apart from what they type (it is sent apart, as
 // the page's words, and can be removed). Enter
 // sends, Shift+Enter starts a new line; Enter that confirms an IME composition (Chinese, Japanese…)
-// does not send. The Stop button shows while a task runs. Its keyboard and input handlers are
+// does not send. The Stop button shows while a task runs. The microphone records a spoken request
+// (the offscreen document records; this only asks): a click starts and a second click sends it,
+// holding it down records until it is let go; while it records, a level meter and the length
+// show, and Esc or × drops the recording. Its keyboard and input handlers are
 // driven by where the chat is mounted (`Listen`): on a page, the overlay's shield
 // (content/ui/shield.ts), so those events never reach listeners in the page, nor, therefore,
 // listeners on the textarea itself.
 
 import { button, el } from "../../shared/ui/builders";
-import { t } from "../../shared/ui/i18n";
+import { formatNumber, t } from "../../shared/ui/i18n";
 
 /** The events the chat handles through `Listen` (on a page, the shield keeps them from the page). */
 export type ChatEvent = "keydown" | "input";
@@ -29,10 +32,21 @@ export interface Composer {
   setSelection(selection: string): void;
   /** The selection went with a task (an answer or steering leaves it for the next one). */
   clearSelection(): void;
+  /** The microphone records (the seconds so far and the loudness now, 0 to 1), or does not (null). */
+  setRecording(recording: { seconds: number; level: number } | null, maxSeconds: number): void;
   focus(): void;
 }
 
-export function createComposer(handlers: { submit(text: string, selection: string | null): boolean; stop(): void }, listen: Listen): Composer {
+/** Held down at least this long, the microphone records until it is let go (a click toggles). */
+const HOLD_MS = 450;
+
+export interface ComposerHandlers {
+  submit(text: string, selection: string | null): boolean;
+  stop(): void;
+  voice(action: "start" | "stop" | "cancel"): void;
+}
+
+export function createComposer(handlers: ComposerHandlers, listen: Listen): Composer {
   let selection: string | null = null;
   const quote = el("blockquote", { class: "selection-text" });
   const removeSelection = button("selection-remove", "×", t("selectionRemove"));
@@ -51,7 +65,17 @@ export function createComposer(handlers: { submit(text: string, selection: strin
   const send = el("button", { type: "submit", class: "send" }, t("sendLabel"));
   const stop = button("stop", t("stopLabel"), t("stopHint"));
   stop.hidden = true;
-  const form = el("form", { class: "composer-row" }, selectionBox, textarea, el("div", { class: "composer-buttons" }, send, stop));
+  const mic = button("mic", "", t("micLabel"), { "aria-pressed": "false" });
+  mic.append(micIcon());
+  // While recording: how loud, how long, and the ways out (send with the microphone, or drop).
+  const level = el("span", { class: "level-bar" });
+  const meter = el("span", { class: "level", role: "meter", "aria-label": t("micLevel"), "aria-valuemin": "0", "aria-valuemax": "100" }, level);
+  const length = el("span", { class: "rec-length" });
+  const cancel = button("rec-cancel", "×", t("micCancel"));
+  const recordingRow = el("div", { class: "recording", role: "status" }, el("span", { class: "rec-dot", "aria-hidden": "true" }), el("span", {}, t("micRecording")), meter, length, cancel);
+  recordingRow.hidden = true;
+  const form = el("form", { class: "composer-row" }, selectionBox, recordingRow, textarea, el("div", { class: "composer-buttons" }, send, mic, stop));
+  let recording = false;
 
   const fit = () => {
     textarea.style.height = "auto";
@@ -77,6 +101,30 @@ export function createComposer(handlers: { submit(text: string, selection: strin
     }
   });
   stop.addEventListener("click", () => handlers.stop());
+
+  // A click toggles; a press held past HOLD_MS records until it is let go (the click that follows
+  // the press is the press's own, not a second toggle).
+  let pressedAt = 0;
+  let pressStarted = false;
+  mic.addEventListener("pointerdown", () => {
+    pressedAt = performance.now();
+    pressStarted = !recording;
+    if (pressStarted) handlers.voice("start");
+  });
+  mic.addEventListener("pointerup", () => {
+    if (pressStarted && performance.now() - pressedAt >= HOLD_MS) handlers.voice("stop");
+  });
+  mic.addEventListener("click", () => {
+    if (pressStarted) return void (pressStarted = false);
+    handlers.voice(recording ? "stop" : "start");
+  });
+  cancel.addEventListener("click", () => handlers.voice("cancel"));
+  listen("keydown", (e) => {
+    if (!recording || !(e instanceof KeyboardEvent) || e.key !== "Escape") return;
+    // Esc drops the recording (and only that: the overlay stays open).
+    e.preventDefault();
+    handlers.voice("cancel");
+  });
 
   return {
     element: form,
@@ -105,8 +153,33 @@ export function createComposer(handlers: { submit(text: string, selection: strin
     clearSelection() {
       showSelection(null);
     },
+    setRecording(now, maxSeconds) {
+      recording = now !== null;
+      recordingRow.hidden = !recording;
+      mic.setAttribute("aria-pressed", String(recording));
+      mic.classList.toggle("on", recording);
+      mic.setAttribute("aria-label", recording ? t("micStop") : t("micLabel"));
+      mic.title = mic.getAttribute("aria-label") ?? "";
+      if (!now) return;
+      const percent = Math.round(Math.min(1, Math.max(0, now.level)) * 100);
+      level.style.width = `${percent}%`;
+      meter.setAttribute("aria-valuenow", String(percent));
+      length.textContent = t("micLength", formatNumber(now.seconds, 1), String(maxSeconds));
+    },
     focus() {
       textarea.focus();
     },
   };
+}
+
+/** A microphone, drawn (an emoji depends on the system's fonts). */
+function micIcon(): SVGSVGElement {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  for (const [name, value] of Object.entries({ viewBox: "0 0 24 24", width: "16", height: "16", fill: "currentColor", "aria-hidden": "true" })) svg.setAttribute(name, value);
+  const path = document.createElementNS(ns, "path");
+  // The capsule, the stand's curve and its foot.
+  path.setAttribute("d", "M12 2a3 3 0 0 0-3 3v6a3 3 0 0 0 6 0V5a3 3 0 0 0-3-3zM6 11H4a8 8 0 0 0 7 7.94V22h2v-3.06A8 8 0 0 0 20 11h-2a6 6 0 0 1-12 0z");
+  svg.append(path);
+  return svg;
 }

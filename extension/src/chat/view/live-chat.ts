@@ -74,6 +74,7 @@ export function createLiveChat(options: LiveChatOptions): LiveChat {
     showSource(number) {
       if (!options.showSourceHere?.(transcript, number)) send({ input: "show_source", number });
     },
+    playVoice: (clip) => send({ input: "voice", voice: { action: "play", clip } }),
   };
 
   const ui = createChat({
@@ -97,6 +98,7 @@ export function createLiveChat(options: LiveChatOptions): LiveChat {
         send({ input: "stop" });
         ui.composer.setRunning(true, true);
       },
+      voice: (action) => send({ input: "voice", voice: { action } }),
     },
     actions,
     transcript: () => transcript,

@@ -18,6 +18,8 @@ export interface PanelHandlers {
   ownModel(name: string): OwnModel | undefined;
   submit(text: string, selection: string | null): boolean;
   stop(): void;
+  /** The microphone button: start or stop recording a spoken request, or cancel it (Esc). */
+  voice(action: "start" | "stop" | "cancel"): void;
   /** The side panel (an extension page) saves the settings itself. */
   saveSettings?(patch: Partial<Settings>): void;
   /** The overlay lives in the page, where settings are never written: "All settings…" opens the options page. */
@@ -65,7 +67,7 @@ export function buildPanel(handlers: PanelHandlers, listen: Listen, site: string
   const continueButton = button("continue", t("continueLabel"), t("continueHint"));
   continueButton.hidden = true;
   const taskbar = el("div", { class: "taskbar" }, usage, continueButton);
-  const composer = createComposer({ submit: handlers.submit, stop: handlers.stop }, listen);
+  const composer = createComposer({ submit: handlers.submit, stop: handlers.stop, voice: handlers.voice }, listen);
   const chat = el("div", { class: "chat" }, empty, log, taskbar, composer.element);
 
   const save = handlers.saveSettings;

@@ -172,6 +172,16 @@ button.cite { cursor: pointer; color: var(--accent, inherit); }
 .send { background: var(--accent); border-color: var(--accent); color: var(--accent-fg); font-weight: 600; }
 .send:hover { background: var(--accent-hover); }
 .stop { color: var(--danger); }
+.mic { border: 1px solid var(--line); border-radius: 6px; background: transparent; color: inherit; cursor: pointer; padding: 4px 8px; display: flex; align-items: center; justify-content: center; }
+.mic.on { background: var(--danger); border-color: var(--danger); color: #fff; }
+.recording { display: flex; align-items: center; gap: 8px; width: 100%; font-size: 12px; }
+.recording[hidden] { display: none; }
+.rec-dot { width: 8px; height: 8px; border-radius: 50%; background: var(--danger); }
+.level { flex: 1; height: 6px; border-radius: 3px; background: var(--line); overflow: hidden; }
+.level-bar { display: block; height: 100%; width: 0; background: var(--accent); }
+.rec-cancel { border: 0; background: transparent; cursor: pointer; font: inherit; color: inherit; }
+.voice-message { display: flex; align-items: center; gap: 6px; margin: 0; }
+.voice-play { border: 1px solid var(--line); border-radius: 50%; width: 24px; height: 24px; background: transparent; cursor: pointer; color: inherit; }
 
 .settings-view { flex: 1; overflow-y: auto; padding: 12px 14px; }
 .settings-form .field { margin: 0 0 12px; }

@@ -2,7 +2,7 @@
 // the launcher's attention mark and the test builds' state mirror. (The outline of the page element
 // a confirmation is about is the overlay's: content/overlay.ts.)
 
-import type { EngineStatus } from "../../generated/protocol";
+import { VOICE_MAX_SECONDS, type EngineStatus } from "../../generated/protocol";
 import { formatNumber, t } from "../../shared/ui/i18n";
 import type { Composer } from "./composer";
 import { pendingAsk, toolCardCount, type Transcript } from "../transcript";
@@ -29,6 +29,8 @@ export function showTaskState(parts: TaskStateParts, transcript: Transcript, eng
   if ((task === "confirm" || task === "ask") && waiting && "callId" in waiting) data.pendingCall = waiting.callId;
   else delete data.pendingCall;
   const running = task === "running";
+  composer.setRecording(transcript.recording, VOICE_MAX_SECONDS);
+  data.recording = transcript.recording ? String(transcript.recording.seconds) : "";
   composer.setMode(pendingAsk(transcript) ? "answer" : running ? "steer" : "task");
   if (running !== composer.running) composer.setRunning(running);
   continueButton.hidden = !(transcript.canContinue && (task === "paused" || task === "stopped" || task === "failed"));

@@ -69,6 +69,8 @@ export function settingsForm(onChange: (patch: Partial<Settings>) => void): Sett
   imageBudget.addEventListener("change", () => onChange({ imageBudget: Number(imageBudget.value) as ImageBudget }));
   const drafting = el("input", { class: "setting-drafting", name: "drafting", type: "checkbox" });
   drafting.addEventListener("change", () => onChange({ drafting: drafting.checked }));
+  const voice = el("input", { class: "setting-voice", name: "voice", type: "checkbox" });
+  voice.addEventListener("change", () => onChange({ voice: voice.checked }));
   surface.addEventListener("change", () => onChange({ chatSurface: surface.value === "panel" ? "panel" : "overlay" }));
   model.addEventListener("change", () => onChange({ model: model.value }));
   thinking.addEventListener("change", () => onChange({ thinking: thinking.checked }));
@@ -90,6 +92,7 @@ export function settingsForm(onChange: (patch: Partial<Settings>) => void): Sett
     field(surface, t("chatSurfaceSetting"), t("chatSurfaceHelp")),
     field(imageBudget, t("imageBudgetSetting"), t("imageBudgetHelp")),
     field(drafting, t("draftingSetting"), t("draftingHelp")),
+    field(voice, t("voiceSetting"), t("voiceHelp")),
   );
   function show(settings: Settings): void {
     shown = settings;
@@ -105,6 +108,7 @@ export function settingsForm(onChange: (patch: Partial<Settings>) => void): Sett
     surface.value = settings.chatSurface;
     imageBudget.value = String(settings.imageBudget);
     drafting.checked = settings.drafting;
+    voice.checked = settings.voice;
   }
   return { element, show };
 }
