@@ -21,6 +21,7 @@ const PICTURES: &[Picture] = &[
     Picture { suite: "tests/e2e/channels.test.mjs", artifact: "fence-download.png" },
     Picture { suite: "tests/e2e/side-panel.test.mjs", artifact: "side-panel.png" },
     Picture { suite: "tests/e2e/vision.test.mjs", artifact: "agent-vision.png" },
+    Picture { suite: "tests/e2e/voice.test.mjs", artifact: "voice-recording.png" },
 ];
 
 pub fn screenshots() -> Result<(), String> {

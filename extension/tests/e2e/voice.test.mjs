@@ -98,7 +98,6 @@ test("a spoken request reaches the model as audio soft tokens and the model acts
   // The meter moves with the sound.
   await until(async () => Number(await overlayEval(page, ".level", "function () { return this.getAttribute('aria-valuenow'); }")) > 0, "the level meter");
   assert.match(await overlayText(page, ".rec-length"), /of 30 s/);
-  await screenshot(page, "voice-recording");
   await clickInOverlay(page, "button.mic");
   const ended = await waitForTask(page, ["done", "failed", "stopped", "paused"], 120_000);
   assert.equal(ended, "done", await overlayText(page, ".transcript"));
@@ -139,7 +138,8 @@ test("a spoken request reaches the model as audio soft tokens and the model acts
 test("Esc drops a recording; a running task refuses the microphone", { timeout: 300_000 }, async () => {
   const page = await openAgentPage(chrome, `${pages.url}/agent/lamp.html`);
   await clickInOverlay(page, "button.mic");
-  await until(async () => (await recorded(page)) > 0.3, "a moment recorded", 30_000);
+  await until(async () => (await recorded(page)) > 1, "a moment recorded", 30_000);
+  await screenshot(page, "voice-recording");
   await page.keyboard.press("Escape");
   await waitForData(page, "recording", "", 10_000);
   assert.equal(await overlayData(page, "state"), "open", "Esc dropped the recording, not the overlay");
