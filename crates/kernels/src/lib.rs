@@ -11,6 +11,8 @@
 //!   [`fused::reference`], the same maths as tensor operations.
 //! - [`attention`]: a decoded token's whole attention, split over the keys (flash-decoding) and
 //!   combined: two launches.
+//! - [`half_matrix`]: a matrix of f16 or bf16 values kept at that size on the device, widened
+//!   to f32 by one dispatch for the product it takes part in (the towers' 16-bit linears).
 //! - [`block_table`]: a large lookup table (Gemma 4's per-layer embeddings) kept on the device in
 //!   its stored GGUF blocks, rows decoded by a kernel when looked up.
 //! - [`chunk_table`]: a chunk's RoPE rotations, start and key slots in one buffer the kernels
@@ -31,6 +33,7 @@ pub mod chunk_table;
 #[cfg(not(target_family = "wasm"))]
 pub mod dispatches;
 pub mod fused;
+pub mod half_matrix;
 mod launch;
 pub mod mask;
 pub mod overwrite;
@@ -45,6 +48,7 @@ pub use fused::{
     CacheInput, HeadColumns, Slots, add_rms_norm, attention_softmax, copy_into, gelu_tanh_mul, rms_norm, softcap,
     write_cache, write_keys_values,
 };
+pub use half_matrix::HalfMatrix;
 pub use launch::has_fused_kernels;
 pub use mask::mask_logits;
 pub use overwrite::{IdsReading, copy_ids_into, overwrite, overwrite_ids, read_ids_now};

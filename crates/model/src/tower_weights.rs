@@ -2,7 +2,7 @@
 //! and clippable linear layers kept in the file's packing where the kernels multiply by it.
 
 use burn::tensor::{Device, Tensor, TensorData};
-use hearth_kernels::{AffineMatrix, has_fused_kernels};
+use hearth_kernels::{AffineMatrix, HalfMatrix, has_fused_kernels};
 use hearth_weights::{Checkpoint, HostTensor};
 
 use crate::error::ModelError;
@@ -23,6 +23,9 @@ enum Weight {
     /// 4- or 8-bit codes as the file stores them (`[out, in]`: GGUF's Q8_0/Q4_0 blocks, MLX's
     /// groups), multiplied by the fused kernel; a quarter of the f32 bytes or less.
     Packed(AffineMatrix),
+    /// f16 or bf16 values as the file stores them (`[out, in]`), widened for each product: half
+    /// the f32 bytes at rest.
+    Half(HalfMatrix),
 }
 
 #[derive(Clone, Copy)]
@@ -37,6 +40,7 @@ impl Linear {
         let apply = |x: Tensor<2>| match &self.weight {
             Weight::Dense(w) => x.matmul(w.clone()),
             Weight::Packed(w) => w.matmul_transposed(x),
+            Weight::Half(w) => w.matmul_transposed(x),
         };
         match self.clip {
             None => apply(x),
@@ -48,6 +52,7 @@ impl Linear {
         match &self.weight {
             Weight::Dense(w) => w.shape().num_elements() as u64 * 4,
             Weight::Packed(w) => w.device_bytes() as u64,
+            Weight::Half(w) => w.device_bytes() as u64,
         }
     }
 }
@@ -99,8 +104,9 @@ impl<'a> TowerReader<'a> {
         Ok(upload_transposed(w.data, out_features, in_features, self.device))
     }
 
-    /// A linear module's `[out, in]` matrix (`{module}.weight`): packed codes stay packed where
-    /// the fused kernels run (as the decoder's do); anything else is uploaded as f32, transposed.
+    /// A linear module's `[out, in]` matrix (`{module}.weight`): packed codes stay packed and
+    /// 16-bit values stay 16-bit where the fused kernels run (as the decoder's do); anything else
+    /// is uploaded as f32, transposed.
     fn weight(&mut self, module: &str, out_features: usize, in_features: usize) -> Result<Weight, ModelError> {
         let name = (self.file_name)(&format!("{module}.weight"));
         let stored = name.strip_suffix(".weight").unwrap_or(&name);
@@ -113,6 +119,15 @@ impl<'a> TowerReader<'a> {
                 return Err(ModelError::Shape { name, expected, actual });
             }
             return Ok(Weight::Packed(AffineMatrix::upload(packed, self.device)));
+        }
+        if has_fused_kernels(self.device)
+            && let Some(half) = self.checkpoint.read_half(&name)?
+        {
+            if (half.rows, half.cols) != (out_features, in_features) {
+                let (expected, actual) = (vec![out_features, in_features], vec![half.rows, half.cols]);
+                return Err(ModelError::Shape { name, expected, actual });
+            }
+            return Ok(Weight::Half(HalfMatrix::upload(half, self.device)));
         }
         Ok(Weight::Dense(self.matrix(&format!("{module}.weight"), out_features, in_features)?))
     }

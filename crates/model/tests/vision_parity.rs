@@ -104,6 +104,78 @@ fn a_quantized_tower_stays_packed_on_the_gpu() {
     }
 }
 
+/// A tower stored in 16 bits (f16 or bf16, as transformers saves one and as llama.cpp's projector
+/// holds E2B's) stays 16-bit on the device where the kernels run, widened for each product: the
+/// same soft tokens as the CPU backend, which widens the same values to f32 once, in about half
+/// the memory of its linears.
+#[test]
+fn a_16_bit_tower_stays_16_bit_on_the_gpu() {
+    let source = fixture_dir();
+    let fixture: Fixture =
+        serde_json::from_str(&std::fs::read_to_string(source.join("expected.json")).unwrap()).unwrap();
+    let case = &fixture.cases[0];
+    let pixels = std::fs::read(source.join(&case.input)).unwrap();
+    let image = RgbImage::new(case.width, case.height, pixels).unwrap();
+    for dtype in ["F16", "BF16"] {
+        let dir = std::env::temp_dir().join(format!("hearth-vision-{dtype}-{}", std::process::id()));
+        write_with_16_bit_linears(&source, &dir, dtype);
+        let mut encoded = Vec::new();
+        for (device_name, device) in devices() {
+            let mut files = ModelFiles::open(&dir).unwrap();
+            let tower = files.load_vision(&device).unwrap().expect("a tower");
+            let patches = tower.config().processor(case.max_soft_tokens).process(&image).unwrap();
+            encoded.push((device_name, rows(tower.encode(&patches).unwrap()), tower.weight_bytes()));
+        }
+        eprintln!(
+            "the {dtype} tower's weights on the device: {:?}",
+            encoded.iter().map(|e| (e.0, e.2)).collect::<Vec<_>>()
+        );
+        if let [(_, cpu, f32_bytes), (gpu_name, gpu, half_bytes)] = &encoded[..] {
+            check_rows(&format!("{dtype} soft tokens on {gpu_name} against the CPU"), gpu, cpu, 1e-4);
+            // (The tiny tower's position table and patch projection, f32 on both, are a third of it.)
+            assert!(half_bytes * 10 < f32_bytes * 8, "{dtype}: {half_bytes} B against f32 {f32_bytes} B");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// `source`'s files in `dir`, the vision tower's linear layers (`….linear.weight`) stored as
+/// `dtype` ("F16" or "BF16") and every other tensor as f32.
+fn write_with_16_bit_linears(source: &Path, dir: &Path, dtype: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    for entry in std::fs::read_dir(source).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() && path.file_name().unwrap() != "model.safetensors" {
+            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let mut checkpoint = hearth_weights::Checkpoint::open(&source.join("model.safetensors")).unwrap();
+    let names: Vec<String> = checkpoint.names().map(str::to_string).collect();
+    let (mut header, mut data) = (serde_json::Map::new(), Vec::new());
+    for name in names {
+        let tensor = checkpoint.read_f32(&name).unwrap();
+        let linear = name.starts_with("model.vision_tower.") && name.ends_with(".linear.weight");
+        let start = data.len();
+        let stored = match linear {
+            true if dtype == "F16" => tensor.data.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect(),
+            true => tensor.data.iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()).collect(),
+            false => tensor.data.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(),
+        };
+        data.extend(stored);
+        let entry = serde_json::json!({
+            "dtype": if linear { dtype } else { "F32" },
+            "shape": tensor.shape,
+            "data_offsets": [start, data.len()],
+        });
+        header.insert(name, entry);
+    }
+    let header = serde_json::to_vec(&header).unwrap();
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend(header);
+    file.extend(data);
+    std::fs::write(dir.join("model.safetensors"), file).unwrap();
+}
+
 /// From the raw image to the soft tokens, then the logits of a prompt holding them: in one
 /// chunk, and in chunks smaller than the image (the soft tokens split across them) through a
 /// ring that wraps.

@@ -36,6 +36,25 @@ pub struct BlockRows {
     pub bytes: Vec<u8>,
 }
 
+/// The 16-bit float formats a matrix may be stored in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HalfFormat {
+    /// IEEE half precision.
+    F16,
+    /// bfloat16: f32's top half.
+    Bf16,
+}
+
+/// A matrix stored in 16 bits, as its raw halves: what a device can keep at the file's own size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HalfTensor {
+    pub format: HalfFormat,
+    pub rows: usize,
+    pub cols: usize,
+    /// `[rows, cols / 2]`: two halves a word, the even column in the low 16 bits.
+    pub words: Vec<u32>,
+}
+
 pub struct Checkpoint {
     format: Format,
     /// MLX affine quantization from the folder's config.json, when the weights use it.
@@ -314,6 +333,49 @@ impl Checkpoint {
         packable.then_some(tensor)
     }
 
+    /// The matrix `name` as its raw 16-bit halves, when it is stored as f16 or bf16 (a safetensors
+    /// tensor, or a GGUF one needing no offset) with an even number of columns; `None` otherwise
+    /// (f32, quantized, a vector): read it with [`Self::read_f32`] then.
+    pub fn read_half(&mut self, name: &str) -> Result<Option<HalfTensor>, WeightsError> {
+        let half = |dtype_is: Option<HalfFormat>, shape: &[usize]| match (dtype_is, shape) {
+            (Some(format), &[rows, cols]) if cols % 2 == 0 => Some((format, rows, cols)),
+            _ => None,
+        };
+        let (format, rows, cols, bytes) = match &mut self.format {
+            Format::Safetensors { files, location } => {
+                let Some(&file) = location.get(name) else { return Ok(None) };
+                let (source, header) = &mut files[file];
+                let Some(info) = header.tensors.get(name) else { return Ok(None) };
+                let format = match info.dtype {
+                    DType::F16 => Some(HalfFormat::F16),
+                    DType::BF16 => Some(HalfFormat::Bf16),
+                    _ => None,
+                };
+                let Some((format, rows, cols)) = half(format, &info.shape) else { return Ok(None) };
+                (format, rows, cols, source.read_at(info.offset, info.len)?)
+            }
+            Format::Gguf { source, file, names } => {
+                let Some((gguf_name, subtract)) = names.get(name) else { return Ok(None) };
+                let tensor = &file.tensors[gguf_name];
+                let format = match tensor.ggml_type {
+                    GgmlType::F16 => Some(HalfFormat::F16),
+                    GgmlType::BF16 => Some(HalfFormat::Bf16),
+                    _ => None,
+                };
+                let Some((format, rows, cols)) = half(format, &tensor.shape).filter(|_| *subtract == 0.0) else {
+                    return Ok(None);
+                };
+                (format, rows, cols, source.read_at(tensor.offset, tensor.len)?)
+            }
+        };
+        if bytes.len() != rows * cols * 2 {
+            let reason = format!("{} bytes for a {rows}×{cols} matrix of halves", bytes.len());
+            return Err(WeightsError::Quantization { name: name.to_string(), reason });
+        }
+        let words = bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        Ok(Some(HalfTensor { format, rows, cols, words }))
+    }
+
     /// The packed codes, scales and biases of a quantized module (`None` when the module is
     /// stored as plain floats, or in a GGUF type without an affine form).
     pub fn read_affine(&mut self, module: &str) -> Result<Option<AffineTensor>, WeightsError> {
@@ -543,6 +605,41 @@ mod tests {
         assert_eq!(ckpt.read_f32("h").unwrap().data, vec![1.5, -2.0]);
         assert_eq!(ckpt.read_f32("b").unwrap(), HostTensor { shape: vec![2], data: vec![0.25, 3.0] });
         assert!(matches!(ckpt.read_f32("nope"), Err(WeightsError::Missing { .. })));
+    }
+
+    #[test]
+    fn half_matrices_are_read_as_their_raw_halves() {
+        let values = [1.5f32, -2.0, 0.25, 3.0, -0.5, 6.0];
+        let halves: Vec<u8> = values.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect();
+        let brains: Vec<u8> = values.iter().flat_map(|v| bf16::from_f32(*v).to_le_bytes()).collect();
+        let odd: Vec<u8> = values.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect();
+        let floats: Vec<u8> = [1f32, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let file = build(&[
+            ("h", "F16", vec![3, 2], halves),
+            ("b", "BF16", vec![3, 2], brains),
+            ("odd", "F16", vec![2, 3], odd),
+            ("f", "F32", vec![1, 2], floats),
+        ]);
+        let mut ckpt = Checkpoint::from_sources(vec![Box::new(MemorySource::new("m", file))]).unwrap();
+        for (name, format) in [("h", HalfFormat::F16), ("b", HalfFormat::Bf16)] {
+            let half = ckpt.read_half(name).unwrap().expect("a matrix of halves");
+            assert_eq!((half.format, half.rows, half.cols, half.words.len()), (format, 3, 2, 3));
+            // The even column in the low half, each half the value the f32 read gives.
+            let unpacked: Vec<f32> = half
+                .words
+                .iter()
+                .flat_map(|w| [w & 0xffff, w >> 16])
+                .map(|bits| match format {
+                    HalfFormat::F16 => f16::from_bits(bits as u16).to_f32(),
+                    HalfFormat::Bf16 => bf16::from_bits(bits as u16).to_f32(),
+                })
+                .collect();
+            assert_eq!(unpacked, ckpt.read_f32(name).unwrap().data);
+        }
+        // An odd row, f32, or no such tensor: read as f32 instead.
+        assert_eq!(ckpt.read_half("odd").unwrap(), None);
+        assert_eq!(ckpt.read_half("f").unwrap(), None);
+        assert_eq!(ckpt.read_half("nope").unwrap(), None);
     }
 
     #[test]

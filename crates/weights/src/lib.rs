@@ -44,7 +44,7 @@ impl WeightsError {
     }
 }
 
-pub use checkpoint::{BlockRows, Checkpoint, FileRange, HostTensor};
+pub use checkpoint::{BlockRows, Checkpoint, FileRange, HalfFormat, HalfTensor, HostTensor};
 pub use gguf::{GgufError, GgufFile, GgufTensor, MetadataValue};
 pub use mlx::{AffineParams, AffineTensor, Quantization};
 pub use quant::GgmlType;

@@ -7,6 +7,7 @@
 use std::time::Instant;
 
 use burn::tensor::Device;
+use hearth_kernels::has_fused_kernels;
 use hearth_model::audio::{AudioConfig, AudioTower, FeatureConfig, FeatureExtractor, MAX_SAMPLES};
 use hearth_weights::{Checkpoint, MemorySource};
 use serde_json::json;
@@ -42,7 +43,7 @@ pub(super) fn run(device: &Device, options: &BenchOptions) -> Result<(), String>
     let c = &config;
     println!(
         "## Audio tower, {:?}'s shape (width {}, {} conformer layers, {} heads, subsampling channels {:?}, \
-         light convolution of {} taps, output {} → text width {}): random bf16 weights, f32 on the device\n",
+         light convolution of {} taps, output {} → text width {}): random bf16 weights, {}\n",
         options.shape,
         c.hidden_size,
         c.num_layers,
@@ -50,7 +51,11 @@ pub(super) fn run(device: &Device, options: &BenchOptions) -> Result<(), String>
         c.subsampling_channels,
         c.conv_kernel_size,
         c.output_dims,
-        c.text_hidden_size
+        c.text_hidden_size,
+        match has_fused_kernels(device) {
+            true => "the linears bf16 on the device (widened for each product), the rest f32",
+            false => "f32 on the device",
+        }
     );
     println!("| what | figure |");
     println!("|---|---|");

@@ -77,7 +77,11 @@ pub(super) fn run(device: &Device, memory: DeviceMemory, options: &BenchOptions)
         c.patch_size,
         c.pooling_kernel_size,
         stored,
-        if has_fused_kernels(device) && packed { "the linears packed on the device" } else { "f32 on the device" },
+        match (has_fused_kernels(device), packed) {
+            (true, true) => "the linears packed on the device",
+            (true, false) => "the linears bf16 on the device (widened for each product)",
+            (false, _) => "f32 on the device",
+        },
     );
     println!("| what | figure |");
     println!("|---|---|");
