@@ -34,7 +34,7 @@ export interface Settings {
   drafting: boolean;
   /**
    * Voice input: the microphone button records a spoken request for the model's audio tower, which
-   * the engine loads only while this is on (E2B's takes 1.2 GB of GPU memory).
+   * the engine loads only while this is on (E2B's takes 0.6 GB of GPU memory).
    */
   voice: boolean;
 }

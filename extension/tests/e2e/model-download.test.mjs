@@ -217,12 +217,13 @@ test("model download: quota, drop and resume, a corrupt file, install, and no re
 
   // 6. A part of the stored weights goes missing (the browser evicted it, the disk failed): the
   //    load stops with the store's own message, and Retry downloads that part alone.
-  await inOffscreen(`caches.open("hearth-models-v1").then((c) => c.keys().then((keys) => c.delete(keys.find((r) => r.url.endsWith("/model.safetensors?range=131072-196607")))))`);
+  //    (A part of the decoder's: the first ones hold the audio tower, which loads only with voice input on.)
+  await inOffscreen(`caches.open("hearth-models-v1").then((c) => c.keys().then((keys) => c.delete(keys.find((r) => r.url.endsWith("/model.safetensors?range=393216-458751")))))`);
   await inWorker(`chrome.offscreen.closeDocument().then(() => true)`);
   const damaged = await openOverlay();
   assert.equal(await waitForData(damaged, "engine", ["ready", "failed", "needs_model"], 60_000), "failed");
   assert.equal(await overlayData(damaged, "failure"), "model_load");
-  assert.match(await overlayText(damaged, ".engine .error"), /The stored copy of tiny-chat .* is incomplete \(bytes 131072–196608 of model\.safetensors are missing\)\./);
+  assert.match(await overlayText(damaged, ".engine .error"), /The stored copy of tiny-chat .* is incomplete \(bytes 393216–458752 of model\.safetensors are missing\)\./);
   assert.match(await overlayText(damaged, ".engine .fix"), /download the missing part again/);
   await screenshot(damaged, "download-damaged-store");
   const beforeRepair = hub.requests.length;
@@ -238,7 +239,7 @@ test("model download: quota, drop and resume, a corrupt file, install, and no re
   await screenshot(damaged, "download-loading");
   assert.equal(await waitForData(damaged, "engine", ["ready", "failed"], 60_000), "ready", `engine: ${await overlayData(damaged, "failure")}`);
   const repair = hub.requests.slice(beforeRepair);
-  assert.deepEqual(repair.map((r) => [r.path, r.start]), [["model.safetensors", 131072]], "only the missing part is downloaded again");
+  assert.deepEqual(repair.map((r) => [r.path, r.start]), [["model.safetensors", 393216]], "only the missing part is downloaded again");
   assert.deepEqual(await storedHashes(), expectedHashes);
   assert.deepEqual(unexpectedErrors(), []);
 });

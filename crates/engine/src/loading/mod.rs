@@ -64,7 +64,7 @@ pub struct ModelPayload<R> {
     /// Whether to load the vision tower when the model has one.
     pub vision: bool,
     /// Whether to load the audio tower when the model has one: only when spoken requests are
-    /// taken (E2B's costs 1.2 GB of GPU memory that text and screenshots never use).
+    /// taken (E2B's costs 0.6 GB of GPU memory that text and screenshots never use).
     pub audio: bool,
     /// llama.cpp's projector file (`mmproj…gguf`): the vision and audio towers of a GGUF model.
     pub projector: Option<StreamedWeights<R>>,

@@ -162,7 +162,8 @@ fn patch_projection(r: &mut TowerReader, layout: Layout, w: usize, p: usize) -> 
 
 impl VisionTower {
     /// Loads the tower and the embedder from `checkpoint` (a model's weights, or a llama.cpp
-    /// projector file): f32 on the device, quantized tensors dequantized.
+    /// projector file). Where the kernels run its linears stay as stored (packed codes, 16-bit
+    /// values); everything else is f32 on the device.
     pub fn load(config: VisionConfig, checkpoint: &mut Checkpoint, device: &Device) -> Result<Self, ModelError> {
         let layout = Layout::of(checkpoint).ok_or_else(|| hearth_weights::WeightsError::Missing {
             name: format!("vision_tower.{PATCH_PROJECTION}"),
