@@ -31,6 +31,13 @@ let recorder: Recorder | null = null;
 /** Playing back: one clip at a time. */
 let player: AudioContext | null = null;
 
+/** The longest clip: the model's; test builds let the e2e suite shorten it (`hearthTestHooks.voiceMaxSeconds`). */
+function maxSeconds(): number {
+  if (!__HEARTH_TEST_BUILD__) return VOICE_MAX_SECONDS;
+  const hooks = (globalThis as { hearthTestHooks?: { voiceMaxSeconds?: number } }).hearthTestHooks;
+  return Math.min(hooks?.voiceMaxSeconds ?? VOICE_MAX_SECONDS, VOICE_MAX_SECONDS);
+}
+
 /** Does `action` for the tab; every state it reaches goes to `report`. */
 export async function voice(tabId: number, action: VoiceAction, report: (tabId: number, state: VoiceState) => void): Promise<void> {
   switch (action.action) {
@@ -79,7 +86,7 @@ async function start(tabId: number, report: (tabId: number, state: VoiceState) =
   // A ScriptProcessor, not a worklet: no module to load, and the chunks come to this thread anyway.
   const node = context.createScriptProcessor(CHUNK, 1, 1);
   const rec: Recorder = { tabId, stream, context, node, chunks: [], samples: 0, level: 0, timer: 0 as unknown as ReturnType<typeof setInterval> };
-  const limit = VOICE_MAX_SECONDS * context.sampleRate;
+  const limit = maxSeconds() * context.sampleRate;
   node.onaudioprocess = (event) => {
     if (recorder !== rec) return;
     const input = event.inputBuffer.getChannelData(0);
@@ -130,7 +137,7 @@ async function finish(rec: Recorder, cancel: boolean, report: (tabId: number, st
 
 /** The chunks as one clip at VOICE_SAMPLE_RATE (the browser's own resampler), at most VOICE_MAX_SECONDS. */
 async function resample(chunks: Float32Array[], length: number, rate: number): Promise<Float32Array<ArrayBuffer>> {
-  const out = Math.min(Math.max(1, Math.round((length * VOICE_SAMPLE_RATE) / rate)), VOICE_MAX_SECONDS * VOICE_SAMPLE_RATE);
+  const out = Math.min(Math.max(1, Math.round((length * VOICE_SAMPLE_RATE) / rate)), maxSeconds() * VOICE_SAMPLE_RATE);
   const offline = new OfflineAudioContext(1, out, VOICE_SAMPLE_RATE);
   const buffer = offline.createBuffer(1, length, rate);
   const channel = buffer.getChannelData(0);

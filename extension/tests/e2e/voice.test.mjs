@@ -5,8 +5,9 @@
 // in that page's prompt), resamples to 16 kHz and holds the clip; the spoken request reaches the
 // engine as the test model's audio tower's soft tokens (the engine's own counts, through a test
 // hook), and the scripted model acts on it: the page's lamp goes on. The page itself never gets
-// the microphone. A blocked microphone is reported and nothing hangs; voice input that is off, or
-// a task running, refuse the button in words.
+// the microphone. A recording stops itself at the longest clip the model hears (shortened by a
+// test hook) and says so. A blocked microphone is reported and nothing hangs; voice input that is
+// off, or a task running, refuse the button in words.
 
 import assert from "node:assert/strict";
 import { writeFileSync, mkdtempSync, rmSync } from "node:fs";
@@ -15,7 +16,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { launch, until } from "../lib/browser.mjs";
 import { clickInOverlay, overlayData, overlayEval, overlayText, queryOverlay, screenshot, waitForData } from "../lib/overlay.mjs";
-import { call, done, indexOf, openAgentPage, scriptedImagePrompts, scriptedPrompts, useScript, waitForTask } from "../lib/agent.mjs";
+import { ask, call, done, indexOf, openAgentPage, scriptedImagePrompts, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 import { servePages } from "../lib/pages.mjs";
 
 /** A mono 16-bit WAV of `seconds` at `rate`: a 220 Hz tone under a 3 Hz swell. */
@@ -145,6 +146,30 @@ test("Esc drops a recording; a running task refuses the microphone", { timeout: 
   assert.equal(await overlayData(page, "state"), "open", "Esc dropped the recording, not the overlay");
   assert.equal(await overlayData(page, "task"), "idle", "nothing was sent");
   assert.equal((await queryOverlay(page, ".voice-message")).length, 0);
+
+  // A task waiting on the user: the microphone is refused in words, nothing records.
+  await useScript(chrome, [call("ask_user", `question:${str("Which lamp?")},options:[${str("Desk")},${str("Floor")}]`)]);
+  await ask(page, "Turn on a lamp.");
+  await waitForTask(page, ["ask"], 60_000);
+  const before = await errors(page);
+  await clickInOverlay(page, "button.mic");
+  await until(async () => (await errors(page)) > before, "the busy message");
+  assert.match(await lastError(page), /A task is running/);
+  assert.equal(await overlayData(page, "recording"), "");
+  await page.close();
+});
+
+test("a recording stops itself at the longest clip the model hears, says so, and goes to the model", { timeout: 300_000 }, async () => {
+  const page = await openAgentPage(chrome, `${pages.url}/agent/lamp.html`);
+  // (The model hears 30 s; the test build's hook makes it 1.5 s here.)
+  await chrome.console.evaluate("/offscreen.html", `(Object.assign(globalThis.hearthTestHooks ??= {}, { voiceMaxSeconds: 1.5 }), true)`);
+  await useScript(chrome, [done("Heard you.")]);
+  await clickInOverlay(page, "button.mic");
+  assert.equal(await waitForTask(page, ["done", "failed"], 120_000), "done", await overlayText(page, ".transcript"));
+  assert.match(await lastError(page), /stopped at 2 s, the longest the model hears/);
+  assert.match(await overlayText(page, ".voice-message"), /1\.5 s/);
+  assert.equal(await overlayData(page, "recording"), "");
+  await chrome.console.evaluate("/offscreen.html", `(delete globalThis.hearthTestHooks.voiceMaxSeconds, true)`);
   await page.close();
 });
 
