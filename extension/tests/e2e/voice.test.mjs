@@ -18,6 +18,7 @@ import { launch, until } from "../lib/browser.mjs";
 import { clickInOverlay, overlayData, overlayEval, overlayText, queryOverlay, screenshot, waitForData } from "../lib/overlay.mjs";
 import { ask, call, done, indexOf, openAgentPage, scriptedImagePrompts, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 import { servePages } from "../lib/pages.mjs";
+import { PANEL, sidePanel } from "../lib/panel.mjs";
 
 /** A mono 16-bit WAV of `seconds` at `rate`: a 220 Hz tone under a 3 Hz swell. */
 function toneWav(seconds, rate = 48_000) {
@@ -170,6 +171,26 @@ test("a recording stops itself at the longest clip the model hears, says so, and
   assert.match(await overlayText(page, ".voice-message"), /1\.5 s/);
   assert.equal(await overlayData(page, "recording"), "");
   await chrome.console.evaluate("/offscreen.html", `(delete globalThis.hearthTestHooks.voiceMaxSeconds, true)`);
+  await page.close();
+});
+
+test("the side panel's microphone: the same recording, the same task", { timeout: 300_000 }, async () => {
+  const panel = sidePanel(chrome);
+  const page = await openAgentPage(chrome, `${pages.url}/agent/lamp.html?panel`);
+  const tab = await panel.tabIdOf(page);
+  await clickInOverlay(page, ".to-side-panel");
+  await until(async () => chrome.console.find(PANEL).length > 0, "the side panel's page");
+  await panel.waitPanel("tab", String(tab));
+  await panel.waitPanel("engine", "ready", 120_000);
+  await useScript(chrome, [call("snapshot"), call("click", `index:${indexOf("Turn the lamp on")}`), done("The lamp is on.")]);
+  await panel.clickInPanel("button.mic");
+  await until(async () => Number((await panel.panelState()).recording || 0) >= 1, "1 s recorded in the panel", 30_000);
+  await panel.clickInPanel("button.mic");
+  await panel.waitPanel("task", "done", 120_000);
+  assert.equal(await page.locator("#lamp").textContent(), "on", "the panel's spoken request acted on the tab");
+  assert.match(await panel.inChat(`return root.querySelector(".voice-message")?.textContent ?? ""`), /Voice message/);
+  await panel.inPanel("(window.close(), true)").catch(() => {});
+  await waitForData(page, "side-panel", "false");
   await page.close();
 });
 
