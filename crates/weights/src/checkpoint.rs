@@ -692,6 +692,39 @@ mod tests {
         assert!(ckpt.read_affine_rows(module, Some(2..4)).is_err());
     }
 
+    /// A projector's 16-bit matrices as llama.cpp stores them (E2B's is F16): raw halves by their
+    /// file names, the values `read_f32` gives; a norm, which carries an offset, is not one.
+    #[test]
+    fn gguf_half_matrices_are_read_as_their_raw_halves() {
+        use crate::gguf::tests::Builder;
+        use crate::quant::GgmlType;
+        let values = [0.5f32, -1.25, 3.0, 0.0, -0.001, 7.5];
+        let halves: Vec<u8> = values.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect();
+        let brains: Vec<u8> = values.iter().flat_map(|v| bf16::from_f32(*v).to_le_bytes()).collect();
+        let bytes = Builder::new()
+            .kv("general.architecture", 8, crate::gguf::tests::string_bytes("clip"))
+            .tensor("v.blk.0.attn_q.weight", vec![2, 3], GgmlType::F16, halves)
+            .tensor("a.blk.0.ffn_up.weight", vec![2, 3], GgmlType::BF16, brains)
+            .build();
+        let mut ckpt = Checkpoint::from_gguf(Box::new(MemorySource::new("mmproj.gguf", bytes))).unwrap();
+        for (name, format) in [("v.blk.0.attn_q.weight", HalfFormat::F16), ("a.blk.0.ffn_up.weight", HalfFormat::Bf16)]
+        {
+            let half = ckpt.read_half(name).unwrap().expect("a matrix of halves");
+            assert_eq!((half.format, half.rows, half.cols), (format, 3, 2), "{name}");
+            let unpacked: Vec<f32> = half
+                .words
+                .iter()
+                .flat_map(|w| [w & 0xffff, w >> 16])
+                .map(|bits| match format {
+                    HalfFormat::F16 => f16::from_bits(bits as u16).to_f32(),
+                    HalfFormat::Bf16 => bf16::from_bits(bits as u16).to_f32(),
+                })
+                .collect();
+            assert_eq!(unpacked, ckpt.read_f32(name).unwrap().data, "{name}");
+        }
+        assert_eq!(ckpt.read_half("v.blk.1.attn_q.weight").unwrap(), None);
+    }
+
     #[test]
     fn gguf_tensors_go_by_hugging_face_names() {
         use crate::gguf::tests::Builder;
