@@ -41,7 +41,7 @@ pub use context::{ApproxTokenCounter, ContextBudget, Entry, EntryKind, TokenCoun
 pub use events::{AgentEvent, PauseReason, Source, TaskError};
 pub use page::{ElementInfo, FormInfo, PageInfo, PointTarget, Snapshot};
 pub use parser::{ParsedCall, ParsedOutput, StreamParser, parse_output, parse_to_json};
-pub use policy::{ActionTarget, Assessment, Decision, RiskReason};
+pub use policy::{ActionTarget, AddressWarning, Assessment, Decision, RiskReason};
 pub use task_loop::{
     Agent, AgentConfig, AgentControl, ContextError, Outcome, PromptStats, STEP_ENDS_AFTER, SessionError,
 };

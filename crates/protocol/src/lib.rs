@@ -33,7 +33,7 @@ pub use model::{
     ManifestFile, ModelFormat, ModelManifest, ModelOffer, ModelProgress,
 };
 pub use task::{
-    ActionTarget, AgentEvent, Decision, ElementInfo, FormInfo, IMAGE_BUDGETS, Outcome, PageInfo, Passages, PauseReason,
-    RiskLevel, RiskReason, Snapshot, Source, TaskAction, TaskError, TaskRefusal, TaskSettings, TaskUpdate, ToolMode,
-    ToolOutput, ToolReply, ToolRequest, default_image_budget,
+    ActionTarget, AddressWarning, AgentEvent, Decision, ElementInfo, FormInfo, IMAGE_BUDGETS, Outcome, PageInfo,
+    Passages, PauseReason, RiskLevel, RiskReason, Snapshot, Source, TaskAction, TaskError, TaskRefusal, TaskSettings,
+    TaskUpdate, ToolMode, ToolOutput, ToolReply, ToolRequest, default_image_budget,
 };

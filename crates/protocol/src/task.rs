@@ -8,8 +8,8 @@ use serde_json::{Map, Value};
 use ts_rs::TS;
 
 pub use hearth_agent::{
-    ActionTarget, AgentEvent, Decision, ElementInfo, FormInfo, Outcome, PageInfo, Passages, PauseReason, RiskLevel,
-    RiskReason, Snapshot, Source, TaskError, ToolMode, ToolOutput, default_tool_modes,
+    ActionTarget, AddressWarning, AgentEvent, Decision, ElementInfo, FormInfo, Outcome, PageInfo, Passages,
+    PauseReason, RiskLevel, RiskReason, Snapshot, Source, TaskError, ToolMode, ToolOutput, default_tool_modes,
 };
 
 /// The user's settings a task runs with.

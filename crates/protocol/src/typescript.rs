@@ -8,13 +8,14 @@ use hearth_agent::{PointTarget, TimeLimit, ToolImage, ToolPlace};
 use ts_rs::{Config, TS};
 
 use crate::{
-    ActionTarget, AdapterReport, AgentEvent, Article, BUNDLED_ASSISTANT_FILES, BUNDLED_MODEL_FILES, ChatInput,
-    Decision, DrafterManifest, ElementInfo, EngineFailure, EngineStatus, EngineToWorker, FAILURE_KEYS, FailureKind,
-    FailureText, FormInfo, GenerateRequest, GenerationEvent, GenerationStats, GgufInspection, GgufSummary, KnownUpload,
-    ManifestFile, ModelFormat, ModelInfo, ModelManifest, ModelMemory, ModelOffer, ModelProgress, OptionsToWorker,
-    Outcome, PageInfo, PanelTabState, PanelToWorker, Passages, PauseReason, RiskLevel, RiskReason, SelfTestReport,
-    SettingsView, Snapshot, Source, TabToWorker, TaskAction, TaskError, TaskRefusal, TaskSettings, TaskUpdate,
-    ToolMode, ToolOutput, ToolReply, ToolRequest, VoiceAction, VoiceState, WorkerToEngine, WorkerToPanel, WorkerToTab,
+    ActionTarget, AdapterReport, AddressWarning, AgentEvent, Article, BUNDLED_ASSISTANT_FILES, BUNDLED_MODEL_FILES,
+    ChatInput, Decision, DrafterManifest, ElementInfo, EngineFailure, EngineStatus, EngineToWorker, FAILURE_KEYS,
+    FailureKind, FailureText, FormInfo, GenerateRequest, GenerationEvent, GenerationStats, GgufInspection, GgufSummary,
+    KnownUpload, ManifestFile, ModelFormat, ModelInfo, ModelManifest, ModelMemory, ModelOffer, ModelProgress,
+    OptionsToWorker, Outcome, PageInfo, PanelTabState, PanelToWorker, Passages, PauseReason, RiskLevel, RiskReason,
+    SelfTestReport, SettingsView, Snapshot, Source, TabToWorker, TaskAction, TaskError, TaskRefusal, TaskSettings,
+    TaskUpdate, ToolMode, ToolOutput, ToolReply, ToolRequest, VoiceAction, VoiceState, WorkerToEngine, WorkerToPanel,
+    WorkerToTab,
 };
 
 /// Path of the generated file, relative to the repository root.
@@ -76,6 +77,7 @@ pub fn typescript_module() -> String {
         RiskLevel::decl(&cfg),
         RiskReason::decl(&cfg),
         ActionTarget::decl(&cfg),
+        AddressWarning::decl(&cfg),
         ToolOutput::decl(&cfg),
         ToolImage::decl(&cfg),
         PointTarget::decl(&cfg),

@@ -516,9 +516,20 @@ label: string,
  */
 index: number | null, 
 /**
- * The host a navigation, link or form submission leads to.
+ * The site a navigation, link or form submission leads to, as the one site rule writes it
+ * (`site_of_url`: scheme, registrable domain, and the port where it is
+ * part of the site): `https://example.com`, `http://127.0.0.1:8080`.
  */
 destination: string | null, 
+/**
+ * The whole address it leads to, as the browser reads it (the card shows it on request).
+ */
+address?: string, 
+/**
+ * Parts of that address that could make a person misread where it leads (the card shows
+ * them as warnings, never as the destination).
+ */
+address_warnings?: Array<AddressWarning>, 
 /**
  * The text to be typed (masked for password fields).
  */
@@ -528,6 +539,8 @@ text: string | null,
  * overlay marks on the page.
  */
 point?: [number, number], };
+
+export type AddressWarning = { "kind": "user_info", text: string, } | { "kind": "international_name", unicode: string, } | { "kind": "backslash" };
 
 export type ToolOutput = { 
 /**

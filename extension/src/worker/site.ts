@@ -36,8 +36,9 @@ export function siteKey(url: string): SiteKey | null {
   return { scheme, host: getDomain(host, { allowPrivateDomains: true }) ?? host, port: null };
 }
 
-/** The site as the agent writes it (`site_of_url`): `https://example.com`, `http://127.0.0.1:8080`. */
-export const siteText = (site: SiteKey): string => `${site.scheme}://${site.host}${site.port === null ? "" : `:${site.port}`}`;
+/** The site as the agent writes it (`site_of_url`): `https://example.com`, `http://127.0.0.1:8080`, `http://[::1]:5000`. */
+export const siteText = (site: SiteKey): string =>
+  `${site.scheme}://${site.host.includes(":") ? `[${site.host}]` : site.host}${site.port === null ? "" : `:${site.port}`}`;
 
 export const sameSite = (a: SiteKey | null, b: SiteKey | null): boolean => a !== null && b !== null && siteText(a) === siteText(b);
 

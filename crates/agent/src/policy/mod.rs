@@ -27,7 +27,7 @@ pub mod words;
 
 pub use grants::{Decision, Grants};
 pub use site::{host_for_site, host_of, site_of, site_of_url, web_url};
-pub use target::{ActionTarget, describe_target};
+pub use target::{ActionTarget, AddressWarning, describe_target};
 pub use words::danger_word;
 
 /// URL words (whole words of the host or path) of pages where every interaction may spend money

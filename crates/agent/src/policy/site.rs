@@ -50,12 +50,14 @@ pub fn host_for_site(url: &Url) -> String {
 /// The site of a URL: its scheme and the site of its host (see [`site_of`]), and for IP
 /// addresses and `localhost` the port too (nothing else tells two servers on one machine apart:
 /// `http://localhost:8080` and `http://localhost:9000` are two sites). `None` when it is not an
-/// http(s) URL with a host.
+/// http(s) URL with a host. This is how a card names where an action leads.
 pub fn site_of_url(url: &Url) -> Option<String> {
     let host = url.host_str().filter(|h| !h.is_empty())?;
     let site = site_of(host);
     let port =
         url.port_or_known_default().filter(|_| sited_by_port(&site)).map(|p| format!(":{p}")).unwrap_or_default();
+    // An IPv6 address keeps its brackets, as in an address (`http://[::1]:5000`).
+    let site = if site.contains(':') { format!("[{site}]") } else { site };
     Some(format!("{}://{site}{port}", url.scheme()))
 }
 
