@@ -2,7 +2,7 @@
 // Pure (no DOM, no chrome.*): the service worker keeps one per tab (worker/conversations.ts), its
 // views (the overlay, the side panel) hold copies that its patches keep in step (./patch.ts).
 
-import type { AgentEvent, Decision, Outcome, PauseReason, RiskLevel, RiskReason, Source, TaskError, TaskRefusal, TaskUpdate } from "../generated/protocol";
+import type { AddressWarning, AgentEvent, Decision, Outcome, PauseReason, RiskLevel, RiskReason, Source, TaskError, TaskRefusal, TaskUpdate } from "../generated/protocol";
 
 export type TaskState = "idle" | "running" | "confirm" | "ask" | "done" | "failed" | "stopped" | "paused";
 
@@ -62,8 +62,12 @@ export interface ConfirmTarget {
   description: string;
   /** The element's number in the page's snapshot, when the call acts on one. */
   index: number | null;
-  /** The site a navigation, form or link leads to. */
+  /** The site a navigation, form or link leads to (the agent's one site rule). */
   destination: string | null;
+  /** The whole address it leads to (the card shows it on request). */
+  address?: string;
+  /** What in that address could mislead (user-info, an international name, a backslash). */
+  address_warnings?: AddressWarning[];
   /** The text to be typed (masked for password fields by the engine). */
   text: string | null;
   /** For click_at: the point of the screenshot (0–1000 across and down), marked on the page. */
@@ -446,6 +450,16 @@ const MAX_THUMBNAIL = 200_000;
 const optionalText = (value: unknown, max = MAX_TARGET_TEXT): string | null =>
   typeof value === "string" && value.length > 0 ? value.slice(0, max) : null;
 
+/** One of a target's address warnings when it has a known shape (none otherwise). */
+function addressWarning(value: unknown): AddressWarning[] {
+  if (typeof value !== "object" || value === null) return [];
+  const v = value as Record<string, unknown>;
+  if (v.kind === "backslash") return [{ kind: "backslash" }];
+  if (v.kind === "user_info" && typeof v.text === "string") return [{ kind: "user_info", text: v.text.slice(0, 200) }];
+  if (v.kind === "international_name" && typeof v.unicode === "string") return [{ kind: "international_name", unicode: v.unicode.slice(0, 300) }];
+  return [];
+}
+
 /** `{ target }` from a confirm_request's `target` when it has the right shape, else nothing. */
 export function confirmTarget(value: unknown): { target?: ConfirmTarget } {
   if (typeof value !== "object" || value === null) return {};
@@ -460,6 +474,10 @@ export function confirmTarget(value: unknown): { target?: ConfirmTarget } {
   const p = v.point;
   const coordinate = (n: unknown) => typeof n === "number" && Number.isInteger(n) && n >= 0 && n <= 1000;
   if (Array.isArray(p) && p.length === 2 && coordinate(p[0]) && coordinate(p[1])) target.point = [p[0] as number, p[1] as number];
+  const address = optionalText(v.address);
+  if (address !== null) target.address = address;
+  const warnings = Array.isArray(v.address_warnings) ? v.address_warnings.flatMap(addressWarning).slice(0, 4) : [];
+  if (warnings.length > 0) target.address_warnings = warnings;
   return target.description || index !== null || target.destination || target.text ? { target } : {};
 }
 

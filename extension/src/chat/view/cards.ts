@@ -2,7 +2,7 @@
 // question cards, errors and notices. Model and page text go through the Markdown renderer (DOM
 // calls only) or textContent.
 
-import type { Decision, PauseReason, RiskLevel, RiskReason, TaskError, TaskRefusal } from "../../generated/protocol";
+import type { AddressWarning, Decision, PauseReason, RiskLevel, RiskReason, TaskError, TaskRefusal } from "../../generated/protocol";
 import { button, clip, el, uid } from "../../shared/ui/builders";
 import { formatNumber, t } from "../../shared/ui/i18n";
 import { renderMarkdown } from "./markdown";
@@ -213,7 +213,7 @@ function confirmCard(entry: Extract<Entry, { kind: "confirm" }>, actions: CardAc
       ? el("h3", { id: titleId, class: "target-description" }, el("code", { class: "tool-name" }, entry.name), " ", description)
       : el("h3", { id: titleId }, t("confirmTitle", entry.name)),
     el("p", { class: "risk" }, el("span", { class: `badge risk-${entry.risk}` }, riskLabel(entry.risk))),
-    destination ? el("p", { class: "target-destination" }, el("span", { class: "sign", "aria-hidden": "true" }, "→ "), destination) : null,
+    destination ? destinationLines(destination, target?.address ?? null, target?.address_warnings ?? []) : null,
     typed !== null
       ? el("p", { class: "target-text" }, el("span", { class: "sign", "aria-hidden": "true" }, "⌨ "), el("span", { class: "typed" }, `“${typed}”`))
       : null,
@@ -228,6 +228,39 @@ function confirmCard(entry: Extract<Entry, { kind: "confirm" }>, actions: CardAc
     el("div", { class: "actions" }, ...buttons),
     chosen ? el("p", { class: "meta", role: "status" }, t("youChose", chosen[1])) : null,
   );
+}
+
+/**
+ * Where a card's action leads: the site as the one site rule writes it (never the user-info or
+ * another part of the address that could pass for a site), a warning for each misleading part of
+ * the address, and the whole address one click away.
+ */
+function destinationLines(site: string, address: string | null, warnings: readonly AddressWarning[]): HTMLElement {
+  const full = address === null ? null : el("code", { class: "full-address", hidden: true }, clip(address, 2000));
+  const toggle = full === null ? null : button("show-address", t("addressShow"), undefined, { "aria-expanded": "false" });
+  toggle?.addEventListener("click", () => {
+    const shown = full!.hidden;
+    full!.hidden = !shown;
+    toggle.setAttribute("aria-expanded", String(shown));
+  });
+  return el(
+    "div",
+    { class: "destination" },
+    el("p", { class: "target-destination" }, el("span", { class: "sign", "aria-hidden": "true" }, "→ "), el("span", { class: "site" }, site), toggle ? " " : null, toggle),
+    ...warnings.map((warning) => el("p", { class: "address-warning", role: "note", "data-warning": warning.kind }, el("span", { class: "sign", "aria-hidden": "true" }, "⚠ "), addressWarningText(warning, site))),
+    full,
+  );
+}
+
+function addressWarningText(warning: AddressWarning, site: string): string {
+  switch (warning.kind) {
+    case "user_info":
+      return t("addressWarningUserInfo", warning.text, site);
+    case "international_name":
+      return t("addressWarningInternationalName", warning.unicode);
+    case "backslash":
+      return t("addressWarningBackslash", site);
+  }
 }
 
 /** A request the browser's fence stopped (the page tried to open a site or send a form), or a download it holds. */

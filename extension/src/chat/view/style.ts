@@ -129,6 +129,11 @@ dd { margin: 0; overflow-wrap: anywhere; }
 .confirm .message { margin: 0 0 6px; }
 .target-destination, .target-text { margin: 4px 0; overflow-wrap: anywhere; font-size: 12.5px; }
 .target-destination .sign, .target-text .sign { color: var(--muted); }
+.target-destination .site { font-weight: 600; }
+.target-destination .show-address { font-size: 11.5px; padding: 0 6px; }
+.address-warning { margin: 4px 0; font-size: 12.5px; color: var(--danger); overflow-wrap: anywhere; }
+.full-address { display: block; margin: 4px 0; font-size: 11.5px; overflow-wrap: anywhere; white-space: pre-wrap; }
+.full-address[hidden] { display: none; }
 .target-text .typed { font: 12.5px ui-monospace, SFMono-Regular, Menlo, monospace; white-space: pre-wrap; }
 .card pre.code { max-height: 320px; white-space: pre; overflow-wrap: normal; }
 .target-outline, .passage-outline { position: fixed; left: 0; top: 0; width: 0; height: 0; pointer-events: none; box-sizing: border-box;
