@@ -12,6 +12,12 @@
 // in that tab (the address bar, a bookmark, back and forward: no initiator) while the agent is not
 // navigating is the user's: the task stops, the fence lifts and the navigation is replayed.
 //
+// Navigations that make no request (the rules never see them) are watched at commit: a top-level
+// document of a fenced tab whose address is `blob:`, `data:`, `about:`, `filesystem:` or
+// `javascript:` is judged by the site of the origin it belongs to (`documentOrigin`), and one off
+// the task's sites is emptied and reported like a blocked request (the worker takes the tab back
+// and shows the card). See docs/threat-model.md row 22 for what Chromium does with each scheme.
+//
 // The browser is the store: a tab's rules are found by their tab condition, so a restarted worker
 // finds the fences it set (the approved sites live in storage.session beside them).
 
@@ -260,6 +266,11 @@ export interface Blocked {
   initiator?: string;
   /** A held download (downloads.ts): its id. */
   download?: number;
+  /**
+   * For a navigation without a request (`blob:`, `about:blank`…): the origin its document belongs
+   * to, whose site the card names and an Allow approves ("null" for an opaque origin).
+   */
+  origin?: string;
 }
 
 /** When each tab last had a request blocked (read by a navigation to tell how it ended). */
@@ -271,8 +282,95 @@ export const blockedSince = (tabId: number, since: number): string | null => {
   return last && last.at >= since ? last.url : null;
 };
 
-/** Calls `onBlocked` for each request the fence stops (`net::ERR_BLOCKED_BY_CLIENT` in a fenced tab). */
+/** Schemes whose navigations make no network request, so no rule of the fence can see them. */
+const WITHOUT_REQUEST = /^(blob|data|about|filesystem|javascript):/i;
+
+/**
+ * The origin a document without a request of its own belongs to, as a string (`http://a.test:8080`;
+ * "null" for an opaque origin, null when Chrome tells nothing):
+ * - `blob:` and `filesystem:` addresses carry it: `blob:https://other.example/<uuid>` belongs to
+ *   https://other.example (only that origin can make the address);
+ * - `about:blank`, `data:` and the rest inherit it from the document that started the navigation
+ *   where Chrome gives them that origin (about:blank does; a data: document's is opaque). Chrome's
+ *   events do not name the initiator, so the committed document is asked (`self.origin`, read by
+ *   an injected function in exactly that document).
+ */
+export async function documentOrigin(url: string, tabId: number, documentId: string | undefined): Promise<string | null> {
+  if (/^(blob|filesystem):/i.test(url)) {
+    try {
+      const inner = new URL(new URL(url).pathname);
+      if (inner.protocol === "http:" || inner.protocol === "https:") return inner.origin;
+    } catch {
+      // Not a web origin inside: asked below.
+    }
+  }
+  const target = documentId ? { tabId, documentIds: [documentId] } : { tabId, frameIds: [0] };
+  const read = await chrome.scripting
+    .executeScript({ target, injectImmediately: true, func: () => self.origin })
+    .catch(() => []);
+  const origin = read[0]?.result;
+  return typeof origin === "string" ? origin : null;
+}
+
+/** Empties a document the fence judged off the task's sites, at once (the worker then takes the tab back). */
+async function emptyDocument(tabId: number, documentId: string | undefined): Promise<void> {
+  const target = documentId ? { tabId, documentIds: [documentId] } : { tabId, frameIds: [0] };
+  await chrome.scripting
+    .executeScript({
+      target,
+      injectImmediately: true,
+      func: () => {
+        window.stop();
+        document.documentElement?.replaceChildren();
+      },
+    })
+    .catch(() => {});
+}
+
+/**
+ * A top-level navigation without a request in a fenced tab (at its commit, or a same-document
+ * move): judged by the site of the origin its document belongs to; one off the task's sites (or
+ * of no site: an opaque or unreadable origin) is emptied and reported to `onBlocked`.
+ */
+async function judgeWithoutRequest(
+  details: { tabId: number; frameId: number; url: string; documentId?: string },
+  onBlocked: (blocked: Blocked) => void,
+): Promise<void> {
+  if (details.frameId !== 0 || details.tabId < 0 || !WITHOUT_REQUEST.test(details.url)) return;
+  // A tab the page opened to about:blank may commit before the worker adopts it: its opener's task.
+  const opener = async () => {
+    const tab = await chrome.tabs.get(details.tabId).catch(() => null);
+    return tab?.openerTabId === undefined ? null : taskOf(tab.openerTabId);
+  };
+  const task = (await taskOf(details.tabId)) ?? (await opener());
+  if (task === null) return;
+  const origin = await documentOrigin(details.url, details.tabId, details.documentId);
+  if (origin !== null && origin !== "null" && (await onApprovedSite(task, `${origin}/`))) return;
+  await emptyDocument(details.tabId, details.documentId);
+  lastBlocked.set(details.tabId, { url: details.url, at: Date.now() });
+  onBlocked({
+    tabId: task,
+    inTab: details.tabId,
+    opened: task !== details.tabId,
+    url: details.url,
+    method: "GET",
+    topLevel: true,
+    // The page's own doing (the browser's own navigations make requests).
+    ...(origin !== null && origin !== "null" ? { initiator: origin } : {}),
+    origin: origin ?? "null",
+  });
+}
+
+/**
+ * Calls `onBlocked` for each request the fence stops (`net::ERR_BLOCKED_BY_CLIENT` in a fenced
+ * tab), and for each navigation without a request that leaves the task's sites.
+ */
 export function watch(onBlocked: (blocked: Blocked) => void): void {
+  const withoutRequest = (details: { tabId: number; frameId: number; url: string; documentId?: string }) =>
+    void judgeWithoutRequest(details, onBlocked).catch(() => {});
+  chrome.webNavigation.onCommitted.addListener(withoutRequest);
+  chrome.webNavigation.onHistoryStateUpdated.addListener(withoutRequest);
+  chrome.webNavigation.onReferenceFragmentUpdated.addListener(withoutRequest);
   chrome.webRequest.onErrorOccurred.addListener(
     (details) => {
       if (details.error !== "net::ERR_BLOCKED_BY_CLIENT" || details.tabId < 0) return;

@@ -22,6 +22,7 @@ import * as fence from "./fence";
 import * as downloads from "./downloads";
 import * as conversations from "./conversations";
 import * as voice from "./voice";
+import { siteKey, siteText } from "./site";
 import { answer, applyUpdate, continued, decide, decideFence, emptyTranscript, fenceBlocked, localError, markSent, pendingAsk, sourceOf, userMessage } from "../chat/transcript";
 import { t as t_ } from "../shared/ui/i18n";
 
@@ -251,7 +252,7 @@ async function onFenceBlocked(blocked: fence.Blocked): Promise<void> {
     }
     await restorePage(tabId, url);
   }
-  await showFenceCard(tabId, url, blocked.method);
+  await showFenceCard(tabId, url, blocked.method, null, blocked.origin);
 }
 
 // A download started while a task's fence is up waits for the user's decision on a card.
@@ -305,16 +306,22 @@ async function restorePage(tabId: number, blockedUrl: string): Promise<boolean> 
   return true;
 }
 
-/** The fence's card in `tabId`'s conversation, naming the full address. */
-async function showFenceCard(tabId: number, url: string, method: string, file: string | null = null): Promise<void> {
-  let host = url;
+/**
+ * The fence's card in `tabId`'s conversation, naming the full address and, as its title, the site
+ * as the one site rule writes it: the address's, or for a navigation without a request the site of
+ * the origin its document belongs to (`origin`; an opaque one has no site: the address is named).
+ */
+async function showFenceCard(tabId: number, url: string, method: string, file: string | null = null, origin?: string): Promise<void> {
+  let host = url.slice(0, 80);
   try {
     // A blob: or filesystem: address names the page's origin inside it.
     const parsed = new URL(url);
-    host = parsed.host || new URL(parsed.pathname).host || url;
+    host = parsed.host || new URL(parsed.pathname).host || host;
   } catch {
     // Shown whole.
   }
+  const site = siteKey(origin === undefined ? url : `${origin}/`);
+  if (site) host = siteText(site);
   await conversations.change(tabId, (t) => fenceBlocked(t, url, host, method, file));
 }
 
@@ -327,10 +334,15 @@ chrome.tabs.onCreated.addListener((tab) => void onTabOpened(tab));
 async function onTabOpened(tab: chrome.tabs.Tab): Promise<void> {
   // (A tab opened to a web address: not the browser's new-tab page, nor a blank tab made by a tool.)
   const url = tab.pendingUrl ?? tab.url ?? "";
-  if (tab.id === undefined || tab.openerTabId === undefined || !/^https?:/.test(url)) return;
+  if (tab.id === undefined || tab.openerTabId === undefined) return;
+  // A tab opened to a document without a request (about:blank, blob:) is fenced too: its
+  // document is judged by its origin when it commits (fence.ts).
+  const withoutRequest = url === "" || /^(about|blob|data):/i.test(url);
+  if (!withoutRequest && !/^https?:/.test(url)) return;
   const task = await fence.taskOf(tab.openerTabId);
   if (task === null) return;
   await fence.adoptOpenedTab(task, tab.id);
+  if (withoutRequest) return;
   if (await fence.onApprovedSite(task, url)) return;
   // The rules may have blocked it already (its block report closes the tab): give it a moment.
   await new Promise((r) => setTimeout(r, 500));
@@ -615,9 +627,11 @@ async function fenceDecision(tabId: number, url: string, allow: boolean): Promis
   const [blocked] = list.splice(at, 1);
   if (blocked?.download !== undefined) return downloads.decide(tabId, blocked.download, allow);
   if (!allow || !blocked) return true;
-  await fence.approve(tabId, url);
+  // A navigation without a request (blob:, about:blank…): its origin's site is approved; the
+  // document is not made again (the page may go there again, and now may).
+  await fence.approve(tabId, blocked.origin === undefined ? url : `${blocked.origin}/`);
   // The user's Allow opens it where the page tried to: this tab, or a new one (which the fence follows).
-  if (blocked.topLevel && blocked.method === "GET") {
+  if (blocked.topLevel && blocked.method === "GET" && /^https?:/i.test(url)) {
     if (blocked.opened) await chrome.tabs.create({ url, openerTabId: tabId });
     else await chrome.tabs.update(tabId, { url });
   }
