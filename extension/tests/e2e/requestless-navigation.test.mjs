@@ -32,25 +32,29 @@ after(async () => {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 /** The other site, as the one site rule writes it (scheme, host, and the port: a local server). */
 const otherSite = () => `http://${new URL(other.url).host}`;
-const taskUrl = (move) => `${site.url}/attacks/requestless.html?frame=${encodeURIComponent(`${other.url}/attacks/move-top-${move}.html`)}`;
+/** The lessons page showing the other site's frame page `frame` (tests/pages/attacks/<frame>.html). */
+const taskUrl = (frame) => `${site.url}/attacks/requestless.html?frame=${encodeURIComponent(`${other.url}/attacks/${frame}.html`)}`;
+const WORKER = "/service-worker.js";
+const tabCount = () => chrome.console.evaluate(WORKER, "chrome.tabs.query({}).then((t) => t.length)");
 
 /**
  * A task on the lessons page whose model clicks "Show video" (harmless: no card) and then waits;
- * the person clicks Play in the other site's frame, which moves the top as `move` says.
+ * the person clicks Play in the other site's frame (`frame`), which reports its `attempt` to its
+ * own server and then moves the top (or opens a tab).
  */
-async function clickPlayDuringTask(move) {
-  const url = taskUrl(move);
+async function clickPlayDuringTask(frame, attempt) {
+  const url = taskUrl(frame);
   const page = await openAgentPage(chrome, url);
   await useScript(chrome, [call("snapshot"), call("click", `index:${indexOf('"Show video"')}`), call("wait_for", `text:${str("never shown")},timeout_seconds:8`), done("Shown.")]);
   await ask(page, "Show the video.");
-  const frame = await until(async () => {
-    const f = page.frames().find((x) => x.url().includes(`move-top-${move}.html`));
+  const player = await until(async () => {
+    const f = page.frames().find((x) => x.url().includes(`/${frame}.html`));
     return f && (await f.locator("#play").count().catch(() => 0)) > 0 ? f : null;
   }, "the other site's frame");
   // Trusted input: a real click (CDP) in the middle of the frame's Play button.
-  const box = await frame.locator("#play").boundingBox();
+  const box = await player.locator("#play").boundingBox();
   await page.mouse.click(box.x + box.width / 2, box.y + box.height / 2);
-  await until(async () => other.log.some((l) => l.includes(`/attempted-${move}`)), `the frame's ${move}: attempt`);
+  await until(async () => other.log.some((l) => l.includes(`/attempted-${attempt}`)), `the frame's ${attempt} attempt`);
   return { page, url };
 }
 
@@ -63,7 +67,7 @@ async function where(page) {
 test("a cross-site frame moving the tab to a blob: document of its own origin is undone and carded with that site", { timeout: 120_000 }, async () => {
   // The issue's attack: no request, so the fence's rules never saw it; the tab ended on the other
   // site's page with no card.
-  const { page, url } = await clickPlayDuringTask("blob");
+  const { page, url } = await clickPlayDuringTask("move-top-blob", "blob");
   const card = await answerFenceCard(page, [otherSite()], "deny");
   assert.match(card, /blob:/, "the card shows the full address");
   await until(async () => (await where(page)).url === url, "the tab back on the task's page");
@@ -77,10 +81,20 @@ test("a cross-site frame moving the tab to a blob: document of its own origin is
 
 test("a cross-site frame moving the tab to about:blank (its own origin) and writing there is undone and carded with that site", { timeout: 120_000 }, async () => {
   // about:blank inherits the origin of the document that started the navigation: the frame's.
-  const { page, url } = await clickPlayDuringTask("about");
+  const { page, url } = await clickPlayDuringTask("move-top-about", "about");
   await answerFenceCard(page, [otherSite(), "about:blank"], "deny");
   await until(async () => (await where(page)).url === url, "the tab back on the task's page");
   assert.equal((await where(page)).origin, site.url);
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  await page.close();
+});
+
+test("a tab a cross-site frame opens to about:blank (its own origin) and writes into is closed and carded with that site", { timeout: 120_000 }, async () => {
+  // Ours: not the task's tab but a new one, with no request at all (row 4 fences requests only).
+  const tabs = await tabCount();
+  const { page } = await clickPlayDuringTask("open-blank-tab", "popup");
+  await answerFenceCard(page, [otherSite(), "about:blank"], "deny");
+  await until(async () => (await tabCount()) === tabs + 1, "the opened tab to be closed (only the task's own is new)");
   assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
   await page.close();
 });
@@ -93,7 +107,7 @@ for (const [move, why] of [
   ["filesystem", "Chromium refuses top-level navigations to filesystem: addresses in the renderer, before any navigation starts"],
 ]) {
   test(`a cross-site frame moving the tab to a ${move}: address leaves the tab on the task's site (${why})`, { timeout: 120_000 }, async () => {
-    const { page, url } = await clickPlayDuringTask(move);
+    const { page, url } = await clickPlayDuringTask(`move-top-${move}`, move);
     if (move === "filesystem") {
       await until(async () => other.log.some((l) => l.includes("/made-filesystem-page") || l.includes("/no-filesystem-api")), "the frame's page in its file system");
       assert.ok(other.log.some((l) => l.includes("/made-filesystem-page?url=filesystem%3A")), "the filesystem: API exists and made the page");
@@ -115,7 +129,7 @@ test("a card for an address with user-info names the real site; the user-info is
   // The issue's attack: http://<this site>@<other site>/… showed the person's own host.
   const siteHost = new URL(site.url).host;
   const deceptive = `http://${siteHost}@${new URL(other.url).host}/account?d=SECRET-TOKEN-42`;
-  const page = await openAgentPage(chrome, taskUrl("blob"));
+  const page = await openAgentPage(chrome, taskUrl("move-top-blob"));
   await useScript(chrome, [call("navigate", `url:${str(deceptive)}`), done("Opened it.")]);
   await ask(page, "Open my account page.");
   await waitForTask(page, ["confirm"]);
