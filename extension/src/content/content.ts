@@ -3,7 +3,7 @@
 
 import type { ToolReply, ToolRequest, WorkerToTab } from "../generated/protocol";
 import { isFromWorker, isMessage } from "../shared/messages";
-import { chatChanged, engineStatus, hideForCapture, mountOverlayWhenReady, openWithSelection, protectOverlay, setPanelAttached, settingsChanged, showPassage } from "./overlay";
+import { chatChanged, hideForCapture, mountOverlayWhenReady, openWithSelection, protectOverlay, setPanelAttached, settingsChanged, showPassage } from "./overlay";
 import { executeTool, ToolFailure } from "./page-tools";
 
 /** Tools in progress; stop aborts them. */
@@ -13,8 +13,8 @@ const running = new Set<AbortController>();
 const LOADED = "__hearthContentScript";
 const world = globalThis as { [LOADED]?: boolean };
 
-// The script runs at document_start: before any page script, so the overlay's shield and host come
-// first (overlay.ts); the overlay itself is mounted once the document is parsed.
+// The script runs at document_start: before any page script, so the overlay's host comes first
+// (overlay.ts); the overlay itself is mounted once the document is parsed.
 if (window.top === window && !world[LOADED]) {
   world[LOADED] = true;
   protectOverlay();
@@ -42,9 +42,6 @@ function onTabMessage(msg: WorkerToTab, sendResponse: (reply: ToolReply | boolea
       return false;
     case "chat":
       chatChanged(msg.chat);
-      return false;
-    case "engine_status":
-      engineStatus(msg.status);
       return false;
     case "show_passage":
       showPassage(msg.number);

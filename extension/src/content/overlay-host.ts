@@ -1,15 +1,16 @@
 // The overlay's host on the page: <hearth-overlay> with a *closed* shadow root, so the page can
-// neither read nor restyle what is inside. It carries nothing but its inline style:
+// neither read nor restyle what is inside (the launcher, the outlines, and the frame that holds
+// Hearth's chat page: ./overlay.ts). It carries nothing but its inline style:
 // - it and its shadow root are made at document_start (protectOverlay in overlay.ts), before any
 //   page script could define a look-alike element, and are only ever reached through the
 //   overlay's variables, never looked up in the document (a page may hold <hearth-overlay>
 //   elements of its own);
 // - its box is set inline with !important (beats any page stylesheet) and set again when the page
-//   changes its attributes; it is put back (a few times) when the page removes it;
-// - keystrokes, text input, clipboard and focus events from inside never reach page listeners
-//   (ui/shield.ts).
-
-import { installShield, type Shield } from "./ui/shield";
+//   changes its attributes;
+// - it is put back under the root element whenever the page moves or removes it, rewrites the
+//   document (document.open()) or replaces its root, for as long as the page keeps at it: the
+//   observers watch, they do not count. Where the browser can move a node without unloading it
+//   (moveBefore), the frame inside survives the move; elsewhere it loads again.
 
 /** The host's box, set inline with !important: `all: initial` first, then what it needs. */
 const HOST_STYLE: [string, string][] = [
@@ -26,28 +27,24 @@ const HOST_STYLE: [string, string][] = [
   ["unicode-bidi", "isolate"],
 ];
 
-/** How many times the host is put back after the page removed it. */
-const MAX_REATTACH = 3;
-
 export interface HostParts {
   host: HTMLElement;
   shadow: ShadowRoot;
-  shield: Shield;
 }
 
-/** Makes the host, its closed shadow root and the shield that guards them. */
+/** Makes the host and its closed shadow root. */
 export function createHost(): HostParts {
-  const shield = installShield();
   const host = document.createElement("hearth-overlay");
   const shadow = host.attachShadow({ mode: "closed" });
-  shield.guard(host, shadow);
-  return { host, shadow, shield };
+  return { host, shadow };
 }
+
+type Movable = Element & { moveBefore?(node: Node, child: Node | null): void };
 
 /**
  * Puts the host on the page with its inline style, and keeps both there: the style is set again
  * when the page changes the host's attributes (which it may not add to), and the host is put back
- * when the page removes it, MAX_REATTACH times at most. Returns what stops it.
+ * under the root element whenever it is anywhere else. Returns what stops it.
  */
 export function keepOnPage(host: HTMLElement): () => void {
   const applyStyle = () => {
@@ -62,22 +59,28 @@ export function keepOnPage(host: HTMLElement): () => void {
   });
   guard.observe(host, { attributes: true });
 
-  let reattached = 0;
-  const keeper = new MutationObserver(() => {
-    const root = document.documentElement;
-    if (!root || host.parentNode === root) return;
-    if (reattached++ >= MAX_REATTACH) return keeper.disconnect();
-    attach();
-  });
-  const attach = () => {
-    const root = document.documentElement;
-    if (!root) return;
-    // The page may have replaced its root element: watch the current one.
+  // A move into the page's own element shows as a removal from the root; document.open() or a new
+  // root element as a change of the document's children.
+  const keeper = new MutationObserver(() => putBack());
+  const putBack = () => {
+    const root = document.documentElement as Movable | null;
     keeper.observe(document, { childList: true });
+    if (!root) return;
+    // (The page may have replaced its root element: watch the current one.)
     keeper.observe(root, { childList: true });
+    if (host.parentNode === root) return;
+    // A move keeps the frame's document where the browser can (a connected host, the same document).
+    if (host.isConnected && typeof root.moveBefore === "function") {
+      try {
+        root.moveBefore(host, null);
+        return;
+      } catch {
+        // Not movable from there: appended below.
+      }
+    }
     root.append(host);
   };
-  attach();
+  putBack();
   return () => {
     guard.disconnect();
     keeper.disconnect();

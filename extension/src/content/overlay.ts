@@ -1,45 +1,48 @@
-// The overlay: a launcher button and the chat (chat/view/live-chat.ts) in the page, inside the
-// closed shadow root of its host (./overlay-host.ts). It is one view of the tab's conversation,
-// which the service worker owns (worker/conversations.ts): it is sent the conversation's changes
-// (`chat`) and the engine's state (`engine_status`), and sends what the user does (`chat_input`), as
-// a side panel showing the tab does. While a panel shows the tab the overlay stays closed and its
-// launcher hidden, but it still follows the conversation: it outlines the page element a
-// confirmation is about and scrolls to a cited passage, which only the page's side can do.
-// Test builds (__HEARTH_TEST_BUILD__) mirror the state for tests as data-* attributes of a hidden
-// <div class="test-state"> inside the shadow root (read over the DevTools protocol): data-state
-// (open/closed), data-view (chat/settings), data-engine, data-adapter, data-self-test, data-values,
-// data-fused-error, data-failure, data-model, data-offer, data-download, data-load, data-task,
-// data-answer, data-cards, data-pending-call, data-side-panel (a side panel shows this tab),
-// data-passage, data-recording (the seconds recorded, while the microphone records). Release
-// builds mirror nothing.
+// The overlay, the page's side of it: a launcher button, and a frame that holds Hearth's own chat
+// page (sidepanel.html, the page the side panel shows), both inside the closed shadow root of the
+// host (./overlay-host.ts), with the outlines of what a card is about. Everything the person types,
+// selects, reads or decides is in the frame, which runs in the extension's process and talks to
+// the worker itself: none of it is ever in the page's document. The frame is made the first time
+// the overlay opens, and kept (hidden while closed) for the rest of the page.
+//
+// This script follows the tab's conversation (the worker owns it: worker/conversations.ts; it
+// sends `chat` patches) only for what the page's side does: it outlines the element a waiting
+// confirmation is about, scrolls to a cited passage, marks the launcher, and opens the overlay
+// when a card comes to wait. While a side panel shows the tab the overlay stays closed and its
+// launcher hidden. To the frame it speaks over a MessagePort it hands over with a secret the
+// frame's address carries (the page can read neither): "open" (with the page's selection, for
+// the shortcut); the frame answers "ready" to each hand-over and "opened" once its chat is shown,
+// and says "close" (×, Esc).
+//
+// Test builds (__HEARTH_TEST_BUILD__) mirror this side's state as data-* attributes of a hidden
+// <div class="test-state"> in the shadow root (read over the DevTools protocol): data-state
+// (open once the frame said so, or closed), data-side-panel (a side panel shows this tab), data-passage, data-frames (how
+// many frames were made). The chat's own state is mirrored by the frame (sidepanel.ts).
 
-import type { ChatInput, EngineStatus, SettingsView } from "../generated/protocol";
+import type { SettingsView } from "../generated/protocol";
 import { sendFromTab } from "../shared/messages";
-import type { OwnModel } from "../shared/own-models";
-import { siteOf } from "../shared/settings";
-import { clip, el } from "../shared/ui/builders";
+import { button, clip, el } from "../shared/ui/builders";
 import { t } from "../shared/ui/i18n";
-import { OVERLAY_CSS } from "../chat/view/style";
-import type { Listen } from "../chat/view/composer";
-import { createLiveChat } from "../chat/view/live-chat";
-import { sourceOf, waitingConfirmation, type Entry, type Transcript } from "../chat/transcript";
+import { applyPatch } from "../chat/patch";
+import { emptyTranscript, sourceOf, waitingConfirmation, waitingEntry, type Entry, type Transcript } from "../chat/transcript";
 import { createHost, keepOnPage, type HostParts } from "./overlay-host";
 import { elementByIndex } from "./page-tools/elements";
+import { HOST_CSS } from "./ui/host-style";
 import { targetOutline } from "./ui/outline";
 import { findPassage } from "./ui/passage";
 
 /** The most page text `openWithSelection` takes into the composer. */
 const MAX_QUOTE = 4000;
+/** How long a frame's document may take to answer the hand-over before it is replaced. */
+const FRAME_ANSWER_MS = 5_000;
 
 interface Overlay {
   openWithSelection(): void;
-  settingsChanged(view: SettingsView): void;
   /** A side panel shows this tab's chat (true), or no longer does. */
   panelShown(shown: boolean): void;
   /** A change of the tab's conversation, from its owner. */
   chat(patch: unknown): void;
-  engineStatus(status: EngineStatus): void;
-  /** Scrolls to passage `number` and outlines it (a chip clicked in the side panel). */
+  /** Scrolls to passage `number` and outlines it (a chip clicked in the chat). */
   showPassage(number: number): void;
   unmount(): void;
 }
@@ -49,10 +52,7 @@ let overlay: Overlay | null = null;
 /** Whether a side panel shows this tab (told by the worker; kept for an overlay mounted later). */
 let sidePanelShown = false;
 
-/**
- * Run first, at document_start: the shield's capture listeners go in before any page script's, and
- * the host with its closed shadow root is made before a page script could define <hearth-overlay>.
- */
+/** Run first, at document_start: the host with its closed shadow root is made before a page script could define <hearth-overlay>. */
 export function protectOverlay(): void {
   parts ??= createHost();
 }
@@ -100,11 +100,10 @@ export function mountOverlay(): void {
 export function settingsChanged(view: SettingsView | undefined): void {
   if (!view || typeof view !== "object") return;
   if (view.disabled) return unmountOverlay();
-  if (!overlay) overlay = createOverlay(parts!);
-  overlay.settingsChanged(view);
+  overlay ??= createOverlay(parts!);
 }
 
-/** Opens the panel with the page's selection (if any) shown above the composer: the keyboard shortcut. */
+/** Opens the overlay with the page's selection (if any) shown above the composer: the keyboard shortcut. */
 export function openWithSelection(): void {
   overlay?.openWithSelection();
 }
@@ -120,12 +119,7 @@ export function chatChanged(patch: unknown): void {
   overlay?.chat(patch);
 }
 
-/** The engine's state (the worker's `engine_status`). */
-export function engineStatus(status: EngineStatus): void {
-  overlay?.engineStatus(status);
-}
-
-/** A chip clicked in the side panel (the worker's `show_passage`). */
+/** A chip clicked in the chat (the worker's `show_passage`). */
 export function showPassage(number: number): void {
   overlay?.showPassage(number);
 }
@@ -136,156 +130,116 @@ export function unmountOverlay(): void {
   overlay = null;
 }
 
-function createOverlay({ host, shadow, shield }: HostParts): Overlay {
-  // Handlers for the events the shield keeps from the page (removed on unmount).
-  const removals: (() => void)[] = [];
-  const listen: Listen = (type, handler) => void removals.push(shield.on(type, handler));
+function createOverlay({ host, shadow }: HostParts): Overlay {
   // The state mirror of test builds; release builds write into an object nobody sees.
   const mirror = __HEARTH_TEST_BUILD__ ? el("div", { class: "test-state", hidden: true, "aria-hidden": "true" }) : null;
   const data: DOMStringMap = mirror ? mirror.dataset : {};
   // The page element a waiting confirmation is about, and a cited passage the user asked to see.
   const outline = targetOutline();
   const passageOutline = targetOutline("passage-outline");
-  /** The user's own model files (chrome.storage.local): the engine view marks them as not verified. */
-  let ownModels: OwnModel[] = [];
-  /** This view watches the engine's state (the user opened it, or a task runs). */
-  let connected = false;
-  let cutOff = false;
+  const launcher = button("launcher", "H", t("launcherLabel"), { "aria-expanded": "false" });
+  /** This side's copy of the conversation (for the outline, the launcher and opening at a card). */
+  let transcript: Transcript = emptyTranscript();
+  let open = false;
   let panelShown = false;
 
-  const here = (url: string) => url.split("#")[0] === location.href.split("#")[0];
+  // --- the frame and its channel ---------------------------------------------------------------
+  /** Known to this script and the frame only: the frame takes a channel only from whoever has it. */
+  const secret = crypto.randomUUID();
+  let frame: HTMLIFrameElement | null = null;
+  let channel: MessagePort | null = null;
+  /** What the frame is told once its channel is up ("open", with the page's selection). */
+  let pendingOpen: { quote?: string } | null = null;
 
-  const live = createLiveChat({
-    surface: "overlay",
-    send: input,
-    handlers: {
-      ownModel: (name) => ownModels.find((m) => m.name === name),
-      openOptions: () => send({ kind: "open_options" }),
-      openSidePanel: () => send({ kind: "open_side_panel" }),
-    },
-    sourceOpens(transcript, number) {
-      const url = sourceOf(transcript, number)?.url;
-      return url && !here(url) ? url : null;
-    },
-    showSourceHere(transcript, number) {
-      const source = sourceOf(transcript, number);
-      // Another page's passage (read_link): the worker opens that page in a new tab, fenced like
-      // any tab the task opens, and never outside the task's sites while it runs.
-      if (!source || !here(source.url)) return false;
-      showFound(number, source.text);
-      return true;
-    },
-    onWaiting(entryId, full) {
-      // A card comes to wait for the user: the overlay opens at it (the side panel does, if it shows
-      // this tab). A confirmation or question that waited before this page loaded shows when the
-      // user opens the overlay (the launcher is marked); a fence card opens it on the new page too,
-      // since the page was loaded again by the fence itself, taking the tab back from where the
-      // page tried to go, and the card asks about that.
-      const fence = live.transcript().entries.find((e) => e.id === entryId)?.kind === "fence";
-      if (panelShown || (full && !fence)) return;
-      if (!ui.settingsView.hidden) ui.showSettings(false);
-      setOpen(true, false);
-      ui.focusCard(entryId);
-    },
-    onPatch(transcript, full) {
-      outlineTarget(transcript);
-      // Something is happening in this tab's conversation: follow the engine too.
-      if (!connected && (!full || ["running", "confirm", "ask"].includes(transcript.task))) connect();
-      // The overlay was open on the previous page of this tab while its task ran: open again.
-      if (full && transcript.open && panel.hidden && !panelShown && transcript.task === "running") setOpen(true, false);
-    },
-    listen,
-    root: shadow,
-    data,
-    site: siteOf(location.href) ?? location.origin,
-    isOpen: () => !panel.hidden,
-  });
-  const { ui } = live;
-  const { launcher, panel, close, composer, settingsView, disableSite } = ui;
-  // A constructed stylesheet, not a <style> element: a page's strict CSP (style-src) would block
-  // the element's inline CSS, but does not apply to stylesheets built through the CSSOM.
-  const sheet = new CSSStyleSheet();
-  sheet.replaceSync(OVERLAY_CSS);
-  shadow.adoptedStyleSheets = [sheet];
-  // The outline first: the launcher and the panel are drawn over it.
-  shadow.replaceChildren(outline.element, outline.marker, passageOutline.element, launcher, panel);
-  if (mirror) shadow.append(mirror);
+  function makeFrame(): HTMLIFrameElement {
+    const made = el("iframe", { class: "chat-frame", title: t("panelTitle") });
+    made.src = `${chrome.runtime.getURL("sidepanel.html")}#${secret}`;
+    // Each document the frame loads (a new one after the page took the host away and it was put
+    // back) is handed a new channel; one that does not answer it is not Hearth's page: replaced.
+    made.addEventListener("load", () => handOver(made));
+    data.frames = String(Number(data.frames ?? 0) + 1);
+    return made;
+  }
 
-  data.state = "closed";
-  data.view = "chat";
-  data.engine = "idle";
-  listen("keydown", (e) => {
-    // (An Esc that dropped a recording closes nothing.)
-    if (e instanceof KeyboardEvent && e.key === "Escape" && !e.isComposing && !e.defaultPrevented && !panel.hidden) {
-      e.preventDefault();
-      setOpen(false);
-    }
-  });
+  function handOver(target: HTMLIFrameElement): void {
+    if (target !== frame || !target.contentWindow) return;
+    channel?.close();
+    const { port1, port2 } = new MessageChannel();
+    channel = port1;
+    let answered = false;
+    port1.onmessage = (event) => {
+      const kind = (event.data as { kind?: unknown } | null)?.kind;
+      if (kind === "ready") {
+        answered = true;
+        if (open) tellOpen();
+      } else if (kind === "opened" && open) data.state = "open";
+      else if (kind === "close") setOpen(false, { focus: true });
+    };
+    target.contentWindow.postMessage({ hearth: secret }, `chrome-extension://${chrome.runtime.id}`, [port2]);
+    setTimeout(() => {
+      if (answered || target !== frame) return;
+      frame = makeFrame();
+      target.replaceWith(frame);
+    }, FRAME_ANSWER_MS);
+  }
+
+  function tellOpen(): void {
+    if (!channel) return;
+    channel.postMessage({ kind: "open", ...(pendingOpen ?? {}) });
+    pendingOpen = null;
+  }
 
   // --- opening and closing ---------------------------------------------------------------------
-  function setOpen(open: boolean, focus = true): void {
-    if (open === !panel.hidden) return;
-    panel.hidden = !open;
+  /** Opens or closes the overlay; `focus`: the frame takes the focus (or, closing, the launcher). */
+  function setOpen(next: boolean, { focus = true, quote }: { focus?: boolean; quote?: string } = {}): void {
+    const changed = next !== open;
+    open = next;
+    // (Open once the frame says its chat is shown.)
+    if (!open) data.state = "closed";
     launcher.setAttribute("aria-expanded", String(open));
-    data.state = open ? "open" : "closed";
-    input({ input: "shown", open });
     if (open) {
-      connect();
-      ui.flush();
-      ui.view.scrollToEnd();
-      if (focus) (settingsView.hidden ? composer.textarea : ui.settingsToggle).focus();
-    } else if (focus) {
-      launcher.focus();
+      if (!frame) {
+        frame = makeFrame();
+        shadow.append(frame);
+      }
+      frame.hidden = false;
+      pendingOpen = quote ? { quote } : {};
+      if (focus) frame.focus();
+      tellOpen();
+    } else {
+      const hadFocus = shadow.activeElement === frame;
+      if (frame) frame.hidden = true;
+      if (focus && hadFocus) launcher.focus();
     }
+    if (changed) send({ kind: "chat_input", input: { input: "shown", open } });
   }
 
-  /** Watches the engine's state (starting the engine on first use, retrying a failed one). */
-  function connect(): void {
-    connected = true;
-    send({ kind: "watch_engine" });
-  }
-
-  launcher.addEventListener("click", () => setOpen(panel.hidden));
-  close.addEventListener("click", () => setOpen(false));
+  launcher.addEventListener("click", () => setOpen(!open));
 
   // --- talking to the worker -------------------------------------------------------------------
   function send(msg: Parameters<typeof sendFromTab>[0]): void {
-    const failed = () => {
-      // The extension was reloaded or updated under this page: its old content script is cut off.
-      if (!cutOff) live.showLocalError(t("extensionReloaded"));
-      cutOff = true;
-    };
+    // (The extension was reloaded or updated under this page: this old content script is cut off,
+    // and so is its frame; the new one shows what happened.)
     try {
-      sendFromTab(msg).then(undefined, failed);
+      sendFromTab(msg).catch(() => {});
     } catch {
-      failed();
+      // Cut off.
     }
   }
 
-  function input(chatInput: ChatInput): void {
-    send({ kind: "chat_input", input: chatInput });
-  }
-
-  disableSite.addEventListener("click", () => {
-    if (live.transcript().task === "running") input({ input: "stop" });
-    // The one setting a tab may change (towards less): the worker adds this tab's own site.
-    send({ kind: "disable_site" });
-    unmountOverlay();
-  });
-
   // --- the page's side -------------------------------------------------------------------------
   /** Outlines the page element the waiting confirmation is about, until it is decided. */
-  function outlineTarget(transcript: Transcript): void {
+  function outlineTarget(): void {
     const confirming = waitingConfirmation(transcript);
     outline.show(confirming ? targetElement(confirming) : null, confirming?.target?.point ?? null);
   }
 
-  function showFound(number: number, text: string): void {
-    const found = findPassage(text);
-    data.passage = found ? String(number) : "";
-    if (!found) return;
-    found.scrollIntoView({ block: "center", behavior: "instant" });
-    passageOutline.show(found);
+  function markLauncher(): void {
+    const task = transcript.task;
+    const attention = task === "confirm" || task === "ask" ? "needs-you" : task === "running" ? "running" : "";
+    if (attention) launcher.dataset.attention = attention;
+    else delete launcher.dataset.attention;
+    launcher.setAttribute("aria-label", attention === "needs-you" ? t("launcherLabelNeedsYou") : t("launcherLabel"));
   }
 
   function showInPanel(shown: boolean): void {
@@ -293,10 +247,20 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
     data.sidePanel = String(shown);
     // The chat is in the side panel now: one place at a time.
     launcher.hidden = shown;
-    if (shown) setOpen(false, false);
+    if (shown) setOpen(false, { focus: false });
   }
 
-  ui.updateChrome();
+  const here = (url: string) => url.split("#")[0] === location.href.split("#")[0];
+
+  const sheet = new CSSStyleSheet();
+  // A constructed stylesheet: a page's strict CSP (style-src) does not apply to it.
+  sheet.replaceSync(HOST_CSS);
+  shadow.adoptedStyleSheets = [sheet];
+  // The outlines first: the launcher and the frame are drawn over them.
+  shadow.replaceChildren(outline.element, outline.marker, passageOutline.element, launcher);
+  if (mirror) shadow.append(mirror);
+  data.state = "closed";
+  markLauncher();
   const stopKeeping = keepOnPage(host);
   if (sidePanelShown) showInPanel(true);
   // This page's view of the tab's conversation: the worker sends it whole, then its changes.
@@ -304,31 +268,46 @@ function createOverlay({ host, shadow, shield }: HostParts): Overlay {
 
   return {
     openWithSelection() {
-      const selection = document.getSelection();
-      const inside = selection?.anchorNode ? host.contains(selection.anchorNode) || selection.anchorNode === host : false;
-      const quote = inside ? "" : (selection?.toString().trim() ?? "");
-      if (!settingsView.hidden) ui.showSettings(false);
-      setOpen(true);
-      if (quote) composer.setSelection(clip(quote, MAX_QUOTE));
-      else composer.focus();
-    },
-    settingsChanged(view) {
-      ownModels = Array.isArray(view.own_models) ? (view.own_models as OwnModel[]) : [];
-      ui.renderEngine();
+      const quote = document.getSelection()?.toString().trim() ?? "";
+      setOpen(true, { quote: quote ? clip(quote, MAX_QUOTE) : undefined });
     },
     panelShown: showInPanel,
-    chat: (patch) => void live.applyChat(patch),
-    engineStatus: (status) => live.setStatus(status),
+    chat(patch) {
+      const applied = applyPatch(transcript, patch);
+      if (!applied) return;
+      const full = (patch as { full: boolean }).full;
+      const waitingBefore = waitingEntry(transcript)?.id;
+      transcript = applied.transcript;
+      outlineTarget();
+      markLauncher();
+      // The overlay was open on the previous page of this tab while its task ran: open again.
+      if (full && transcript.open && !open && !panelShown && transcript.task === "running") setOpen(true, { focus: false });
+      const waiting = waitingEntry(transcript);
+      if (!waiting || waiting.id === waitingBefore || panelShown) return;
+      // A card comes to wait for the user: the overlay opens at it (the side panel does, if it
+      // shows this tab). A confirmation or question that waited before this page loaded shows
+      // when the user opens the overlay (the launcher is marked); a fence card opens it on the new
+      // page too, since the page was loaded again by the fence itself, taking the tab back from
+      // where the page tried to go, and the card asks about that.
+      if (full && waiting.kind !== "fence") return;
+      setOpen(true);
+    },
     showPassage(number) {
-      const source = sourceOf(live.transcript(), number);
-      if (source && here(source.url)) showFound(number, source.text);
+      const source = sourceOf(transcript, number);
+      if (!source || !here(source.url)) return;
+      const found = findPassage(source.text);
+      data.passage = found ? String(number) : "";
+      if (!found) return;
+      found.scrollIntoView({ block: "center", behavior: "instant" });
+      passageOutline.show(found);
     },
     unmount() {
-      for (const remove of removals.splice(0)) remove();
       outline.show(null);
       stopKeeping();
+      channel?.close();
       host.remove();
       shadow.replaceChildren();
+      frame = null;
     },
   };
 }

@@ -8,17 +8,24 @@ import type { EngineToWorker, OptionsToWorker, PanelToWorker, TabToWorker, Worke
 export type { EngineToWorker, OptionsToWorker, PanelToWorker, TabToWorker, WorkerToEngine, WorkerToPanel, WorkerToTab };
 
 /** Who sent a message, as the browser says (`chrome.runtime.MessageSender`). */
-export type SenderRole = "tab" | "engine" | "options" | "worker" | "panel";
+export type SenderRole = "tab" | "engine" | "options" | "worker" | "panel" | "overlay";
 
 /** The extension's own pages and scripts, by file. */
 const PAGES = { engine: "offscreen.html", options: "options.html", worker: "service-worker.js", panel: "sidepanel.html" } as const;
+
+/**
+ * The extension's own origin under its fixed id. (`chrome.runtime.getURL` gives a web-accessible
+ * page with `use_dynamic_url` under the session's dynamic id, while the browser reports every
+ * page of ours under the fixed one.)
+ */
+const ownOrigin = () => `chrome-extension://${chrome.runtime.id}`;
 
 /** True when `url` is the extension's file `file` (a query or a fragment aside). */
 function isOwnFile(url: string | undefined, file: string): boolean {
   if (!url) return false;
   try {
     const parsed = new URL(url);
-    return `${parsed.origin}${parsed.pathname}` === chrome.runtime.getURL(file);
+    return parsed.origin === ownOrigin() && parsed.pathname === `/${file}`;
   } catch {
     return false;
   }
@@ -31,14 +38,17 @@ function isOwnFile(url: string | undefined, file: string): boolean {
  * - `worker`: the service worker (Chromium gives its script's URL as `sender.url`, and no tab);
  * - `panel`: the side panel, `sidepanel.html` in Chrome's side panel (no tab: a page's content
  *   script always has one, and `sender.url` is the browser's, so no page can pass for it);
+ * - `overlay`: the same chat page in a frame of a tab (the overlay's host holds it), `sender.tab.id`
+ *   being the tab it may show; it runs in the extension's process, not the page's;
  * - `null`: anything else (another frame, another extension page, an extension page in a tab
  *   other than the options page): drop its message.
  */
 export function senderRole(sender: chrome.runtime.MessageSender): SenderRole | null {
   if (sender.id !== chrome.runtime.id) return null;
-  const ownPage = sender.url?.startsWith(chrome.runtime.getURL("")) ?? false;
+  const ownPage = sender.url?.startsWith(`${ownOrigin()}/`) ?? false;
   if (sender.tab) {
-    // The options page opens in a tab (options_ui.open_in_tab).
+    // The options page opens in a tab (options_ui.open_in_tab); the chat page in a tab's frame is its overlay.
+    if (ownPage && isOwnFile(sender.url, PAGES.panel) && sender.frameId !== undefined && sender.frameId > 0) return sender.tab.id !== undefined && sender.tab.id >= 0 ? "overlay" : null;
     if (ownPage) return isOwnFile(sender.url, PAGES.options) && sender.frameId === 0 ? "options" : null;
     return sender.tab.id !== undefined && sender.tab.id >= 0 && sender.frameId === 0 ? "tab" : null;
   }

@@ -1,27 +1,36 @@
-// The side panel (sidepanel.html, manifest `side_panel`): a view of the conversation of its window's
-// active tab (chat/view/live-chat.ts), as that tab's overlay is. It follows tab switches
-// (tabs.onActivated) and page loads (tabs.onUpdated).
+// Hearth's chat page (sidepanel.html): one page, two mounts, each a view of one tab's conversation
+// (chat/view/live-chat.ts).
+// - In Chrome's side panel it shows its window's active tab, following tab switches
+//   (tabs.onActivated) and page loads (tabs.onUpdated).
+// - In a tab, framed by the overlay's host (content/overlay.ts), it is the overlay: it shows its
+//   own tab. The frame runs in the extension's process, so what the person types, selects, reads
+//   or decides here never enters the page's document (./overlay-mount.ts: what the overlay adds).
 //
 // The service worker owns every tab's conversation (worker/conversations.ts). Over a port this
 // page says which tab it shows (`watch_tab`); the worker answers with the tab's state, the engine's
-// state and the conversation, whole, and sends its changes (`chat`) as it does to the tab's
-// overlay. What the user does here goes back as `input` naming the tab; the worker does it only for
-// the tab this port watches. The element a confirmation is about is outlined on the page by the
-// tab's overlay, which follows the same conversation. A site the user turned Hearth off on gets
-// nothing: the panel says so.
+// state and the conversation, whole, and sends its changes (`chat`). What the user does here goes
+// back as `input` naming the tab; the worker does it only for the tab this port watches (a framed
+// page: only the tab the browser says it is in). The element a confirmation is about is outlined
+// on the page by the tab's content script, which follows the same conversation. A site the user
+// turned Hearth off on gets nothing: the panel says so.
 
 import type { ChatInput, PanelToWorker, WorkerToPanel } from "../generated/protocol";
 import { createLiveChat } from "../chat/view/live-chat";
 import type { Listen } from "../chat/view/composer";
 import { OVERLAY_CSS } from "../chat/view/style";
+import { sourceOf } from "../chat/transcript";
 import { isMessage } from "../shared/messages";
 import { watchOwnModels, type OwnModel } from "../shared/own-models";
 import { saveSettings, loadSettings } from "../shared/settings";
 import { el } from "../shared/ui/builders";
 import { t } from "../shared/ui/i18n";
+import { mountOverlay, type OverlayMount } from "./overlay-mount";
 
 /** The port's name the worker accepts from this page only (by its sender). */
 const PORT_NAME = "hearth-panel";
+
+/** Framed in a tab: the overlay. (Chrome's side panel is a top-level document.) */
+const framed = window.parent !== window;
 
 document.documentElement.lang = chrome.i18n.getUILanguage();
 document.title = t("panelTitle");
@@ -38,10 +47,13 @@ sheet.replaceSync(OVERLAY_CSS);
 shadow.adoptedStyleSheets = [sheet];
 document.body.append(host);
 
-/** The tab shown, and its site. */
+/** The tab shown, its site and (framed) its page's address. */
 let tabId: number | null = null;
 let site = "";
+let tabUrl = "";
 let ownModels: OwnModel[] = [];
+/** What the overlay adds (framed only). */
+let overlay: OverlayMount | null = null;
 
 let port: chrome.runtime.Port | null = null;
 /**
@@ -76,19 +88,35 @@ function input(input: ChatInput): void {
 }
 
 const listen: Listen = (type, handler) => shadow.addEventListener(type, (event) => handler(event, shadow.activeElement), true);
+const here = (url: string) => url.split("#")[0] === tabUrl.split("#")[0];
 
 const live = createLiveChat({
-  surface: "panel",
+  surface: framed ? "overlay" : "panel",
   send: input,
-  handlers: {
-    ownModel: (name) => ownModels.find((m) => m.name === name),
-    saveSettings: (patch) =>
-      void saveSettings(patch).then((s) => {
-        ui.form?.show(s);
-        ui.saved.textContent = t("settingsSaved");
-      }),
-  },
+  handlers: framed
+    ? {
+        ownModel: (name) => ownModels.find((m) => m.name === name),
+        openOptions: () => void chrome.tabs.create({ url: chrome.runtime.getURL("options.html") }),
+        openSidePanel: () => overlay?.openSidePanel(),
+      }
+    : {
+        ownModel: (name) => ownModels.find((m) => m.name === name),
+        saveSettings: (patch) =>
+          void saveSettings(patch).then((s) => {
+            ui.form?.show(s);
+            ui.saved.textContent = t("settingsSaved");
+          }),
+      },
+  // Framed, a chip of another page's passage names that page (the worker opens it).
+  sourceOpens: framed
+    ? (transcript, number) => {
+        const url = sourceOf(transcript, number)?.url;
+        return url && tabUrl && !here(url) ? url : null;
+      }
+    : undefined,
   onWaiting: (entryId) => ui.focusCard(entryId),
+  // Framed, an Allow counts only where the person could see what they allowed.
+  approval: framed ? { allowed: () => overlay?.seen() ?? false, refused: () => overlay?.covered() } : undefined,
   listen,
   root: shadow,
   data,
@@ -96,14 +124,19 @@ const live = createLiveChat({
   isOpen: () => true,
 });
 const { ui } = live;
+if (framed) {
+  // The chat fills the frame the overlay's host draws.
+  ui.panel.hidden = false;
+  ui.panel.classList.add("side");
+}
 
 // Where the chat cannot be: a notice in its place.
 const notice = el("p", { class: "side-notice", role: "status" });
 notice.hidden = true;
 ui.panel.insertBefore(notice, ui.engine.element);
 shadow.append(ui.panel);
-data.state = "open";
 data.view = "chat";
+if (!framed) data.state = "open";
 
 ui.disableSite.addEventListener("click", () => {
   if (!site) return;
@@ -140,7 +173,7 @@ function onWorkerMessage(msg: WorkerToPanel): void {
   }
 }
 
-/** Shows tab `id`'s chat (the window's active tab). */
+/** Shows tab `id`'s chat. */
 function show(id: number): void {
   const switched = id !== tabId;
   tabId = id;
@@ -152,16 +185,28 @@ function show(id: number): void {
   post({ kind: "watch_tab", tab_id: id });
 }
 
-// The window this panel is in, and its active tab.
-void chrome.windows.getCurrent().then(async ({ id: windowId }) => {
-  if (windowId === undefined) return;
-  chrome.tabs.onActivated.addListener((info) => {
-    if (info.windowId === windowId) show(info.tabId);
+if (framed) {
+  // The overlay: its own tab, for as long as this frame lives (a new page frames a new one).
+  overlay = mountOverlay({ live, data });
+  overlay.focusInitially();
+  void chrome.tabs.getCurrent().then((tab) => {
+    if (tab?.id === undefined) return;
+    tabUrl = tab.url ?? "";
+    overlay?.setTab(tab);
+    show(tab.id);
   });
-  chrome.tabs.onUpdated.addListener((id, change) => {
-    // A new page in the tab shown: its content script is a new one, told again.
-    if (id === tabId && (change.status === "complete" || change.url !== undefined)) show(id);
+} else {
+  // The window this panel is in, and its active tab.
+  void chrome.windows.getCurrent().then(async ({ id: windowId }) => {
+    if (windowId === undefined) return;
+    chrome.tabs.onActivated.addListener((info) => {
+      if (info.windowId === windowId) show(info.tabId);
+    });
+    chrome.tabs.onUpdated.addListener((id, change) => {
+      // A new page in the tab shown: its content script is a new one, told again.
+      if (id === tabId && (change.status === "complete" || change.url !== undefined)) show(id);
+    });
+    const [active] = await chrome.tabs.query({ active: true, windowId });
+    if (active?.id !== undefined) show(active.id);
   });
-  const [active] = await chrome.tabs.query({ active: true, windowId });
-  if (active?.id !== undefined) show(active.id);
-});
+}

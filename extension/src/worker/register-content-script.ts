@@ -25,8 +25,8 @@ export async function registerContentScript(): Promise<void> {
     matches: ["http://*/*", "https://*/*"],
     excludeMatches,
     js: ["content.js"],
-    // Before any page script: the overlay's keystroke shield must be the first listener there is,
-    // and its host is made before the page could define a look-alike <hearth-overlay>.
+    // Before any page script: the overlay's host is made before the page could define a
+    // look-alike <hearth-overlay>.
     runAt: "document_start",
     allFrames: false,
     persistAcrossSessions: true,

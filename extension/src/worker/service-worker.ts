@@ -121,40 +121,51 @@ chrome.action.onClicked.addListener((tab) => {
   if (tab.id !== undefined) toTab(tab.id, { kind: "open_overlay" });
 });
 
-// --- the side panel ------------------------------------------------------------------------------
-// sidepanel.html connects a port and names the tab it shows (its window's active tab). The port
-// is accepted from that page only, by its sender (the browser's account: `sidepanel.html`, no
-// tab): a content script cannot pass for it. It is sent the tab's conversation as the tab's
-// overlay is, and its input is done as the overlay's is (`onChatInput`), only for the tab its port
-// watches now, and never on a site the user turned Hearth off on.
+// --- the chat page: the side panel, and the overlay's frame -------------------------------------
+// sidepanel.html connects a port and names the tab it shows. The port is accepted from that page
+// only, by its sender (the browser's account): in Chrome's side panel (no tab) it shows its
+// window's active tab; framed in a tab (the overlay's host holds it) it is that tab's overlay and
+// may show that tab only (`sender.tab.id`). A content script cannot pass for either. It is sent
+// the tab's conversation, and its input is done (`onChatInput`), only for the tab its port watches
+// now, and never on a site the user turned Hearth off on.
 
-/** Each side panel's port and the tab it shows (null before its first `watch_tab`). */
+/** Each chat page's port and the tab it shows (null before its first `watch_tab`). */
 const panels = new Map<chrome.runtime.Port, number | null>();
+/** The ports of overlay frames, with the one tab each may show. */
+const overlayFrames = new Map<chrome.runtime.Port, number>();
 
 chrome.runtime.onConnect.addListener((port) => {
-  if (port.name !== "hearth-panel" || !port.sender || senderRole(port.sender) !== "panel") {
+  const role = port.name === "hearth-panel" && port.sender ? senderRole(port.sender) : null;
+  const frameTab = role === "overlay" ? port.sender?.tab?.id : undefined;
+  if (role !== "panel" && frameTab === undefined) {
     dropped("worker", { kind: `port ${port.name}` }, port.sender ?? {});
     port.disconnect();
     return;
   }
   panels.set(port, null);
+  if (frameTab !== undefined) overlayFrames.set(port, frameTab);
   port.onMessage.addListener((message: unknown) => {
     if (isMessage(message)) void fromPanel(port, message as PanelToWorker);
   });
   port.onDisconnect.addListener(() => {
     const tabId = panels.get(port);
     panels.delete(port);
+    // (An overlay's frame going away releases nothing: the overlay is the tab's own view.)
+    if (overlayFrames.delete(port)) return;
     if (tabId !== null && tabId !== undefined) release(tabId);
   });
 });
 
 async function fromPanel(port: chrome.runtime.Port, msg: PanelToWorker): Promise<void> {
   if (!panels.has(port) || !Number.isInteger(msg.tab_id) || msg.tab_id < 0) return;
+  // An overlay's frame shows the tab it is in, and no other.
+  const frameTab = overlayFrames.get(port);
+  if (frameTab !== undefined && msg.tab_id !== frameTab) return dropped("worker", msg, port.sender ?? {});
   switch (msg.kind) {
     case "watch_tab": {
       const before = panels.get(port);
       panels.set(port, msg.tab_id);
-      if (before !== null && before !== undefined && before !== msg.tab_id) release(before);
+      if (frameTab === undefined && before !== null && before !== undefined && before !== msg.tab_id) release(before);
       await watchTab(port, msg.tab_id);
       break;
     }
@@ -170,7 +181,10 @@ async function fromPanel(port: chrome.runtime.Port, msg: PanelToWorker): Promise
   }
 }
 
-/** Tells `port` whether Hearth runs in `tabId`, and that tab's content script that a panel shows it. */
+/**
+ * Tells `port` whether Hearth runs in `tabId`, and (a side panel) that tab's content script that
+ * a panel shows it. An overlay's frame is in the tab: Hearth runs there.
+ */
 async function watchTab(port: chrome.runtime.Port, tabId: number): Promise<void> {
   const tab = await chrome.tabs.get(tabId).catch(() => null);
   const site = siteOf(tab?.url) ?? null;
@@ -178,6 +192,7 @@ async function watchTab(port: chrome.runtime.Port, tabId: number): Promise<void>
   if (!tab) state = "gone";
   else if (site === null) state = "unsupported";
   else if (isSiteDisabled(await loadSettings(), tab.url)) state = "disabled";
+  else if (overlayFrames.has(port)) state = "ready";
   else state = (await sendToTab(tabId, { kind: "panel_attached", attached: true }).then((r) => r === true, () => false)) ? "ready" : "no_script";
   // The panel moved on meanwhile.
   if (panels.get(port) !== tabId) return;
@@ -186,13 +201,14 @@ async function watchTab(port: chrome.runtime.Port, tabId: number): Promise<void>
   toPanel(port, { kind: "engine_status", status });
   const chat = await conversations.snapshot(tabId);
   if (panels.get(port) === tabId) toPanel(port, { kind: "chat", tab_id: tabId, chat });
-  // The panel shows the chat: the engine starts, as when the overlay opens.
+  // The chat is shown: the engine starts.
   wakeEngine();
 }
 
 /** A panel no longer shows `tabId`: its overlay shows the chat again, unless another panel shows it. */
 function release(tabId: number): void {
-  if (![...panels.values()].includes(tabId)) toTab(tabId, { kind: "panel_attached", attached: false });
+  const stillShown = [...panels].some(([port, shown]) => shown === tabId && !overlayFrames.has(port));
+  if (!stillShown) toTab(tabId, { kind: "panel_attached", attached: false });
 }
 
 function toPanel(port: chrome.runtime.Port, msg: WorkerToPanel): void {
@@ -200,6 +216,7 @@ function toPanel(port: chrome.runtime.Port, msg: WorkerToPanel): void {
     port.postMessage(msg);
   } catch {
     panels.delete(port);
+    overlayFrames.delete(port);
   }
 }
 
@@ -370,6 +387,13 @@ function fromTab(msg: TabToWorker, tabId: number, tab: chrome.tabs.Tab | undefin
       void conversations.snapshot(tabId).then((chat) => toTab(tabId, { kind: "chat", chat }));
       break;
     case "chat_input":
+      // The page's side only says whether the overlay is open. What the person asks, answers or
+      // decides comes from Hearth's chat page (the overlay's frame, the side panel), never from
+      // the page's process, which a hostile page may have compromised.
+      if (msg.input.input !== "shown") {
+        dropped("worker", msg, { tab, url });
+        return undefined;
+      }
       return loadSettings().then((settings) => (isSiteDisabled(settings, url) ? undefined : onChatInput(tabId, msg.input)));
     case "get_settings":
       return loadSettings().then((settings) => settingsView(url, settings));

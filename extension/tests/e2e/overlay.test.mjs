@@ -54,6 +54,15 @@ async function recordWorkerMessages(chrome) {
           if (m && typeof m.kind === "string" && sender.tab) globalThis.__hearthSeen.push({ tab: sender.tab.id, msg: m });
           return false;
         });
+        // The overlay's chat (Hearth's page in the tab's frame) sends its input over its port:
+        // recorded as the tab's chat_input.
+        chrome.runtime.onConnect.addListener((port) => {
+          const tab = port.sender?.tab?.id;
+          if (tab === undefined) return;
+          port.onMessage.addListener((m) => {
+            if (m && m.kind === "input") globalThis.__hearthSeen.push({ tab, msg: { kind: "chat_input", input: m.input } });
+          });
+        });
       }
       return true;
     })()`,

@@ -1,8 +1,12 @@
-// Driving the overlay from a test. Its shadow root is closed and its host element carries no state:
-// tests reach inside the shadow root through the DevTools protocol (DOM.getDocument with pierce),
-// reading the state test builds mirror as data-* attributes of a hidden <div class="test-state">
-// there, and clicking at an element's box like a person. A page may hold look-alike
-// <hearth-overlay> elements: Hearth's is the one with a closed shadow root holding that mirror.
+// Driving the overlay from a test. The overlay is two parts: its host on the page (a closed shadow
+// root holding the launcher, the outlines and a frame), reached through the DevTools protocol
+// (DOM.getDocument with pierce), and in that frame Hearth's chat page (sidepanel.html, an
+// extension page in its own process), reached as its own frame target. Test builds mirror each
+// part's state as data-* attributes of a hidden <div class="test-state">: the host's (state,
+// side-panel, passage, frames) and the chat page's (task, cards, engine, seen…); the helpers read
+// them as one. Clicks land at an element's box like a person's, with the frame's offset added for
+// the chat's elements. A page may hold look-alike <hearth-overlay> elements: Hearth's is the one
+// with a closed shadow root holding the mirror.
 
 import { mkdirSync } from "node:fs";
 import { resolve } from "node:path";
@@ -58,10 +62,10 @@ export async function clickLauncher(page) {
 
 /**
  * The overlay's `data-<name>` state (kebab-case, as the attribute: "pending-call"), or null. Read
- * over the DevTools protocol from the hidden test-state element inside the closed shadow root.
+ * over the DevTools protocol from the host's and the chat frame's test-state mirrors.
  */
 export async function overlayData(page, name) {
-  const state = await testState(await cdpOf(page));
+  const state = await testState(page);
   return state?.[`data-${name}`] ?? null;
 }
 
@@ -70,7 +74,7 @@ export async function overlayData(page, name) {
  * `{}` while the overlay is not in the page.
  */
 export async function overlayState(page) {
-  const state = (await testState(await cdpOf(page))) ?? {};
+  const state = (await testState(page)) ?? {};
   const out = {};
   for (const [attribute, value] of Object.entries(state)) {
     if (attribute.startsWith("data-")) out[attribute.slice(5).replace(/-([a-z])/g, (_, c) => c.toUpperCase())] = value;
@@ -87,11 +91,10 @@ const REDRAW_MS = 50;
  */
 export async function waitForData(page, name, wanted, timeout = 15_000, { not = false, polling = 100 } = {}) {
   const values = Array.isArray(wanted) ? wanted : [wanted];
-  const cdp = await cdpOf(page);
   const deadline = Date.now() + timeout;
   let value = null;
   for (;;) {
-    value = (await testState(cdp).catch(() => null))?.[`data-${name}`] ?? null;
+    value = (await testState(page).catch(() => null))?.[`data-${name}`] ?? null;
     if (values.includes(value) !== not) {
       // The state is mirrored at once; the transcript is drawn within a frame after it
       // (transcript-view.ts, 16 ms): what a test reads next is on screen.
@@ -120,13 +123,13 @@ export async function screenshot(page, name) {
 /** How long the helpers below wait for an element to appear inside the overlay. */
 const FIND_TIMEOUT_MS = 10_000;
 
-/** The DevTools session of `page` (one per page, reused). */
+/** The DevTools session of `page` or of a frame target (one each, reused). */
 const sessions = new WeakMap();
-async function cdpOf(page) {
-  let session = sessions.get(page);
+async function cdpOf(pageOrFrame, page = pageOrFrame) {
+  let session = sessions.get(pageOrFrame);
   if (!session) {
-    session = await page.context().newCDPSession(page);
-    sessions.set(page, session);
+    session = await page.context().newCDPSession(pageOrFrame);
+    sessions.set(pageOrFrame, session);
   }
   return session;
 }
@@ -163,90 +166,156 @@ async function hearthHost(cdp) {
   return null;
 }
 
-/** The overlay's shadow root node, or null while it is not in the page. */
-async function shadowRootOf(cdp) {
-  return (await hearthHost(cdp))?.shadow ?? null;
+/** The chat page's frame in `page` (the one Hearth's host holds), or null before the overlay first opens. */
+export function chatFrame(page) {
+  return (
+    page.frames().find((frame) => {
+      if (frame.parentFrame() !== page.mainFrame() || frame.isDetached()) return false;
+      try {
+        const url = new URL(frame.url());
+        return url.protocol === "chrome-extension:" && url.pathname === "/sidepanel.html";
+      } catch {
+        return false;
+      }
+    }) ?? null
+  );
 }
 
-/** The test-state mirror's attributes, or null while the overlay is not in the page. */
-async function testState(cdp) {
-  const host = await hearthHost(cdp);
-  return host ? attributesOf(host.mirror) : null;
+/** Whether `selector` names a part of the host (drawn by the content script) rather than of the chat. */
+const IN_HOST = /^\s*(\.launcher|\.target-outline|\.passage-outline|\.point-marker|\.chat-frame)\b/;
+
+/** The chat frame's test-state mirror, or null without a frame. */
+async function frameState(page) {
+  const frame = chatFrame(page);
+  if (!frame) return null;
+  return frame
+    .evaluate(() => {
+      const mirror = document.querySelector(".test-state");
+      return mirror ? Object.fromEntries([...mirror.attributes].map((a) => [a.name, a.value])) : null;
+    })
+    .catch(() => null);
 }
 
-/** Node ids of the elements matching `selector` inside the overlay's shadow root (may be empty). */
+/** Both mirrors' attributes (the host's win: it says whether the overlay is open), or null without a host. */
+async function testState(page) {
+  const host = await hearthHost(await cdpOf(page));
+  if (!host) return null;
+  return { ...((await frameState(page)) ?? {}), ...attributesOf(host.mirror) };
+}
+
+/** The chat's root in its frame: the chat page's open shadow root. */
+const CHAT_ROOT = `document.querySelector(".hearth-side-panel")?.shadowRoot`;
+
+/** The elements matching `selector` inside the overlay (an array, maybe empty: count them). */
 export async function queryOverlay(page, selector) {
-  const cdp = await cdpOf(page);
-  const shadow = await shadowRootOf(cdp);
-  if (!shadow) return [];
-  const { nodeIds } = await cdp.send("DOM.querySelectorAll", { nodeId: shadow.nodeId, selector });
-  return nodeIds;
+  if (IN_HOST.test(selector)) {
+    const cdp = await cdpOf(page);
+    const host = await hearthHost(cdp);
+    if (!host) return [];
+    const { nodeIds } = await cdp.send("DOM.querySelectorAll", { nodeId: host.shadow.nodeId, selector });
+    return nodeIds;
+  }
+  const frame = chatFrame(page);
+  if (!frame) return [];
+  const count = await frame
+    .evaluate((sel) => document.querySelector(".hearth-side-panel")?.shadowRoot?.querySelectorAll(sel).length ?? 0, selector)
+    .catch(() => 0);
+  return Array.from({ length: count }, (_, i) => i);
 }
 
-/** Waits for `selector` inside the overlay and returns the first match's node id. */
-async function findInOverlay(page, selector, { visible = false, timeout = FIND_TIMEOUT_MS } = {}) {
-  const cdp = await cdpOf(page);
+/**
+ * A remote object of the first `selector` in the overlay, in the session that can act on it (the
+ * page's for the host's parts, the frame's for the chat's), waiting for it to appear.
+ */
+async function findInOverlay(page, selector, timeout = FIND_TIMEOUT_MS) {
   const deadline = Date.now() + timeout;
   for (;;) {
-    const [nodeId] = await queryOverlay(page, selector);
-    if (nodeId) {
-      if (!visible) return nodeId;
-      const box = await cdp.send("DOM.getBoxModel", { nodeId }).catch(() => null);
-      if (box) return nodeId;
-    }
-    if (Date.now() > deadline) throw new Error(`no ${visible ? "visible " : ""}${selector} in the overlay after ${timeout} ms`);
+    const found = await findOnce(page, selector).catch(() => null);
+    if (found) return found;
+    if (Date.now() > deadline) throw new Error(`no ${selector} in the overlay after ${timeout} ms`);
     await new Promise((r) => setTimeout(r, 100));
   }
 }
 
+async function findOnce(page, selector) {
+  if (IN_HOST.test(selector)) {
+    const cdp = await cdpOf(page);
+    const host = await hearthHost(cdp);
+    if (!host) return null;
+    const { nodeId } = await cdp.send("DOM.querySelector", { nodeId: host.shadow.nodeId, selector });
+    if (!nodeId) return null;
+    const { object } = await cdp.send("DOM.resolveNode", { nodeId });
+    return { cdp, objectId: object.objectId, frame: null };
+  }
+  const frame = chatFrame(page);
+  if (!frame) return null;
+  const cdp = await cdpOf(frame, page);
+  const { result, exceptionDetails } = await cdp.send("Runtime.evaluate", { expression: `${CHAT_ROOT}?.querySelector(${JSON.stringify(selector)})` });
+  if (exceptionDetails || !result.objectId) return null;
+  return { cdp, objectId: result.objectId, frame };
+}
+
 /** Calls `fn` (source of a function; `this` is the element) on the first `selector` in the overlay. */
 export async function overlayEval(page, selector, fn, ...args) {
-  // The overlay redraws a card by replacing its nodes: a node found a moment ago may be gone.
+  // The chat redraws a card by replacing its nodes, and a frame may load anew: retry a lost node.
   for (let attempt = 0; ; attempt++) {
     try {
-      return await overlayEvalOnce(page, selector, fn, ...args);
+      const { cdp, objectId } = await findInOverlay(page, selector);
+      const { result, exceptionDetails } = await cdp.send("Runtime.callFunctionOn", {
+        objectId,
+        functionDeclaration: fn,
+        arguments: args.map((value) => ({ value })),
+        returnByValue: true,
+      });
+      await cdp.send("Runtime.releaseObject", { objectId }).catch(() => {});
+      if (exceptionDetails) throw new Error(`${selector}: ${exceptionDetails.exception?.description ?? exceptionDetails.text}`);
+      return result.value;
     } catch (error) {
-      if (attempt >= 5 || !/No node with given id|Could not find node/.test(String(error))) throw error;
+      // (A frame that loaded anew has a new session.)
+      const frame = chatFrame(page);
+      if (frame) sessions.delete(frame);
+      if (attempt >= 5 || !/Could not find (node|object)|No node with given id|Target closed|Session closed|detached|Cannot find context/i.test(String(error))) throw error;
       await new Promise((r) => setTimeout(r, 50));
     }
   }
 }
 
-async function overlayEvalOnce(page, selector, fn, ...args) {
+/** The chat frame's viewport in the page ({ x, y }: its content box's corner), or null. */
+async function frameOffset(page) {
   const cdp = await cdpOf(page);
-  const nodeId = await findInOverlay(page, selector);
-  const { object } = await cdp.send("DOM.resolveNode", { nodeId });
-  const { result, exceptionDetails } = await cdp.send("Runtime.callFunctionOn", {
-    objectId: object.objectId,
-    functionDeclaration: fn,
-    arguments: args.map((value) => ({ value })),
-    returnByValue: true,
-  });
-  await cdp.send("Runtime.releaseObject", { objectId: object.objectId });
-  if (exceptionDetails) throw new Error(`${selector}: ${exceptionDetails.exception?.description ?? exceptionDetails.text}`);
-  return result.value;
+  const host = await hearthHost(cdp);
+  const frameNode = host?.shadow.children?.find((child) => child.nodeName === "IFRAME");
+  if (!frameNode) return null;
+  const box = await cdp.send("DOM.getBoxModel", { nodeId: frameNode.nodeId }).catch(() => null);
+  return box ? { x: box.model.content[0], y: box.model.content[1] } : null;
 }
 
-/** Clicks the center of `selector` inside the overlay with the mouse (waits until it is visible). */
+/** How long a click in the chat waits for the frame to count as seen (approvals need it). */
+const SEEN_WAIT_MS = 3_000;
+
+/**
+ * Clicks the center of `selector` inside the overlay with the mouse (waits until it is visible).
+ * In the chat, it first waits (a while, then clicks anyway) until the frame has been seen long
+ * enough for an approval to count, as a person takes that long to read a card.
+ */
 export async function clickInOverlay(page, selector) {
-  for (let attempt = 0; ; attempt++) {
-    try {
-      return await clickInOverlayOnce(page, selector);
-    } catch (error) {
-      // As in overlayEval: the node may have been replaced by a redraw between two calls.
-      if (attempt >= 5 || !/No node with given id|Could not find node|Could not compute box model/.test(String(error))) throw error;
-      await new Promise((r) => setTimeout(r, 50));
-    }
+  if (!IN_HOST.test(selector)) await waitForData(page, "seen", "true", SEEN_WAIT_MS).catch(() => {});
+  const deadline = Date.now() + FIND_TIMEOUT_MS;
+  for (;;) {
+    const point = await overlayEval(
+      page,
+      selector,
+      `function () {
+        this.scrollIntoView({ block: "nearest" });
+        const r = this.getBoundingClientRect();
+        return r.width > 0 && r.height > 0 ? { x: r.x + r.width / 2, y: r.y + r.height / 2 } : null;
+      }`,
+    ).catch((error) => (Date.now() > deadline ? Promise.reject(error) : null));
+    const offset = IN_HOST.test(selector) ? { x: 0, y: 0 } : await frameOffset(page);
+    if (point && offset) return page.mouse.click(offset.x + point.x, offset.y + point.y);
+    if (Date.now() > deadline) throw new Error(`no visible ${selector} in the overlay after ${FIND_TIMEOUT_MS} ms`);
+    await new Promise((r) => setTimeout(r, 100));
   }
-}
-
-async function clickInOverlayOnce(page, selector) {
-  const cdp = await cdpOf(page);
-  const nodeId = await findInOverlay(page, selector, { visible: true });
-  await cdp.send("DOM.scrollIntoViewIfNeeded", { nodeId }).catch(() => {});
-  const { model } = await cdp.send("DOM.getBoxModel", { nodeId });
-  const [x1, y1, , , x3, y3] = model.content;
-  await page.mouse.click((x1 + x3) / 2, (y1 + y3) / 2);
 }
 
 /** The text content of `selector` inside the overlay. */

@@ -42,7 +42,7 @@ export interface Chat extends Panel {
   flush(): void;
   /** Draws every entry anew (another transcript took the place of the one shown). */
   redrawAll(): void;
-  /** The state around the transcript: composer mode, Stop/Continue, usage, outline, launcher. */
+  /** The state around the transcript: composer mode, Stop/Continue, usage. */
   updateChrome(): void;
   /** The engine's state, as `status()` says. */
   renderEngine(): void;
@@ -56,8 +56,7 @@ export function createChat(options: ChatOptions): Chat {
   const parts = buildPanel(options.handlers, options.listen, options.site, options.surface);
   const { panel, settingsView, chat, settingsToggle, composer, saved, form, engine } = parts;
   if (options.surface === "panel") {
-    // The side panel is the chat itself: always open, no launcher, closed by the browser.
-    parts.launcher.hidden = true;
+    // The side panel is the chat itself: always open, closed by the browser.
     parts.close.hidden = true;
     panel.hidden = false;
     panel.classList.add("side");
@@ -77,8 +76,8 @@ export function createChat(options: ChatOptions): Chat {
   });
 
   function updateChrome(): void {
-    const { launcher, continueButton, log, empty, usage } = parts;
-    showTaskState({ data, composer, continueButton, log, empty, usage, launcher }, options.transcript(), engineReady(), options.status());
+    const { continueButton, log, empty, usage } = parts;
+    showTaskState({ data, composer, continueButton, log, empty, usage }, options.transcript(), engineReady(), options.status());
   }
 
   function showSettings(show: boolean): void {

@@ -6,14 +6,12 @@
 // (the offscreen document records; this only asks): a click starts and a second click sends it,
 // holding it down records until it is let go; while it records, a level meter and the length
 // show, and Esc or × drops the recording. Its keyboard and input handlers are
-// driven by where the chat is mounted (`Listen`): on a page, the overlay's shield
-// (content/ui/shield.ts), so those events never reach listeners in the page, nor, therefore,
-// listeners on the textarea itself.
+// registered by where the chat is mounted (`Listen`).
 
 import { button, el } from "../../shared/ui/builders";
 import { formatNumber, t } from "../../shared/ui/i18n";
 
-/** The events the chat handles through `Listen` (on a page, the shield keeps them from the page). */
+/** The events the chat handles through `Listen`. */
 export type ChatEvent = "keydown" | "input";
 
 /** Registers a handler for a keyboard or input event inside the chat; `target` is the element it is for. */

@@ -25,6 +25,11 @@ export interface LiveChatOptions extends Omit<ChatOptions, "handlers" | "actions
   onWaiting?(entryId: number, full: boolean): void;
   /** After each patch was applied (`full`: the whole conversation came). */
   onPatch?(transcript: Transcript, full: boolean): void;
+  /**
+   * Where an approval (Allow on any card, starting the microphone) must be seen to count: `allowed`
+   * says whether one may be taken now; when not, nothing is sent and `refused` runs. Deny always counts.
+   */
+  approval?: { allowed(): boolean; refused(): void };
 }
 
 export interface LiveChat {
@@ -45,6 +50,12 @@ export function createLiveChat(options: LiveChatOptions): LiveChat {
   let transcript: Transcript = emptyTranscript();
   let status: EngineStatus = { state: "idle" };
   const { send } = options;
+  /** False (and nothing approved) when this view may not take an approval now. */
+  const mayApprove = () => {
+    if (!options.approval || options.approval.allowed()) return true;
+    options.approval.refused();
+    return false;
+  };
 
   // Decisions show at once in this copy (the owner's patch confirms them a moment later); the
   // owner applies each only to the card it was shown on, still waiting on the same call.
@@ -52,6 +63,7 @@ export function createLiveChat(options: LiveChatOptions): LiveChat {
     decide(entryId, decision) {
       const entry = transcript.entries.find((e) => e.id === entryId);
       if (entry?.kind !== "confirm" || entry.decision !== undefined) return;
+      if (decision !== "deny" && !mayApprove()) return;
       ui.commit(decide(transcript, entryId, decision));
       send({ input: "decide", entry_id: entryId, call_id: entry.callId, decision });
       ui.composer.focus();
@@ -64,6 +76,9 @@ export function createLiveChat(options: LiveChatOptions): LiveChat {
       ui.composer.focus();
     },
     fence(entryId, allow) {
+      const entry = transcript.entries.find((e) => e.id === entryId);
+      if (entry?.kind !== "fence" || entry.allowed !== undefined) return;
+      if (allow && !mayApprove()) return;
       if (!decideFence(transcript, entryId, allow)) return;
       ui.commit([entryId]);
       send({ input: "fence", entry_id: entryId, allow });
@@ -98,7 +113,11 @@ export function createLiveChat(options: LiveChatOptions): LiveChat {
         send({ input: "stop" });
         ui.composer.setRunning(true, true);
       },
-      voice: (action) => send({ input: "voice", voice: { action } }),
+      voice(action) {
+        // Starting the microphone is an approval too: the page must not be able to trick it.
+        if (action === "start" && !mayApprove()) return;
+        send({ input: "voice", voice: { action } });
+      },
     },
     actions,
     transcript: () => transcript,

@@ -1,5 +1,5 @@
-// The overlay's elements: the launcher and the panel (header, engine view, chat, settings), built
-// once. What they do is wired by overlay.ts; this file only lays them out.
+// The chat's elements: the panel (header, engine view, chat, settings), built once. What they do
+// is wired by live-chat.ts and the chat page (sidepanel.ts); this file only lays them out.
 
 import { button, el } from "../../shared/ui/builders";
 import { t } from "../../shared/ui/i18n";
@@ -29,7 +29,6 @@ export interface PanelHandlers {
 }
 
 export interface Panel {
-  launcher: HTMLButtonElement;
   panel: HTMLElement;
   settingsToggle: HTMLButtonElement;
   close: HTMLButtonElement;
@@ -52,7 +51,6 @@ export interface Panel {
 
 /** `site` is what "Turn off on this site" names; `surface` where the panel is mounted. */
 export function buildPanel(handlers: PanelHandlers, listen: Listen, site: string, surface: "overlay" | "panel"): Panel {
-  const launcher = button("launcher", "H", t("launcherLabel"), { "aria-expanded": "false", "aria-controls": "hearth-panel" });
   const titleId = "hearth-title";
   const settingsToggle = button("settings", "⚙", t("settingsLabel"), { "aria-expanded": "false", "aria-controls": "hearth-settings" });
   const close = button("close", "×", t("closeLabel"));
@@ -97,5 +95,5 @@ export function buildPanel(handlers: PanelHandlers, listen: Listen, site: string
     chat,
     settingsView,
   );
-  return { launcher, panel, settingsToggle, close, toSidePanel, engine, chat, log, empty, usage, continueButton, composer, settingsView, form, saved, clear, disableSite };
+  return { panel, settingsToggle, close, toSidePanel, engine, chat, log, empty, usage, continueButton, composer, settingsView, form, saved, clear, disableSite };
 }

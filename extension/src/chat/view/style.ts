@@ -1,9 +1,8 @@
-// The overlay's stylesheet, scoped by the shadow root. Page CSS cannot reach inside; the host
-// element's own box (position, display, visibility…) is set inline with !important by overlay.ts,
-// which beats any page stylesheet. The fonts and colours are set on the shadow root's top-level
-// elements rather than on :host, where a page's `hearth-overlay { … }` rule would win over them.
-// Light and dark themes follow prefers-color-scheme; animations only run when the user has not
-// asked for reduced motion.
+// The chat's stylesheet (Hearth's chat page, sidepanel.html: in the side panel and in the
+// overlay's frame), scoped by the page's shadow root. The fonts and colours are set on the shadow
+// root's top-level elements. Light and dark themes follow prefers-color-scheme; animations only
+// run when the user has not asked for reduced motion. (What the content script draws on the page,
+// the launcher, the frame and the outlines, has its own: content/ui/host-style.ts.)
 
 export const OVERLAY_CSS = `
 :host { all: initial; position: fixed; right: 16px; bottom: 16px; z-index: 2147483647; }
@@ -23,14 +22,6 @@ button { font: inherit; color: inherit; cursor: pointer; }
 button:disabled { cursor: default; opacity: .55; }
 :focus-visible { outline: 3px solid var(--focus); outline-offset: 2px; }
 
-.launcher { position: relative; width: 44px; height: 44px; border-radius: 50%; border: none;
-  background: var(--accent); color: var(--accent-fg); font: 600 18px system-ui, sans-serif;
-  box-shadow: 0 2px 8px rgb(0 0 0 / .3); }
-.launcher:hover { background: var(--accent-hover); }
-.launcher[data-attention="needs-you"]::after { content: "!"; position: absolute; top: -4px; right: -4px;
-  width: 18px; height: 18px; border-radius: 50%; background: var(--danger); color: #fff;
-  font: 700 12px/18px system-ui, sans-serif; }
-
 .panel { position: absolute; right: 0; bottom: 56px; display: flex; flex-direction: column;
   width: min(420px, calc(100vw - 32px)); height: min(640px, calc(100vh - 96px)); border-radius: 12px;
   background: var(--bg); color: var(--fg); border: 1px solid var(--line); box-shadow: 0 8px 28px rgb(0 0 0 / .28);
@@ -42,6 +33,7 @@ h3 { margin: 0 0 6px; font-size: 14px; }
 .header-buttons { display: flex; gap: 2px; }
 .panel.side { position: static; width: 100%; height: 100vh; border: none; border-radius: 0; box-shadow: none; }
 .side-notice { margin: 0; padding: 16px 14px; }
+.focus-taken { margin: 0; padding: 6px 14px; border-top: 1px solid var(--line); color: var(--warn); font-weight: 600; font-size: 12.5px; }
 .settings, .close, .to-side-panel { width: 32px; height: 32px; border: none; border-radius: 6px; background: none; font-size: 18px; }
 .settings:hover, .close:hover, .to-side-panel:hover, .settings[aria-expanded="true"] { background: var(--code); }
 
@@ -136,12 +128,7 @@ dd { margin: 0; overflow-wrap: anywhere; }
 .full-address[hidden] { display: none; }
 .target-text .typed { font: 12.5px ui-monospace, SFMono-Regular, Menlo, monospace; white-space: pre-wrap; }
 .card pre.code { max-height: 320px; white-space: pre; overflow-wrap: normal; }
-.target-outline, .passage-outline { position: fixed; left: 0; top: 0; width: 0; height: 0; pointer-events: none; box-sizing: border-box;
-  border: 3px solid var(--focus); border-radius: 4px; box-shadow: 0 0 0 2px rgb(255 255 255 / .8); }
-.passage-outline { border-color: #d4a20b; background: rgb(255 229 138 / .25); }
 .tool-thumbnail { display: block; max-width: 100%; max-height: 160px; margin-top: 6px; border: 1px solid var(--border, #ccc); border-radius: 4px; }
-.point-marker { position: fixed; width: 18px; height: 18px; margin: -9px 0 0 -9px; border-radius: 50%; pointer-events: none;
-  border: 3px solid #d93025; box-shadow: 0 0 0 2px #fff; background: rgb(217 48 37 / .25); }
 .cite { display: inline-block; min-width: 1.4em; padding: 0 4px; margin: 0 1px; border: 1px solid var(--line); border-radius: 9px;
   background: var(--bg); font-size: 11px; line-height: 16px; vertical-align: baseline; text-align: center; }
 button.cite { cursor: pointer; color: var(--accent, inherit); }
@@ -201,13 +188,10 @@ button.cite { cursor: pointer; color: var(--accent, inherit); }
 
 @media (prefers-reduced-motion: no-preference) {
   .panel:not([hidden]) { animation: hearth-open .16s ease-out; }
-  .launcher[data-attention="running"] { animation: hearth-pulse 1.6s ease-in-out infinite; }
   .tool.running .tool-status::before { animation: hearth-spin 1s linear infinite; }
-  .launcher, .decision, .option, .send { transition: background-color .12s, border-color .12s; }
+  .decision, .option, .send { transition: background-color .12s, border-color .12s; }
 }
 @keyframes hearth-open { from { opacity: 0; transform: translateY(8px); } to { opacity: 1; transform: none; } }
-@keyframes hearth-pulse { 0%, 100% { box-shadow: 0 2px 8px rgb(0 0 0 / .3), 0 0 0 0 rgb(234 88 12 / .5); }
-  50% { box-shadow: 0 2px 8px rgb(0 0 0 / .3), 0 0 0 8px rgb(234 88 12 / 0); } }
 @keyframes hearth-spin { to { transform: rotate(360deg); } }
-@media (forced-colors: active) { .launcher, .send { border: 1px solid ButtonText; } }
+@media (forced-colors: active) { .send { border: 1px solid ButtonText; } }
 `;

@@ -1,6 +1,6 @@
-// The state around the transcript, shown: the composer's mode, Stop and Continue, the usage line,
-// the launcher's attention mark and the test builds' state mirror. (The outline of the page element
-// a confirmation is about is the overlay's: content/overlay.ts.)
+// The state around the transcript, shown: the composer's mode, Stop and Continue, the usage line
+// and the test builds' state mirror. (The launcher's attention mark and the outline of the page
+// element a confirmation is about are the page's side: content/overlay.ts.)
 
 import { VOICE_MAX_SECONDS, type EngineStatus } from "../../generated/protocol";
 import { formatNumber, t } from "../../shared/ui/i18n";
@@ -14,11 +14,10 @@ export interface TaskStateParts {
   log: HTMLElement;
   empty: HTMLElement;
   usage: HTMLElement;
-  launcher: HTMLButtonElement;
 }
 
 export function showTaskState(parts: TaskStateParts, transcript: Transcript, engineReady: boolean, status: EngineStatus): void {
-  const { data, composer, continueButton, log, empty, usage, launcher } = parts;
+  const { data, composer, continueButton, log, empty, usage } = parts;
   const task = transcript.task;
   data.task = task;
   data.cards = String(toolCardCount(transcript));
@@ -42,9 +41,5 @@ export function showTaskState(parts: TaskStateParts, transcript: Transcript, eng
     : u.tokensPerSecond !== null
       ? t("usageLine", formatNumber(u.promptTokens), formatNumber(u.prefillTokens), formatNumber(u.completionTokens), formatNumber(u.tokensPerSecond, 1))
       : t("usageLineNoRate", formatNumber(u.promptTokens), formatNumber(u.prefillTokens), formatNumber(u.completionTokens));
-  const attention = task === "confirm" || task === "ask" ? "needs-you" : running ? "running" : "";
-  if (attention) launcher.dataset.attention = attention;
-  else delete launcher.dataset.attention;
-  launcher.setAttribute("aria-label", attention === "needs-you" ? t("launcherLabelNeedsYou") : t("launcherLabel"));
   if (!engineReady && status.state === "ready") composer.textarea.placeholder = t("noModelYet");
 }
