@@ -42,11 +42,21 @@ export function createHost(): HostParts {
 type Movable = Element & { moveBefore?(node: Node, child: Node | null): void };
 
 /**
+ * Put back more often than this in a second, the host is contested: a page's own observer moving
+ * it as soon as it is put back would bounce it with the keeper forever (hanging the tab), so it
+ * is then put back on a timer instead, as long as that goes on.
+ */
+const PUT_BACKS_PER_SECOND = 30;
+const CONTESTED_DELAY_MS = 200;
+
+/**
  * Puts the host on the page with its inline style, and keeps both there: the style is set again
  * when the page changes the host's attributes (which it may not add to), and the host is put back
- * under the root element whenever it is anywhere else. Returns what stops it.
+ * under the root element whenever it is anywhere else. `restored` runs after the host was put back
+ * from outside the document (document.open() also drops the listeners of every element in it).
+ * Returns what stops it.
  */
-export function keepOnPage(host: HTMLElement): () => void {
+export function keepOnPage(host: HTMLElement, restored: () => void): () => void {
   const applyStyle = () => {
     host.style.cssText = "";
     for (const [property, value] of HOST_STYLE) host.style.setProperty(property, value, "important");
@@ -59,9 +69,21 @@ export function keepOnPage(host: HTMLElement): () => void {
   });
   guard.observe(host, { attributes: true });
 
+  let second = 0;
+  let putBacks = 0;
+  let timer: ReturnType<typeof setTimeout> | undefined;
   // A move into the page's own element shows as a removal from the root; document.open() or a new
   // root element as a change of the document's children.
-  const keeper = new MutationObserver(() => putBack());
+  const keeper = new MutationObserver(() => {
+    if (host.parentNode === document.documentElement) return;
+    const now = performance.now();
+    if (now - second > 1_000) [second, putBacks] = [now, 0];
+    if (++putBacks <= PUT_BACKS_PER_SECOND) return putBack();
+    timer ??= setTimeout(() => {
+      timer = undefined;
+      putBack();
+    }, CONTESTED_DELAY_MS);
+  });
   const putBack = () => {
     const root = document.documentElement as Movable | null;
     keeper.observe(document, { childList: true });
@@ -78,10 +100,13 @@ export function keepOnPage(host: HTMLElement): () => void {
         // Not movable from there: appended below.
       }
     }
+    const wasOut = !host.isConnected;
     root.append(host);
+    if (wasOut) restored();
   };
   putBack();
   return () => {
+    clearTimeout(timer);
     guard.disconnect();
     keeper.disconnect();
   };

@@ -137,7 +137,6 @@ function createOverlay({ host, shadow }: HostParts): Overlay {
   // The page element a waiting confirmation is about, and a cited passage the user asked to see.
   const outline = targetOutline();
   const passageOutline = targetOutline("passage-outline");
-  const launcher = button("launcher", "H", t("launcherLabel"), { "aria-expanded": "false" });
   /** This side's copy of the conversation (for the outline, the launcher and opening at a card). */
   let transcript: Transcript = emptyTranscript();
   let open = false;
@@ -156,12 +155,24 @@ function createOverlay({ host, shadow }: HostParts): Overlay {
     made.src = `${chrome.runtime.getURL("sidepanel.html")}#${secret}`;
     // Each document the frame loads (a new one after the page took the host away and it was put
     // back) is handed a new channel; one that does not answer it is not Hearth's page: replaced.
-    made.addEventListener("load", () => handOver(made));
+    let loads = 0;
+    made.addEventListener("load", () => handOver(made, ++loads > 1));
     data.frames = String(Number(data.frames ?? 0) + 1);
     return made;
   }
 
-  function handOver(target: HTMLIFrameElement): void {
+  /** The frame, made (hidden until the overlay opens) the first time it is needed. */
+  function ensureFrame(): HTMLIFrameElement {
+    if (!frame) {
+      frame = makeFrame();
+      frame.hidden = !open;
+      shadow.append(frame);
+    }
+    return frame;
+  }
+
+  /** `reloaded`: the page unloaded the frame's document (by moving or removing the host). */
+  function handOver(target: HTMLIFrameElement, reloaded: boolean): void {
     if (target !== frame || !target.contentWindow) return;
     channel?.close();
     const { port1, port2 } = new MessageChannel();
@@ -171,7 +182,8 @@ function createOverlay({ host, shadow }: HostParts): Overlay {
       const kind = (event.data as { kind?: unknown } | null)?.kind;
       if (kind === "ready") {
         answered = true;
-        if (open) tellOpen();
+        // The person may have been typing in the document the page unloaded: the chat says so.
+        if (open) tellOpen(reloaded);
       } else if (kind === "opened" && open) data.state = "open";
       else if (kind === "close") setOpen(false, { focus: true });
     };
@@ -183,9 +195,9 @@ function createOverlay({ host, shadow }: HostParts): Overlay {
     }, FRAME_ANSWER_MS);
   }
 
-  function tellOpen(): void {
+  function tellOpen(displaced = false): void {
     if (!channel) return;
-    channel.postMessage({ kind: "open", ...(pendingOpen ?? {}) });
+    channel.postMessage({ kind: "open", ...(pendingOpen ?? {}), ...(displaced ? { displaced } : {}) });
     pendingOpen = null;
   }
 
@@ -198,13 +210,10 @@ function createOverlay({ host, shadow }: HostParts): Overlay {
     if (!open) data.state = "closed";
     launcher.setAttribute("aria-expanded", String(open));
     if (open) {
-      if (!frame) {
-        frame = makeFrame();
-        shadow.append(frame);
-      }
-      frame.hidden = false;
+      const shown = ensureFrame();
+      shown.hidden = false;
       pendingOpen = quote ? { quote } : {};
-      if (focus) frame.focus();
+      if (focus) shown.focus();
       tellOpen();
     } else {
       const hadFocus = shadow.activeElement === frame;
@@ -214,7 +223,31 @@ function createOverlay({ host, shadow }: HostParts): Overlay {
     if (changed) send({ kind: "chat_input", input: { input: "shown", open } });
   }
 
-  launcher.addEventListener("click", () => setOpen(!open));
+  let launcher = makeLauncher();
+  function makeLauncher(): HTMLButtonElement {
+    const made = button("launcher", "H", t("launcherLabel"), { "aria-expanded": String(open) });
+    made.addEventListener("click", () => setOpen(!open));
+    // A pointer over the launcher: the frame starts loading, so the chat is ready on the click.
+    made.addEventListener("pointerenter", () => void ensureFrame(), { once: true });
+    return made;
+  }
+
+  /**
+   * The host is back after the page took it out of the document: document.open() dropped every
+   * listener of its elements, and the frame's document is gone. New ones, as they were.
+   */
+  function rebuild(): void {
+    const fresh = makeLauncher();
+    fresh.hidden = launcher.hidden;
+    launcher.replaceWith(fresh);
+    launcher = fresh;
+    markLauncher();
+    frame?.remove();
+    frame = null;
+    channel?.close();
+    channel = null;
+    if (open) setOpen(true, { focus: false });
+  }
 
   // --- talking to the worker -------------------------------------------------------------------
   function send(msg: Parameters<typeof sendFromTab>[0]): void {
@@ -261,7 +294,7 @@ function createOverlay({ host, shadow }: HostParts): Overlay {
   if (mirror) shadow.append(mirror);
   data.state = "closed";
   markLauncher();
-  const stopKeeping = keepOnPage(host);
+  const stopKeeping = keepOnPage(host, rebuild);
   if (sidePanelShown) showInPanel(true);
   // This page's view of the tab's conversation: the worker sends it whole, then its changes.
   send({ kind: "watch_chat" });

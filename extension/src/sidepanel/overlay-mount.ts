@@ -10,8 +10,9 @@
 //   frame, the top layer included), its viewport is the size the host gives it, and the input
 //   carried the person's activation. Otherwise nothing is approved, the card says the page is
 //   covering Hearth, and the side panel (browser UI no page can draw over) opens with this tab.
-// - The page can always take the keyboard focus: when it does while the person types, the chat
-//   says so at once (what they type next goes to the page; nothing the page types enters Hearth).
+// - The page can always take the keyboard focus: when it does while the person types (or unloads
+//   this frame by moving Hearth's host), the chat says so at once, until they type here again
+//   (what they type meanwhile goes to the page; nothing the page types enters Hearth).
 
 import type { LiveChat } from "../chat/view/live-chat";
 import { waitingEntry } from "../chat/transcript";
@@ -28,7 +29,7 @@ const MIN_FRAME_PX = 200;
 const TYPING_MS = 2_000;
 
 /** What the host (the content script) says over the channel. */
-type HostMessage = { kind: "open"; quote?: string };
+type HostMessage = { kind: "open"; quote?: string; displaced?: boolean };
 
 export interface OverlayMount {
   /** Focuses the message box (the host focused this frame to open it). */
@@ -75,10 +76,15 @@ export function mountOverlay({ live, data }: { live: LiveChat; data: DOMStringMa
     if (typeof msg.quote === "string" && msg.quote) ui.composer.setSelection(msg.quote);
     else if (waiting) ui.focusCard(waiting.id);
     else ui.composer.focus();
-    // (Test builds: when the chat was ready to type into, for the opening time.)
-    data.openedAt = String(performance.timeOrigin + performance.now());
+    // The page unloaded the frame the person may have been typing in (it moved Hearth's host).
+    if (msg.displaced) showFocusTaken(true);
     channel?.postMessage({ kind: "opened" });
   }
+
+  // (Test builds: when the message box took the focus first after the tests cleared it, for the opening time.)
+  ui.composer.textarea.addEventListener("focus", () => {
+    if (document.hasFocus()) data.openedAt ??= String(performance.timeOrigin + performance.now());
+  });
 
   // The frame got the focus with nothing in it focused (the host focused the frame): the message box.
   window.addEventListener("focus", () => {
@@ -128,15 +134,15 @@ export function mountOverlay({ live, data }: { live: LiveChat; data: DOMStringMa
   ui.chat.insertBefore(focusTaken, ui.composer.element);
   let lastKey = -Infinity;
   window.addEventListener("keydown", () => (lastKey = performance.now()), true);
+  function showFocusTaken(taken: boolean): void {
+    focusTaken.hidden = !taken;
+    data.focusTaken = String(taken);
+  }
   window.addEventListener("blur", () => {
-    if (performance.now() - lastKey > TYPING_MS) return;
-    focusTaken.hidden = false;
-    data.focusTaken = "true";
+    if (performance.now() - lastKey <= TYPING_MS) showFocusTaken(true);
   });
-  window.addEventListener("focus", () => {
-    focusTaken.hidden = true;
-    data.focusTaken = "false";
-  });
+  // (Typing here again clears it: the person is back.)
+  window.addEventListener("keydown", () => showFocusTaken(false));
 
   const openSidePanel = () => {
     if (windowId !== undefined) void chrome.sidePanel.open({ windowId }).catch(() => {});
