@@ -11,12 +11,12 @@
 //! | options page → worker          | [`OptionsToWorker`]| `sender.url` is `options.html`                               |
 //! | worker → offscreen document    | [`WorkerToEngine`] | `sender.url` is `service-worker.js`, no `sender.tab`         |
 //! | worker → tab (content script)  | [`WorkerToTab`]    | our id, no `sender.tab`                                      |
-//! | side panel → worker (its port) | [`PanelToWorker`]  | our id, `sender.url` is `sidepanel.html`, no `sender.tab`    |
-//! | worker → side panel (the port) | [`WorkerToPanel`]  | the port the panel opened to the worker                      |
+//! | chat page → worker (its port)  | [`PanelToWorker`]  | our id, `sender.url` is `sidepanel.html`: no `sender.tab` (the side panel), or a tab's frame (the overlay, that tab only) |
+//! | worker → chat page (the port)  | [`WorkerToPanel`]  | the port the page opened to the worker                       |
 //!
 //! A tab's messages carry no tab id: the worker takes it from `sender.tab.id`, so a content script
 //! (or a compromised renderer speaking as one) can only act on its own tab. Every enum is tagged by
-//! `kind` (`{"kind": "watch_engine"}`); `WorkerToEngine` keeps the shape the engine (crates/offscreen)
+//! `kind` (`{"kind": "watch_chat"}`); `WorkerToEngine` keeps the shape the engine (crates/offscreen)
 //! parses.
 
 use serde::{Deserialize, Serialize};
@@ -24,31 +24,23 @@ use ts_rs::TS;
 
 use crate::{Decision, EngineStatus, PageInfo, TaskAction, TaskSettings, TaskUpdate, ToolRequest};
 
-/// What a tab's content script (the overlay) sends to the service worker. The worker acts on the
-/// sender's own tab (`sender.tab.id`) only.
+/// What a tab's content script (the overlay's host on the page) sends to the service worker. The
+/// worker acts on the sender's own tab (`sender.tab.id`) only. The chat itself, with everything
+/// the person asks, answers or decides, is Hearth's own page in the host's frame, which speaks
+/// over its port (`PanelToWorker`): the page's process never speaks for the person.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TabToWorker {
-    /// The user opened the chat: send me the engine's state now and whenever it changes, and
-    /// start the engine if nothing runs yet (a failed one is retried).
-    WatchEngine,
     /// The overlay is mounted on this page: the response is this tab's conversation, whole (a
-    /// `ChatPatch`, extension/src/chat/patch.ts); its changes follow as `chat` messages.
+    /// `ChatPatch`, extension/src/chat/patch.ts); its changes follow as `chat` messages. The page's
+    /// side follows it to outline the element a card is about and to open the overlay at a card.
     WatchChat,
-    /// The user acted in this tab's overlay: done by the worker, which owns the tab's conversation,
-    /// as the same input from a side panel showing the tab is.
+    /// The overlay opened or closed (`ChatInput::Shown`); the worker drops any other input from a tab.
     ChatInput { input: ChatInput },
-    /// "Open in side panel" in the overlay: the worker opens the side panel of this tab's window.
-    OpenSidePanel,
     /// The response is this tab's view of the settings (`SettingsView`). Settings live where only
     /// Hearth's own pages can write them (storage restricted to trusted contexts): a content
     /// script reads them through the worker and never writes them.
     GetSettings,
-    /// "Turn off on this site": the worker adds the sender's own site (its committed URL's origin)
-    /// to the disabled sites. The one setting a tab may change, and only towards doing less.
-    DisableSite,
-    /// "All settings…": open the options page.
-    OpenOptions,
 }
 
 /// What a tab's content script may know of the settings.
@@ -56,14 +48,11 @@ pub enum TabToWorker {
 pub struct SettingsView {
     /// The user turned Hearth off on this tab's site.
     pub disabled: bool,
-    /// The user's own model files (name, file name…), which the engine view marks as not verified.
-    #[ts(type = "unknown")]
-    pub own_models: serde_json::Value,
 }
 
-/// What the side panel (`sidepanel.html`) sends to the service worker over its port. The panel
-/// shows one tab at a time, the active tab of its window; the worker acts only for the tab the
-/// port watches now.
+/// What Hearth's chat page (`sidepanel.html`) sends to the service worker over its port. In the side
+/// panel it shows one tab at a time, the active tab of its window; framed in a tab, it is that
+/// tab's overlay and shows that tab only. The worker acts only for the tab the port watches now.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum PanelToWorker {
@@ -291,8 +280,6 @@ pub struct Article {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum WorkerToTab {
-    /// The engine's current state.
-    EngineStatus { status: EngineStatus },
     /// A change of this tab's conversation (a `ChatPatch`, extension/src/chat/patch.ts).
     Chat {
         #[ts(type = "unknown")]
@@ -349,7 +336,7 @@ mod tests {
 
     #[test]
     fn tab_messages_are_tagged_by_kind_and_carry_no_tab() {
-        assert_eq!(TabToWorker::WatchEngine.to_json(), r#"{"kind":"watch_engine"}"#);
+        assert_eq!(TabToWorker::from_json(r#"{"kind":"watch_engine"}"#), None);
         assert_eq!(TabToWorker::WatchChat.to_json(), r#"{"kind":"watch_chat"}"#);
         let submit = ChatInput::Submit { text: "hi".into(), selection: Some("quoted".into()) };
         assert_eq!(
@@ -467,10 +454,7 @@ mod tests {
         assert_eq!(WorkerToTab::CancelTools.to_json(), r#"{"kind":"cancel_tools"}"#);
         assert_eq!(WorkerToTab::OpenOverlay.to_json(), r#"{"kind":"open_overlay"}"#);
         assert_eq!(WorkerToTab::ShowPassage { number: 2 }.to_json(), r#"{"kind":"show_passage","number":2}"#);
-        assert_eq!(
-            wire(&WorkerToTab::EngineStatus { status: EngineStatus::Idle }),
-            json!({"kind": "engine_status", "status": {"state": "idle"}})
-        );
+        assert_eq!(WorkerToTab::from_json(r#"{"kind":"engine_status","status":{"state":"idle"}}"#), None);
     }
 
     #[test]

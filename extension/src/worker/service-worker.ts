@@ -6,16 +6,17 @@
 //
 // Every message is checked by its sender, as the browser reports it (`senderRole`): a tab's
 // messages act on that tab only (its id comes from `sender.tab.id`, never from the message), the
-// engine's only come from the offscreen document, the side panel's only over a port its page
-// opened (`sidepanel.html` in Chrome's side panel, no tab), and anything else is dropped.
+// engine's only come from the offscreen document, the chat page's only over a port its page
+// opened (`sidepanel.html`: in Chrome's side panel, no tab; or framed in a tab as its overlay,
+// that tab only), and anything else is dropped. A tab's content script may say only whether its
+// overlay is open: what the person asks, answers or decides comes from the chat page.
 // storage.session (every tab's transcript and agent history) stays closed to content scripts: a
-// tab's overlay is sent its own tab's conversation, and nothing else.
+// tab's content script is sent its own tab's conversation, and nothing else.
 
 import { FRESH_ENGINE_FAILURES, type ChatInput, type EngineStatus, type EngineToWorker, type OptionsToWorker, type PanelToWorker, type SettingsView, type TabToWorker, type TaskAction, type WorkerToEngine, type WorkerToPanel, type WorkerToTab } from "../generated/protocol";
 import { failure, localizeFailure } from "../shared/failures";
 import { dropped, isMessage, senderRole, sendToEngine, sendToTab } from "../shared/messages";
-import { loadSettings, onSettingsChanged, isSiteDisabled, saveSettings, siteOf, taskSettings, type ChatSurface, type Settings } from "../shared/settings";
-import { ownModels, watchOwnModels } from "../shared/own-models";
+import { loadSettings, onSettingsChanged, isSiteDisabled, siteOf, taskSettings, type ChatSurface, type Settings } from "../shared/settings";
 import { registerContentScript } from "./register-content-script";
 import { agentNavigating, runTool } from "./browser-tools";
 import * as fence from "./fence";
@@ -37,7 +38,6 @@ let engineVoice = false;
 let installInFlight = false;
 /** The offscreen document is starting the engine: its `loading` statuses are current. */
 let startInFlight = false;
-const watchers = new Set<number>();
 let offscreenStarting: Promise<void> | null = null;
 let onOffscreenReady: (() => void) | null = null;
 /** Counts engine starts: the answer of one that a later start replaced is not current. */
@@ -67,7 +67,7 @@ function silenceMs(normal: number): number {
 // The settings (storage.sync), the user's own model records (storage.local) and every tab's
 // transcript (storage.session) are open to Hearth's own pages only: a content script (the page's
 // process, which a hostile page may have compromised) can neither read nor write them. It reads
-// its view of the settings through this worker, and may only turn Hearth off on its own site.
+// its view of the settings (whether Hearth is off on its site) through this worker.
 // Set before the content script is registered, and again at every start (Chrome keeps it).
 const trusted = Promise.all(
   (["local", "sync", "session"] as const).map((area) => chrome.storage[area].setAccessLevel({ accessLevel: "TRUSTED_CONTEXTS" as chrome.storage.AccessLevel })),
@@ -228,7 +228,6 @@ conversations.onPatch((tabId, chat) => {
 
 // A task belongs to its tab: when the tab goes away, so does its conversation.
 chrome.tabs.onRemoved.addListener((tabId) => {
-  watchers.delete(tabId);
   queued.delete(tabId);
   voice.dropRecording(tabId, voiceHost);
   for (const [port, shown] of panels) if (shown === tabId) toPanel(port, { kind: "tab_state", tab_id: tabId, state: "gone", site: null });
@@ -377,11 +376,6 @@ const historyKey = (tabId: number) => `agent:${tabId}`;
 function fromTab(msg: TabToWorker, tabId: number, tab: chrome.tabs.Tab | undefined): Promise<unknown> | undefined {
   const url = tab?.url;
   switch (msg.kind) {
-    case "watch_engine":
-      watchers.add(tabId);
-      pushStatus(tabId);
-      wakeEngine();
-      break;
     case "watch_chat":
       // Whole, on the channel its changes come by (so none of them can overtake it).
       void conversations.snapshot(tabId).then((chat) => toTab(tabId, { kind: "chat", chat }));
@@ -397,19 +391,6 @@ function fromTab(msg: TabToWorker, tabId: number, tab: chrome.tabs.Tab | undefin
       return loadSettings().then((settings) => (isSiteDisabled(settings, url) ? undefined : onChatInput(tabId, msg.input)));
     case "get_settings":
       return loadSettings().then((settings) => settingsView(url, settings));
-    case "disable_site": {
-      // The sender's own site, as the browser reports its committed URL: a tab can only do less.
-      const site = siteOf(url);
-      if (site) void loadSettings().then((s) => (s.disabledSites.includes(site) ? s : saveSettings({ disabledSites: [...s.disabledSites, site] })));
-      break;
-    }
-    case "open_options":
-      void chrome.tabs.create({ url: chrome.runtime.getURL("options.html") });
-      break;
-    case "open_side_panel":
-      // The overlay's "Open in side panel" (the click's gesture comes with its message).
-      if (tab) void chrome.sidePanel.open({ windowId: tab.windowId }).catch(() => {});
-      break;
   }
   return undefined;
 }
@@ -583,20 +564,13 @@ function pushSettingsViews(settings: Settings): void {
   void chrome.tabs.query({}).then((tabs) => {
     for (const tab of tabs) {
       const id = tab.id;
-      if (id !== undefined) void settingsView(tab.url, settings).then((view) => sendToTab(id, { kind: "settings_changed", view }).catch(() => {}));
+      if (id !== undefined) sendToTab(id, { kind: "settings_changed", view: settingsView(tab.url, settings) }).catch(() => {});
     }
   });
 }
-// (A model file installed or removed in the options page: the engine views name it.)
-let ownModelsSeen = false;
-watchOwnModels(() => {
-  if (ownModelsSeen) void loadSettings().then(pushSettingsViews);
-  ownModelsSeen = true;
-});
-
 /** What a tab on `url` may know of the settings. */
-async function settingsView(url: string | undefined, settings: Settings): Promise<SettingsView> {
-  return { disabled: isSiteDisabled(settings, url), own_models: await ownModels() };
+function settingsView(url: string | undefined, settings: Settings): SettingsView {
+  return { disabled: isSiteDisabled(settings, url) };
 }
 
 /**
@@ -706,14 +680,8 @@ function toTab(tabId: number, msg: WorkerToTab): void {
 function setStatus(next: EngineStatus): void {
   // Failures reach tabs in the browser's language (the offscreen document has no chrome.i18n).
   status = next.state === "failed" ? { ...next, failure: localizeFailure(next.failure) } : next;
-  for (const tabId of watchers) pushStatus(tabId);
   for (const port of panels.keys()) toPanel(port, { kind: "engine_status", status });
   if (status.state === "ready" && status.model !== null) sendQueued();
-}
-
-function pushStatus(tabId: number): void {
-  // A closed or navigated tab has no listener any more: stop telling it.
-  sendToTab(tabId, { kind: "engine_status", status }).catch(() => watchers.delete(tabId));
 }
 
 async function restartIfGone(): Promise<void> {
