@@ -60,12 +60,17 @@ export function mountOverlay({ live, data }: { live: LiveChat; data: DOMStringMa
   });
   const close = () => channel?.postMessage({ kind: "close" });
   ui.close.addEventListener("click", close);
+  // Esc closes on its release: the key's last event stays here, not on the page the focus returns to.
+  let closing = false;
   window.addEventListener("keydown", (e) => {
     // (An Esc that dropped a recording closes nothing.)
-    if (e.key === "Escape" && !e.isComposing && !e.defaultPrevented) {
-      e.preventDefault();
-      close();
-    }
+    closing = e.key === "Escape" && !e.isComposing && !e.defaultPrevented;
+    if (closing) e.preventDefault();
+  });
+  window.addEventListener("keyup", (e) => {
+    if (e.key !== "Escape" || !closing) return;
+    closing = false;
+    close();
   });
 
   function onHostMessage(msg: HostMessage): void {
