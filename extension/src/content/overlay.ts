@@ -16,14 +16,17 @@
 //
 // Test builds (__HEARTH_TEST_BUILD__) mirror this side's state as data-* attributes of a hidden
 // <div class="test-state"> in the shadow root (read over the DevTools protocol): data-state
-// (open once the frame said so, or closed), data-side-panel (a side panel shows this tab), data-passage, data-frames (how
-// many frames were made). The chat's own state is mirrored by the frame (sidepanel.ts).
+// (open once the frame said so, or closed), data-side-panel (a side panel shows this tab),
+// data-passage, data-frames (how many frames were made), and the conversation's task, cards,
+// answer and pending-call as this side follows them. The chat's own state is mirrored by the
+// frame (sidepanel.ts), which tests read first.
 
 import type { SettingsView } from "../generated/protocol";
 import { sendFromTab } from "../shared/messages";
 import { button, clip, el } from "../shared/ui/builders";
 import { t } from "../shared/ui/i18n";
 import { applyPatch } from "../chat/patch";
+import { mirrorTask } from "../chat/view/task-state";
 import { emptyTranscript, sourceOf, waitingConfirmation, waitingEntry, type Entry, type Transcript } from "../chat/transcript";
 import { createHost, keepOnPage, type HostParts } from "./overlay-host";
 import { elementByIndex } from "./page-tools/elements";
@@ -313,6 +316,7 @@ function createOverlay({ host, shadow }: HostParts): Overlay {
       transcript = applied.transcript;
       outlineTarget();
       markLauncher();
+      if (mirror) mirrorTask(data, transcript);
       // The overlay was open on the previous page of this tab while its task ran: open again.
       if (full && transcript.open && !open && !panelShown && transcript.task === "running") setOpen(true, { focus: false });
       const waiting = waitingEntry(transcript);

@@ -3,8 +3,8 @@
 // (DOM.getDocument with pierce), and in that frame Hearth's chat page (sidepanel.html, an
 // extension page in its own process), reached as its own frame target. Test builds mirror each
 // part's state as data-* attributes of a hidden <div class="test-state">: the host's (state,
-// side-panel, passage, frames) and the chat page's (task, cards, engine, seen…); the helpers read
-// them as one. Clicks land at an element's box like a person's, with the frame's offset added for
+// side-panel, passage, frames, and the task as it follows it) and the chat page's (task, cards,
+// engine, seen…); the helpers read them as one, the chat's first. Clicks land at an element's box like a person's, with the frame's offset added for
 // the chat's elements. A page may hold look-alike <hearth-overlay> elements: Hearth's is the one
 // with a closed shadow root holding the mirror.
 
@@ -196,11 +196,15 @@ async function frameState(page) {
     .catch(() => null);
 }
 
-/** Both mirrors' attributes (the host's win: it says whether the overlay is open), or null without a host. */
+/**
+ * Both mirrors' attributes, or null without a host: the host's own (state, side-panel, passage,
+ * frames), and the conversation's as the chat frame shows it, or as the host follows it while
+ * there is no frame (the overlay never opened on this page).
+ */
 async function testState(page) {
   const host = await hearthHost(await cdpOf(page));
   if (!host) return null;
-  return { ...((await frameState(page)) ?? {}), ...attributesOf(host.mirror) };
+  return { ...attributesOf(host.mirror), ...((await frameState(page)) ?? {}) };
 }
 
 /** The chat's root in its frame: the chat page's open shadow root. */

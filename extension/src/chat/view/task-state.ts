@@ -19,14 +19,7 @@ export interface TaskStateParts {
 export function showTaskState(parts: TaskStateParts, transcript: Transcript, engineReady: boolean, status: EngineStatus): void {
   const { data, composer, continueButton, log, empty, usage } = parts;
   const task = transcript.task;
-  data.task = task;
-  data.cards = String(toolCardCount(transcript));
-  if (transcript.answer !== null) data.answer = transcript.answer;
-  else delete data.answer;
-  // The call a confirmation card or a question waits on (tests wait for it to change).
-  const waiting = [...transcript.entries].reverse().find((e) => (e.kind === "confirm" && e.decision === undefined) || (e.kind === "ask" && e.answer === undefined));
-  if ((task === "confirm" || task === "ask") && waiting && "callId" in waiting) data.pendingCall = waiting.callId;
-  else delete data.pendingCall;
+  mirrorTask(data, transcript);
   const running = task === "running";
   composer.setRecording(transcript.recording, VOICE_MAX_SECONDS);
   data.recording = transcript.recording ? String(transcript.recording.seconds) : "";
@@ -42,4 +35,17 @@ export function showTaskState(parts: TaskStateParts, transcript: Transcript, eng
       ? t("usageLine", formatNumber(u.promptTokens), formatNumber(u.prefillTokens), formatNumber(u.completionTokens), formatNumber(u.tokensPerSecond, 1))
       : t("usageLineNoRate", formatNumber(u.promptTokens), formatNumber(u.prefillTokens), formatNumber(u.completionTokens));
   if (!engineReady && status.state === "ready") composer.textarea.placeholder = t("noModelYet");
+}
+
+/** The task's state in a test build's mirror: the task, its tool cards, the answer, the call a card waits on. */
+export function mirrorTask(data: DOMStringMap, transcript: Transcript): void {
+  const task = transcript.task;
+  data.task = task;
+  data.cards = String(toolCardCount(transcript));
+  if (transcript.answer !== null) data.answer = transcript.answer;
+  else delete data.answer;
+  // The call a confirmation card or a question waits on (tests wait for it to change).
+  const waiting = [...transcript.entries].reverse().find((e) => (e.kind === "confirm" && e.decision === undefined) || (e.kind === "ask" && e.answer === undefined));
+  if ((task === "confirm" || task === "ask") && waiting && "callId" in waiting) data.pendingCall = waiting.callId;
+  else delete data.pendingCall;
 }
