@@ -316,7 +316,7 @@ function createOverlay({ host, shadow }: HostParts): Overlay {
       transcript = applied.transcript;
       outlineTarget();
       markLauncher();
-      if (mirror) mirrorTask(data, transcript);
+      if (__HEARTH_TEST_BUILD__) mirrorTask(data, transcript);
       // The overlay was open on the previous page of this tab while its task ran: open again.
       if (full && transcript.open && !open && !panelShown && transcript.task === "running") setOpen(true, { focus: false });
       const waiting = waitingEntry(transcript);

@@ -87,9 +87,11 @@ export function mountOverlay({ live, data }: { live: LiveChat; data: DOMStringMa
   }
 
   // (Test builds: when the message box took the focus first after the tests cleared it, for the opening time.)
-  ui.composer.textarea.addEventListener("focus", () => {
-    if (document.hasFocus()) data.openedAt ??= String(performance.timeOrigin + performance.now());
-  });
+  if (__HEARTH_TEST_BUILD__) {
+    ui.composer.textarea.addEventListener("focus", () => {
+      if (document.hasFocus()) data.openedAt ??= String(performance.timeOrigin + performance.now());
+    });
+  }
 
   // The frame got the focus with nothing in it focused (the host focused the frame): the message box.
   window.addEventListener("focus", () => {
