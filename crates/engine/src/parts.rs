@@ -79,7 +79,10 @@ impl ModelParts {
         if let Some(generation) = generation_config_json {
             config.apply_generation_config(generation)?;
         }
-        Self::assemble(config, Tokenizer::from_bytes(tokenizer_json)?, template)
+        let tokenizer = Tokenizer::from_bytes(tokenizer_json)?;
+        // Where config.json and the tokenizer disagree on `<bos>` or a stop id, the tokenizer wins.
+        config.reconcile_token_ids(&tokenizer);
+        Self::assemble(config, tokenizer, template)
     }
 
     /// A GGUF file: config and tokenizer from its metadata; `chat_template` and `tokenizer`
@@ -122,11 +125,16 @@ mod on_disk {
         /// The parts of a model on disk (a folder or a GGUF file), with `tokenizer` (a
         /// tokenizer.json) in place of the model's own when given.
         pub fn read(files: &ModelFiles, tokenizer: Option<&Path>) -> Result<Self, DiskPartsError> {
-            let config = files.config()?;
+            let mut config = files.config()?;
             let tokenizer = match tokenizer {
                 Some(path) => load_tokenizer(path)?,
                 None => files.tokenizer()?,
             };
+            if !files.is_gguf() {
+                // Where config.json and the tokenizer disagree on `<bos>` or a stop id, the
+                // tokenizer (the one given, else the folder's) wins.
+                config.reconcile_token_ids(&tokenizer);
+            }
             if files.is_gguf() {
                 let source = TemplateSource::Gguf { given: None, own: files.gguf_chat_template() };
                 return Ok(Self::assemble(config, tokenizer, source)?);

@@ -9,11 +9,15 @@
 //! `gemma4.*` metadata keys ([`gguf`]) into the same description.
 
 mod gguf;
+pub mod token_ids;
 
 use std::collections::BTreeMap;
 
 use hearth_weights::GgufFile;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
+
+use crate::tokenizer::Tokenizer;
+use token_ids::{TokenIdDisagreement, reconcile};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -168,7 +172,8 @@ pub struct LayerConfig {
     pub kv_producer: Option<usize>,
 }
 
-/// `config.json` fields, as transformers 5.x writes them (older spellings accepted too).
+/// `config.json` fields, as transformers 5.x writes them (older spellings accepted too): the
+/// names of `Gemma4TextConfig` (and `Gemma3TextConfig`) in transformers 5.23.
 #[derive(Deserialize)]
 struct RawConfig {
     model_type: String,
@@ -180,7 +185,11 @@ struct RawConfig {
     num_attention_heads: Option<usize>,
     num_key_value_heads: Option<usize>,
     head_dim: Option<usize>,
+    /// Written by transformers before 5.23; 5.23 writes the full layers' heads as
+    /// `per_layer_config` overrides instead.
     global_head_dim: Option<usize>,
+    /// transformers 5.23's per-layer overrides, keyed by the layer's index zero-padded to the
+    /// widest index's digits (`"04"` … `"34"` for E2B's 35 layers).
     #[serde(default)]
     per_layer_config: BTreeMap<String, LayerOverride>,
     layer_types: Option<Vec<String>>,
@@ -192,7 +201,10 @@ struct RawConfig {
     rope_local_base_freq: Option<f64>,
     rope_scaling: Option<serde_json::Value>,
     query_pre_attn_scalar: Option<f64>,
-    final_logit_softcapping: Option<f64>,
+    /// Absent: `None`; `null` (transformers' `None`, `Gemma4TextConfig`'s default): `Some(None)`,
+    /// no softcap.
+    #[serde(default, deserialize_with = "present")]
+    final_logit_softcapping: Option<Option<f64>>,
     attn_logit_softcapping: Option<f64>,
     hidden_size_per_layer_input: Option<usize>,
     num_kv_shared_layers: Option<usize>,
@@ -202,8 +214,23 @@ struct RawConfig {
     attention_k_eq_v: bool,
     #[serde(default)]
     enable_moe_block: bool,
+    /// Gemma's `gelu_pytorch_tanh` is the only activation Hearth computes.
+    hidden_activation: Option<String>,
+    /// `"all"` / `"vision"` (Gemma 4) or `true` (Gemma 3): attention that is not causal.
+    use_bidirectional_attention: Option<serde_json::Value>,
+    #[serde(default)]
+    attention_bias: bool,
+    /// The output head is the token embedding; an untied `lm_head` is not read.
+    tie_word_embeddings: Option<bool>,
+    /// Rows of the per-layer embedding table (Gemma 4).
+    vocab_size_per_layer_input: Option<usize>,
     bos_token_id: Option<u32>,
     eos_token_id: Option<serde_json::Value>,
+}
+
+/// A field that is present, `null` included: `Some(None)` for `null`.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
 }
 
 #[derive(Deserialize, Default, Clone)]
@@ -212,6 +239,10 @@ struct LayerOverride {
     num_key_value_heads: Option<usize>,
     /// Written by the GGUF reader only (llama.cpp stores one MLP width per layer).
     intermediate_size: Option<usize>,
+    /// Any other attribute transformers lets a layer override (`sliding_window`, `skip`…): refused
+    /// by name rather than ignored.
+    #[serde(flatten)]
+    other: BTreeMap<String, serde_json::Value>,
 }
 
 impl TextConfig {
@@ -233,6 +264,9 @@ impl TextConfig {
                 let mut text = *text;
                 // The wrapper's ids win over text_config's.
                 text.eos_token_id = raw.eos_token_id.or(text.eos_token_id);
+                if raw.tie_word_embeddings == Some(false) {
+                    text.tie_word_embeddings = Some(false);
+                }
                 let origin = match origin {
                     Origin::ConfigJson { .. } => Origin::ConfigJson { nested: true },
                     Origin::Gguf => Origin::Gguf,
@@ -248,6 +282,23 @@ impl TextConfig {
     fn from_raw(family: Family, raw: RawConfig, prefix: &str, origin: Origin) -> Result<Self, ConfigError> {
         if raw.attention_k_eq_v || raw.enable_moe_block {
             return Err(invalid("attention_k_eq_v and MoE blocks (Gemma 4 26B/31B) are not supported"));
+        }
+        if let Some(act) = raw.hidden_activation.as_deref().filter(|a| *a != "gelu_pytorch_tanh") {
+            return Err(invalid(&format!("hidden_activation `{act}` is not supported (Gemma's is gelu_pytorch_tanh)")));
+        }
+        match &raw.use_bidirectional_attention {
+            None | Some(serde_json::Value::Null) | Some(serde_json::Value::Bool(false)) => {}
+            Some(other) => {
+                return Err(invalid(&format!(
+                    "use_bidirectional_attention {other} is not supported (Hearth's attention is causal)"
+                )));
+            }
+        }
+        if raw.attention_bias {
+            return Err(invalid("attention_bias is not supported (Gemma's projections have no bias)"));
+        }
+        if raw.tie_word_embeddings == Some(false) {
+            return Err(invalid("tie_word_embeddings false (a separate lm_head) is not supported"));
         }
         let gemma4 = family == Family::Gemma4;
         let missing = |name: &str| origin.missing(family, name);
@@ -273,6 +324,7 @@ impl TextConfig {
             if raw.rms_norm_eps.is_none() {
                 return Err(missing("rms_norm_eps"));
             }
+            // `null` (no softcap) is stated; only an absent field is missing.
             if raw.final_logit_softcapping.is_none() {
                 return Err(missing("final_logit_softcapping"));
             }
@@ -305,9 +357,10 @@ impl TextConfig {
         }
 
         let producers = kv_producers(&kinds, num_kv_shared_layers)?;
+        let overrides = per_layer_overrides(&raw.per_layer_config, num_layers)?;
         let mut layers = Vec::with_capacity(num_layers);
         for (i, &kind) in kinds.iter().enumerate() {
-            let overrides = raw.per_layer_config.get(&i.to_string()).cloned().unwrap_or_default();
+            let overrides = overrides[i].clone();
             let layer_head_dim = match (overrides.head_dim, kind, raw.global_head_dim) {
                 (Some(own), _, _) => own,
                 (None, LayerType::Full, Some(global)) if gemma4 => global,
@@ -344,6 +397,14 @@ impl TextConfig {
             Family::Gemma4 => raw.hidden_size_per_layer_input.filter(|&n| n > 0),
             Family::Gemma3 => None,
         };
+        let vocab_size = need(raw.vocab_size, "vocab_size")?;
+        if let (Some(_), Some(rows)) = (per_layer_input_size, raw.vocab_size_per_layer_input)
+            && rows != vocab_size
+        {
+            return Err(invalid(&format!(
+                "vocab_size_per_layer_input {rows} differs from vocab_size {vocab_size} (a per-layer table of another size is not supported)"
+            )));
+        }
         let named = raw.eos_token_id.as_ref().map(eos_ids).unwrap_or_default();
         let eos_token_ids = match (family, origin) {
             // config.json lists [1, 106]; the model also ends a tool call with <|tool_response>.
@@ -363,7 +424,7 @@ impl TextConfig {
         Ok(TextConfig {
             family,
             tensor_prefix: prefix.to_string(),
-            vocab_size: need(raw.vocab_size, "vocab_size")?,
+            vocab_size,
             hidden_size,
             num_layers,
             num_heads,
@@ -373,7 +434,7 @@ impl TextConfig {
             norm_weight_offset,
             attention_scale,
             v_norm,
-            final_logit_softcap: raw.final_logit_softcapping.map(|v| v as f32),
+            final_logit_softcap: raw.final_logit_softcapping.flatten().map(|v| v as f32),
             attention_logit_softcap: raw.attn_logit_softcapping.map(|v| v as f32),
             embed_scale: (hidden_size as f32).sqrt(),
             per_layer_input_size,
@@ -449,6 +510,51 @@ impl TextConfig {
     pub fn window(&self) -> usize {
         self.sliding_window
     }
+
+    /// `<bos>` and the stop tokens replaced by the tokenizer's ids where they differ (the
+    /// tokenizer wins: [`token_ids`]); the differences. A stop id is replaced only
+    /// where it is the published id of a stop piece the tokenizer has elsewhere (`<eos>` 1, and
+    /// for Gemma 4 `<turn|>` 106 and `<|tool_response>` 50): ids the files name for other
+    /// tokens stay.
+    pub fn reconcile_token_ids(&mut self, tokenizer: &Tokenizer) -> Vec<TokenIdDisagreement> {
+        let mut found: Vec<TokenIdDisagreement> =
+            reconcile("bos_token_id", "<bos>", &mut self.bos_token_id, tokenizer).into_iter().collect();
+        let stops: &[(&'static str, u32)] = match self.family {
+            Family::Gemma4 => &[("<eos>", 1), ("<turn|>", 106), ("<|tool_response>", 50)],
+            Family::Gemma3 => &[("<eos>", 1)],
+        };
+        for &(piece, published) in stops {
+            let Some(theirs) = tokenizer.token_id(piece) else { continue };
+            if theirs == published || self.eos_token_ids.contains(&theirs) {
+                continue;
+            }
+            if let Some(id) = self.eos_token_ids.iter_mut().find(|id| **id == published) {
+                found.extend(reconcile("eos_token_id", piece, id, tokenizer));
+            }
+        }
+        found
+    }
+}
+
+/// transformers 5.23's `per_layer_config`, one entry per layer: its keys are layer indices
+/// (zero-padded, as 5.23 writes them, or not, as its reader accepts: it parses them as integers).
+fn per_layer_overrides(
+    config: &BTreeMap<String, LayerOverride>,
+    num_layers: usize,
+) -> Result<Vec<LayerOverride>, ConfigError> {
+    let mut layers = vec![LayerOverride::default(); num_layers];
+    for (key, overrides) in config {
+        let index = key.parse::<usize>().ok().filter(|&i| i < num_layers).ok_or_else(|| {
+            invalid(&format!("per_layer_config has key `{key}`, not a layer index below {num_layers}"))
+        })?;
+        if let Some(name) = overrides.other.keys().next() {
+            return Err(invalid(&format!(
+                "per_layer_config overrides `{name}` of layer {index}, which is not supported"
+            )));
+        }
+        layers[index] = overrides.clone();
+    }
+    Ok(layers)
 }
 
 fn invalid(message: &str) -> ConfigError {
@@ -692,6 +798,104 @@ mod tests {
         config["text_config"]["per_layer_config"] = partial.into();
         let err = TextConfig::from_json(&config.to_string()).unwrap_err().to_string();
         assert!(err.contains("`text_config.global_head_dim`"), "{err}");
+    }
+
+    #[test]
+    fn per_layer_config_keys_are_zero_padded_as_transformers_writes_them() {
+        // transformers 5.23's `Gemma4TextConfig(num_hidden_layers=35, global_head_dim=512, …)
+        // .to_dict()`: no global_head_dim, and the full layers' heads under "04" … "34".
+        let mut config: serde_json::Value = serde_json::from_str(&e2b_without("text_config.global_head_dim")).unwrap();
+        let full: serde_json::Map<String, serde_json::Value> =
+            (0..35).filter(|i| i % 5 == 4).map(|i| (format!("{i:02}"), serde_json::json!({"head_dim": 512}))).collect();
+        assert!(full.contains_key("04") && full.contains_key("34"));
+        config["text_config"]["per_layer_config"] = full.into();
+        let c = TextConfig::from_json(&config.to_string()).unwrap();
+        let dims: Vec<usize> = c.layers.iter().map(|l| l.head_dim).collect();
+        assert!(dims.iter().enumerate().all(|(i, &d)| d == if i % 5 == 4 { 512 } else { 256 }), "{dims:?}");
+        // A key that is no layer, and an override Hearth does not apply, are refused by name.
+        config["text_config"]["per_layer_config"] = serde_json::json!({"35": {"head_dim": 512}});
+        let err = TextConfig::from_json(&config.to_string()).unwrap_err().to_string();
+        assert!(err.contains("key `35`"), "{err}");
+        config["text_config"]["per_layer_config"] = serde_json::json!({"4": {"head_dim": 512, "sliding_window": 8}});
+        let err = TextConfig::from_json(&config.to_string()).unwrap_err().to_string();
+        assert!(err.contains("`sliding_window` of layer 4"), "{err}");
+    }
+
+    #[test]
+    fn a_null_softcap_is_none_and_an_absent_one_is_missing() {
+        // `Gemma4TextConfig`'s default is None, which transformers writes as null.
+        let mut config: serde_json::Value = serde_json::from_str(&e2b_like()).unwrap();
+        config["text_config"]["final_logit_softcapping"] = serde_json::Value::Null;
+        assert_eq!(TextConfig::from_json(&config.to_string()).unwrap().final_logit_softcap, None);
+        let err = TextConfig::from_json(&e2b_without("text_config.final_logit_softcapping")).unwrap_err();
+        assert!(matches!(err, ConfigError::Missing { .. }), "{err}");
+    }
+
+    #[test]
+    fn fields_hearth_does_not_compute_are_refused_by_name() {
+        for (field, value, named) in [
+            ("hidden_activation", serde_json::json!("silu"), "hidden_activation `silu`"),
+            ("use_bidirectional_attention", serde_json::json!("vision"), "use_bidirectional_attention"),
+            ("use_bidirectional_attention", serde_json::json!("all"), "use_bidirectional_attention"),
+            ("attention_bias", serde_json::json!(true), "attention_bias"),
+            ("tie_word_embeddings", serde_json::json!(false), "tie_word_embeddings"),
+            ("vocab_size_per_layer_input", serde_json::json!(1024), "vocab_size_per_layer_input 1024"),
+        ] {
+            let mut config: serde_json::Value = serde_json::from_str(&e2b_like()).unwrap();
+            config["text_config"][field] = value;
+            let err = TextConfig::from_json(&config.to_string()).unwrap_err().to_string();
+            assert!(err.contains(named), "{field}: {err}");
+        }
+        // What transformers writes for the published model passes.
+        let mut config: serde_json::Value = serde_json::from_str(&e2b_like()).unwrap();
+        for (field, value) in [
+            ("hidden_activation", serde_json::json!("gelu_pytorch_tanh")),
+            ("use_bidirectional_attention", serde_json::Value::Null),
+            ("attention_bias", serde_json::json!(false)),
+            ("tie_word_embeddings", serde_json::json!(true)),
+            ("vocab_size_per_layer_input", serde_json::json!(262144)),
+        ] {
+            config["text_config"][field] = value;
+        }
+        TextConfig::from_json(&config.to_string()).unwrap();
+    }
+
+    #[test]
+    fn the_tokenizers_bos_and_stop_ids_win_over_config_json() {
+        // tiny-chat's tokenizer agrees with the published ids: nothing changes.
+        let mut c = TextConfig::from_json(&e2b_like()).unwrap();
+        assert!(c.reconcile_token_ids(&token_ids::tests::tiny_chat_tokenizer()).is_empty());
+        assert_eq!((c.bos_token_id, c.eos_token_ids.clone()), (2, GEMMA4_STOP_IDS.to_vec()));
+        // A vocabulary of another model: its <bos>, <eos>, <turn|> and <|tool_response> elsewhere.
+        let other = token_ids::tests::tokenizer_of(&[
+            ("<pad>", 0),
+            ("<bos>", 5),
+            ("<eos>", 6),
+            ("<turn|>", 7),
+            ("<|tool_response>", 8),
+        ]);
+        let mut config: serde_json::Value = serde_json::from_str(&e2b_like()).unwrap();
+        // An id config.json names for a token that is not a stop piece (9) stays.
+        config["eos_token_id"] = serde_json::json!([1, 106, 9]);
+        let mut c = TextConfig::from_json(&config.to_string()).unwrap();
+        assert_eq!(c.eos_token_ids, [1, 106, 9, 50]);
+        let found = c.reconcile_token_ids(&other);
+        assert_eq!((c.bos_token_id, c.eos_token_ids.clone()), (5, vec![6, 7, 9, 8]));
+        let found: Vec<_> = found.iter().map(|d| (d.field, d.piece, d.config, d.tokenizer)).collect();
+        assert_eq!(
+            found,
+            [
+                ("bos_token_id", "<bos>", 2, 5),
+                ("eos_token_id", "<eos>", 1, 6),
+                ("eos_token_id", "<turn|>", 106, 7),
+                ("eos_token_id", "<|tool_response>", 50, 8)
+            ]
+        );
+        // A list that already holds the tokenizer's id keeps the rest as named.
+        let mut c = TextConfig::from_json(&e2b_like()).unwrap();
+        c.eos_token_ids = vec![1, 6];
+        c.reconcile_token_ids(&other);
+        assert_eq!(c.eos_token_ids, [1, 6]);
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub fn check_dir(dir: &Path) -> Result<(), ModelDirError> {
 pub struct ModelFiles {
     path: PathBuf,
     checkpoint: Checkpoint,
+    /// A folder's own tokenizer.json, read once when a token id is reconciled with it
+    /// (`None`: a GGUF file, or a folder without one).
+    own_tokenizer: std::sync::OnceLock<Option<Tokenizer>>,
 }
 
 impl ModelFiles {
@@ -53,19 +56,32 @@ impl ModelFiles {
             return Err(ModelDirError::NotAModel { path: path.to_path_buf() });
         }
         let checkpoint = Checkpoint::open(path).map_err(ModelError::from)?;
-        Ok(ModelFiles { path: path.to_path_buf(), checkpoint })
+        Ok(ModelFiles { path: path.to_path_buf(), checkpoint, own_tokenizer: std::sync::OnceLock::new() })
     }
 
     pub fn is_gguf(&self) -> bool {
         self.checkpoint.gguf().is_some()
     }
 
-    /// The folder's config.json (+ generation_config.json), or the GGUF metadata's.
+    /// The folder's config.json (+ generation_config.json), or the GGUF metadata's. Its `<bos>`
+    /// and stop ids are config.json's: where the tokenizer is chosen (`ModelParts` in the engine)
+    /// they become the tokenizer's where the two differ ([`TextConfig::reconcile_token_ids`]).
     pub fn config(&self) -> Result<TextConfig, ModelDirError> {
         match self.checkpoint.gguf() {
             Some(gguf) => Ok(TextConfig::from_gguf(gguf).map_err(ModelError::from)?),
             None => load_config(self.folder()),
         }
+    }
+
+    /// A folder's own tokenizer.json, when it has one that reads (the towers' image and audio
+    /// tokens become its ids where config.json's differ).
+    fn own_tokenizer(&self) -> Option<&Tokenizer> {
+        self.own_tokenizer
+            .get_or_init(|| match self.is_gguf() {
+                true => None,
+                false => load_tokenizer(self.folder()).ok(),
+            })
+            .as_ref()
     }
 
     /// The folder's tokenizer.json, or the tokenizer the GGUF metadata describes.
@@ -163,7 +179,11 @@ impl ModelFiles {
         if self.is_gguf() || !path.is_file() {
             return Ok(None);
         }
-        Ok(AudioConfig::from_json(&String::from_utf8_lossy(&read(&path)?)).map_err(ModelError::from)?)
+        let mut config = AudioConfig::from_json(&String::from_utf8_lossy(&read(&path)?)).map_err(ModelError::from)?;
+        if let (Some(config), Some(tokenizer)) = (config.as_mut(), self.own_tokenizer()) {
+            config.tokens.reconcile(tokenizer);
+        }
+        Ok(config)
     }
 
     /// config.json's vision tower, whether or not the weights carry it.
@@ -172,7 +192,11 @@ impl ModelFiles {
         if self.is_gguf() || !path.is_file() {
             return Ok(None);
         }
-        Ok(VisionConfig::from_json(&String::from_utf8_lossy(&read(&path)?)).map_err(ModelError::from)?)
+        let mut config = VisionConfig::from_json(&String::from_utf8_lossy(&read(&path)?)).map_err(ModelError::from)?;
+        if let (Some(config), Some(tokenizer)) = (config.as_mut(), self.own_tokenizer()) {
+            config.reconcile_tokens(tokenizer);
+        }
+        Ok(config)
     }
 
     /// Loads the decoder's weights onto `device`, tensor by tensor (dequantizing GGUF blocks to f32).

@@ -118,7 +118,9 @@ pub async fn load<R: ReadRange>(
         Some(_) if !vision && !audio => (None, None),
         Some(projector) => load_projector(&projector, &files, &parts, wanted, device).await,
         None => {
-            let tower = match vision_config_of(&files).filter(|_| vision && has_vision_weights(&checkpoint)) {
+            let tower = match vision_config_of(&files, &parts.tokenizer)
+                .filter(|_| vision && has_vision_weights(&checkpoint))
+            {
                 Some(config) => {
                     let prefixes = vision_weight_prefixes(&checkpoint);
                     Some(
@@ -128,16 +130,17 @@ pub async fn load<R: ReadRange>(
                 }
                 None => None,
             };
-            let audio = match audio_config_of(&files).filter(|_| audio && has_audio_weights(&checkpoint)) {
-                Some(config) => {
-                    let prefixes = audio_weight_prefixes(&checkpoint);
-                    Some(
-                        own_tower(&weights, &mut checkpoint, &prefixes, |c| AudioTower::load(config, c, device))
-                            .await?,
-                    )
-                }
-                None => None,
-            };
+            let audio =
+                match audio_config_of(&files, &parts.tokenizer).filter(|_| audio && has_audio_weights(&checkpoint)) {
+                    Some(config) => {
+                        let prefixes = audio_weight_prefixes(&checkpoint);
+                        Some(
+                            own_tower(&weights, &mut checkpoint, &prefixes, |c| AudioTower::load(config, c, device))
+                                .await?,
+                        )
+                    }
+                    None => None,
+                };
             (tower, audio)
         }
     };
@@ -225,20 +228,26 @@ fn quantization_of(config_json: &str) -> Result<Option<Quantization>, String> {
     Quantization::from_config_json(config_json).map_err(|e| e.to_string())
 }
 
-/// The vision tower config.json describes (a folder's model; a GGUF has none of its own).
-fn vision_config_of(files: &PartFiles) -> Option<VisionConfig> {
+/// The vision tower config.json describes (a folder's model; a GGUF has none of its own), its
+/// image tokens the tokenizer's where the two disagree.
+fn vision_config_of(files: &PartFiles, tokenizer: &Tokenizer) -> Option<VisionConfig> {
     if files.config_json.is_empty() {
         return None;
     }
-    VisionConfig::from_json(&files.config_json).ok().flatten()
+    let mut config = VisionConfig::from_json(&files.config_json).ok().flatten()?;
+    config.reconcile_tokens(tokenizer);
+    Some(config)
 }
 
-/// The audio tower config.json describes (a folder's model).
-fn audio_config_of(files: &PartFiles) -> Option<AudioConfig> {
+/// The audio tower config.json describes (a folder's model), its audio tokens the tokenizer's
+/// where the two disagree.
+fn audio_config_of(files: &PartFiles, tokenizer: &Tokenizer) -> Option<AudioConfig> {
     if files.config_json.is_empty() {
         return None;
     }
-    AudioConfig::from_json(&files.config_json).ok().flatten()
+    let mut config = AudioConfig::from_json(&files.config_json).ok().flatten()?;
+    config.tokens.reconcile(tokenizer);
+    Some(config)
 }
 
 type Towers = (Option<Result<VisionTower, String>>, Option<Result<AudioTower, String>>);
@@ -270,7 +279,7 @@ async fn load_projector<R: ReadRange>(
         return unread(e.message);
     }
     let vision = wanted.vision.then(|| {
-        let tokens = match vision_config_of(files) {
+        let tokens = match vision_config_of(files, &parts.tokenizer) {
             Some(config) => {
                 ImageTokens { image: config.image_token_id, boi: config.boi_token_id, eoi: config.eoi_token_id }
             }
@@ -282,7 +291,7 @@ async fn load_projector<R: ReadRange>(
         VisionTower::load(config, &mut checkpoint, device).map_err(|e| e.to_string())
     });
     let audio = (wanted.audio && has_audio_weights(&checkpoint)).then(|| {
-        let tokens = match audio_config_of(files) {
+        let tokens = match audio_config_of(files, &parts.tokenizer) {
             Some(config) => config.tokens,
             None => AudioTokens::from_vocabulary(&parts.tokenizer)
                 .ok_or("the model's vocabulary has no audio tokens: it is not a Gemma 4 that hears")?,

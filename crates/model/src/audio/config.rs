@@ -6,6 +6,7 @@ use hearth_weights::{Checkpoint, MetadataValue};
 use serde::Deserialize;
 
 use crate::config::ConfigError;
+use crate::config::token_ids::{TokenIdDisagreement, reconcile};
 use crate::vision::{ImageCountError, ImageTokens};
 
 /// The audio tower and its embedder, as config.json describes them.
@@ -59,6 +60,20 @@ impl AudioTokens {
         }
     }
 
+    /// Each id replaced by the tokenizer's for the same piece where they differ (the tokenizer
+    /// wins: [`crate::config::token_ids`]); the differences.
+    pub fn reconcile(&mut self, tokenizer: &crate::tokenizer::Tokenizer) -> Vec<TokenIdDisagreement> {
+        let [audio, boa, eoa] = Self::PIECES;
+        [
+            reconcile("audio_token_id", audio, &mut self.audio, tokenizer),
+            reconcile("boa_token_id", boa, &mut self.boa, tokenizer),
+            reconcile("eoa_token_index", eoa, &mut self.eoa, tokenizer),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
     /// A rendered prompt's ids with each clip the chat template wrote (one `<|audio|>`) expanded
     /// as Gemma 4's processor expands it: `<|audio>`, one `<|audio|>` per soft token, `<audio|>`
     /// (the images' expansion, with the audio tokens).
@@ -67,16 +82,31 @@ impl AudioTokens {
     }
 }
 
+/// The top level of config.json, by `Gemma4Config`'s field names in transformers 5.23. An id that
+/// is absent (or `null`) is the published model's.
 #[derive(Deserialize)]
 struct RawTop {
     audio_config: Option<RawAudio>,
     text_config: Option<RawText>,
-    #[serde(default = "defaults::audio_token")]
-    audio_token_id: u32,
-    #[serde(default = "defaults::boa_token")]
-    boa_token_id: u32,
-    #[serde(default = "defaults::eoa_token")]
-    eoa_token_id: u32,
+    audio_token_id: Option<u32>,
+    boa_token_id: Option<u32>,
+    /// `Gemma4Config`'s name for the end-of-audio id (it has no `eoa_token_id`).
+    eoa_token_index: Option<u32>,
+    /// The same id as files saved by transformers 5.5 also carry it, beside `eoa_token_index`
+    /// (e.g. OBLITERATUS/gemma-4-E4B-it-OBLITERATED and ManniX-ITA/gemma-4-A4B-98e-v6-coder-it,
+    /// re-saves of Google's gemma-4-E4B-it and gemma-4-26B-A4B-it): read only when
+    /// `eoa_token_index` is absent, as transformers 5.23 ignores it.
+    eoa_token_id: Option<u32>,
+}
+
+impl RawTop {
+    fn tokens(&self) -> AudioTokens {
+        AudioTokens {
+            audio: self.audio_token_id.unwrap_or(defaults::AUDIO_TOKEN),
+            boa: self.boa_token_id.unwrap_or(defaults::BOA_TOKEN),
+            eoa: self.eoa_token_index.or(self.eoa_token_id).unwrap_or(defaults::EOA_TOKEN),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -128,22 +158,18 @@ impl Default for RawAudio {
     }
 }
 
+/// The published model's ids (`Gemma4Config`'s defaults).
 mod defaults {
-    pub fn audio_token() -> u32 {
-        258_881
-    }
-    pub fn boa_token() -> u32 {
-        256_000
-    }
-    pub fn eoa_token() -> u32 {
-        258_883
-    }
+    pub const AUDIO_TOKEN: u32 = 258_881;
+    pub const BOA_TOKEN: u32 = 256_000;
+    pub const EOA_TOKEN: u32 = 258_883;
 }
 
 impl AudioConfig {
     /// The tower config.json describes (`None`: the model hears nothing).
     pub fn from_json(json: &str) -> Result<Option<Self>, ConfigError> {
         let top: RawTop = serde_json::from_str(json)?;
+        let tokens = top.tokens();
         let Some(a) = top.audio_config else { return Ok(None) };
         let invalid = |why: String| ConfigError::Invalid(format!("audio_config: {why}"));
         let text = top.text_config.ok_or_else(|| invalid("there is no text_config".into()))?;
@@ -178,7 +204,7 @@ impl AudioConfig {
             output_dims: a.output_proj_dims,
             text_hidden_size: text.hidden_size,
             feature_size: 128,
-            tokens: AudioTokens { audio: top.audio_token_id, boa: top.boa_token_id, eoa: top.eoa_token_id },
+            tokens,
         }))
     }
 
@@ -263,5 +289,71 @@ impl AudioConfig {
             mask = mask.iter().step_by(2).copied().collect();
         }
         mask.iter().filter(|&&m| m).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::token_ids::tests::tiny_chat_tokenizer;
+
+    fn fixture(name: &str) -> String {
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name)).unwrap()
+    }
+
+    fn tokens(json: &str) -> AudioTokens {
+        AudioConfig::from_json(json).unwrap().unwrap().tokens
+    }
+
+    #[test]
+    fn eoa_token_index_is_read_as_transformers_saves_it() {
+        // Tiny models saved by transformers 5.23 with ids other than the published model's
+        // (crates/model/fixtures/gen_config_json.py).
+        let audio = fixture("gemma4-audio/config.json");
+        assert!(audio.contains(r#""eoa_token_index": 125"#) && !audio.contains("eoa_token_id"));
+        assert_eq!(tokens(&audio), AudioTokens { audio: 124, boa: 123, eoa: 125 });
+        assert_eq!(tokens(&fixture("gemma4-audio-mlx/config.json")), AudioTokens { audio: 124, boa: 123, eoa: 125 });
+        assert_eq!(tokens(&fixture("tiny-chat/config.json")), AudioTokens { audio: 63, boa: 64, eoa: 65 });
+    }
+
+    #[test]
+    fn absent_ids_are_the_published_models() {
+        let bare = r#"{"text_config": {"hidden_size": 8}, "audio_config": {}}"#;
+        assert_eq!(tokens(bare), AudioTokens { audio: 258_881, boa: 256_000, eoa: 258_883 });
+        let nulls = r#"{"text_config": {"hidden_size": 8}, "audio_config": {}, "eoa_token_index": null}"#;
+        assert_eq!(tokens(nulls).eoa, 258_883);
+    }
+
+    #[test]
+    fn eoa_token_id_is_read_only_where_eoa_token_index_is_absent() {
+        // Files saved by transformers 5.5 carry both; 5.23 reads eoa_token_index.
+        let both = r#"{"text_config": {"hidden_size": 8}, "audio_config": {},
+            "eoa_token_id": 7, "eoa_token_index": 9}"#;
+        assert_eq!(tokens(both).eoa, 9);
+        let older = r#"{"text_config": {"hidden_size": 8}, "audio_config": {}, "eoa_token_id": 7}"#;
+        assert_eq!(tokens(older).eoa, 7);
+    }
+
+    #[test]
+    fn the_tokenizers_audio_ids_win_over_config_json() {
+        // gemma4-audio's config.json (123, 124, 125) beside tiny-chat's tokenizer (63, 64, 65).
+        let mut tokens = tokens(&fixture("gemma4-audio/config.json"));
+        let found = tokens.reconcile(&tiny_chat_tokenizer());
+        assert_eq!(tokens, AudioTokens { audio: 63, boa: 64, eoa: 65 });
+        let fields: Vec<_> = found.iter().map(|d| (d.field, d.piece, d.config, d.tokenizer)).collect();
+        assert_eq!(
+            fields,
+            [
+                ("audio_token_id", "<|audio|>", 124, 63),
+                ("boa_token_id", "<|audio>", 123, 64),
+                ("eoa_token_index", "<audio|>", 125, 65)
+            ]
+        );
+        // Where they agree nothing changes.
+        let mut agreeing = AudioConfig::from_json(&fixture("tiny-chat/config.json")).unwrap().unwrap().tokens;
+        assert!(agreeing.reconcile(&tiny_chat_tokenizer()).is_empty());
+        assert_eq!(agreeing, AudioTokens { audio: 63, boa: 64, eoa: 65 });
     }
 }

@@ -144,6 +144,8 @@ impl DrafterConfig {
         // the drafter no layer shares with another. Its head applies no softcap, which
         // `TextConfig` requires Gemma 4 to state.
         fields.insert("num_kv_shared_layers".into(), 0.into());
+        // The head is the assistant's own matter (`tie_word_embeddings` at its top level).
+        fields.remove("tie_word_embeddings");
         fields.insert("final_logit_softcapping".into(), 0.0.into());
         let mut text = TextConfig::from_json(&text.to_string())?;
         text.final_logit_softcap = None;

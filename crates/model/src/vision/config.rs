@@ -5,6 +5,7 @@ use hearth_weights::{Checkpoint, MetadataValue};
 use serde::Deserialize;
 
 use crate::config::ConfigError;
+use crate::config::token_ids::{TokenIdDisagreement, reconcile};
 
 /// Gemma 4's vision tower and how its soft tokens enter the prompt.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,16 +92,15 @@ pub struct ImageCountError {
     pub given: usize,
 }
 
+/// The top level of config.json, by `Gemma4Config`'s field names in transformers 5.23. An id that
+/// is absent (or `null`) is the published model's.
 #[derive(Deserialize)]
 struct RawTop {
     vision_config: Option<RawVision>,
     text_config: Option<RawText>,
-    #[serde(default = "defaults::image_token")]
-    image_token_id: u32,
-    #[serde(default = "defaults::boi_token")]
-    boi_token_id: u32,
-    #[serde(default = "defaults::eoi_token")]
-    eoi_token_id: u32,
+    image_token_id: Option<u32>,
+    boi_token_id: Option<u32>,
+    eoi_token_id: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -123,6 +123,8 @@ struct RawVision {
     position_embedding_size: usize,
     rms_norm_eps: f32,
     rope_parameters: Option<RawRope>,
+    /// Where a file keeps the base outside `rope_parameters` (transformers moves it in).
+    rope_theta: Option<f32>,
     standardize: bool,
     use_clipped_linears: bool,
     hidden_activation: String,
@@ -148,6 +150,7 @@ impl Default for RawVision {
             position_embedding_size: 10 * 1024,
             rms_norm_eps: 1e-6,
             rope_parameters: None,
+            rope_theta: None,
             standardize: false,
             use_clipped_linears: false,
             hidden_activation: "gelu_pytorch_tanh".into(),
@@ -155,16 +158,11 @@ impl Default for RawVision {
     }
 }
 
+/// The published model's ids (`Gemma4Config`'s defaults).
 mod defaults {
-    pub fn image_token() -> u32 {
-        258_880
-    }
-    pub fn boi_token() -> u32 {
-        255_999
-    }
-    pub fn eoi_token() -> u32 {
-        258_882
-    }
+    pub const IMAGE_TOKEN: u32 = 258_880;
+    pub const BOI_TOKEN: u32 = 255_999;
+    pub const EOI_TOKEN: u32 = 258_882;
 }
 
 impl VisionConfig {
@@ -177,7 +175,9 @@ impl VisionConfig {
             return Err(invalid(format!("activation `{}` is not Gemma 4's gelu_pytorch_tanh", v.hidden_activation)));
         }
         let rope = v.rope_parameters.unwrap_or(RawRope { rope_type: None, rope_theta: None });
-        if let Some(kind) = rope.rope_type.filter(|k| k != "axial") {
+        // Files saved before transformers named it `axial` say `default` (5.23 reads that as
+        // axial, "to keep BC with old ckpt that require axial rope type").
+        if let Some(kind) = rope.rope_type.filter(|k| k != "axial" && k != "default") {
             return Err(invalid(format!("rope type `{kind}` is not the axial 2-D rotary embedding")));
         }
         if v.num_attention_heads == 0
@@ -202,14 +202,14 @@ impl VisionConfig {
             patch_size: v.patch_size,
             pooling_kernel_size: v.pooling_kernel_size,
             position_embedding_size: v.position_embedding_size,
-            rope_theta: rope.rope_theta.unwrap_or(100.0),
+            rope_theta: rope.rope_theta.or(v.rope_theta).unwrap_or(100.0),
             rms_norm_eps: v.rms_norm_eps,
             standardize: v.standardize,
             clipped_linears: v.use_clipped_linears,
             text_hidden_size: text.hidden_size,
-            image_token_id: raw.image_token_id,
-            boi_token_id: raw.boi_token_id,
-            eoi_token_id: raw.eoi_token_id,
+            image_token_id: raw.image_token_id.unwrap_or(defaults::IMAGE_TOKEN),
+            boi_token_id: raw.boi_token_id.unwrap_or(defaults::BOI_TOKEN),
+            eoi_token_id: raw.eoi_token_id.unwrap_or(defaults::EOI_TOKEN),
         }))
     }
 
@@ -266,6 +266,20 @@ impl VisionConfig {
         })
     }
 
+    /// The image tokens replaced by the tokenizer's for the same pieces where they differ (the
+    /// tokenizer wins: [`crate::config::token_ids`]); the differences.
+    pub fn reconcile_tokens(&mut self, tokenizer: &crate::tokenizer::Tokenizer) -> Vec<TokenIdDisagreement> {
+        let [image, boi, eoi] = ImageTokens::PIECES;
+        [
+            reconcile("image_token_id", image, &mut self.image_token_id, tokenizer),
+            reconcile("boi_token_id", boi, &mut self.boi_token_id, tokenizer),
+            reconcile("eoi_token_id", eoi, &mut self.eoi_token_id, tokenizer),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
     /// The image processor that feeds this tower, at a budget of `max_soft_tokens`.
     pub fn processor(&self, max_soft_tokens: usize) -> super::image::ImageProcessor {
         super::image::ImageProcessor {
@@ -306,8 +320,33 @@ mod tests {
     #[test]
     fn another_rope_is_refused_by_name() {
         let json = r#"{"text_config": {"hidden_size": 8},
-            "vision_config": {"rope_parameters": {"rope_type": "default", "rope_theta": 10.0}}}"#;
+            "vision_config": {"rope_parameters": {"rope_type": "linear", "rope_theta": 10.0}}}"#;
         let err = VisionConfig::from_json(json).unwrap_err().to_string();
-        assert!(err.contains("rope type `default`"), "{err}");
+        assert!(err.contains("rope type `linear`"), "{err}");
+    }
+
+    #[test]
+    fn an_older_files_default_rope_is_the_axial_one() {
+        // What files saved before transformers 5.23 named it say; 5.23 reads it as axial.
+        let json = r#"{"text_config": {"hidden_size": 8},
+            "vision_config": {"rope_parameters": {"rope_type": "default", "rope_theta": 10.0}}}"#;
+        assert_eq!(VisionConfig::from_json(json).unwrap().unwrap().rope_theta, 10.0);
+        let json = r#"{"text_config": {"hidden_size": 8}, "vision_config": {"rope_theta": 20.0}}"#;
+        assert_eq!(VisionConfig::from_json(json).unwrap().unwrap().rope_theta, 20.0);
+    }
+
+    #[test]
+    fn image_ids_by_transformers_names_and_the_tokenizer_wins() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gemma4-vision/config.json");
+        let mut config = VisionConfig::from_json(&std::fs::read_to_string(path).unwrap()).unwrap().unwrap();
+        // Saved by transformers with ids other than the published model's.
+        assert_eq!((config.image_token_id, config.boi_token_id, config.eoi_token_id), (121, 120, 122));
+        let nulls = r#"{"text_config": {"hidden_size": 8}, "vision_config": {}, "image_token_id": null}"#;
+        assert_eq!(VisionConfig::from_json(nulls).unwrap().unwrap().image_token_id, 258_880);
+        // tiny-chat's tokenizer has them at 60, 61, 62: its ids are used.
+        let found = config.reconcile_tokens(&crate::config::token_ids::tests::tiny_chat_tokenizer());
+        assert_eq!((config.image_token_id, config.boi_token_id, config.eoi_token_id), (60, 61, 62));
+        let fields: Vec<_> = found.iter().map(|d| (d.field, d.config, d.tokenizer)).collect();
+        assert_eq!(fields, [("image_token_id", 121, 60), ("boi_token_id", 120, 61), ("eoi_token_id", 122, 62)]);
     }
 }
