@@ -256,7 +256,7 @@ async function onFenceBlocked(blocked: fence.Blocked): Promise<void> {
     // A tab the task's pages opened tried to leave the task's sites: closed when the task opened
     // it (or it never showed a page), else taken back like the task's own; the task's overlay asks.
     const adopted = (await fence.openedTabs(tabId)).includes(blocked.inTab);
-    if (adopted || !(await restorePage(blocked.inTab, url))) await chrome.tabs.remove(blocked.inTab).catch(() => {});
+    if (adopted || !(await restorePage(blocked.inTab, url, blocked.origin !== undefined))) await chrome.tabs.remove(blocked.inTab).catch(() => {});
   } else if (blocked.topLevel) {
     // No initiator: the browser started it (the user's address bar, bookmark or Back button, or
     // the page's own history.back(), which Chrome reports the same way before anything commits).
@@ -266,7 +266,7 @@ async function onFenceBlocked(blocked: fence.Blocked): Promise<void> {
       await controlTask(tabId, { action: "stop" });
       await fence.lift(tabId, true);
     }
-    await restorePage(tabId, url);
+    await restorePage(tabId, url, blocked.origin !== undefined);
   }
   await showFenceCard(tabId, url, blocked.method, null, blocked.origin);
 }
@@ -292,10 +292,13 @@ chrome.tabs.onUpdated.addListener((tabId, change, tab) => {
  * agent's own navigation, the page's, or the user's typed address). Where the blocked navigation
  * replaced the entry (a meta refresh, `location.replace`) and history leads off the task's sites,
  * the page the tab was on is opened again (it is on the task's sites). The page reloads. False when
- * there was no page to go to (a new tab whose first request was blocked).
+ * there was no page to go to (a new tab whose first request was blocked). A navigation without a
+ * request (`committed`) is already on its document, whose address the worker may not be shown
+ * (a `blob:` or `about:blank` tab has no `url` for it): nothing to wait for.
  */
-async function restorePage(tabId: number, blockedUrl: string): Promise<boolean> {
+async function restorePage(tabId: number, blockedUrl: string, committed = false): Promise<boolean> {
   const onError = async () => {
+    if (committed) return (await chrome.tabs.get(tabId).catch(() => null)) !== null;
     const tab = await chrome.tabs.get(tabId).catch(() => null);
     return tab !== null && (tab.url === blockedUrl || tab.url?.startsWith("chrome-error:") === true);
   };
@@ -310,7 +313,7 @@ async function restorePage(tabId: number, blockedUrl: string): Promise<boolean> 
   for (let waited = 0; waited < 5_000; waited += 100) {
     const tab = await chrome.tabs.get(tabId).catch(() => null);
     if (!tab) return false;
-    if (moved && tab.status === "complete" && tab.url !== blockedUrl) {
+    if (moved && tab.status === "complete" && tab.url !== undefined && tab.url !== blockedUrl) {
       landed = tab.url;
       break;
     }

@@ -213,7 +213,7 @@ function confirmCard(entry: Extract<Entry, { kind: "confirm" }>, actions: CardAc
       ? el("h3", { id: titleId, class: "target-description" }, el("code", { class: "tool-name" }, entry.name), " ", description)
       : el("h3", { id: titleId }, t("confirmTitle", entry.name)),
     el("p", { class: "risk" }, el("span", { class: `badge risk-${entry.risk}` }, riskLabel(entry.risk))),
-    destination ? destinationLines(destination, target?.address ?? null, target?.address_warnings ?? []) : null,
+    destination ? destinationLines(entry.callId, destination, target?.address ?? null, target?.address_warnings ?? []) : null,
     typed !== null
       ? el("p", { class: "target-text" }, el("span", { class: "sign", "aria-hidden": "true" }, "⌨ "), el("span", { class: "typed" }, `“${typed}”`))
       : null,
@@ -230,18 +230,25 @@ function confirmCard(entry: Extract<Entry, { kind: "confirm" }>, actions: CardAc
   );
 }
 
+/** The confirmation cards (by call id) whose whole address the person chose to see. */
+const addressShown = new Set<string>();
+
 /**
  * Where a card's action leads: the site as the one site rule writes it (never the user-info or
  * another part of the address that could pass for a site), a warning for each misleading part of
  * the address, and the whole address one click away.
  */
-function destinationLines(site: string, address: string | null, warnings: readonly AddressWarning[]): HTMLElement {
-  const full = address === null ? null : el("code", { class: "full-address", hidden: true }, clip(address, 2000));
-  const toggle = full === null ? null : button("show-address", t("addressShow"), undefined, { "aria-expanded": "false" });
+function destinationLines(callId: string, site: string, address: string | null, warnings: readonly AddressWarning[]): HTMLElement {
+  // Whether the whole address is shown outlives the card's redraws.
+  const shown = addressShown.has(callId);
+  const full = address === null ? null : el("code", { class: "full-address", hidden: !shown }, clip(address, 2000));
+  const toggle = full === null ? null : button("show-address", t("addressShow"), undefined, { "aria-expanded": String(shown) });
   toggle?.addEventListener("click", () => {
-    const shown = full!.hidden;
-    full!.hidden = !shown;
-    toggle.setAttribute("aria-expanded", String(shown));
+    const show = full!.hidden;
+    if (show) addressShown.add(callId);
+    else addressShown.delete(callId);
+    full!.hidden = !show;
+    toggle.setAttribute("aria-expanded", String(show));
   });
   return el(
     "div",
