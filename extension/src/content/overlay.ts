@@ -208,6 +208,8 @@ function createOverlay({ host, shadow }: HostParts): Overlay {
   /** Opens or closes the overlay; `focus`: the frame takes the focus (or, closing, the launcher). */
   function setOpen(next: boolean, { focus = true, quote }: { focus?: boolean; quote?: string } = {}): void {
     const changed = next !== open;
+    // Already open: the frame itself moves to a card that comes to wait; only a quote is news.
+    if (!changed && open && !quote) return;
     open = next;
     // (Open once the frame says its chat is shown.)
     if (!open) data.state = "closed";
