@@ -130,6 +130,7 @@ test("a card for an address with user-info names the real site; the user-info is
   const siteHost = new URL(site.url).host;
   const deceptive = `http://${siteHost}@${new URL(other.url).host}/account?d=SECRET-TOKEN-42`;
   const page = await openAgentPage(chrome, taskUrl("move-top-blob"));
+  await page.setViewportSize({ width: 1280, height: 900 });
   await useScript(chrome, [call("navigate", `url:${str(deceptive)}`), done("Opened it.")]);
   await ask(page, "Open my account page.");
   await waitForTask(page, ["confirm"]);
@@ -141,8 +142,12 @@ test("a card for an address with user-info names the real site; the user-info is
   assert.ok(!warning.includes("SECRET"), "the warning shows no more than the user-info");
   // The whole address: hidden, then shown by one click.
   assert.equal(await overlayEval(page, ".card.confirm .full-address", "function () { return this.hidden; }"), true);
+  const fullHidden = () => overlayEval(page, ".card.confirm .full-address", "function () { return this.hidden; }");
+  // (In the middle of the chat's scrolled list: at its edge, a notice below the list may cover it.)
+  await overlayEval(page, ".card.confirm .show-address", "function () { this.scrollIntoView({ block: 'center' }); }");
   await clickInOverlay(page, ".card.confirm .show-address");
-  assert.equal(await overlayEval(page, ".card.confirm .full-address", "function () { return this.hidden; }"), false);
+  await until(async () => !(await fullHidden()), "one click to show the whole address", 3_000);
+  assert.equal(await overlayEval(page, ".card.confirm .show-address", "function () { return this.getAttribute('aria-expanded'); }"), "true");
   assert.equal(await overlayText(page, ".card.confirm .full-address"), deceptive);
   await decide(page, "deny");
   assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
