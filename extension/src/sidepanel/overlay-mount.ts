@@ -10,7 +10,7 @@
 //   frame, the top layer included), its viewport is the size the host gives it, and the input
 //   carried the person's activation. Otherwise nothing is approved, the card says the page is
 //   covering Hearth, and the side panel (browser UI no page can draw over) opens with this tab.
-// - The page can always take the keyboard focus: when it does while the person types (or unloads
+// - The page can always take the keyboard focus: when it does while the person types a message (or unloads
 //   this frame by moving Hearth's host), the chat says so at once, until they type here again
 //   (what they type meanwhile goes to the page; nothing the page types enters Hearth).
 
@@ -146,7 +146,9 @@ export function mountOverlay({ live, data }: { live: LiveChat; data: DOMStringMa
     data.focusTaken = String(taken);
   }
   window.addEventListener("blur", () => {
-    if (performance.now() - lastKey <= TYPING_MS) showFocusTaken(true);
+    // Mid-sentence only: a request just sent leaves the box empty (and Hearth's own tools move the
+    // focus to the page's fields while they run).
+    if (performance.now() - lastKey <= TYPING_MS && ui.composer.textarea.value !== "") showFocusTaken(true);
   });
   // (Typing here again clears it: the person is back.)
   window.addEventListener("keydown", () => showFocusTaken(false));
