@@ -502,6 +502,8 @@ async function onChatInput(tabId: number, input: ChatInput): Promise<unknown> {
         t.open = input.open === true;
         return [];
       });
+      // The overlay opened: the engine starts, or comes back if Chrome tore its document down.
+      if (input.open === true) wakeEngine();
       return;
   }
 }
