@@ -16,7 +16,7 @@
 // document of a fenced tab whose address is `blob:`, `data:`, `about:`, `filesystem:` or
 // `javascript:` is judged by the site of the origin it belongs to (`documentOrigin`), and one off
 // the task's sites is emptied and reported like a blocked request (the worker takes the tab back
-// and shows the card). See docs/threat-model.md row 22 for what Chromium does with each scheme.
+// and shows the card; it never stops the task nor lifts the fence). See docs/threat-model.md row 22.
 //
 // The browser is the store: a tab's rules are found by their tab condition, so a restarted worker
 // finds the fences it set (the approved sites live in storage.session beside them).
@@ -346,6 +346,10 @@ async function judgeWithoutRequest(
   if (task === null) return;
   const origin = await documentOrigin(details.url, details.tabId, details.documentId);
   if (origin !== null && origin !== "null" && (await onApprovedSite(task, `${origin}/`))) return;
+  // An about:blank of an opaque origin, or of one Hearth cannot read (every web origin it can), is
+  // no site's: no web page can write into it (the tab's first entry, which going back may reach,
+  // is one).
+  if ((origin === null || origin === "null") && /^about:/i.test(details.url)) return;
   await emptyDocument(details.tabId, details.documentId);
   lastBlocked.set(details.tabId, { url: details.url, at: Date.now() });
   onBlocked({
@@ -355,8 +359,10 @@ async function judgeWithoutRequest(
     url: details.url,
     method: "GET",
     topLevel: true,
-    // The page's own doing (the browser's own navigations make requests).
-    ...(origin !== null && origin !== "null" ? { initiator: origin } : {}),
+    // Never taken for the user's own navigation (which would stop the task and lift the fence):
+    // the browser's own navigations make requests; a document of no readable origin is judged
+    // off the task's sites and taken back like the page's.
+    initiator: origin ?? "null",
     origin: origin ?? "null",
   });
 }
