@@ -352,16 +352,13 @@ chrome.tabs.onCreated.addListener((tab) => void onTabOpened(tab));
 
 async function onTabOpened(tab: chrome.tabs.Tab): Promise<void> {
   // (A tab opened to a web address: not the browser's new-tab page, nor a blank tab made by a tool.)
+  // (A tab opened to a document without a request, about:blank or blob:, is judged by its
+  // document's origin when it commits: fence.ts, by its opener's task.)
   const url = tab.pendingUrl ?? tab.url ?? "";
-  if (tab.id === undefined || tab.openerTabId === undefined) return;
-  // A tab opened to a document without a request (about:blank, blob:) is fenced too: its
-  // document is judged by its origin when it commits (fence.ts).
-  const withoutRequest = url === "" || /^(about|blob|data):/i.test(url);
-  if (!withoutRequest && !/^https?:/.test(url)) return;
+  if (tab.id === undefined || tab.openerTabId === undefined || !/^https?:/.test(url)) return;
   const task = await fence.taskOf(tab.openerTabId);
   if (task === null) return;
   await fence.adoptOpenedTab(task, tab.id);
-  if (withoutRequest) return;
   if (await fence.onApprovedSite(task, url)) return;
   // The rules may have blocked it already (its block report closes the tab): give it a moment.
   await new Promise((r) => setTimeout(r, 500));
