@@ -177,6 +177,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    hearth_model::warnings::send_to(|warning| eprintln!("{warning}"));
     let result = match Cli::parse().command {
         Command::Generate {
             model,

@@ -31,11 +31,60 @@ impl ToolExecutor for OnePage {
 
 /// The tiny test model on the CPU, as the engine holds it.
 fn tiny_model() -> SharedModel {
+    tiny_model_on(&Device::flex())
+}
+
+fn tiny_model_on(device: &Device) -> SharedModel {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/fixtures/tiny-chat");
     let files = ModelFiles::open(&dir).expect("the tiny model's files");
     let parts = ModelParts::read(&files, None).expect("its config, tokenizer and template");
-    let model = files.load(&Device::flex()).expect("the tiny model loads");
+    let model = files.load(device).expect("the tiny model loads");
     SharedModel::new(model, parts, CacheOptions::default(), 1, crate::shared::monotonic_ms)
+}
+
+/// One greedy step of `model` on a short request: its text.
+fn greedy_text(model: &SharedModel, conversation: u32, drafting: bool) -> String {
+    let request = GenerationRequest {
+        prompt: "<bos><|turn>user\nList three colours.<turn|>\n<|turn>model\n".into(),
+        max_new_tokens: 40,
+        stop_after: Vec::new(),
+        cancel: hearth_agent::CancelToken::new(),
+        tools: None,
+        images: Vec::new(),
+        clips: Vec::new(),
+    };
+    let chunks = pollster::block_on(
+        generate_step(model.clone(), tab_conversation(conversation), SamplingOptions::greedy(), 70, drafting, request)
+            .collect::<Vec<_>>(),
+    );
+    chunks
+        .into_iter()
+        .filter_map(|chunk| match chunk.expect("the step runs") {
+            ModelChunk::Text(t) => Some(t),
+            ModelChunk::Finished(_) => None,
+        })
+        .collect()
+}
+
+/// On the GPU (where steps are recorded): an agent step whose step recording fails (made to fail
+/// as a device's may) writes what a step whose recording seals writes, and says nothing of it.
+#[test]
+fn an_agent_step_whose_recording_fails_writes_the_same_text() {
+    let device = match hearth_model::gpu::init_gpu_blocking() {
+        Ok(gpu) => gpu.device,
+        Err(err) if std::env::var_os("HEARTH_REQUIRE_GPU").is_none() => return eprintln!("no GPU: {err}"),
+        Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
+    };
+    let model = tiny_model_on(&device);
+    let recorded = greedy_text(&model, 1, false);
+    let session = model.session.try_lock().expect("no step runs");
+    assert!(session.model().records_steps(), "the GPU model records its steps");
+    session.model().fail_next_recording();
+    drop(session);
+    let after_failure = greedy_text(&model, 2, false);
+    assert_eq!(after_failure, recorded);
+    let session = model.session.try_lock().expect("no step runs");
+    assert_eq!(session.model().recording_status().failures, 1, "the recording failed, and the step went on");
 }
 
 /// The tiny test model with its assistant (fixtures/tiny-chat-assistant).

@@ -156,6 +156,10 @@ pub struct KvCache {
     /// replaced (a checkpoint, a restore, a write that copied a shared buffer), so that a
     /// recording reading them from outside the model (the drafter's) knows it must record again.
     buffers: u64,
+    /// An empty `[0, 0, 0]` tensor, made once: what a layer's keys and values are swapped with
+    /// while a write takes them by value, so that a write allocates nothing for it (a recorded
+    /// step may allocate nothing, and a capture window admits no allocation it has not seen).
+    placeholder: Tensor<3>,
 }
 
 /// A value no cache's buffers were named by before ([`KvCache::buffers`]).
@@ -274,6 +278,7 @@ impl KvCache {
             decode_inputs,
             recorded: None,
             buffers: new_buffers_name(),
+            placeholder: Tensor::empty([0, 0, 0], device),
         }
     }
 
@@ -380,11 +385,6 @@ impl KvCache {
         // The rings are shared now: the next write copies them into new buffers.
         self.recorded = None;
         self.buffers = new_buffers_name();
-    }
-
-    /// The lengths the checkpoints were taken at, oldest first.
-    pub fn checkpoint_lens(&self) -> Vec<usize> {
-        self.checkpoints.iter().map(|c| c.len).collect()
     }
 
     /// Keeps as many of positions `0..n` as can be kept exactly and returns how many: `n` when the
@@ -568,13 +568,12 @@ impl KvCache {
         let table = geometry.table(kv.kind, d);
         // Slots are (start + t) % capacity: a full-attention cache never wraps, a ring may. Burn
         // writes in place only into a tensor nothing else references: the caches are handed over.
-        let device = kv.keys.device();
         if !(kv.keys.can_mut() && kv.values.can_mut()) {
             // Held elsewhere too (a checkpoint's ring): this write copies them into new buffers.
             self.buffers = new_buffers_name();
         }
-        let keys = std::mem::replace(&mut kv.keys, Tensor::empty([0, 0, 0], &device));
-        let values = std::mem::replace(&mut kv.values, Tensor::empty([0, 0, 0], &device));
+        let keys = std::mem::replace(&mut kv.keys, self.placeholder.clone());
+        let values = std::mem::replace(&mut kv.values, self.placeholder.clone());
         (kv.keys, kv.values) = write_keys_values(keys, values, k, k_norm, v, v_normed, table, eps);
         match kv.kind {
             LayerType::Full if geometry.whole_cache => (kv.keys.clone(), kv.values.clone()),

@@ -250,7 +250,8 @@ impl Decoder {
         };
         // The copy back is submitted now, ahead of the step below.
         let reading = read_ids_now(choice.clone());
-        let ahead = if more && self.lagged && session.steps_on_device() { session.step_chosen(&choice)? } else { None };
+        let ahead =
+            if more && self.lagged && session.steps_on_device() { Some(session.step_chosen(&choice)?) } else { None };
         let Some(logits) = ahead else {
             let host_ms = now_ms() - started;
             let id = read_id(reading.await)?;

@@ -42,8 +42,4 @@ pub enum ModelError {
         "this model looks its tokens up on the host: a token chosen on the GPU must be read back before it is appended"
     )]
     HostLookups,
-    /// Recording the one-token step failed on this device; the model then runs its steps launch by
-    /// launch (the session recomputes the conversation's cache, which the failure lost).
-    #[error("recording the decode step on this GPU failed ({0}); steps now run unrecorded")]
-    Recording(String),
 }

@@ -13,7 +13,7 @@ use hearth_kernels::{
 use crate::cache::{CacheOptions, ChunkGeometry, KvCache};
 use crate::config::TextConfig;
 pub use crate::error::ModelError;
-use crate::step_recording::{self, StepToken};
+use crate::step_recording::{self, RecordingStatus, StepToken};
 
 mod embedding;
 mod load;
@@ -581,7 +581,7 @@ impl Gemma {
                 self.layers_and_head(x0, token_rows, cache, geometry, false)
             });
             cache.recorded = slot;
-            return logits;
+            return Ok(logits);
         }
         let (x0, token_rows) = match token {
             StepToken::Host(token) => self.embed(&[token]),
@@ -596,32 +596,29 @@ impl Gemma {
         self.recording.set_enabled(enabled);
     }
 
-    /// Whether one-token steps are recorded and replayed now (on, and no recording failed).
+    /// Whether one-token steps are recorded and replayed now (on, and not paused after a failed
+    /// recording).
     pub fn records_steps(&self) -> bool {
         self.recording.active()
     }
 
-    /// Makes the next recording of a step fail as a device's may (a test of the fallback: the
-    /// step reports `ModelError::Recording`, the model runs launch by launch from then on).
+    /// What became of this model's recordings (failures are never the caller's: a step whose
+    /// recording fails runs launch by launch, and its result is the same).
+    pub fn recording_status(&self) -> RecordingStatus {
+        self.recording.status()
+    }
+
+    /// Makes the next recording of a step fail as a device's may: a host write inside the capture
+    /// window, which the device refuses (a test of the fallback: the step's result stands, and
+    /// steps run launch by launch for a while).
     pub fn fail_next_recording(&self) {
         self.recording.fail_next();
     }
 
     /// The logits after each of `tokens`, fed one at a time to a new cache: `[1, vocab]` each.
-    /// A recording that fails on this device (the cache's buffers are lost with it) is not the
-    /// caller's failure: the steps are run again from the first, launch by launch.
     pub fn step_by_step_logits(&self, tokens: &[u32], options: CacheOptions) -> Result<Vec<Tensor<2>>, ModelError> {
-        let run = |cache: &mut KvCache| {
-            tokens
-                .iter()
-                .map(|&t| self.forward(Input::ids(&[t]), cache, Output::All).map(|f| f.logits))
-                .collect::<Result<Vec<_>, _>>()
-        };
-        match run(&mut KvCache::new(&self.config, options, self.device())) {
-            // The model no longer records: this second pass cannot fail the same way.
-            Err(ModelError::Recording(_)) => run(&mut KvCache::new(&self.config, options, self.device())),
-            other => other,
-        }
+        let mut cache = KvCache::new(&self.config, options, self.device());
+        tokens.iter().map(|&t| self.forward(Input::ids(&[t]), &mut cache, Output::All).map(|f| f.logits)).collect()
     }
 
     /// The tokens' embeddings `[S, h]` (scaled) and, for Gemma 4, their rows of the per-layer

@@ -16,6 +16,7 @@
 //! - [`speculative`]: speculative decoding: drafts (the assistant's, or a lookup's) verified in
 //!   one chunk, the accepted prefix kept.
 //! - [`vision`] and [`audio`]: what an image and a sound become before the decoder takes them.
+//! - [`warnings`]: where the model's warnings go (the program names the sink).
 //!
 //! The model knows no chat syntax: the tool-call grammar a generation is held to is the engine's
 //! (`hearth_engine::constrain`), behind [`decode::TokenConstraint`].
@@ -43,6 +44,7 @@ pub mod step_recording;
 pub mod tokenizer;
 mod tower_weights;
 pub mod vision;
+pub mod warnings;
 
 pub use cache::{CONTEXT_SIZES, CacheOptions, DeviceMemory, KvCache};
 pub use config::TextConfig;
@@ -51,3 +53,4 @@ pub use gemma::{Forwarded, Gemma, GemmaLoader, Input, Output, SoftTokens, Weight
 pub use gpu::{Gpu, GpuError};
 pub use sampling::{Sampler, SamplingOptions};
 pub use session::{PrefillStats, PromptImage, PromptImages, Session};
+pub use step_recording::RecordingStatus;

@@ -320,45 +320,8 @@ impl Session {
                 self.held.tokens.extend_from_slice(tokens);
                 Ok(logits)
             }
-            Err(ModelError::Recording(_)) => self.rebuild(tokens, soft),
             Err(err) => Err(self.forget(err)),
         }
-    }
-
-    /// After a recording failed (it took the cache's buffers with it, and the model no longer
-    /// records): the conversation so far recomputed in a new cache, then `tokens`; their logits.
-    /// The checkpoints are taken again where they were, so a later prompt still rewinds to them
-    /// instead of starting over.
-    fn rebuild(&mut self, tokens: &[u32], soft: Option<SoftTokens>) -> Result<Tensor<2>, ModelError> {
-        let marks = self.cache.checkpoint_lens();
-        self.cache = KvCache::new(&self.model.config, self.options, self.model.device());
-        let mut all = std::mem::take(&mut self.held.tokens);
-        let prompt_end = all.len() + if soft.is_some() { tokens.len() } else { 0 };
-        all.extend_from_slice(tokens);
-        // Placeholders after the prompt were decoded: they take no image.
-        let images = &self.held.images;
-        let soft_in = |range: std::ops::Range<usize>| {
-            let end = range.end.min(prompt_end);
-            images.soft_tokens(&all[..end.max(range.start)], range.start..end.max(range.start))
-        };
-        let mut done = 0;
-        for mark in marks.into_iter().filter(|&m| m < all.len()) {
-            if mark > done {
-                let soft = soft_in(done..mark);
-                drop(self.model.forward(
-                    Input::with_images(&all[done..mark], soft.as_ref()),
-                    &mut self.cache,
-                    Output::Last,
-                )?);
-                done = mark;
-            }
-            self.cache.checkpoint();
-        }
-        let soft = soft_in(done..all.len());
-        let logits =
-            self.model.forward(Input::with_images(&all[done..], soft.as_ref()), &mut self.cache, Output::Last)?.logits;
-        self.held.tokens = all;
-        Ok(logits)
     }
 
     /// Whether [`Self::step_chosen`] can append the next token without its id read back: the
@@ -369,16 +332,13 @@ impl Session {
 
     /// Appends the token `chosen` (`[1, 1]`, chosen on the device from the last logits and not
     /// read back yet) and returns the logits after it `[1, vocab]`; [`Self::settle`] names the
-    /// token once it is read. `None`: nothing was appended, because recording the step failed on
-    /// this device (the cache was rebuilt, and steps run unrecorded from now on): read the id and
-    /// [`Self::step`] it.
-    pub fn step_chosen(&mut self, chosen: &Tensor<2, Int>) -> Result<Option<Tensor<2>>, ModelError> {
+    /// token once it is read.
+    pub fn step_chosen(&mut self, chosen: &Tensor<2, Int>) -> Result<Tensor<2>, ModelError> {
         match self.model.forward(Input::Chosen(chosen), &mut self.cache, Output::Last) {
             Ok(Forwarded { logits, .. }) => {
                 self.held.tokens.push(UNREAD);
-                Ok(Some(logits))
+                Ok(logits)
             }
-            Err(ModelError::Recording(_)) => self.rebuild(&[], None).map(|_| None),
             Err(err) => Err(self.forget(err)),
         }
     }

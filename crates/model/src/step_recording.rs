@@ -15,8 +15,25 @@
 //! A recording belongs to one cache (its rings and layers) and is dropped when a buffer it uses
 //! may change (a checkpoint shares the rings, a restore swaps them); the next one-token step
 //! records again.
+//!
+//! A recording that fails is nobody's error above this module. Its recorded launches never ran,
+//! and cubecl marks every buffer they would have written (the cache's rings among them) as
+//! failed; the step then runs its launches once more, one by one, writing the same keys and values
+//! at the same slots, which clears the mark. Steps run unrecorded for a while and record again
+//! later; after [`MAX_FAILURES`] failures in a row the model stops recording. The first failure is
+//! logged (the `log` facade) and [`Recording::status`] tells it.
+//!
+//! Why recordings failed on busy machines ("no room for 0 bytes … a graph capture is
+//! recording"): each layer's cache write swapped its keys and values out with a new empty tensor,
+//! a zero-byte allocation inside the capture window. A capture admits only allocations its
+//! warm-up left room for, and a zero-byte one was refused whenever the stream's pools had moved
+//! between warm-up and capture (reproduced by holding memory of a new size each round:
+//! `tests/recording.rs`, 3 failures in 200 recordings before, none after). The cache now swaps
+//! with an empty tensor made once ([`crate::cache::KvCache`]'s placeholder): a recorded step
+//! allocates nothing that its warm-up did not.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use burn::backend::{Backend, BackendGraph, Dispatch};
 use burn::tensor::{DType, Int, Tensor, TensorData};
@@ -24,29 +41,97 @@ use hearth_kernels::{copy_ids_into, copy_into, overwrite_ids};
 
 use burn::tensor::Device;
 
-use crate::error::ModelError;
+/// Recordings that fail in a row before a model stops recording for good.
+pub const MAX_FAILURES: u32 = 4;
+/// One-token steps run launch by launch after the first failure before recording again; doubled
+/// after each further failure in a row.
+const FIRST_PAUSE: u32 = 32;
 
 /// A model's recording state: on until turned off (`Gemma::set_step_recording`, the benchmark's
-/// launch-by-launch baseline) or until a recording fails on its device.
+/// launch-by-launch baseline); paused after a recording fails, off after [`MAX_FAILURES`] in a row.
 #[derive(Debug, Default)]
 pub(crate) struct Recording {
     off: AtomicBool,
-    failed: AtomicBool,
+    /// Failures in a row (a recording that seals sets it back to 0).
+    failures: AtomicU32,
+    /// Recordable steps left to run launch by launch before recording again.
+    pause: AtomicU32,
+    /// All failures, for [`Self::status`].
+    failed_total: AtomicU32,
+    /// The latest failure's reason.
+    last_reason: Mutex<Option<String>>,
     /// The next recording fails as a device's may (`Gemma::fail_next_recording`).
     fail_next: AtomicBool,
+}
+
+/// What became of a model's recordings: for a report, a test or a benchmark.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordingStatus {
+    /// Steps are recorded and replayed now (on, not paused, not given up).
+    pub active: bool,
+    /// Recordings that failed since the model was loaded (each step still gave its result).
+    pub failures: u32,
+    /// The latest failure's reason, as the device gave it.
+    pub last_failure: Option<String>,
 }
 
 impl Recording {
     pub(crate) fn set_enabled(&self, enabled: bool) {
         self.off.store(!enabled, Ordering::Relaxed);
+        if enabled {
+            // Asked for again: a fresh start, whatever failed before.
+            self.failures.store(0, Ordering::Relaxed);
+            self.pause.store(0, Ordering::Relaxed);
+        }
     }
 
+    /// On, not paused and not given up.
     pub(crate) fn active(&self) -> bool {
-        !self.off.load(Ordering::Relaxed) && !self.failed.load(Ordering::Relaxed)
+        !self.off.load(Ordering::Relaxed)
+            && self.pause.load(Ordering::Relaxed) == 0
+            && self.failures.load(Ordering::Relaxed) < MAX_FAILURES
+    }
+
+    /// Whether this recordable step goes through the recording; a paused recording counts the
+    /// step towards its retry.
+    pub(crate) fn take_turn(&self) -> bool {
+        if self.off.load(Ordering::Relaxed) || self.failures.load(Ordering::Relaxed) >= MAX_FAILURES {
+            return false;
+        }
+        let paused = self.pause.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| left.checked_sub(1));
+        paused.is_err()
     }
 
     pub(crate) fn fail_next(&self) {
         self.fail_next.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn status(&self) -> RecordingStatus {
+        RecordingStatus {
+            active: self.active(),
+            failures: self.failed_total.load(Ordering::Relaxed),
+            last_failure: self.last_reason.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+        }
+    }
+
+    fn sealed(&self) {
+        self.failures.store(0, Ordering::Relaxed);
+    }
+
+    /// A recording or a replay failed: steps pause recording (longer after each failure in a
+    /// row), and the first failure of the model is logged.
+    pub(crate) fn failed(&self, what: &str, reason: String) {
+        let in_a_row = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        let total = self.failed_total.fetch_add(1, Ordering::Relaxed) + 1;
+        self.pause.store(FIRST_PAUSE << (in_a_row - 1).min(8), Ordering::Relaxed);
+        if total == 1 {
+            log::warn!(
+                "{what} failed on this GPU, and the step ran launch by launch instead (the next {} \
+                 steps too; recording stops after {MAX_FAILURES} failures in a row): {reason}",
+                FIRST_PAUSE
+            );
+        }
+        *self.last_reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
     }
 }
 
@@ -57,37 +142,50 @@ pub(crate) enum Recorded<T> {
     Not(T),
     /// The first run's output, and the recording with the outputs its replays write.
     Graph { first: T, graph: BackendGraph<Dispatch>, outputs: T },
-    /// The capture failed (or a test asked it to): the first run's output; the recorded launches
-    /// never ran, and the buffers they write report the failure on any read.
-    Failed { first: T, reason: String },
+    /// The capture failed (or a test made it fail): the first run's output. The recorded launches
+    /// never ran, and the buffers they write carry the failure until something writes them again.
+    Failed { first: T },
 }
 
 /// Runs `run` and records it for replays (cubecl's graph capture): a first run gives this call's
 /// output; a second, dropped, leaves in the pools every buffer a recorded run takes (a recording
-/// may allocate nothing); a third is recorded, not run. The recording state marks a failure.
-pub(crate) fn record<T>(device: &Device, recording: &Recording, mut run: impl FnMut() -> T) -> Recorded<T> {
+/// may allocate nothing); a third is recorded, not run. A failure is marked on `recording`.
+pub(crate) fn record<T>(
+    device: &Device,
+    recording: &Recording,
+    what: &str,
+    run: &mut impl FnMut() -> T,
+) -> Recorded<T> {
+    // A test's failure is a real one: a host write inside the window, which the capture refuses
+    // (the write's buffer, made before the window, is this call's own).
+    let mut forced = recording
+        .fail_next
+        .swap(false, Ordering::Relaxed)
+        .then(|| Tensor::<1, Int>::from_data(TensorData::new(vec![0u32], [1]), (device, DType::U32)));
     let device = device.as_dispatch();
     if Dispatch::graph_prepare(device).is_err() {
         return Recorded::Not(run());
     }
     let first = run();
     drop(run());
-    if Dispatch::graph_start_capture(device).is_err() {
+    if let Err(err) = Dispatch::graph_start_capture(device) {
         // Closing the prepared capture returns the stream to normal use.
         let _ = Dispatch::graph_stop_capture(device);
-        recording.failed.store(true, Ordering::Relaxed);
+        recording.failed(what, err.to_string());
         return Recorded::Not(first);
     }
     let outputs = run();
-    // (A failure asked for by a test takes the path a device's failure takes.)
-    let forced = recording.fail_next.swap(false, Ordering::Relaxed);
+    if let Some(scratch) = forced.as_mut() {
+        overwrite_ids(scratch, vec![1]);
+    }
     match Dispatch::graph_stop_capture(device) {
-        Ok(graph) if !forced => Recorded::Graph { first, graph, outputs },
-        captured => {
-            recording.failed.store(true, Ordering::Relaxed);
-            let reason =
-                captured.err().map_or_else(|| "a recording made to fail for a test".to_owned(), |err| err.to_string());
-            Recorded::Failed { first, reason }
+        Ok(graph) => {
+            recording.sealed();
+            Recorded::Graph { first, graph, outputs }
+        }
+        Err(err) => {
+            recording.failed(what, err.to_string());
+            Recorded::Failed { first }
         }
     }
 }
@@ -197,7 +295,7 @@ fn embed(model: &impl StepModel, token: StepToken) -> (Tensor<2>, Option<Tensor<
 /// Whether a step that can be recorded (`recordable`: a one-token step reading its position
 /// from the cache's decode inputs) is recorded or replayed.
 pub(crate) fn applies(model: &impl StepModel, recordable: bool) -> bool {
-    recordable && !model.recording().off.load(Ordering::Relaxed) && !model.recording().failed.load(Ordering::Relaxed)
+    recordable && model.recording().take_turn()
 }
 
 /// The logits `[1, vocab]` of a one-token step: the recording in `slot` (the cache's) replayed on
@@ -208,7 +306,7 @@ pub(crate) fn step(
     token: StepToken,
     slot: &mut Option<RecordedStep>,
     mut layers: impl FnMut(Tensor<2>, Option<Tensor<2>>) -> Tensor<2>,
-) -> Result<Tensor<2>, ModelError> {
+) -> Tensor<2> {
     let device = model.device().as_dispatch();
     if let Some(recorded) = slot.as_mut() {
         // A replay writes its logits into the buffer the last step returned: if the caller still
@@ -217,34 +315,46 @@ pub(crate) fn step(
         // recording serves again once the caller does).
         if !recorded.logits.can_mut() {
             let (x0, token_rows) = embed(model, token);
-            return Ok(layers(x0, token_rows));
+            return layers(x0, token_rows);
         }
         recorded.input.rewrite(model, token);
         // Safety: every buffer the recording touched is alive and unchanged: the weights (the
         // model outlives its caches' steps), the cache's layers (a change of buffer drops the
         // recording), the geometry's inputs (the cache's own), and the input and logits held in
         // `recorded`. Everything runs on this one device stream, in order.
-        unsafe { Dispatch::graph_replay(device, &recorded.graph) }
-            .map_err(|err| ModelError::Recording(err.to_string()))?;
-        return Ok(recorded.logits.clone());
+        let replayed = unsafe { Dispatch::graph_replay(device, &recorded.graph) };
+        match replayed {
+            Ok(()) => return recorded.logits.clone(),
+            Err(err) => {
+                // What the replay writes carries the failure: the step's launches write it again
+                // (the same keys and values at the same slots), and the recording goes.
+                model.recording().failed("replaying the decode step", err.to_string());
+                *slot = None;
+                let (x0, token_rows) = embed(model, token);
+                return layers(x0, token_rows);
+            }
+        }
     }
 
     let input = StepInput::new(model, token);
-    let run = || {
+    let mut run = || {
         let (x0, token_rows) = input.embedded(model);
         layers(x0, token_rows)
     };
-    // This token's logits come from the first run; both runs write the same keys and values at
+    // This token's logits come from the first run; every run writes the same keys and values at
     // the same slots (the first also copies rings a checkpoint shares into buffers of the cache's
     // own); the recorded one runs first at the next token's replay.
-    match record(model.device(), model.recording(), run) {
-        Recorded::Not(logits) => Ok(logits),
+    match record(model.device(), model.recording(), "recording the decode step", &mut run) {
+        Recorded::Not(logits) => logits,
         Recorded::Graph { first, graph, outputs } => {
             *slot = Some(RecordedStep { graph, input, logits: outputs });
-            Ok(first)
+            first
         }
-        // The buffers the recorded launches write (the cache's among them) now report the
-        // failure on any read: the caller starts the cache over.
-        Recorded::Failed { reason, .. } => Err(ModelError::Recording(reason)),
+        // The buffers the recorded launches write (the cache's rings among them) carry the
+        // failure: the launches run once more, one by one, and write them again.
+        Recorded::Failed { first } => {
+            drop(run());
+            first
+        }
     }
 }

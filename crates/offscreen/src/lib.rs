@@ -13,6 +13,7 @@ mod model_files;
 mod sha256;
 mod tasks;
 mod trap;
+mod warnings;
 
 use hearth_model::gpu;
 use hearth_protocol::{EngineStatus, GenerateRequest, GenerationEvent, WorkerToEngine};
@@ -40,6 +41,7 @@ pub fn on_load() {
         __wasm_call_ctors()
     };
     trap::install_panic_hook();
+    warnings::install();
 }
 
 /// Initialises Burn on the browser's WebGPU (once), runs the self-test, loads `model` if given (in

@@ -52,7 +52,7 @@ use crate::cache::{KvCache, MASKED};
 use crate::config::LayerType;
 use crate::error::ModelError;
 use crate::gemma::{Gemma, device_ids};
-use crate::step_recording::{self, Recorded, Recording, StepToken};
+use crate::step_recording::{self, Recorded, Recording, RecordingStatus, StepToken};
 
 /// One decoder layer: a Gemma 4 layer whose attention has queries only (keys and values are the
 /// main model's) and no per-layer input. Matrices are f32, stored `[in, out]`.
@@ -366,7 +366,7 @@ impl Drafter {
         if state.dims() != [1, width] {
             return Err(DrafterError::StateShape { width, actual: state.dims().to_vec() });
         }
-        if self.recording.active() && main.steps_on_device() && has_fused_kernels(&self.device) {
+        if main.steps_on_device() && has_fused_kernels(&self.device) && self.recording.take_turn() {
             return self.recorded_step(main, context, token, state);
         }
         let embedded = embed(main, token);
@@ -397,17 +397,29 @@ impl Drafter {
             // drafter and the main model outlive their steps), the cache's keys and values (the
             // context holds them, and `buffers` names them as they were recorded), and the
             // inputs and outputs held in `recorded`. Everything runs on this one device stream.
-            unsafe { Dispatch::graph_replay(self.device.as_dispatch(), &recorded.graph) }
-                .map_err(|err| ModelError::Recording(err.to_string()))?;
-            return Ok(Draft { logits: recorded.logits.clone(), state: recorded.next_state.clone() });
+            let replayed = unsafe { Dispatch::graph_replay(self.device.as_dispatch(), &recorded.graph) };
+            match replayed {
+                Ok(()) => return Ok(Draft { logits: recorded.logits.clone(), state: recorded.next_state.clone() }),
+                Err(err) => {
+                    // The replay's outputs carry the failure: this step launches its kernels
+                    // from the recording's inputs, and the recording goes.
+                    self.recording.failed("replaying a draft step", err.to_string());
+                    let embedded = main.token_embedding_ids(&recorded.id);
+                    let draft = self.forward(embedded, recorded.state.clone(), recorded.views(context));
+                    recordings.retain(|r| r.buffers != context.buffers);
+                    return draft;
+                }
+            }
         }
         let inputs = DraftInputs::new(context, token, state, &self.device);
-        let run = || {
+        let mut run = || {
             let embedded = main.token_embedding_ids(&inputs.id);
             self.forward(embedded, inputs.state.clone(), inputs.views(context))
         };
-        match step_recording::record(&self.device, &self.recording, run) {
-            Recorded::Not(draft) | Recorded::Failed { first: draft, .. } => draft,
+        // A failed recording wrote nothing the cache keeps (a draft step's outputs are its own):
+        // the first run's draft stands.
+        match step_recording::record(&self.device, &self.recording, "recording a draft step", &mut run) {
+            Recorded::Not(draft) | Recorded::Failed { first: draft } => draft,
             Recorded::Graph { first, graph, outputs } => {
                 let outputs = outputs?;
                 let DraftInputs { id, state, kinds } = inputs;
@@ -440,9 +452,15 @@ impl Drafter {
         }
     }
 
-    /// Whether draft steps are recorded and replayed now (on, and no recording failed).
+    /// Whether draft steps are recorded and replayed now (on, and not paused after a failed
+    /// recording).
     pub fn records_steps(&self) -> bool {
         self.recording.active()
+    }
+
+    /// What became of this drafter's recordings.
+    pub fn recording_status(&self) -> RecordingStatus {
+        self.recording.status()
     }
 
     /// Whether a recorded draft step is ready to replay on `cache` as it is now.
