@@ -35,6 +35,7 @@ pub(crate) fn reconcile(
         return None;
     }
     let disagreement = TokenIdDisagreement { field, piece, config: *id, tokenizer: theirs };
+    log::warn!("config.json's {field} is {id}, but the tokenizer has {piece} at {theirs}: the tokenizer's id is used");
     *id = theirs;
     Some(disagreement)
 }
