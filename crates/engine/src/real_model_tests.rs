@@ -42,8 +42,8 @@ fn tiny_model_on(device: &Device) -> SharedModel {
     SharedModel::new(model, parts, CacheOptions::default(), 1, crate::shared::monotonic_ms)
 }
 
-/// One greedy step of `model` on a short request: its text.
-fn greedy_text(model: &SharedModel, conversation: u32, drafting: bool) -> String {
+/// One greedy step of `model` on a short request: its text and its figures.
+fn greedy_step(model: &SharedModel, conversation: u32, drafting: bool) -> (String, hearth_agent::GenerationStats) {
     let request = GenerationRequest {
         prompt: "<bos><|turn>user\nList three colours.<turn|>\n<|turn>model\n".into(),
         max_new_tokens: 40,
@@ -57,13 +57,14 @@ fn greedy_text(model: &SharedModel, conversation: u32, drafting: bool) -> String
         generate_step(model.clone(), tab_conversation(conversation), SamplingOptions::greedy(), 70, drafting, request)
             .collect::<Vec<_>>(),
     );
-    chunks
-        .into_iter()
-        .filter_map(|chunk| match chunk.expect("the step runs") {
-            ModelChunk::Text(t) => Some(t),
-            ModelChunk::Finished(_) => None,
-        })
-        .collect()
+    let (mut text, mut stats) = (String::new(), None);
+    for chunk in chunks {
+        match chunk.expect("the step runs") {
+            ModelChunk::Text(t) => text.push_str(&t),
+            ModelChunk::Finished(s) => stats = Some(s),
+        }
+    }
+    (text, stats.expect("stats at the end"))
 }
 
 /// On the GPU (where steps are recorded): an agent step whose step recording fails (made to fail
@@ -76,12 +77,12 @@ fn an_agent_step_whose_recording_fails_writes_the_same_text() {
         Err(err) => panic!("HEARTH_REQUIRE_GPU is set but {err}"),
     };
     let model = tiny_model_on(&device);
-    let recorded = greedy_text(&model, 1, false);
+    let (recorded, _) = greedy_step(&model, 1, false);
     let session = model.session.try_lock().expect("no step runs");
     assert!(session.model().records_steps(), "the GPU model records its steps");
     session.model().fail_next_recording();
     drop(session);
-    let after_failure = greedy_text(&model, 2, false);
+    let (after_failure, _) = greedy_step(&model, 2, false);
     assert_eq!(after_failure, recorded);
     let session = model.session.try_lock().expect("no step runs");
     assert_eq!(session.model().recording_status().failures, 1, "the recording failed, and the step went on");
@@ -101,38 +102,8 @@ fn tiny_drafting_model() -> SharedModel {
 #[test]
 fn a_step_drafted_by_the_assistant_writes_the_same_text() {
     let model = tiny_drafting_model();
-    let step = |drafting: bool, conversation: u32| {
-        let request = GenerationRequest {
-            prompt: "<bos><|turn>user\nList three colours.<turn|>\n<|turn>model\n".into(),
-            max_new_tokens: 40,
-            stop_after: Vec::new(),
-            cancel: hearth_agent::CancelToken::new(),
-            tools: None,
-            images: Vec::new(),
-            clips: Vec::new(),
-        };
-        let chunks = pollster::block_on(
-            generate_step(
-                model.clone(),
-                tab_conversation(conversation),
-                SamplingOptions::greedy(),
-                70,
-                drafting,
-                request,
-            )
-            .collect::<Vec<_>>(),
-        );
-        let (mut text, mut stats) = (String::new(), None);
-        for chunk in chunks {
-            match chunk.expect("the step runs") {
-                ModelChunk::Text(t) => text.push_str(&t),
-                ModelChunk::Finished(s) => stats = Some(s),
-            }
-        }
-        (text, stats.expect("stats at the end"))
-    };
-    let (plain, plain_stats) = step(false, 5);
-    let (drafted, drafted_stats) = step(true, 6);
+    let (plain, plain_stats) = greedy_step(&model, 5, false);
+    let (drafted, drafted_stats) = greedy_step(&model, 6, true);
     assert_eq!(drafted, plain);
     assert_eq!(drafted_stats.completion_tokens, plain_stats.completion_tokens);
     assert_eq!(plain_stats.drafted_tokens, 0);
