@@ -229,6 +229,7 @@ conversations.onPatch((tabId, chat) => {
 // A task belongs to its tab: when the tab goes away, so does its conversation.
 chrome.tabs.onRemoved.addListener((tabId) => {
   queued.delete(tabId);
+  for (const perTab of [loadedPages, takenBack, triedAgain]) perTab.delete(tabId);
   voice.dropRecording(tabId, voiceHost);
   for (const [port, shown] of panels) if (shown === tabId) toPanel(port, { kind: "tab_state", tab_id: tabId, state: "gone", site: null });
   void toOffscreen({ kind: "task_control", tab_id: tabId, action: { action: "forget" } }).catch(() => {});
@@ -256,7 +257,7 @@ async function onFenceBlocked(blocked: fence.Blocked): Promise<void> {
     // A tab the task's pages opened tried to leave the task's sites: closed when the task opened
     // it (or it never showed a page), else taken back like the task's own; the task's overlay asks.
     const adopted = (await fence.openedTabs(tabId)).includes(blocked.inTab);
-    if (adopted || !(await restorePage(blocked.inTab, url, blocked.origin !== undefined))) await chrome.tabs.remove(blocked.inTab).catch(() => {});
+    if (adopted || !(await restorePage(blocked.inTab, url, blocked, blocked.origin !== undefined))) await chrome.tabs.remove(blocked.inTab).catch(() => {});
   } else if (blocked.topLevel) {
     // No initiator: the browser started it (the user's address bar, bookmark or Back button, or
     // the page's own history.back(), which Chrome reports the same way before anything commits).
@@ -266,7 +267,7 @@ async function onFenceBlocked(blocked: fence.Blocked): Promise<void> {
       await controlTask(tabId, { action: "stop" });
       await fence.lift(tabId, true);
     }
-    await restorePage(tabId, url, blocked.origin !== undefined);
+    await restorePage(tabId, url, blocked, blocked.origin !== undefined);
   }
   await showFenceCard(tabId, url, blocked.method, null, blocked.origin);
 }
@@ -278,13 +279,29 @@ downloads.watch(({ task, id, url, file }) => {
   void showFenceCard(task, url, "DOWNLOAD", file);
 });
 
-/** The page each tab last loaded that the fence did not block: where a replaced entry is undone to. */
-const lastLoaded = new Map<number, string>();
+/**
+ * The pages each tab last loaded that the fence did not block, the latest last: where a replaced
+ * entry is undone to.
+ */
+const loadedPages = new Map<number, string[]>();
 chrome.tabs.onUpdated.addListener((tabId, change, tab) => {
   if (change.status !== "complete" || !tab.url || !/^https?:/.test(tab.url)) return;
   if (fence.blockedSince(tabId, Date.now() - 10_000) === tab.url) return;
-  lastLoaded.set(tabId, tab.url);
+  const url = tab.url;
+  loadedPages.set(tabId, [...(loadedPages.get(tabId) ?? []).filter((u) => u !== url), url].slice(-8));
 });
+
+/**
+ * When the worker last took each tab back from a navigation its page started. Going back may load
+ * that page again (no back-forward cache: a `no-store` page, a busy machine), and its script tries
+ * again: a page that does so this soon after is never taken back to again (the tab opens the latest
+ * other page of the task's sites it showed, or stays on the error page), so that the loop ends and
+ * nothing replays the attempt once the fence lifts.
+ */
+const takenBack = new Map<number, { at: number; to: string | undefined }>();
+const TRIED_AGAIN_MS = 15_000;
+/** The pages of each tab that tried again once taken back to: never taken back to again. */
+const triedAgain = new Map<number, Set<string>>();
 
 /**
  * Takes a tab off the error page a blocked top-level navigation committed (just after the error is
@@ -292,22 +309,54 @@ chrome.tabs.onUpdated.addListener((tabId, change, tab) => {
  * agent's own navigation, the page's, or the user's typed address). Where the blocked navigation
  * replaced the entry (a meta refresh, `location.replace`) and history leads off the task's sites,
  * the page the tab was on is opened again (it is on the task's sites). The page reloads. False when
- * there was no page to go to (a new tab whose first request was blocked). A navigation without a
+ * there was no page to go to (a new tab whose first request was blocked, or only pages that tried
+ * again: `takenBack`). A navigation without a
  * request (`committed`) is already on its document, whose address the worker may not be shown
  * (a `blob:` or `about:blank` tab has no `url` for it): nothing to wait for.
  */
-async function restorePage(tabId: number, blockedUrl: string, committed = false): Promise<boolean> {
+async function restorePage(tabId: number, blockedUrl: string, by: { initiator?: string }, committed = false): Promise<boolean> {
+  if (by.initiator === undefined) return takeBack(tabId, blockedUrl, committed);
+  const last = takenBack.get(tabId);
+  let restored: boolean;
+  if (last?.to !== undefined && Date.now() - last.at < TRIED_AGAIN_MS) {
+    // The page it was taken back to tried again: the latest other page of the task's sites it showed.
+    const shunned = triedAgain.get(tabId) ?? new Set<string>();
+    triedAgain.set(tabId, shunned.add(last.to));
+    restored = (await onErrorPage(tabId, blockedUrl, committed)) && (await openLoadedPage(tabId, shunned));
+  } else {
+    restored = await takeBack(tabId, blockedUrl, committed);
+  }
+  const tab = restored ? await chrome.tabs.get(tabId).catch(() => null) : null;
+  takenBack.set(tabId, { at: Date.now(), to: tab?.pendingUrl ?? tab?.url });
+  return restored;
+}
+
+/** Whether `tabId` shows the error page of `blockedUrl` (waited for briefly), or a document of its own (`committed`). */
+async function onErrorPage(tabId: number, blockedUrl: string, committed: boolean): Promise<boolean> {
   const onError = async () => {
-    if (committed) return (await chrome.tabs.get(tabId).catch(() => null)) !== null;
     const tab = await chrome.tabs.get(tabId).catch(() => null);
+    if (committed) return tab !== null;
     return tab !== null && (tab.url === blockedUrl || tab.url?.startsWith("chrome-error:") === true);
   };
   for (let waited = 0; waited < 3_000 && !(await onError()); waited += 100) await new Promise((r) => setTimeout(r, 100));
-  if (!(await onError())) return false;
+  return onError();
+}
+
+/** Opens the latest page of the task's sites that `tabId` loaded, but those `shunned`; false when there is none. */
+async function openLoadedPage(tabId: number, shunned: Set<string>): Promise<boolean> {
+  for (const url of [...(loadedPages.get(tabId) ?? [])].reverse()) {
+    if (shunned.has(url) || !(await fence.onApprovedSite(tabId, url))) continue;
+    return chrome.tabs.update(tabId, { url }).then(() => true, () => false);
+  }
+  return false;
+}
+
+async function takeBack(tabId: number, blockedUrl: string, committed: boolean): Promise<boolean> {
+  if (!(await onErrorPage(tabId, blockedUrl, committed))) return false;
   // (A blocked new entry leaves nothing to go forward to.)
   const forward = agentNavigating.get(tabId) !== "open" && (await chrome.tabs.goForward(tabId).then(() => true, () => false));
   const moved = forward || (await chrome.tabs.goBack(tabId).then(() => true, () => false));
-  const before = lastLoaded.get(tabId);
+  const before = loadedPages.get(tabId)?.filter((url) => !triedAgain.get(tabId)?.has(url)).at(-1);
   if (!before || !(await fence.onApprovedSite(tabId, before))) return moved;
   let landed: string | undefined;
   for (let waited = 0; waited < 5_000; waited += 100) {

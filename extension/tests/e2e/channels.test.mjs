@@ -20,6 +20,8 @@ import { clickInOverlay, clickLauncher, overlayEval, overlayHost, overlayText, s
 import { answerFenceCard, ask, call, decide, denyCard, done, indexOf, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 
 const WORKER = "/service-worker.js";
+/** How long the fence stays up after a run ends (src/worker/fence.ts). */
+const SETTLE_MS = 3_000;
 
 let site;
 let attacker;
@@ -189,13 +191,20 @@ test("ports: a grant, an approved visit and a POST allowance for one local serve
   await page.close();
 
   // The issue's attack 4b: an approved visit to one port; the page there moves the tab to another.
+  // It is sent `no-store`: taken back, it loads again and tries again; the second time it is left
+  // on the error page, and nothing replays the attempt once the task ends and the fence lifts.
   page = await openAgentPage(chrome, channelsUrl());
-  const hop = `${other.url}/attacks/forward.html?attacker=${encodeURIComponent(other2.url)}&d=SECRET-TOKEN-42`;
+  const hop = `${other.url}/attacks/forward.html?attacker=${encodeURIComponent(other2.url)}&d=SECRET-TOKEN-42&no-store`;
   await useScript(chrome, [call("navigate", `url:${str(hop)}`), call("wait_for", `text:${str("never shown")},timeout_seconds:5`), done("Opened it.")]);
   await ask(page, "Open the partner page on the local server.");
   await decide(page, "allow_once");
   await answerFenceCard(page, [other2Host, "/forwarded"], "deny");
   assert.deepEqual(reached(other2, "/forwarded"), [], "the other port received nothing");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  await sleep(SETTLE_MS + 2_000);
+  assert.deepEqual(reached(other2, "/forwarded"), [], "the other port received nothing after the fence lifted");
+  const loads = reached(other, "/attacks/forward.html").length;
+  assert.ok(loads <= 2, `the page was taken back once, not replayed in a loop (${loads} loads)`);
   await page.close();
 
   // The issue's attack 4c: while an approved same-site POST runs, the page posts to another port.

@@ -36,7 +36,8 @@ const ATTACK_PAGES = resolve(import.meta.dirname, "../pages");
  * `url` names it by `host` (`localhost` and `127.0.0.1` are two sites). With `pages`, it serves
  * tests/pages/attacks/*.html and *.js (a page's service worker); `/go?to=<url>` redirects (a
  * same-site address that leads elsewhere); `/attachment/<name>` answers with a file to save (Content-Disposition: attachment); anything
- * else is a small "Thanks" page.
+ * else is a small "Thanks" page. A page asked for with `no-store` in its query is sent `Cache-Control: no-store` (going back
+ * loads it again: no back-forward cache).
  */
 export async function loggingServer(host, pages) {
   const log = [];
@@ -50,7 +51,8 @@ export async function loggingServer(host, pages) {
     }
     if (pages && req.method === "GET" && /^\/attacks\/[a-z-]+\.(html|js)$/.test(path)) {
       const body = await readFile(resolve(ATTACK_PAGES, `.${path}`)).catch(() => null);
-      if (body) return void res.writeHead(200, { "content-type": TYPES[extname(path)] }).end(body);
+      const noStore = new URL(req.url, "http://x").searchParams.has("no-store") ? { "cache-control": "no-store" } : {};
+      if (body) return void res.writeHead(200, { "content-type": TYPES[extname(path)], ...noStore }).end(body);
     }
     res.writeHead(200, { "content-type": "text/html" }).end("<!doctype html><title>Thanks</title><p>Got it.</p>");
   });
