@@ -1,6 +1,7 @@
 //! The tree's shape, checked: inside every crate, the top-level modules depend on each other
 //! without cycles (a module's `crate::…` paths in code; doc comments and test modules left out),
-//! so each crate reads bottom-up. Run with the workspace's tests.
+//! so each crate reads bottom-up; and only the engine loads a model (no other crate's code or
+//! tests names the model crate's load entry points). Run with the workspace's tests.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -87,6 +88,81 @@ fn first_segment(path: &str) -> String {
     path.trim().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()
 }
 
+/// The model crate's entry points that build a model (or part of one) from its files.
+const LOAD_ENTRY_POINTS: &[&str] = &[
+    "model_dir::",
+    "Gemma::load",
+    "GemmaLoader",
+    "VisionTower::load",
+    "AudioTower::load",
+    "Drafter::load",
+    "drafter::load_dir",
+];
+
+/// The crates that may name them: the engine (`crates/engine/src/loading/`, the one door:
+/// `hearth_engine::Engine`), and the model crate itself with its own tests.
+const LOADERS: &[&str] = &["engine", "model"];
+
+/// Files outside the loaders that still load a model themselves, each with why; the list may only
+/// shrink (a file here that no longer loads one fails the check).
+const NOT_YET: &[(&str, &str)] = &[
+    ("cli/src/bench.rs", "the benchmark's random checkpoints and step timings (the bench's owner moves it)"),
+    ("cli/src/bench/audio.rs", "the audio tower's benchmark, random weights in memory (the bench's owner moves it)"),
+    (
+        "cli/src/bench/speculative.rs",
+        "the assistant's benchmark, random weights in memory (the bench's owner moves it)",
+    ),
+    ("cli/src/bench/vision.rs", "the vision tower's benchmark, random weights in memory (the bench's owner moves it)"),
+    ("cli/src/long_task/mod.rs", "`hearth bench --long-task` (the bench's owner moves it)"),
+];
+
+/// A file's code with its comments dropped (its tests kept).
+fn without_comments(text: &str) -> String {
+    text.lines().map(|line| line.split("//").next().unwrap_or_default()).collect::<Vec<_>>().join("\n")
+}
+
+/// The load entry points `code` names.
+fn model_loads(code: &str) -> Vec<&'static str> {
+    LOAD_ENTRY_POINTS.iter().copied().filter(|entry| code.contains(entry)).collect()
+}
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The files under `crates` (a crate per folder) outside [`LOADERS`] that name a load entry
+/// point, as `crate/path: entry points`.
+fn loads_outside_the_engine(crates: &Path) -> Vec<(String, Vec<&'static str>)> {
+    let mut found = Vec::new();
+    for file in rust_files(crates) {
+        let Ok(relative) = file.strip_prefix(crates) else { continue };
+        let relative = relative.to_string_lossy().replace('\\', "/");
+        if LOADERS.iter().any(|loader| relative.starts_with(&format!("{loader}/"))) {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&file) else { continue };
+        let loads = model_loads(&without_comments(&text));
+        if !loads.is_empty() {
+            found.push((relative, loads));
+        }
+    }
+    found
+}
+
 /// The graph's cycles: its strongly connected components of more than one module.
 fn cycles(graph: &ModuleGraph) -> Vec<Vec<String>> {
     struct Walk<'g> {
@@ -159,6 +235,55 @@ mod tests {
         }
         assert!(checked > 50, "only {checked} modules found");
         assert!(problems.is_empty(), "modules that depend on each other:\n{}", problems.join("\n"));
+    }
+
+    #[test]
+    fn only_the_engine_loads_a_model() {
+        let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates");
+        let found = loads_outside_the_engine(&crates);
+        let problems: Vec<String> = found
+            .iter()
+            .filter(|(file, _)| !NOT_YET.iter().any(|(pending, _)| pending == file))
+            .map(|(file, loads)| format!("crates/{file}: {}", loads.join(", ")))
+            .collect();
+        assert!(
+            problems.is_empty(),
+            "only crates/engine loads a model (hearth_engine::Engine::load, hearth_engine::native): \n{}",
+            problems.join("\n")
+        );
+        for (pending, why) in NOT_YET {
+            assert!(
+                found.iter().any(|(file, _)| file == pending),
+                "crates/{pending} ({why}) no longer loads a model itself: take it off NOT_YET"
+            );
+        }
+    }
+
+    #[test]
+    fn the_load_check_catches_a_crate_that_loads_a_model_itself() {
+        let crates = std::env::temp_dir().join(format!("hearth-architecture-{}", std::process::id()));
+        let write = |path: &str, text: &str| {
+            let path = crates.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        write("engine/src/native.rs", "fn f() { hearth_model::model_dir::load_model(p, d) }");
+        write("model/tests/parity.rs", "let m = Gemma::load(config, &mut checkpoint, &device);");
+        write(
+            "cli/src/main.rs",
+            "use hearth_model::model_dir::{ModelFiles, load_model};\nlet t = VisionTower::load(c, k, d);",
+        );
+        write("offscreen/src/lib.rs", "// Gemma::load in a comment\nlet e = hearth_engine::Engine::load(p, d, h, f);");
+        write("agent/tests/steps.rs", "let d = hearth_model::drafter::load_dir(dir, &config, &device);");
+        let found = loads_outside_the_engine(&crates);
+        std::fs::remove_dir_all(&crates).unwrap();
+        assert_eq!(
+            found,
+            vec![
+                ("agent/tests/steps.rs".to_owned(), vec!["drafter::load_dir"]),
+                ("cli/src/main.rs".to_owned(), vec!["model_dir::", "VisionTower::load"]),
+            ]
+        );
     }
 
     #[test]

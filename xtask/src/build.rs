@@ -166,10 +166,11 @@ pub fn checkout_key(root: &Path) -> String {
     format!("{name}-{:012x}", hash & 0xffff_ffff_ffff)
 }
 
-/// Cargo features of the offscreen module: test builds add the scripted model that the
-/// end-to-end agent suite drives; release builds have none.
+/// Cargo features of the offscreen module: test builds (the end-to-end suite's and the browser
+/// benches') add the scripted model that the agent suite drives and the exports only tests and
+/// benches call (`generate`, `measureVerification`); release builds have none.
 pub fn wasm_features(release: bool) -> &'static [&'static str] {
-    if release { &[] } else { &["scripted"] }
+    if release { &[] } else { &["scripted", "test-exports"] }
 }
 
 fn wasm_command(root: &Path, release: bool) -> Result<(Command, PathBuf), String> {
@@ -202,9 +203,12 @@ fn wasm_command(root: &Path, release: bool) -> Result<(Command, PathBuf), String
     Ok((cmd, target_dir.join("wasm32-unknown-unknown/release/hearth_offscreen.wasm")))
 }
 
-/// Exports of the offscreen module that only test builds (the `scripted` feature) may have: the
-/// scripted model, the traps the e2e suite makes the engine crash with, and the constrained-call probe.
-const TEST_EXPORTS: [&str; 4] = ["useScriptedModel", "scriptedPrompts", "setTestTrap", "constrainedCallProbe"];
+/// Exports of the offscreen module that only test builds (the `scripted` and `test-exports`
+/// features) may have: the scripted model, the traps the e2e suite makes the engine crash with, the
+/// constrained-call probe, and the browser bench's verification timing. (`generate`, a test
+/// export too, is a word the glue holds anyway.)
+const TEST_EXPORTS: [&str; 5] =
+    ["useScriptedModel", "scriptedPrompts", "setTestTrap", "constrainedCallProbe", "measureVerification"];
 
 /// Where the TypeScript finds the module's exports' types: wasm-bindgen's declarations of a test
 /// build (the `scripted` feature's exports included), relative to the repository root.
@@ -370,6 +374,6 @@ mod tests {
     #[test]
     fn release_builds_have_no_test_features() {
         assert!(wasm_features(true).is_empty());
-        assert_eq!(wasm_features(false), ["scripted"]);
+        assert_eq!(wasm_features(false), ["scripted", "test-exports"]);
     }
 }

@@ -9,10 +9,8 @@ use std::rc::Rc;
 use hearth_agent::scripted::ScriptedModel;
 use hearth_agent::{AgentEvent, Decision, SystemClock};
 use hearth_engine::native::{self, ModelSource, Vision};
-use hearth_engine::shared::monotonic_ms;
-use hearth_engine::{ModelParts, TaskModel, new_agent};
+use hearth_engine::{TaskModel, new_agent};
 use hearth_model::CacheOptions;
-use hearth_model::model_dir::ModelFiles;
 use hearth_protocol::{Outcome, TaskSettings};
 
 use crate::DeviceArgs;
@@ -91,6 +89,7 @@ pub fn run(args: AgentArgs) -> Result<(), String> {
         mmproj: args.mmproj.clone(),
         drafter: args.drafter.clone(),
         hearing: voice.is_some(),
+        template_optional: false,
     };
     let settings = TaskSettings {
         max_iterations: args.max_iterations,
@@ -101,8 +100,7 @@ pub fn run(args: AgentArgs) -> Result<(), String> {
     };
     let (mut backend, template, tokenizer, context_tokens, sees) = match &args.script {
         Some(path) => {
-            let files = ModelFiles::open(&args.model).map_err(|e| e.to_string())?;
-            let parts = ModelParts::read(&files, args.tokenizer.as_deref()).map_err(|e| e.to_string())?;
+            let parts = native::read_parts(&source).map_err(|e| e.to_string())?;
             let json = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             let script = ScriptedModel::from_json(&json)
                 .map_err(|e| format!("{} is not a script (a JSON array of outputs): {e}", path.display()))?;
@@ -121,21 +119,17 @@ pub fn run(args: AgentArgs) -> Result<(), String> {
                 (None, Some(_)) => Vision::IfPresent,
                 (None, None) => Vision::Off,
             };
-            let loaded = native::load(&source, vision, &device).map_err(|e| e.to_string())?;
-            if voice.is_some() && loaded.audio.is_none() {
-                return Err(native::LoadError::NoAudioTower { path: args.model.clone() }.to_string());
-            }
+            let engine = native::load(&source, vision, &device, memory).map_err(|e| e.to_string())?;
             if let Some(dir) = &args.drafter {
                 println!("drafter: {}", dir.display());
             }
-            let cache = CacheOptions::for_device(&loaded.model.config, memory);
-            let shared = loaded.shared(cache, 1, monotonic_ms);
+            let shared = engine.model();
             let sees = shared.vision.is_some();
             if sees {
                 println!("vision: the model sees the page's screenshot");
             }
             let (template, tokenizer) = (shared.template.clone(), shared.tokenizer.clone());
-            (TaskModel::burn(shared, 1, &settings, args.seed), template, tokenizer, cache.max_context, sees)
+            (engine.task(1, &settings, args.seed), template, tokenizer, shared.context_tokens, sees)
         }
     };
     // The vision tools (screenshot, click_at) only for a model that sees, on a page with a picture.

@@ -14,15 +14,13 @@ use std::time::Instant;
 
 use burn::tensor::{Device, Tensor};
 use clap::{Parser, Subcommand};
-use hearth_chat::{ChatTemplate, ContentPart, Message, MessageContent, RenderRequest, Tool};
-use hearth_engine::constrain::{CallConstraint, CallGrammar, VocabTrie, grammar_from_function_list};
-use hearth_engine::native;
-use hearth_engine::{Decoding, MAX_DRAFT, ModelParts};
-use hearth_model::audio;
-use hearth_model::generate;
-use hearth_model::model_dir::{ModelFiles, load_model, load_tokenizer};
-use hearth_model::vision::{self, RgbImage, SOFT_TOKEN_BUDGETS};
-use hearth_model::{CacheOptions, DeviceMemory, Input, KvCache, Output, SamplingOptions, Session, gpu, self_test};
+use hearth_chat::{ChatTemplate, Message, RenderRequest, Tool};
+use hearth_engine::constrain::{CallGrammar, grammar_from_function_list};
+use hearth_engine::engine::Media;
+use hearth_engine::native::{self, ModelSource, Vision};
+use hearth_engine::{CHAT_CONVERSATION, ChatPrompt, Reply, ReplyPrompt};
+use hearth_model::vision::{RgbImage, SOFT_TOKEN_BUDGETS};
+use hearth_model::{CacheOptions, DeviceMemory, Input, KvCache, Output, SamplingOptions, gpu, self_test};
 use serde::Deserialize;
 
 #[derive(Parser)]
@@ -42,68 +40,7 @@ struct DeviceArgs {
 #[derive(Subcommand)]
 enum Command {
     /// Generate text: streams it to stdout, then prints prefill and decode speed to stderr.
-    Generate {
-        /// A model folder (config.json, model.safetensors or shards, tokenizer.json, chat template)
-        /// or a GGUF file (dequantized to f32 at load).
-        #[arg(long)]
-        model: PathBuf,
-        /// A tokenizer.json to use instead of the model's (a GGUF file's is built from its metadata).
-        #[arg(long)]
-        tokenizer: Option<PathBuf>,
-        /// The prompt (or give it as the last argument).
-        #[arg(long = "prompt", conflicts_with = "prompt_text", required_unless_present = "prompt_text")]
-        prompt: Option<String>,
-        #[arg(value_name = "PROMPT")]
-        prompt_text: Option<String>,
-        /// Wrap the prompt in the model's chat template as a user turn.
-        #[arg(long)]
-        chat: bool,
-        /// Offer these tools (an OpenAI-style function list in a JSON file) through the chat
-        /// template, and hold every call the model writes to their names and arguments.
-        #[arg(long, requires = "chat")]
-        tools: Option<PathBuf>,
-        /// Start the reply with `<|tool_call>`: the model must call one of the tools.
-        #[arg(long, requires = "tools")]
-        force_call: bool,
-        /// Show the model this image (a PNG file) before the prompt, through its vision tower;
-        /// repeat for several.
-        #[arg(long, requires = "chat")]
-        image: Vec<PathBuf>,
-        /// Soft tokens per image: 70, 140, 280, 560 or 1120 (more see finer detail, cost more).
-        #[arg(long, default_value_t = 280, value_parser = image_budget)]
-        image_budget: usize,
-        /// The towers as llama.cpp's projector file (`mmproj…gguf`: vision, and audio where it
-        /// carries one), for a GGUF model.
-        #[arg(long)]
-        mmproj: Option<PathBuf>,
-        /// Let the model hear this clip (a WAV file, 16 kHz, mono or stereo, at most 30 s) before
-        /// the prompt, through its audio tower (a model folder's, or the --mmproj file's).
-        #[arg(long, requires = "chat", conflicts_with = "image")]
-        audio: Option<PathBuf>,
-        /// Draft with Gemma 4's assistant from this folder (`google/gemma-4-E2B-it-assistant` beside
-        /// gemma-4-E2B-it; E4B likewise): speculative decoding, the same tokens when greedy.
-        #[arg(long)]
-        drafter: Option<PathBuf>,
-        /// The most tokens the drafter drafts a round (the length adapts to what is accepted).
-        #[arg(long, default_value_t = 8, requires = "drafter")]
-        draft: usize,
-        #[arg(long, default_value_t = 128)]
-        max_tokens: usize,
-        /// 0 is greedy.
-        #[arg(long, default_value_t = 0.0)]
-        temperature: f32,
-        #[arg(long, default_value_t = 64)]
-        top_k: usize,
-        #[arg(long, default_value_t = 0.95)]
-        top_p: f32,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Also print the generated token ids to stderr.
-        #[arg(long)]
-        print_ids: bool,
-        #[command(flatten)]
-        device: DeviceArgs,
-    },
+    Generate(GenerateArgs),
     /// Print `{"logits": [[…], …]}`: the final logits (after the softcap) for every input position.
     Logits {
         /// A model folder or a GGUF file.
@@ -176,38 +113,75 @@ enum Command {
     },
 }
 
+/// `hearth generate`'s arguments.
+#[derive(clap::Args)]
+struct GenerateArgs {
+    /// A model folder (config.json, model.safetensors or shards, tokenizer.json, chat template)
+    /// or a GGUF file (dequantized to f32 at load).
+    #[arg(long)]
+    model: PathBuf,
+    /// A tokenizer.json to use instead of the model's (a GGUF file's is built from its metadata).
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// The prompt (or give it as the last argument).
+    #[arg(long = "prompt", conflicts_with = "prompt_text", required_unless_present = "prompt_text")]
+    prompt: Option<String>,
+    #[arg(value_name = "PROMPT")]
+    prompt_text: Option<String>,
+    /// Wrap the prompt in the model's chat template as a user turn.
+    #[arg(long)]
+    chat: bool,
+    /// Offer these tools (an OpenAI-style function list in a JSON file) through the chat
+    /// template, and hold every call the model writes to their names and arguments.
+    #[arg(long, requires = "chat")]
+    tools: Option<PathBuf>,
+    /// Start the reply with `<|tool_call>`: the model must call one of the tools.
+    #[arg(long, requires = "tools")]
+    force_call: bool,
+    /// Show the model this image (a PNG file) before the prompt, through its vision tower;
+    /// repeat for several.
+    #[arg(long, requires = "chat")]
+    image: Vec<PathBuf>,
+    /// Soft tokens per image: 70, 140, 280, 560 or 1120 (more see finer detail, cost more).
+    #[arg(long, default_value_t = 280, value_parser = image_budget)]
+    image_budget: usize,
+    /// The towers as llama.cpp's projector file (`mmproj…gguf`: vision, and audio where it
+    /// carries one), for a GGUF model.
+    #[arg(long)]
+    mmproj: Option<PathBuf>,
+    /// Let the model hear this clip (a WAV file, 16 kHz, mono or stereo, at most 30 s) before
+    /// the prompt, through its audio tower (a model folder's, or the --mmproj file's).
+    #[arg(long, requires = "chat", conflicts_with = "image")]
+    audio: Option<PathBuf>,
+    /// Draft with Gemma 4's assistant from this folder (`google/gemma-4-E2B-it-assistant` beside
+    /// gemma-4-E2B-it; E4B likewise): speculative decoding, the same tokens when greedy.
+    #[arg(long)]
+    drafter: Option<PathBuf>,
+    /// The most tokens the drafter drafts a round (the length adapts to what is accepted).
+    #[arg(long, default_value_t = 8, requires = "drafter")]
+    draft: usize,
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    #[arg(long, default_value_t = 64)]
+    top_k: usize,
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Also print the generated token ids to stderr.
+    #[arg(long)]
+    print_ids: bool,
+    #[command(flatten)]
+    device: DeviceArgs,
+}
+
 fn main() -> ExitCode {
     hearth_model::warnings::send_to(|warning| eprintln!("{warning}"));
     let result = match Cli::parse().command {
-        Command::Generate {
-            model,
-            tokenizer,
-            prompt,
-            prompt_text,
-            chat,
-            tools,
-            force_call,
-            image,
-            image_budget,
-            mmproj,
-            audio,
-            drafter,
-            draft,
-            max_tokens,
-            temperature,
-            top_k,
-            top_p,
-            seed,
-            print_ids,
-            device,
-        } => {
-            let sampling = SamplingOptions { temperature, top_k, top_p, seed };
-            let prompt = prompt.or(prompt_text).unwrap_or_default();
-            let files = ModelInput { model, tokenizer, drafter: drafter.map(|dir| (dir, draft)) };
-            let images = Images { paths: image, budget: image_budget, mmproj };
-            let chat = chat.then_some(ChatOptions { tools, force_call, images, audio });
-            run_generate(files, &prompt, chat, max_tokens, sampling, print_ids, &device)
-        }
+        Command::Generate(args) => run_generate(&args),
         Command::Logits { model, tokens, step_by_step, device } => logits(model, &tokens, step_by_step, &device),
         Command::Render { model, template } => render(model, template),
         Command::Parse { thinking } => parse(thinking),
@@ -260,22 +234,6 @@ fn device_with_name(args: &DeviceArgs) -> Result<(Device, String, DeviceMemory),
         a.max_buffer_size >> 20
     );
     Ok((gpu.device, name, gpu::device_memory(a)))
-}
-
-/// `generate --chat`: the tools offered, and whether the reply must start with a call.
-struct ChatOptions {
-    tools: Option<PathBuf>,
-    force_call: bool,
-    images: Images,
-    /// `--audio`: a WAV file the model hears before the prompt.
-    audio: Option<PathBuf>,
-}
-
-/// `--image`, `--image-budget`, `--mmproj`.
-struct Images {
-    paths: Vec<PathBuf>,
-    budget: usize,
-    mmproj: Option<PathBuf>,
 }
 
 fn image_budget(text: &str) -> Result<usize, String> {
@@ -331,176 +289,98 @@ fn read_tools(path: &std::path::Path) -> Result<(Vec<Tool>, CallGrammar), String
     Ok((tools, grammar))
 }
 
-/// What `generate` reads: a model folder or GGUF file, and optionally a separate tokenizer.json.
-struct ModelInput {
-    model: PathBuf,
-    tokenizer: Option<PathBuf>,
-    /// The assistant's folder and the most tokens it drafts a round.
-    drafter: Option<(PathBuf, usize)>,
+/// Where `generate`'s model is, and which of its towers and assistant it needs.
+fn model_source(args: &GenerateArgs) -> ModelSource {
+    ModelSource {
+        model: args.model.clone(),
+        tokenizer: args.tokenizer.clone(),
+        mmproj: args.mmproj.clone(),
+        drafter: args.drafter.clone(),
+        hearing: args.chat && args.audio.is_some(),
+        template_optional: !args.chat,
+    }
 }
 
-fn run_generate(
-    input: ModelInput,
-    prompt: &str,
-    chat: Option<ChatOptions>,
-    max_tokens: usize,
-    sampling: SamplingOptions,
-    ids_to_stderr: bool,
-    args: &DeviceArgs,
-) -> Result<(), String> {
-    let (device, adapter, memory) = device_with_name(args)?;
+/// `generate`'s request to the engine, as the browser's chat reply is one
+/// (`hearth_engine::Reply::from(&GenerateRequest)`): the files it names read.
+fn reply_request(args: &GenerateArgs) -> Result<Reply, String> {
+    let text = args.prompt.clone().or(args.prompt_text.clone()).unwrap_or_default();
+    let prompt = if args.chat {
+        let (tools, calls) = match &args.tools {
+            Some(path) => {
+                let (tools, grammar) = read_tools(path)?;
+                (tools, Some(Arc::new(grammar)))
+            }
+            None => (Vec::new(), None),
+        };
+        ReplyPrompt::Chat(ChatPrompt {
+            text,
+            tools,
+            calls,
+            force_call: args.force_call,
+            images: args.image.iter().map(|p| read_png(p)).collect::<Result<_, _>>()?,
+            image_budget: args.image_budget,
+            clip: args.audio.as_deref().map(read_wav).transpose()?,
+        })
+    } else {
+        ReplyPrompt::Raw(text)
+    };
+    let sampling =
+        SamplingOptions { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p, seed: args.seed };
+    Ok(Reply {
+        prompt,
+        max_tokens: args.max_tokens,
+        sampling,
+        max_draft: args.drafter.is_some().then_some(args.draft),
+        conversation: CHAT_CONVERSATION,
+    })
+}
+
+fn run_generate(args: &GenerateArgs) -> Result<(), String> {
+    let request = reply_request(args)?;
+    let (device, adapter, memory) = device_with_name(&args.device)?;
     eprintln!("hearth: adapter {adapter}");
     let load_clock = Instant::now();
-    let mut files = ModelFiles::open(&input.model).map_err(|e| e.to_string())?;
-    // A chat needs the template, assembled as the extension does; a raw prompt only the tokenizer.
-    let (tokenizer, template) = if chat.is_some() {
-        let parts = ModelParts::read(&files, input.tokenizer.as_deref()).map_err(|e| e.to_string())?;
-        (parts.tokenizer, Some(parts.template))
-    } else {
-        let tokenizer = match &input.tokenizer {
-            Some(path) => load_tokenizer(path),
-            None => files.tokenizer(),
-        };
-        (tokenizer.map_err(|e| e.to_string())?, None)
-    };
-    let (tools, grammar) = match chat.as_ref().and_then(|c| c.tools.as_deref()) {
-        Some(path) => {
-            let (tools, grammar) = read_tools(path)?;
-            (tools, Some(grammar))
-        }
-        None => (Vec::new(), None),
-    };
-    let images = match &chat {
-        Some(chat) => chat.images.paths.iter().map(|p| read_png(p)).collect::<Result<Vec<_>, _>>()?,
-        None => Vec::new(),
-    };
-    let text = if let (Some(chat), Some(template)) = (&chat, &template) {
-        // The images (or the clip) first, then the question, as Gemma 4's documentation shows them.
-        let mut parts: Vec<ContentPart> =
-            images.iter().map(|_| ContentPart::Image { extra: serde_json::Map::new() }).collect();
-        if chat.audio.is_some() {
-            parts.push(ContentPart::Audio { extra: serde_json::Map::new() });
-        }
-        parts.push(ContentPart::Text { text: prompt.to_string(), extra: serde_json::Map::new() });
-        let messages = [Message { content: Some(MessageContent::Parts(parts)), ..Message::user("") }];
-        let request = RenderRequest {
-            messages: &messages,
-            tools: &tools,
-            enable_thinking: false,
-            preserve_thinking: false,
-            add_generation_prompt: true,
-        };
-        let mut text = template.render(&request).map_err(|e| e.to_string())?;
-        if chat.force_call {
-            text.push_str(hearth_chat::syntax::CALL_OPEN);
-        }
-        text
-    } else {
-        prompt.to_string()
-    };
-    let tower = match (&chat, images.is_empty()) {
-        (Some(chat), false) => {
-            Some(native::load_tower(&mut files, chat.images.mmproj.as_deref(), &device).map_err(|e| e.to_string())?)
-        }
-        _ => None,
-    };
-    let audio_path = chat.as_ref().and_then(|c| c.audio.as_deref());
-    let audio_tower = match audio_path {
-        Some(_) => {
-            let mmproj = chat.as_ref().and_then(|c| c.images.mmproj.as_deref());
-            Some(native::load_audio_tower(&mut files, mmproj, &device).map_err(|e| e.to_string())?)
-        }
-        None => None,
-    };
-    let model = files.load(&device).map_err(|e| e.to_string())?;
+    let vision = if args.chat && !args.image.is_empty() { Vision::Required } else { Vision::Off };
+    let engine = native::load(&model_source(args), vision, &device, memory).map_err(|e| e.to_string())?;
     eprintln!("hearth: model and tokenizer loaded in {:.2} s", load_clock.elapsed().as_secs_f64());
-    let mut prompt_ids = tokenizer.encode(&text).map_err(|e| e.to_string())?;
-    let mut prompt_images = None;
-    if let (Some(tower), Some(chat)) = (&tower, &chat) {
-        let clock = Instant::now();
-        let (ids, encoded) =
-            vision::prompt::prepare(tower, &prompt_ids, &images, chat.images.budget).map_err(|e| e.to_string())?;
-        let soft_tokens: usize = encoded.images.iter().map(|i| i.soft_tokens.dims()[0]).sum();
-        eprintln!(
-            "hearth: {} image(s) encoded to {soft_tokens} soft tokens in {:.0} ms",
-            images.len(),
-            clock.elapsed().as_secs_f64() * 1e3
-        );
-        prompt_ids = ids;
-        prompt_images = Some(encoded);
+    if let Some(dir) = &args.drafter {
+        eprintln!("hearth: drafter {} loaded", dir.display());
     }
-    if let (Some(path), Some(tower)) = (audio_path, &audio_tower) {
-        let clock = Instant::now();
-        let samples = read_wav(path)?;
-        let (ids, heard) = audio::prompt::prepare(tower, &prompt_ids, &samples).map_err(|e| e.to_string())?;
-        eprintln!(
-            "hearth: {:.2} s of sound encoded to {} soft tokens in {:.0} ms",
-            samples.len() as f64 / 16_000.0,
-            heard.images[0].soft_tokens.dims()[0],
-            clock.elapsed().as_secs_f64() * 1e3
-        );
-        prompt_ids = ids;
-        prompt_images = Some(heard);
-    }
-    // Raw text gets the BOS token the chat template would have written.
-    if chat.is_none() && prompt_ids.first() != Some(&model.config.bos_token_id) {
-        prompt_ids.insert(0, model.config.bos_token_id);
-    }
-    let stop_tokens = model.config.eos_token_ids.clone();
-    let cache = CacheOptions::for_device(&model.config, memory);
     eprintln!(
         "hearth: context {} tokens (KV cache {:.0} MiB)",
-        cache.max_context,
-        cache.bytes(&model.config) as f64 / 1048576.0
+        engine.model().context_tokens,
+        engine.info().memory.kv_cache_bytes as f64 / 1048576.0
     );
-    let mut session = Session::new(model, cache);
+    let prepared = engine.prepare(&request)?;
+    match prepared.media {
+        Some(Media::Images { count, soft_tokens, ms }) => {
+            eprintln!("hearth: {count} image(s) encoded to {soft_tokens} soft tokens in {ms:.0} ms")
+        }
+        Some(Media::Clip { seconds, soft_tokens, ms }) => {
+            eprintln!("hearth: {seconds:.2} s of sound encoded to {soft_tokens} soft tokens in {ms:.0} ms")
+        }
+        None => {}
+    }
+    if let (Some(built), Some(names)) = (prepared.calls_built(), &prepared.plan.calls) {
+        eprintln!(
+            "hearth: calls constrained to {}; vocabulary trie of {} tokens built in {:.0} ms",
+            names.join(", "),
+            built.vocab_tokens,
+            built.ms
+        );
+    }
     let mut stdout = std::io::stdout().lock();
-    if chat.as_ref().is_some_and(|c| c.force_call) {
+    if args.chat && args.force_call {
         // The opening the prompt forced is part of the reply: print it, so the output parses.
         let _ = stdout.write_all(hearth_chat::syntax::CALL_OPEN.as_bytes());
     }
-    let clock = Instant::now();
-    let calls = match grammar {
-        Some(grammar) => {
-            let clock = Instant::now();
-            let vocab = VocabTrie::from_tokenizer(&tokenizer).map_err(|e| e.to_string())?;
-            eprintln!(
-                "hearth: calls constrained to {}; vocabulary trie of {} tokens built in {:.0} ms",
-                grammar.tool_names().join(", "),
-                vocab.len(),
-                clock.elapsed().as_secs_f64() * 1e3
-            );
-            Some(CallConstraint::new(Arc::new(grammar), Arc::new(vocab)))
-        }
-        None => None,
-    };
-    let drafter = match &input.drafter {
-        Some((dir, _)) => {
-            let clock = Instant::now();
-            let drafter = native::load_drafter(dir, session.model(), &device).map_err(|e| e.to_string())?;
-            eprintln!("hearth: drafter loaded in {:.1} s", clock.elapsed().as_secs_f64());
-            Some(drafter)
-        }
-        None => None,
-    };
-    let max_draft = input.drafter.as_ref().map_or(MAX_DRAFT, |(_, max_draft)| *max_draft);
-    let mut decoding = Decoding::new(sampling).with_calls(calls).drafting_with(drafter.as_ref(), max_draft);
-    let (sampler, options) = decoding.options(max_tokens, &stop_tokens, prompt_images.as_ref());
-    let result = pollster::block_on(generate::generate(
-        &mut session,
-        sampler,
-        &tokenizer,
-        &prompt_ids,
-        options,
-        || clock.elapsed().as_secs_f64() * 1e3,
-        |_, text| {
-            let _ = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush());
-            std::ops::ControlFlow::Continue(())
-        },
-    ))
-    .map_err(|e| e.to_string())?;
+    let result = pollster::block_on(engine.run(prepared, |_, text| {
+        let _ = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush());
+        std::ops::ControlFlow::Continue(())
+    }))?;
     let _ = writeln!(stdout);
-    if ids_to_stderr {
+    if args.print_ids {
         eprintln!("hearth: token ids {:?}", result.token_ids);
     }
     if let Some(stats) = &result.speculation {
@@ -530,7 +410,7 @@ fn run_generate(
 
 fn logits(dir: PathBuf, tokens: &[u32], step_by_step: bool, args: &DeviceArgs) -> Result<(), String> {
     let device = device(args)?;
-    let model = load_model(&dir, &device).map_err(|e| e.to_string())?;
+    let model = native::load_decoder(&dir, &device).map_err(|e| e.to_string())?;
     let options = CacheOptions { max_context: tokens.len().max(1), ..Default::default() };
     let rows: Vec<Tensor<2>> = if step_by_step {
         // (A recording that fails on this GPU is recovered from: the steps run again unrecorded.)
@@ -601,5 +481,92 @@ fn run_self_test(args: &DeviceArgs) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("the device computed a wrong answer (error {})", report.max_abs_error))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use hearth_engine::Engine;
+    use hearth_protocol::GenerateRequest;
+
+    use super::*;
+
+    fn fixture(name: &str) -> String {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/fixtures").join(name);
+        path.to_str().expect("utf-8 path").to_owned()
+    }
+
+    /// `hearth generate`'s arguments as the command line parses them.
+    fn generate_args(line: &[&str]) -> GenerateArgs {
+        let line = ["hearth", "generate"].iter().chain(line).copied();
+        match Cli::try_parse_from(line).expect("the command line parses").command {
+            Command::Generate(args) => args,
+            _ => unreachable!("a generate command"),
+        }
+    }
+
+    /// The model the terminal's arguments name, loaded on the CPU as `hearth generate` loads it.
+    fn engine_for(args: &GenerateArgs) -> Engine {
+        let memory = DeviceMemory { max_buffer_bytes: u64::MAX, max_binding_bytes: u64::MAX };
+        native::load(&model_source(args), Vision::Off, &Device::flex(), memory).expect("the fixture loads")
+    }
+
+    /// The same request from the terminal (`hearth generate --chat`) and from the browser (the
+    /// offscreen document's `generate`, a `GenerateRequest`) is the same generation: the same
+    /// prompt tokens, options, stop ids, constraint (none) and drafting.
+    #[test]
+    fn the_terminal_and_the_browser_build_the_same_generation_for_the_same_request() {
+        let (model, assistant) = (fixture("tiny-chat"), fixture("tiny-chat-assistant"));
+        let browser = GenerateRequest { request_id: 7, prompt: "Say hello.".into(), max_tokens: 24, drafting: false };
+
+        let terminal = generate_args(&["--model", &model, "--chat", "--max-tokens", "24", "--prompt", "Say hello."]);
+        let engine = engine_for(&terminal);
+        let from_terminal = engine.plan(&reply_request(&terminal).unwrap()).unwrap();
+        let from_browser = engine.plan(&Reply::from(&browser)).unwrap();
+        assert_eq!(from_terminal, from_browser);
+        assert_eq!(from_browser.stop_tokens, engine.model().stop_tokens.to_vec());
+        assert_eq!(from_browser.sampling, SamplingOptions::greedy());
+        assert_eq!((from_browser.calls.as_ref(), from_browser.max_draft), (None, None));
+
+        // Drafting: `--drafter` (its default rounds) and the browser's "draft with the assistant".
+        let terminal = generate_args(&[
+            "--model",
+            &model,
+            "--drafter",
+            &assistant,
+            "--chat",
+            "--max-tokens",
+            "24",
+            "--prompt",
+            "Say hello.",
+        ]);
+        let engine = engine_for(&terminal);
+        let from_terminal = engine.plan(&reply_request(&terminal).unwrap()).unwrap();
+        let from_browser = engine.plan(&Reply::from(&GenerateRequest { drafting: true, ..browser })).unwrap();
+        assert_eq!(from_terminal, from_browser);
+        assert_eq!(from_browser.max_draft, Some(hearth_engine::MAX_DRAFT));
+    }
+
+    /// `--tools` holds the reply's calls to the file's tools; a raw prompt gets the BOS token.
+    #[test]
+    fn a_terminal_request_with_tools_is_constrained_and_a_raw_one_starts_with_bos() {
+        let model = fixture("tiny-chat");
+        let tools = std::env::temp_dir().join(format!("hearth-plan-tools-{}.json", std::process::id()));
+        let list = serde_json::json!([{"type": "function", "function": {"name": "click", "description": "Click",
+            "parameters": {"type": "object", "properties": {"index": {"type": "integer"}}, "required": ["index"]}}}]);
+        std::fs::write(&tools, list.to_string()).unwrap();
+        let args = ["--model", &model, "--chat", "--tools", tools.to_str().unwrap(), "--force-call", "--prompt", "Go"];
+        let terminal = generate_args(&args);
+        let engine = engine_for(&terminal);
+        let plan = engine.plan(&reply_request(&terminal).unwrap()).unwrap();
+        std::fs::remove_file(&tools).unwrap();
+        assert_eq!(plan.calls, Some(vec!["click".to_string()]));
+        assert!(plan.prompt.ends_with(hearth_chat::syntax::CALL_OPEN), "{}", plan.prompt);
+
+        let raw = engine.plan(&reply_request(&generate_args(&["--model", &model, "Hello"])).unwrap()).unwrap();
+        assert_eq!(raw.prompt_ids.first(), Some(&engine.model().bos_token_id));
+        assert_eq!(raw.calls, None);
     }
 }

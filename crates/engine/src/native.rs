@@ -1,22 +1,18 @@
-//! A model from files on disk, for the terminal (`hearth agent`): the disk is one more source
-//! of [`crate::loading`], which builds the model (decoder and parts, the folder's tower or a
+//! A model from files on disk, for the terminal (`hearth generate`, `hearth agent`): the disk is
+//! one more source of [`Engine::load`], which builds the model (decoder and parts, the folder's tower or a
 //! projector file, the assistant) the same way from the browser's model store.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
-use hearth_model::audio::AudioTower;
-use hearth_model::drafter::Drafter;
 use hearth_model::model_dir::{ModelDirError, ModelFiles};
-use hearth_model::vision::VisionTower;
-use hearth_model::{CacheOptions, Gemma};
+use hearth_model::{DeviceMemory, Gemma};
 
-use crate::loading::{
-    self, DrafterFiles, LoadFailure, ModelPayload, PartFiles, ReadRange, StreamedWeights, WeightFile,
-};
+use crate::engine::{Engine, Host};
+use crate::loading::{DrafterFiles, LoadFailure, ModelPayload, PartFiles, ReadRange, StreamedWeights, WeightFile};
 use crate::parts::ModelParts;
-use crate::shared::SharedModel;
+use crate::shared::monotonic_ms;
 
 /// Where a model's files are.
 #[derive(Debug, Clone, Default)]
@@ -32,6 +28,8 @@ pub struct ModelSource {
     pub drafter: Option<PathBuf>,
     /// Load the audio tower too, where the model has one (a spoken request is coming).
     pub hearing: bool,
+    /// Load a model without a chat template too (raw prompts only).
+    pub template_optional: bool,
 }
 
 /// Whether the vision tower is loaded.
@@ -56,6 +54,8 @@ pub enum LoadError {
     ShardIndex { path: PathBuf, reason: String },
     #[error("{0}")]
     Load(#[from] LoadFailure),
+    #[error("{0}")]
+    Parts(String),
     #[error("the drafter in {dir}: {why}")]
     Drafter { dir: PathBuf, why: String },
     #[error("the vision tower did not load: {0}")]
@@ -72,52 +72,45 @@ pub enum LoadError {
     NoAudioTower { path: PathBuf },
 }
 
-/// A model loaded from disk, with what came with it.
-pub struct LoadedModel {
-    pub model: Gemma,
-    pub parts: ModelParts,
-    pub tower: Option<VisionTower>,
-    pub audio: Option<AudioTower>,
-    pub drafter: Option<Drafter>,
-}
-
-impl LoadedModel {
-    /// The model as the agent's steps share it: a KV cache of `cache` per conversation and at
-    /// most `caches` of them kept, the tower and the assistant with it.
-    pub fn shared(self, cache: CacheOptions, caches: usize, clock_ms: fn() -> f64) -> SharedModel {
-        SharedModel::new(self.model, self.parts, cache, caches, clock_ms)
-            .with_vision(self.tower)
-            .with_audio(self.audio)
-            .with_drafter(self.drafter)
-    }
-}
-
-/// Loads the model `source` names onto `device`: its parts, its weights, the tower as `vision`
-/// asks, and the assistant when one is named. On disk a tower or an assistant that was asked
-/// for and does not load is an error (the browser goes on without it and says why).
-pub fn load(source: &ModelSource, vision: Vision, device: &Device) -> Result<LoadedModel, LoadError> {
+/// Loads the model `source` names onto `device` through [`Engine::load`]: its parts, its
+/// weights, the tower as `vision` asks, and the assistant when one is named; KV caches sized for
+/// `memory`, one conversation's kept (the terminal has one). On disk a tower or an assistant that
+/// was asked for and does not load is an error (the browser goes on without it and says why).
+pub fn load(source: &ModelSource, vision: Vision, device: &Device, memory: DeviceMemory) -> Result<Engine, LoadError> {
     let payload = payload(source, vision)?;
     let gguf = payload.parts.config_json.is_empty();
-    let loaded = pollster::block_on(loading::load(payload, device, &|_, _| {}))?;
-    if let Some(why) = loaded.vision_failure {
-        return Err(LoadError::Tower(why));
+    let host = Host { memory, clock_ms: monotonic_ms, wasm_memory_bytes: || 0, max_conversations: 1 };
+    let engine = pollster::block_on(Engine::load(payload, device, &host, &|_, _| {}))?;
+    let info = engine.info();
+    if let Some(why) = &info.vision_failure {
+        return Err(LoadError::Tower(why.clone()));
     }
-    if let (Some(dir), Some(why)) = (&source.drafter, loaded.drafter_failure) {
-        return Err(LoadError::Drafter { dir: dir.clone(), why });
+    if let (Some(dir), Some(why)) = (&source.drafter, &info.drafter_failure) {
+        return Err(LoadError::Drafter { dir: dir.clone(), why: why.clone() });
     }
-    if vision == Vision::Required && loaded.tower.is_none() {
+    if vision == Vision::Required && !info.sees_images {
         return Err(if gguf { LoadError::NoProjector } else { LoadError::NoTower });
     }
-    if let Some(why) = loaded.audio_failure {
-        return Err(LoadError::AudioTower(why));
+    if let Some(why) = &info.audio_failure {
+        return Err(LoadError::AudioTower(why.clone()));
     }
-    Ok(LoadedModel {
-        model: loaded.model,
-        parts: loaded.parts,
-        tower: loaded.tower,
-        audio: loaded.audio,
-        drafter: loaded.drafter,
-    })
+    if source.hearing && !info.hears_audio {
+        return Err(LoadError::NoAudioTower { path: source.mmproj.clone().unwrap_or_else(|| source.model.clone()) });
+    }
+    Ok(engine)
+}
+
+/// The decoder alone, from a model folder or a GGUF file, its parts unread (`hearth logits`,
+/// whose folders may lack a tokenizer and a template).
+pub fn load_decoder(path: &Path, device: &Device) -> Result<Gemma, LoadError> {
+    Ok(ModelFiles::open(path)?.load(device)?)
+}
+
+/// The parts of the model `source` names (config, tokenizer, chat template), its weights unread
+/// (`hearth agent --script`).
+pub fn read_parts(source: &ModelSource) -> Result<ModelParts, LoadError> {
+    let files = ModelFiles::open(&source.model)?;
+    ModelParts::read(&files, source.tokenizer.as_deref()).map_err(|e| LoadError::Parts(e.to_string()))
 }
 
 /// What [`loading::load`] reads for `source`: the small files now, the weights through
@@ -131,7 +124,11 @@ pub fn payload(source: &ModelSource, vision: Vision) -> Result<ModelPayload<Disk
     let weights = if path.is_file() { vec![path.clone()] } else { weight_files_in(path)? };
     let tokenizer_override = source.tokenizer.as_deref().map(tokenizer_json).transpose()?;
     let parts = if gguf {
-        PartFiles { tokenizer_json: tokenizer_override.unwrap_or_default(), ..PartFiles::default() }
+        PartFiles {
+            tokenizer_json: tokenizer_override.unwrap_or_default(),
+            template_optional: source.template_optional,
+            ..PartFiles::default()
+        }
     } else {
         // A folder, or a lone .safetensors file beside its config.json.
         let folder = if path.is_file() { path.parent().unwrap_or(Path::new(".")) } else { path.as_path() };
@@ -144,6 +141,7 @@ pub fn payload(source: &ModelSource, vision: Vision) -> Result<ModelPayload<Disk
             },
             chat_template: read_optional(&folder.join("chat_template.jinja"))?,
             tokenizer_config_json: read_optional(&folder.join("tokenizer_config.json"))?,
+            template_optional: source.template_optional,
         }
     };
     let projector = match (&source.mmproj, vision) {
@@ -245,42 +243,6 @@ fn read_optional(path: &Path) -> Result<Option<String>, LoadError> {
 
 fn io(path: &Path, source: std::io::Error) -> LoadError {
     ModelDirError::Io { path: path.to_path_buf(), source }.into()
-}
-
-/// The model's vision tower for `hearth generate`, which loads the decoder alone from a model
-/// folder (a raw prompt needs no template): llama.cpp's projector file when `mmproj` is given,
-/// else the one in the model's own weights (a folder).
-pub fn load_tower(files: &mut ModelFiles, mmproj: Option<&Path>, device: &Device) -> Result<VisionTower, LoadError> {
-    if let Some(path) = mmproj {
-        return Ok(files.load_projector(path, device)?);
-    }
-    match files.load_vision(device)? {
-        Some(tower) => Ok(tower),
-        None if files.is_gguf() => Err(LoadError::NoProjector),
-        None => Err(LoadError::NoTower),
-    }
-}
-
-/// The model's audio tower for `hearth generate --audio`: the one in llama.cpp's projector file
-/// when `mmproj` is given, else the one in the model's own weights (a folder).
-pub fn load_audio_tower(
-    files: &mut ModelFiles,
-    mmproj: Option<&Path>,
-    device: &Device,
-) -> Result<AudioTower, LoadError> {
-    let tower = match mmproj {
-        Some(path) => files.load_audio_projector(path, device),
-        None => files.load_audio(device),
-    };
-    let missing = mmproj.unwrap_or(files.path()).to_path_buf();
-    tower.map_err(|e| LoadError::AudioTower(e.to_string()))?.ok_or(LoadError::NoAudioTower { path: missing })
-}
-
-/// The assistant in `dir`, for `model`, for `hearth generate` (an assistant made for another
-/// model is refused by name).
-pub fn load_drafter(dir: &Path, model: &Gemma, device: &Device) -> Result<Drafter, LoadError> {
-    hearth_model::drafter::load_dir(dir, &model.config, device)
-        .map_err(|e| LoadError::Drafter { dir: dir.to_path_buf(), why: e.to_string() })
 }
 
 /// Every source builds the same model (the disk's, whole bytes, the model crate's own loader).

@@ -167,7 +167,12 @@ fn cut_weights_are_damage_and_a_model_hearth_cannot_run_is_not() {
     let size = std::fs::metadata(&weights).unwrap().len();
     std::fs::OpenOptions::new().write(true).open(&weights).unwrap().set_len(size * 2 / 3).unwrap();
     let source = ModelSource { model: cut.clone(), ..Default::default() };
-    match native::load(&source, Vision::Off, &device) {
+    match native::load(
+        &source,
+        Vision::Off,
+        &device,
+        hearth_model::DeviceMemory { max_buffer_bytes: u64::MAX, max_binding_bytes: u64::MAX },
+    ) {
         Err(LoadError::Load(LoadFailure { damaged: true, message })) => assert!(!message.is_empty()),
         other => panic!("a cut file is damage: {:?}", other.err()),
     }
@@ -182,7 +187,12 @@ fn cut_weights_are_damage_and_a_model_hearth_cannot_run_is_not() {
     }
     std::fs::write(foreign.join("config.json"), config.to_string()).unwrap();
     let source = ModelSource { model: foreign.clone(), ..Default::default() };
-    match native::load(&source, Vision::Off, &device) {
+    match native::load(
+        &source,
+        Vision::Off,
+        &device,
+        hearth_model::DeviceMemory { max_buffer_bytes: u64::MAX, max_binding_bytes: u64::MAX },
+    ) {
         Err(LoadError::Load(LoadFailure { damaged: false, message })) => {
             assert!(message.contains("llama"), "{message}")
         }

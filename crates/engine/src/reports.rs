@@ -2,9 +2,32 @@
 //! the extension shows them, and a GPU failure by its locale key (its English text, from the
 //! extension's English locale, is what the command line prints).
 
+use hearth_model::decode::Generation;
 use hearth_model::gpu::{AdapterInfo, GpuError};
 use hearth_model::self_test::SelfTestResult;
-use hearth_protocol::{AdapterReport, EngineFailure, FailureKind, SelfTestReport};
+use hearth_protocol::{AdapterReport, EngineFailure, FailureKind, GenerationEvent, GenerationStats, SelfTestReport};
+
+/// A chat reply's end as the protocol's last event: `done` with its numbers, or `failed`.
+pub fn generation_event(request_id: u32, result: Result<Generation, String>) -> GenerationEvent {
+    match result {
+        Ok(generation) => GenerationEvent::Done {
+            request_id,
+            stats: GenerationStats {
+                prompt_tokens: generation.prompt_tokens as u32,
+                generated_tokens: generation.token_ids.len() as u32,
+                prefill_tokens_per_s: generation.prefill_tokens_per_s(),
+                decode_tokens_per_s: generation.decode_tokens_per_s(),
+                decode_host_ms_per_token: generation.decode_host_ms_per_token(),
+                first_decode_host_ms: generation.first_decode_host_ms(),
+                drafted_tokens: generation.speculation.as_ref().map_or(0, |s| s.drafted as u32),
+                accepted_tokens: generation.speculation.as_ref().map_or(0, |s| s.accepted as u32),
+            },
+            token_ids: generation.token_ids,
+            text: generation.text,
+        },
+        Err(message) => GenerationEvent::Failed { request_id, message },
+    }
+}
 
 /// The failure as the overlay shows it, with the action that fixes it.
 pub fn gpu_failure(err: &GpuError) -> EngineFailure {

@@ -22,6 +22,8 @@ pub struct SharedModel {
     pub tokenizer: Rc<Tokenizer>,
     pub template: Rc<ChatTemplate>,
     pub stop_tokens: Rc<[u32]>,
+    /// The BOS token a raw prompt is given.
+    pub bos_token_id: u32,
     /// Positions the KV cache holds: the agent's context budget derives from it.
     pub context_tokens: usize,
     /// A monotonic clock in milliseconds, for the generation's timings.
@@ -45,6 +47,7 @@ impl SharedModel {
             session: Rc::new(Mutex::new(Session::with_caches(model, cache, caches))),
             tokenizer: Rc::new(tokenizer),
             template: Rc::new(template),
+            bos_token_id: config.bos_token_id,
             stop_tokens: config.eos_token_ids.into(),
             context_tokens: cache.max_context,
             clock_ms,

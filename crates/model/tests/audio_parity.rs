@@ -16,9 +16,7 @@ use hearth_weights::Checkpoint;
 use serde::Deserialize;
 
 mod common;
-use common::{check_rows, devices, rows};
-
-const TOLERANCE: f32 = 1e-3;
+use common::{check, check_logits_after, devices, rows};
 
 #[derive(Deserialize)]
 struct Fixture {
@@ -45,10 +43,6 @@ struct Case {
 
 fn fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gemma4-audio")
-}
-
-fn check(label: &str, actual: &[Vec<f32>], expected: &[Vec<f32>]) {
-    check_rows(label, actual, expected, TOLERANCE);
 }
 
 fn samples(path: &Path) -> Vec<f32> {
@@ -139,17 +133,7 @@ fn check_case(label: &str, dir: &Path, case: &Case, tower: &AudioTower, model: &
     check(&format!("{label}: prepared soft tokens"), &rows(heard.images[0].soft_tokens.clone()), &case.soft_tokens);
 
     let soft = SoftTokens::new(config.tokens.audio, soft);
-    let small = CacheOptions { max_context: 192, max_chunk: 7 };
-    for (options, how) in [(CacheOptions::default(), "in one chunk"), (small, "in chunks of 7")] {
-        let mut cache = KvCache::new(&model.config, options, model.device());
-        let logits =
-            model.forward(Input::with_images(&case.tokens, Some(&soft)), &mut cache, Output::All).unwrap().logits;
-        check(
-            &format!("{label}: logits after the clip, {how}"),
-            &rows(logits).split_off(case.logits_from),
-            &case.logits,
-        );
-    }
+    check_logits_after(label, "the clip", model, (&case.tokens, &soft), case.logits_from, &case.logits);
 }
 
 #[derive(Deserialize)]

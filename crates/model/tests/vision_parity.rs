@@ -13,9 +13,7 @@ use hearth_model::{CacheOptions, Gemma, Input, KvCache, Output, PromptImage, Pro
 use serde::Deserialize;
 
 mod common;
-use common::{check_rows, devices, rows};
-
-const TOLERANCE: f32 = 1e-3;
+use common::{check, check_logits_after, check_rows, devices, rows};
 
 #[derive(Deserialize)]
 struct Fixture {
@@ -36,10 +34,6 @@ struct Case {
 
 fn fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gemma4-vision")
-}
-
-fn check(label: &str, actual: &[Vec<f32>], expected: &[Vec<f32>]) {
-    check_rows(label, actual, expected, TOLERANCE);
 }
 
 /// The tower from the model's own safetensors (transformers' names), and from the projector file
@@ -187,17 +181,7 @@ fn check_case(label: &str, dir: &Path, case: &Case, tower: &VisionTower, model: 
     check(&format!("{label}: soft tokens"), &rows(soft.clone()), &case.soft_tokens);
 
     let soft = SoftTokens::new(tower.config().image_token_id, soft);
-    let small = CacheOptions { max_context: 192, max_chunk: 7 };
-    for (options, how) in [(CacheOptions::default(), "in one chunk"), (small, "in chunks of 7")] {
-        let mut cache = KvCache::new(&model.config, options, model.device());
-        let logits =
-            model.forward(Input::with_images(&case.tokens, Some(&soft)), &mut cache, Output::All).unwrap().logits;
-        check(
-            &format!("{label}: logits after the image, {how}"),
-            &rows(logits).split_off(case.logits_from),
-            &case.logits,
-        );
-    }
+    check_logits_after(label, "the image", model, (&case.tokens, &soft), case.logits_from, &case.logits);
 }
 
 #[test]

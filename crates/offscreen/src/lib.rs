@@ -4,19 +4,20 @@
 //! the GPU, the model and generation. Every export returns JSON of a `hearth_protocol` type, so the
 //! shapes are defined once, in Rust. Nothing here reads the GPU synchronously.
 
-#[cfg(feature = "scripted")]
-mod call_probe;
 mod engine_state;
 /// "Use a model file you already have": a chosen GGUF file's header, judged by the engine's parsers.
 pub mod inspect;
 mod model_files;
 mod sha256;
 mod tasks;
+/// What only test and bench builds export: the chat reply and the bench's timings.
+#[cfg(feature = "test-exports")]
+mod test_exports;
 mod trap;
 mod warnings;
 
 use hearth_model::gpu;
-use hearth_protocol::{EngineStatus, GenerateRequest, GenerationEvent, WorkerToEngine};
+use hearth_protocol::{EngineStatus, WorkerToEngine};
 use wasm_bindgen::prelude::*;
 
 pub use model_files::ModelFiles;
@@ -77,13 +78,15 @@ pub fn webgpu_unavailable(detail: String) -> String {
 
 /// Generates a reply to `request` (a `GenerateRequest` as JSON), calling `on_event` with each
 /// `GenerationEvent` as JSON: tokens as they come, then `done` or `failed`.
+#[cfg(feature = "test-exports")]
 #[wasm_bindgen]
 pub async fn generate(request: String, on_event: js_sys::Function) {
+    use hearth_protocol::{GenerateRequest, GenerationEvent};
     let emit = |event: &GenerationEvent| {
         let _ = on_event.call1(&JsValue::NULL, &JsValue::from_str(&to_json(event)));
     };
     match serde_json::from_str::<GenerateRequest>(&request) {
-        Ok(request) => emit(&engine_state::generate(&request, &emit).await),
+        Ok(request) => emit(&test_exports::generate(&request, &emit).await),
         Err(err) => emit(&GenerationEvent::Failed { request_id: 0, message: format!("malformed request: {err}") }),
     }
 }
@@ -93,10 +96,11 @@ pub async fn generate(request: String, on_event: js_sys::Function) {
 /// median milliseconds of a verification of k+1 tokens (ids read back, then rewound) beside one
 /// decoded token (the recorded step and its 4-byte readback), as JSON
 /// `[{k, verify_ms, token_ms}]`, or `{error}`.
+#[cfg(feature = "test-exports")]
 #[wasm_bindgen(js_name = measureVerification)]
 pub async fn measure_verification(ks: String, repeats: u32) -> String {
     let result = match serde_json::from_str::<Vec<usize>>(&ks) {
-        Ok(ks) => engine_state::measure_verification(&ks, repeats.max(1) as usize).await,
+        Ok(ks) => test_exports::measure_verification(&ks, repeats.max(1) as usize).await,
         Err(err) => Err(format!("ks must be a JSON array of numbers: {err}")),
     };
     match result {
@@ -171,7 +175,7 @@ pub fn scripted_image_prompts() -> String {
 /// when `render_tools`) with the model's template, opens a call (`<|tool_call>`), and decodes it as
 /// an agent step does (the call constraint of the agent's tools, hot sampling with `seed`, at most
 /// `max_tokens`), then the same without the constraint (`free_tokens`, none when 0). Resolves to
-/// JSON (`call_probe::Probe`): the texts, whether each closed with `<tool_call|>`, and the agent
+/// JSON (`hearth_engine::probe::Probe`): the texts, whether each closed with `<tool_call|>`, and the agent
 /// parser's and validator's verdict on each.
 #[cfg(feature = "scripted")]
 #[wasm_bindgen(js_name = constrainedCallProbe)]
@@ -181,7 +185,8 @@ pub async fn constrained_call_probe(
     free_tokens: u32,
     render_tools: bool,
 ) -> Result<String, JsError> {
-    let probe = call_probe::run(seed, max_tokens, free_tokens, render_tools).await.map_err(|e| JsError::new(&e))?;
+    let engine = engine_state::engine().ok_or_else(|| JsError::new("no model is loaded"))?;
+    let probe = engine.probe(seed, max_tokens, free_tokens, render_tools).await.map_err(|e| JsError::new(&e))?;
     Ok(to_json(&probe))
 }
 

@@ -67,8 +67,14 @@ impl ModelFiles {
         chat_template: Option<String>,
         tokenizer_config_json: Option<String>,
     ) -> ModelFiles {
-        let parts =
-            PartFiles { config_json, generation_config_json, tokenizer_json, chat_template, tokenizer_config_json };
+        let parts = PartFiles {
+            config_json,
+            generation_config_json,
+            tokenizer_json,
+            chat_template,
+            tokenizer_config_json,
+            ..PartFiles::default()
+        };
         let weights = whole(format!("{name}/model.safetensors"), weights);
         ModelFiles::of(name, parts, weights)
     }
@@ -93,8 +99,14 @@ impl ModelFiles {
         if files.is_empty() {
             return Err(JsError::new("a model needs at least one weight file"));
         }
-        let parts =
-            PartFiles { config_json, generation_config_json, tokenizer_json, chat_template, tokenizer_config_json };
+        let parts = PartFiles {
+            config_json,
+            generation_config_json,
+            tokenizer_json,
+            chat_template,
+            tokenizer_config_json,
+            ..PartFiles::default()
+        };
         let weights = StreamedWeights::new(files, BrowserBytes::Store(read_weights));
         Ok(ModelFiles::of(name, parts, weights))
     }

@@ -18,7 +18,7 @@ use hearth_agent::{
     ToolExecutor, ToolInvocation, ToolOutput,
 };
 use hearth_engine::task::apply_settings;
-use hearth_engine::{SharedModel, TaskModel, new_agent, tab_conversation};
+use hearth_engine::{Engine, SharedModel, TaskModel, new_agent, tab_conversation};
 use hearth_protocol::{Outcome, PageInfo, TaskAction, TaskRefusal, TaskSettings, TaskUpdate, ToolReply, ToolRequest};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
@@ -87,13 +87,13 @@ pub struct Request {
 /// `history` (from `TaskUpdate::History`) restores a conversation this engine does not hold.
 pub async fn start_task(tab_id: u32, request: Request, settings: TaskSettings, history: Option<serde_json::Value>) {
     let Request { text, selection, page, voice } = request;
-    let Some(model) = engine_state::model() else {
+    let Some(engine) = engine_state::engine() else {
         return refused(tab_id, TaskRefusal::NoModel);
     };
     let started = TASKS.with(|t| {
         let mut tasks = t.borrow_mut();
         let conversation = tasks.conversations.entry(tab_id).or_insert_with(|| {
-            let mut conversation = new_conversation(&model, &settings);
+            let mut conversation = new_conversation(engine.model(), &settings);
             if let (Some(agent), Some(entries)) = (conversation.agent.as_mut(), restored(history)) {
                 agent.restore_history(entries);
             }
@@ -109,7 +109,7 @@ pub async fn start_task(tab_id: u32, request: Request, settings: TaskSettings, h
         true
     });
     if started {
-        run(tab_id, model).await;
+        run(tab_id, engine).await;
     }
 }
 
@@ -160,8 +160,8 @@ pub async fn control(tab_id: u32, action: TaskAction) {
         }
     });
     match next {
-        Next::Run => match engine_state::model() {
-            Some(model) => run(tab_id, model).await,
+        Next::Run => match engine_state::engine() {
+            Some(engine) => run(tab_id, engine).await,
             None => refused(tab_id, TaskRefusal::ModelGone),
         },
         Next::Refused(refusal) => refused(tab_id, refusal),
@@ -177,7 +177,7 @@ fn new_conversation(model: &SharedModel, settings: &TaskSettings) -> Conversatio
 }
 
 /// Runs the loop until it needs the user or ends, then reports the outcome.
-async fn run(tab_id: u32, model: SharedModel) {
+async fn run(tab_id: u32, engine: Engine) {
     let taken = TASKS.with(|t| {
         let mut tasks = t.borrow_mut();
         let host = tasks.host.clone()?;
@@ -185,7 +185,7 @@ async fn run(tab_id: u32, model: SharedModel) {
         Some((conversation.agent.take()?, conversation.settings.clone(), host))
     });
     let Some((mut agent, settings, host)) = taken else { return };
-    let mut backend = TabModel::new(model, tab_conversation(tab_id), &settings);
+    let mut backend = TabModel::new(&engine, tab_conversation(tab_id), &settings);
     let mut tools = TabTools { tab_id, host };
     let outcome = agent.run(&mut backend, &mut tools, &mut |event| emit(tab_id, &TaskUpdate::Event { event })).await;
     let history = serde_json::to_value(agent.history()).unwrap_or_default();
@@ -221,12 +221,12 @@ impl Clock for BrowserClock {
 struct TabModel(TaskModel);
 
 impl TabModel {
-    fn new(model: SharedModel, conversation: u64, settings: &TaskSettings) -> Self {
+    fn new(engine: &Engine, conversation: u64, settings: &TaskSettings) -> Self {
         #[cfg(feature = "scripted")]
         if let Some(script) = TASKS.with(|t| t.borrow().script.clone()) {
             return TabModel(TaskModel::Scripted(script));
         }
-        TabModel(TaskModel::burn(model, conversation, settings, engine_state::now_ms() as u64))
+        TabModel(engine.task(conversation, settings, engine_state::now_ms() as u64))
     }
 }
 
@@ -361,7 +361,8 @@ pub mod scripted {
         if request.images.is_empty() && request.clips.is_empty() {
             return;
         }
-        let Some(model) = crate::engine_state::model() else { return };
+        let Some(engine) = crate::engine_state::engine() else { return };
+        let model = engine.model();
         let budget = hearth_engine::task::image_budget(&hearth_protocol::TaskSettings::default());
         let text_tokens = model.tokenizer.encode(&request.prompt).map_or(0, |ids| ids.len());
         let prepared = hearth_engine::images::prepare_prompt(

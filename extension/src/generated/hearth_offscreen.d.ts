@@ -75,7 +75,7 @@ export class Sha256 {
  * when `render_tools`) with the model's template, opens a call (`<|tool_call>`), and decodes it as
  * an agent step does (the call constraint of the agent's tools, hot sampling with `seed`, at most
  * `max_tokens`), then the same without the constraint (`free_tokens`, none when 0). Resolves to
- * JSON (`call_probe::Probe`): the texts, whether each closed with `<tool_call|>`, and the agent
+ * JSON (`hearth_engine::probe::Probe`): the texts, whether each closed with `<tool_call|>`, and the agent
  * parser's and validator's verdict on each.
  */
 export function constrainedCallProbe(seed: number, max_tokens: number, free_tokens: number, render_tools: boolean): Promise<string>;

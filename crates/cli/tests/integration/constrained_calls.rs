@@ -13,9 +13,9 @@ use hearth_agent::tools::ArgumentError;
 use hearth_agent::{ToolDefinition, builtin_tools, validate_arguments};
 use hearth_chat::{ChatTemplate, Message, RenderRequest};
 use hearth_engine::constrain::{CallConstraint, CallGrammar, CallState, Symbol, ToolSpec, VocabTrie};
+use hearth_engine::native::load_decoder as load_model;
 use hearth_model::decode::TokenConstraint;
 use hearth_model::generate::{self, GenerateOptions};
-use hearth_model::model_dir::{load_model, load_tokenizer};
 use hearth_model::tokenizer::Tokenizer;
 use hearth_model::{CacheOptions, Sampler, SamplingOptions, Session};
 
@@ -120,7 +120,8 @@ fn valid_call(text: &str, tools: &[ToolDefinition]) -> Result<String, String> {
 /// Samples calls from the tiny model on `device`, constrained and not, and checks them.
 fn calls_parse_on(device: &Device, seeds: u64) {
     let dir = tiny_chat();
-    let tokenizer = load_tokenizer(&dir).expect("tokenizer");
+    let tokenizer =
+        Tokenizer::from_bytes(&std::fs::read(dir.join("tokenizer.json")).expect("tokenizer.json")).expect("tokenizer");
     let tools = builtin_tools();
     let ids = prompt(&tokenizer, &tools);
     let grammar = Arc::new(grammar(&tools));
@@ -179,7 +180,8 @@ fn the_lagged_readback_samples_what_synchronous_decoding_does() {
     use hearth_model::decode::Decoder;
     let Some(gpu) = test_gpu() else { return };
     let dir = tiny_chat();
-    let tokenizer = load_tokenizer(&dir).expect("tokenizer");
+    let tokenizer =
+        Tokenizer::from_bytes(&std::fs::read(dir.join("tokenizer.json")).expect("tokenizer.json")).expect("tokenizer");
     let tools = builtin_tools();
     let forced = prompt(&tokenizer, &tools);
     // The prompt without the forced `<|tool_call>`: calls open where the model writes an opener.
@@ -280,7 +282,8 @@ fn drafted_calls_are_the_calls_of_plain_decoding() {
     use hearth_model::speculative::{DraftSource, Speculation};
     const BOS: u32 = 2;
     let dir = tiny_chat();
-    let tokenizer = load_tokenizer(&dir).expect("tokenizer");
+    let tokenizer =
+        Tokenizer::from_bytes(&std::fs::read(dir.join("tokenizer.json")).expect("tokenizer.json")).expect("tokenizer");
     let tools = builtin_tools();
     let ids = prompt(&tokenizer, &tools);
     let grammar = Arc::new(grammar(&tools));

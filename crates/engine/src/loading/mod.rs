@@ -46,7 +46,13 @@ pub struct PartFiles {
     /// tokenizer_config.json (a folder): its `chat_template` when there is no
     /// chat_template.jinja, and its `bos_token`.
     pub tokenizer_config_json: Option<String>,
+    /// A model without a chat template loads too, for raw prompts only (`hearth generate`
+    /// without `--chat`): its template refuses to render ([`NO_TEMPLATE`]).
+    pub template_optional: bool,
 }
+
+/// The template of a model without one, loaded for raw prompts: asked to render, it says why not.
+pub const NO_TEMPLATE: &str = "{{ raise_exception('this model has no chat template: give it a raw prompt') }}";
 
 /// An assistant's files: its config.json and its one safetensors file.
 pub struct DrafterFiles<R> {
@@ -199,8 +205,10 @@ fn split<T>(result: Option<Result<T, String>>) -> (Option<T>, Option<String>) {
 /// A Hugging Face folder's parts: config.json (+ generation_config.json), tokenizer.json, the
 /// chat template.
 fn folder_parts(files: &PartFiles) -> Result<ModelParts, PartsError> {
+    let missing = files.chat_template.is_none() && files.tokenizer_config_json.is_none();
+    let stand_in = (missing && files.template_optional).then_some(NO_TEMPLATE);
     let template = TemplateSource::Folder {
-        chat_template_jinja: files.chat_template.as_deref(),
+        chat_template_jinja: files.chat_template.as_deref().or(stand_in),
         tokenizer_config_json: files.tokenizer_config_json.as_deref(),
     };
     ModelParts::from_folder_files(
@@ -217,7 +225,9 @@ fn gguf_parts(checkpoint: &Checkpoint, files: &PartFiles) -> Result<ModelParts, 
         true => None,
         false => Some(Tokenizer::from_bytes(&files.tokenizer_json)?),
     };
-    ModelParts::from_gguf(checkpoint, files.chat_template.as_deref(), tokenizer)
+    let own = checkpoint.gguf().and_then(|g| g.get("tokenizer.chat_template")).is_some();
+    let stand_in = (!own && files.template_optional).then_some(NO_TEMPLATE);
+    ModelParts::from_gguf(checkpoint, files.chat_template.as_deref().or(stand_in), tokenizer)
 }
 
 /// The MLX quantization a folder's config.json declares (a GGUF's blocks say their own).
@@ -336,8 +346,9 @@ pub struct LoadContext {
 }
 
 impl Loaded {
-    /// The model as chat replies and agent tasks share it, and what the engine reports of it.
-    pub fn share(self, context: LoadContext) -> (SharedModel, ModelInfo) {
+    /// The model as chat replies and agent tasks share it (the KV caches of at most
+    /// `max_conversations` kept at once), and what the engine reports of it.
+    pub fn share(self, context: LoadContext, max_conversations: usize) -> (SharedModel, ModelInfo) {
         let config = &self.parts.config;
         let cache = CacheOptions::for_device(config, context.memory);
         let weights = self.model.weight_bytes();
@@ -349,7 +360,7 @@ impl Loaded {
             kv_cache_bytes: cache.bytes(config),
             wasm_memory_bytes: context.wasm_memory_bytes,
         };
-        let conversation_caches = cache.caches_within_budget(config, context.memory).min(MAX_CONVERSATION_CACHES);
+        let conversation_caches = cache.caches_within_budget(config, context.memory).min(max_conversations);
         let info = ModelInfo {
             name: context.name,
             architecture: format!("{:?}", config.family).to_lowercase(),

@@ -1,7 +1,11 @@
 //! What the model crate's integration tests share.
 
 use burn::tensor::{Device, Tensor};
-use hearth_model::gpu;
+use hearth_model::{CacheOptions, Gemma, Input, KvCache, Output, SoftTokens, gpu};
+
+/// How far the parity tests let Hearth's numbers be from transformers' (soft tokens, logits).
+#[allow(dead_code)] // not every test compares with transformers
+pub const TOLERANCE: f32 = 1e-3;
 
 /// The CPU backend, and the GPU (wgpu: lavapipe in CI) when there is one; `HEARTH_REQUIRE_GPU`
 /// makes a missing GPU an error.
@@ -39,4 +43,30 @@ pub fn check_rows(label: &str, actual: &[Vec<f32>], expected: &[Vec<f32>], toler
         .fold(0.0, f32::max);
     eprintln!("{label}: max |Δ| = {diff:.2e}");
     assert!(diff <= tolerance, "{label}: max |Δ| {diff} > {tolerance}");
+}
+
+/// Asserts two matrices agree within [`TOLERANCE`]: the parity tests' comparison.
+#[allow(dead_code)] // not every test compares with transformers
+pub fn check(label: &str, actual: &[Vec<f32>], expected: &[Vec<f32>]) {
+    check_rows(label, actual, expected, TOLERANCE);
+}
+
+/// The towers' parity: the logits of `tokens` with `soft` at its placeholders, from position
+/// `logits_from` on, against `expected`, computed in one chunk and in chunks of 7 (the soft tokens
+/// split across them, through a ring that wraps); `after` names what they follow ("the image").
+#[allow(dead_code)] // only the towers' tests hold soft tokens
+pub fn check_logits_after(
+    label: &str,
+    after: &str,
+    model: &Gemma,
+    (tokens, soft): (&[u32], &SoftTokens),
+    logits_from: usize,
+    expected: &[Vec<f32>],
+) {
+    let small = CacheOptions { max_context: 192, max_chunk: 7 };
+    for (options, how) in [(CacheOptions::default(), "in one chunk"), (small, "in chunks of 7")] {
+        let mut cache = KvCache::new(&model.config, options, model.device());
+        let logits = model.forward(Input::with_images(tokens, Some(soft)), &mut cache, Output::All).unwrap().logits;
+        check(&format!("{label}: logits after {after}, {how}"), &rows(logits).split_off(logits_from), expected);
+    }
 }

@@ -1,4 +1,5 @@
-//! Test builds only: constrained tool calls on the browser's WebGPU (issue 17). The loaded model
+//! The tests' probe of constrained tool calls ([`crate::Engine::probe`]; the browser's test
+//! builds export it, issue 17). The loaded model
 //! is given a prompt rendered by its own chat template (optionally declaring the agent's tools)
 //! that ends with `<|tool_call>`; the engine's task path (`hearth_engine::generation::generate_step`, with the call constraint of the
 //! agent's tools) decodes the call, and the agent's own parser and validator judge it. The same
@@ -20,9 +21,9 @@ use hearth_model::generate;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::engine_state;
-use hearth_engine::generation::{call_constraint, generate_step, keep_call_constraint};
-use hearth_engine::{Decoding, SharedModel};
+use crate::decoding::Decoding;
+use crate::generation::{call_constraint, generate_step, keep_call_constraint};
+use crate::shared::SharedModel;
 
 /// The KV-cache conversation of the probe (the prompt is the same for every run: it is prefilled
 /// once and reused).
@@ -87,8 +88,13 @@ struct Verdict {
 /// seed. The constraint holds calls to all of the agent's tools either way (the grammar is the
 /// agent's, not the prompt's); declaring them makes the tiny model's prompt 3,462 tokens instead
 /// of 36, which SwiftShader prefills in about 100 s (once: later runs reuse the cache).
-pub async fn run(seed: u32, max_tokens: u32, free_tokens: u32, render_tools: bool) -> Result<Probe, String> {
-    let model = engine_state::model().ok_or("no model is loaded")?;
+pub(crate) async fn run(
+    model: &SharedModel,
+    seed: u32,
+    max_tokens: u32,
+    free_tokens: u32,
+    render_tools: bool,
+) -> Result<Probe, String> {
     let tools = builtin_tools();
     let chat_tools: Vec<_> = tools.iter().map(|t| t.to_chat_tool()).collect();
     let messages = [Message::user("Type Ada into the name field, then submit.")];
@@ -103,8 +109,8 @@ pub async fn run(seed: u32, max_tokens: u32, free_tokens: u32, render_tools: boo
     let prompt_tokens = model.tokenizer.encode(&prompt).map_err(|e| e.to_string())?.len();
     let sampling = SamplingOptions { temperature: 4.0, top_k: 0, top_p: 1.0, seed: u64::from(seed) };
 
-    let constrained = constrained(&model, &prompt, sampling, max_tokens as usize).await?;
-    let free = if free_tokens == 0 { None } else { Some(free(&model, &prompt, sampling, free_tokens as usize).await?) };
+    let constrained = constrained(model, &prompt, sampling, max_tokens as usize).await?;
+    let free = if free_tokens == 0 { None } else { Some(free(model, &prompt, sampling, free_tokens as usize).await?) };
     let tools = tools.iter().map(|t| serde_json::json!({"name": t.name, "parameters": t.parameters})).collect();
     Ok(Probe { seed, tools, prompt_tokens, constrained, free })
 }
@@ -168,7 +174,7 @@ async fn free(model: &SharedModel, prompt: &str, sampling: SamplingOptions, max_
     let (sampler, options) = decoding.options(max_tokens, &model.stop_tokens, None);
     let on_token = |id, _: &str| if Some(id) == close { ControlFlow::Break(()) } else { ControlFlow::Continue(()) };
     let generation =
-        generate::generate(&mut session, sampler, &model.tokenizer, &ids, options, engine_state::clock_ms, on_token)
+        generate::generate(&mut session, sampler, &model.tokenizer, &ids, options, model.clock_ms, on_token)
             .await
             .map_err(|e| e.to_string())?;
     let text = format!("{CALL_OPEN}{}", generation.text);
