@@ -47,7 +47,11 @@ pub(crate) fn this_thread_id() -> Option<u64> {
 }
 
 /// CPU ns spent between two snapshots: (this thread, cubecl's runners, the others).
-pub(crate) fn split(before: &BTreeMap<u64, (String, u64)>, after: &BTreeMap<u64, (String, u64)>, me: Option<u64>) -> [u64; 3] {
+pub(crate) fn split(
+    before: &BTreeMap<u64, (String, u64)>,
+    after: &BTreeMap<u64, (String, u64)>,
+    me: Option<u64>,
+) -> [u64; 3] {
     let mut spent = [0; 3];
     for (tid, (name, ns)) in after {
         let delta = ns.saturating_sub(before.get(tid).map_or(0, |b| b.1));

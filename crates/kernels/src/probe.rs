@@ -89,9 +89,13 @@ fn launch_tiny(client: &Client, kernel: Tiny, input: &CubeTensor, output: &CubeT
     let (count, dim) = (CubeCount::Static(1, 1, 1), CubeDim::new_1d(1));
     match kernel {
         Tiny::Empty => probe_empty_kernel::launch(client, count, dim, output.clone().into_buffer_arg()),
-        Tiny::Word => {
-            probe_word_kernel::launch(client, count, dim, input.clone().into_buffer_arg(), output.clone().into_buffer_arg())
-        }
+        Tiny::Word => probe_word_kernel::launch(
+            client,
+            count,
+            dim,
+            input.clone().into_buffer_arg(),
+            output.clone().into_buffer_arg(),
+        ),
     }
 }
 
@@ -113,11 +117,8 @@ impl ProbeOps for CubeBackend {
         let last = if dependent { buffers[launches % 2].clone() } else { buffers[launches.max(1) - 1].clone() };
         let mut timing = window(&client, launches, || {
             for i in 0..launches {
-                let (input, output) = if dependent {
-                    (&buffers[i % 2], &buffers[(i + 1) % 2])
-                } else {
-                    (&start, &buffers[i])
-                };
+                let (input, output) =
+                    if dependent { (&buffers[i % 2], &buffers[(i + 1) % 2]) } else { (&start, &buffers[i]) };
                 launch_tiny(&client, kernel, input, output);
             }
         })?;
@@ -137,7 +138,13 @@ fn window(client: &Client, launches: usize, issue: impl FnOnce()) -> ChainResult
     let duration = client.profile_end(window).map_err(|err| format!("{err:?}"))?;
     let on_device = matches!(duration.timing_method(), cubecl::logging::TimingMethod::Device);
     let ticks = pollster::block_on(duration.resolve()).ok_or("the profile's timestamps were lost")?;
-    Ok(ChainTiming { launches, gpu_seconds: ticks.duration().as_secs_f64(), on_device, issue_seconds, last_value: None })
+    Ok(ChainTiming {
+        launches,
+        gpu_seconds: ticks.duration().as_secs_f64(),
+        on_device,
+        issue_seconds,
+        last_value: None,
+    })
 }
 
 /// The first value of `t` (f32), read back.

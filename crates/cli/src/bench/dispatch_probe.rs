@@ -8,7 +8,7 @@
 
 use burn::tensor::{Device, Tensor, TensorData};
 use hearth_kernels::AffineMatrix;
-use hearth_kernels::probe::{ChainResult, ChainTiming, Tiny, tiny_chain, timed_chain};
+use hearth_kernels::probe::{ChainResult, ChainTiming, Tiny, timed_chain, tiny_chain};
 
 use crate::host_cost::{split, this_thread_id, threads_cpu_ns};
 
