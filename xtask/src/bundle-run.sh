@@ -7,8 +7,13 @@
 #   --quick     2 layers, a few tokens, a tiny agent step: checks the bundle runs (slow adapters)
 # environment:
 #   HEARTH_STEP_TIMEOUT=<s>   one time limit (seconds) for every step instead of the defaults:
-#                             self-test 60, kernels 90, E2B 120, E4B 150, agent step 120,
-#                             speculative E2B 150, E4B 180
+#                             self-test 60, dispatch probe 60, kernels 90, E2B 120, E4B 150,
+#                             agent step 120, speculative E2B 150, E4B 180
+#   HEARTH_BUNDLE_SECONDS=<s> the whole run's budget (default 450, so that a lent GPU's 15 minutes
+#                             run it twice; 0: none, the default with --quick): each step's limit
+#                             is cut to what is left, and a step with under 15 s left is skipped
+#                             (it says so). Steps run in the order of what matters most: the
+#                             self-test, the dispatch probe, the side-by-side, the kernels, the models.
 #   HEARTH_SYSTEM_VULKAN=1    use the system's Vulkan loader instead of lib/libvulkan.so.1
 #   HEARTH_GEMM_TILES="64x8x16x16 128x4x16x16 …"   after the kernel step, the prefill product
 #                             once more per tile (threads×rows×tokens×depth, 60 s each)
@@ -19,7 +24,8 @@
 #   HEARTH_LAYOUT_DIR=<dir>   where the 3.3 GB layout GGUF is written (default: a temporary folder)
 # Needs bash, coreutils and a Vulkan driver; no cargo, no network. The side-by-side with llama.cpp
 # (first, when llama-bench.xz is here) also needs python3 and 3.3 GB of disk. Each step has its own time
-# limit, so one slow step does not lose the rest. Exits 0 when the kernel step finished.
+# limit, so one slow step does not lose the rest. Exits 0 when the dispatch probe or the kernel step
+# finished.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,7 +35,7 @@ for arg in "$@"; do
     case "$arg" in
         --quick) quick=1 ;;
         -h | --help)
-            sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         -*)
@@ -93,6 +99,8 @@ if [ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ] && [[ "$icds" != *nvidia* 
 fi
 
 if [ "$quick" = 1 ]; then
+    budget="${HEARTH_BUNDLE_SECONDS:-0}"
+    dispatch_flags=(--dispatch --dispatch-launches 200 --dispatch-gemvs 10)
     model_flags=(--layers 2 --prefill 4 --decode 2 --gemm-tokens 0)
     kernel_flags=(--gemm-tokens 64)
     agent_flags=(--agent 16 8 2)
@@ -102,6 +110,8 @@ if [ "$quick" = 1 ]; then
     audio_flags=(--audio --audio-seconds 1 --audio-runs 1)
     mode="quick: prefill product of 64 tokens; 2 layers, prefill 4, decode 2; agent step 16 cached + 8 new tokens, 2 decoded (E2B)"
 else
+    budget="${HEARTH_BUNDLE_SECONDS:-450}"
+    dispatch_flags=(--dispatch)
     model_flags=(--prefill 64 --decode 16 --gemm-tokens 0)
     kernel_flags=(--gemm-tokens 1500)
     # Three separate values: clap refuses them comma-separated, whatever `--help` says.
@@ -157,6 +167,7 @@ program="$hearth"
 steps_total=0
 steps_ok=0
 kernels_ok=0
+bundle_start=$(date +%s)
 step() {
     local title="$1" kind="$2" limit="$3"
     shift 3
@@ -164,10 +175,20 @@ step() {
     steps_total=$((steps_total + 1))
     local name
     name="$(basename "$program")"
+    if [ "$budget" -gt 0 ]; then
+        local left=$((budget - ($(date +%s) - bundle_start)))
+        if [ "$left" -lt 15 ]; then
+            say "$title: skipped (${left} s of the bundle's ${budget} s left)"
+            printf '\n## %s\n\nSkipped: %s s of the bundle'"'"'s %s s left (`HEARTH_BUNDLE_SECONDS`).\n' \
+                "$title" "$left" "$budget" >>"$out"
+            return
+        fi
+        if [ "$left" -lt "$limit" ]; then limit="$left"; fi
+    fi
     say "$title: $name $* (time limit ${limit} s)"
     printf '\n## %s\n\n`%s %s` (time limit %s s)\n\n' "$title" "$name" "$*" "$limit" >>"$out"
     local keep_kernels=0 start status
-    if [ "$title" = Kernels ]; then keep_kernels=1; fi
+    if [ "$title" = Kernels ] || [ "$title" = "Dispatch probe" ]; then keep_kernels=1; fi
     if [ "$kind" = text ]; then echo '```' >>"$out"; fi
     start=$(date +%s)
     set +e
@@ -301,19 +322,21 @@ side_by_side() {
 }
 
 step "Self-test" text 60 self-test
+# What one launch costs (issue 58): before anything else that launches.
+step "Dispatch probe" md 60 bench "${dispatch_flags[@]}"
 side_by_side
 step "Kernels" md 90 bench --kernels-only "${kernel_flags[@]}"
+step "E2B model" md 120 bench --shape e2b "${model_flags[@]}"
+step "E4B model" md 150 bench --shape e4b "${model_flags[@]}"
+step "E2B agent step" md 120 bench --shape e2b "${model_flags[@]}" "${agent_flags[@]}"
+step "E2B speculative decoding" md 150 bench --shape e2b "${speculative_flags[@]}"
+step "E4B speculative decoding" md 180 bench --shape e4b "${speculative_flags[@]}"
 for rows in ${HEARTH_GEMV_ROWS-2 4 8}; do
     step "Kernels, GEMV $rows rows a block" md 90 bench --kernels-only --gemm-tokens 0 --gemv-rows "$rows"
 done
 for tile in ${HEARTH_GEMM_TILES:-}; do
     step "GEMM tile $tile" md 60 bench --kernels-only "${kernel_flags[@]}" --gemm-shapes q,kv,gate-up,down --gemm-tile "$tile"
 done
-step "E2B model" md 120 bench --shape e2b "${model_flags[@]}"
-step "E4B model" md 150 bench --shape e4b "${model_flags[@]}"
-step "E2B agent step" md 120 bench --shape e2b "${model_flags[@]}" "${agent_flags[@]}"
-step "E2B speculative decoding" md 150 bench --shape e2b "${speculative_flags[@]}"
-step "E4B speculative decoding" md 180 bench --shape e4b "${speculative_flags[@]}"
 # The tower per image: E2B's projector is 16-bit (f32 on the device), E4B's Q8_0 (kept packed).
 step "E2B vision tower" md 240 bench --shape e2b "${vision_flags[@]}"
 step "E4B vision tower, packed" md 240 bench --shape e4b "${vision_flags[@]}" --vision-packed
@@ -322,9 +345,9 @@ step "E2B audio tower" md 180 bench --shape e2b "${audio_flags[@]}"
 say "$steps_ok of $steps_total steps ok; results in $out"
 echo
 cat "$out"
-# A whole kernel table (only the kernel step writes one; its first row is checked).
-if [ "$kernels_ok" = 1 ] && grep -q '^| E2B q_proj' "$out"; then
+# A whole kernel table (only the kernel step writes one; its first row is checked), or the probe's.
+if [ "$kernels_ok" = 1 ] && grep -q -e '^| E2B q_proj' -e '^| (a) empty kernel' "$out"; then
     exit 0
 fi
-say "the kernel step did not finish: see its stderr in $out"
+say "neither the dispatch probe nor the kernel step finished: see their stderr in $out"
 exit 1

@@ -194,7 +194,9 @@ Run, on any Linux x86-64 machine with a Vulkan driver{glibc} (no cargo, no netwo
 
     ./run.sh [results.md]
 
-It prints the machine, runs `hearth self-test`, the kernel tables (`hearth bench --kernels-only`:
+It prints the machine, runs `hearth self-test`, the dispatch-cost probe (`hearth bench --dispatch`:
+chains of 1,000 launches of an empty kernel, a 4-byte one and E2B's smallest and largest decode
+GEMVs, GPU and host µs a launch), the kernel tables (`hearth bench --kernels-only`:
 the decode GEMV against a copy, the 1500-token prefill product against Burn's f32 matmul),
 the Gemma 4 E2B and E4B model benches (random 4-bit weights, prefill 64, decode 16) and an E2B
 agent step (3000 cached + 1500 new tokens, 40 decoded), then speculative decoding on E2B and E4B
@@ -202,12 +204,14 @@ agent step (3000 cached + 1500 new tokens, 40 decoded), then speculative decodin
 draft steps', tokens/s), the vision tower per image (E2B's 16-bit tower, E4B's packed 8-bit one;
 budgets 70, 280 and 1120) and the audio tower per second of sound (clips of 1, 5 and 30 s), each
 under its own time limit, and writes
-them all to one Markdown file: results.md, or results-<host>-<UTC time>.md here. It exits 0 when
-the kernel step finished. `./run.sh --quick` (2 layers, a few tokens, a tiny agent step) checks
+them all to one Markdown file: results.md, or results-<host>-<UTC time>.md here, within 450 s in
+all (`HEARTH_BUNDLE_SECONDS`: each step's limit is cut to what is left, the last steps skipped
+when none is), so a lent GPU's 15 minutes run it twice. It exits 0 when the probe or the kernel
+step finished. `./run.sh --quick` (2 layers, a few tokens, a tiny agent step) checks
 the bundle on a slow adapter; `./run.sh --help` lists the settings.
 
 With llama-bench.xz present (llama.cpp's Vulkan llama-bench, `cargo xtask llama-bench`), it
-first writes a GGUF laid out like the published E2B file (gguf_layout.py, python3, 3.3 GB in a
+writes, after the probe, a GGUF laid out like the published E2B file (gguf_layout.py, python3, 3.3 GB in a
 temporary folder) and runs Hearth and llama-bench on it at depth 64 and 4,096, with Hearth's
 per-kernel profile beside llama.cpp's per-operation timings, and prints Hearth ÷ llama.cpp.
 
@@ -387,8 +391,14 @@ mod tests {
             "audio_flags=(--audio --audio-seconds 1,5,30 --audio-runs 3)",
             "timeout --kill-after=10 \"$limit\" \"$program\"",
             "program=\"$hearth\"",
-            // The side-by-side comes right after the self-test: a lent GPU's first minutes go to it.
-            "step \"Self-test\" text 60 self-test\nside_by_side\n",
+            // The dispatch probe, then the side-by-side, right after the self-test: a lent GPU's
+            // first minutes go to them.
+            "step \"Self-test\" text 60 self-test\n# What one launch costs (issue 58): before anything else that launches.\nstep \"Dispatch probe\" md 60 bench \"${dispatch_flags[@]}\"\nside_by_side\n",
+            "dispatch_flags=(--dispatch)",
+            "dispatch_flags=(--dispatch --dispatch-launches 200 --dispatch-gemvs 10)",
+            // The whole run within a lent GPU's half: steps cut to what is left, then skipped.
+            "budget=\"${HEARTH_BUNDLE_SECONDS:-450}\"",
+            "if [ \"$left\" -lt \"$limit\" ]; then limit=\"$left\"; fi",
             "program=\"$peer\" step \"llama.cpp\" text 300 -m \"$layout\" -ngl 99 -fa 1",
             "GGML_VK_PERF_LOGGER=1 program=\"$peer\" step",
             "--profile",
@@ -397,8 +407,10 @@ mod tests {
         ] {
             assert!(script.contains(step), "run.sh lacks {step}");
         }
-        // Only the kernel step keeps the kernel table, and the exit status depends on it.
-        assert!(script.contains("if [ \"$kernels_ok\" = 1 ] && grep -q '^| E2B q_proj' \"$out\"; then"));
+        // Only the kernel step and the probe keep their tables, and the exit status depends on them.
+        assert!(script.contains(
+            "if [ \"$kernels_ok\" = 1 ] && grep -q -e '^| E2B q_proj' -e '^| (a) empty kernel' \"$out\"; then"
+        ));
     }
 
     #[test]

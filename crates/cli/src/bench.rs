@@ -20,6 +20,7 @@ use hearth_weights::{AffineParams, AffineTensor, Checkpoint, FileRange, MemorySo
 use serde_json::{Value, json};
 
 mod audio;
+mod dispatch_probe;
 mod profile;
 mod speculative;
 mod vision;
@@ -120,6 +121,17 @@ pub struct BenchOptions {
     /// 4,096 positions. `--prefill` sets the position profiled.
     #[arg(long)]
     pub profile: bool,
+    /// Only the dispatch-cost probe: chains of launches of an empty kernel, a 4-byte one and
+    /// E2B's smallest and largest decode GEMVs, each dependent and independent, with the GPU's
+    /// and the host's µs a launch.
+    #[arg(long, conflicts_with_all = ["model", "vision", "audio"])]
+    pub dispatch: bool,
+    /// Launches in each of `--dispatch`'s empty and 4-byte chains.
+    #[arg(long, default_value_t = 1000)]
+    pub dispatch_launches: usize,
+    /// Launches in each of `--dispatch`'s GEMV chains (a few seconds each on lavapipe per 100).
+    #[arg(long, default_value_t = 1000)]
+    pub dispatch_gemvs: usize,
     /// Tokens each timed generation of `--speculative` writes.
     #[arg(long, default_value_t = 32)]
     pub speculative_tokens: usize,
@@ -155,6 +167,9 @@ pub fn run(device: &Device, adapter: &str, memory: DeviceMemory, options: &Bench
     if let Some(rows) = options.gemv_rows {
         hearth_kernels::tuning::set_gemv_rows(rows).map_err(|e| e.to_string())?;
         println!("Each block of the GEMV kernel multiplies {rows} rows (`--gemv-rows`).\n");
+    }
+    if options.dispatch {
+        return dispatch_probe::run(device, adapter, options.dispatch_launches, options.dispatch_gemvs);
     }
     if options.vision {
         return vision::run(device, memory, options);

@@ -25,7 +25,7 @@ pub fn thread_cpu_ns() -> u64 {
 }
 
 /// CPU ns of every thread of the process by name, from Linux's /proc (`schedstat`'s first field).
-fn threads_cpu_ns() -> BTreeMap<u64, (String, u64)> {
+pub(crate) fn threads_cpu_ns() -> BTreeMap<u64, (String, u64)> {
     let mut threads = BTreeMap::new();
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return threads };
     for task in tasks.flatten() {
@@ -41,13 +41,17 @@ fn threads_cpu_ns() -> BTreeMap<u64, (String, u64)> {
     threads
 }
 
-fn this_thread_id() -> Option<u64> {
+pub(crate) fn this_thread_id() -> Option<u64> {
     let link = std::fs::read_link("/proc/thread-self").ok()?;
     link.file_name()?.to_string_lossy().parse().ok()
 }
 
 /// CPU ns spent between two snapshots: (this thread, cubecl's runners, the others).
-fn split(before: &BTreeMap<u64, (String, u64)>, after: &BTreeMap<u64, (String, u64)>, me: Option<u64>) -> [u64; 3] {
+pub(crate) fn split(
+    before: &BTreeMap<u64, (String, u64)>,
+    after: &BTreeMap<u64, (String, u64)>,
+    me: Option<u64>,
+) -> [u64; 3] {
     let mut spent = [0; 3];
     for (tid, (name, ns)) in after {
         let delta = ns.saturating_sub(before.get(tid).map_or(0, |b| b.1));

@@ -20,7 +20,8 @@
 //!   tensor in its own buffer, a chosen id copied into a recording's id buffer, and ids read back
 //!   with the copy submitted at once.
 //! - [`mask`]: a token bitset applied to the logits on the device (constrained tool calls).
-//! - [`dispatches`]: kernel launches counted by name (for the benchmark).
+//! - [`dispatches`]: kernel launches counted by name (for the benchmark); [`probe`]: the
+//!   dispatch-cost probe's launch-only kernels and timed chains (`hearth bench --dispatch`).
 //! - [`tuning`]: process-wide kernel choices the benchmark sets (prompt kernel, GEMM tile).
 //! - `launch`: what the launches share (grid, outputs, block reduction, bounded tanh, packed
 //!   codes' chunks); `scales`: how a packed matrix's scales lie in its words, and their readers.
@@ -37,6 +38,8 @@ pub mod half_matrix;
 mod launch;
 pub mod mask;
 pub mod overwrite;
+#[cfg(not(target_family = "wasm"))]
+pub mod probe;
 mod scales;
 pub mod tuning;
 
