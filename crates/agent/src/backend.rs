@@ -80,6 +80,10 @@ pub struct GenerationRequest {
     /// The tools the prompt offers, by name (`None`: every built-in tool): a backend that
     /// constrains calls holds them to these.
     pub tools: Option<Vec<String>>,
+    /// The page's tools among `tools` (`page.<name>`) with the JSON schema of their arguments
+    /// (reduced to what the call grammar reads): a backend that constrains calls compiles them
+    /// with Hearth's own, and leaves one whose schema it cannot compile unconstrained.
+    pub page_tools: Vec<(String, serde_json::Value)>,
     /// The prompt's images, in the order of its image placeholders (`<|image|>`, as the chat
     /// template writes an image part): a backend that sees encodes them there.
     pub images: Vec<PromptImage>,
@@ -228,6 +232,11 @@ pub struct ToolOutput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional)]
     pub located: Option<Box<PointTarget>>,
+    /// The tools the page offers (WebMCP) at the time of the reply; `None` where the executor
+    /// did not look (a worker tool). The agent offers them as `page.<name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub page_tools: Option<Vec<crate::page_tools::PageToolInfo>>,
 }
 
 /// A picture a tool took, as the browser gives it.

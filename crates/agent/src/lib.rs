@@ -20,6 +20,7 @@ pub mod context;
 pub mod events;
 pub mod gemma_value;
 pub mod page;
+pub mod page_tools;
 pub mod parser;
 pub mod policy;
 pub mod prompt;
@@ -40,6 +41,7 @@ pub use backend::{
 pub use context::{ApproxTokenCounter, ContextBudget, Entry, EntryKind, TokenCounter};
 pub use events::{AgentEvent, PauseReason, Source, TaskError};
 pub use page::{ElementInfo, FormInfo, PageInfo, PointTarget, Snapshot};
+pub use page_tools::{PAGE_TOOL_PREFIX, PageToolForm, PageToolInfo};
 pub use parser::{ParsedCall, ParsedOutput, StreamParser, parse_output, parse_to_json};
 pub use policy::{ActionTarget, AddressWarning, Assessment, Decision, RiskReason};
 pub use task_loop::{

@@ -301,6 +301,7 @@ mod tests {
         let mut model = ScriptedModel::from_json(r#"{"": ["any"], "tab-b": ["b1", "b2"]}"#).unwrap();
         let texts = |model: &mut ScriptedModel, prompt: &str| {
             let request = GenerationRequest {
+                page_tools: Vec::new(),
                 prompt: prompt.into(),
                 max_new_tokens: 16,
                 stop_after: Vec::new(),

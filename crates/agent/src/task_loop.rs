@@ -32,7 +32,9 @@ use crate::context::{
 use crate::events::{AgentEvent, PauseReason, Source, TaskError};
 use crate::page::PointTarget;
 use crate::page::{GEMMA_MARKUP, Neutralizer, PageInfo, Snapshot};
+use crate::page_tools::{MAX_RESULT_CHARS, PageToolInfo, is_page_tool, page_tool_definitions};
 use crate::parser::{ParseEvent, ParsedOutput, ParserOptions, StreamParser};
+use crate::policy::assess_page_tool;
 use crate::policy::grants::GrantScope;
 use crate::policy::{
     Assessment, Decision, Grants, RepetitionGuard, RiskReason, assess, assess_point, describe_target, site_of_url,
@@ -282,6 +284,10 @@ pub struct Agent {
     next_clip: u32,
     /// The URL of the page the latest screenshot shows (`click_at` aims at it).
     screenshot_of: Option<String>,
+    /// The tools the page offers (WebMCP), as the latest page-side result listed them, and
+    /// what the model is offered for them (`page.<name>`).
+    page_tools: Vec<PageToolInfo>,
+    page_tool_defs: Vec<ToolDefinition>,
 }
 
 impl Agent {
@@ -322,7 +328,25 @@ impl Agent {
             clips: BTreeMap::new(),
             next_clip: 1,
             screenshot_of: None,
+            page_tools: Vec::new(),
+            page_tool_defs: Vec::new(),
         }
+    }
+
+    /// The tools the page offers as the model sees them (`page.<name>`), for tests and the UI.
+    pub fn page_tools(&self) -> &[ToolDefinition] {
+        &self.page_tool_defs
+    }
+
+    /// Takes the page's current list of tools (what `getTools()` gave on `url`).
+    fn set_page_tools(&mut self, tools: Vec<PageToolInfo>, url: &str) {
+        self.page_tool_defs = page_tool_definitions(&tools, url, &self.neutralizer);
+        self.page_tools = tools;
+    }
+
+    /// Hearth's tools and the page's.
+    fn all_tools(&self) -> impl Iterator<Item = &ToolDefinition> {
+        self.tools.iter().chain(self.page_tool_defs.iter())
     }
 
     /// The handle for stop and steering.
@@ -491,7 +515,7 @@ impl Agent {
 
     /// The tools the model is offered: every one the user has not switched off.
     fn offered(&self) -> impl Iterator<Item = &ToolDefinition> {
-        self.tools.iter().filter(|t| self.config.mode(&t.name) != ToolMode::Off)
+        self.all_tools().filter(|t| self.config.mode(&t.name) != ToolMode::Off)
     }
 
     /// Runs until the task needs the user, ends, pauses or is stopped.
@@ -659,6 +683,11 @@ impl Agent {
             stop_after: STEP_ENDS_AFTER.iter().map(|p| (*p).to_owned()).collect(),
             cancel: cancel.clone(),
             tools: Some(self.offered().map(|t| t.name.clone()).collect()),
+            page_tools: self
+                .offered()
+                .filter(|t| is_page_tool(&t.name))
+                .map(|t| (t.name.clone(), t.parameters.clone()))
+                .collect(),
             images: self.shown_images(),
             clips: self.shown_clips(),
         };
@@ -734,7 +763,8 @@ impl Agent {
             let invalid = if self.config.mode(&c.name) == ToolMode::Off {
                 Some(format!("The user has switched `{}` off in Hearth's settings: do the task without it.", c.name))
             } else {
-                validate_arguments(&self.tools, &c.name, &mut arguments)
+                let tools: Vec<ToolDefinition> = self.all_tools().cloned().collect();
+                validate_arguments(&tools, &c.name, &mut arguments)
                     .err()
                     .map(|e| format!("{e}. Correct the call and try again."))
             };
@@ -828,7 +858,8 @@ impl Agent {
             }
             // Read-only loops are bounded by max_iterations; the guard is for actions that
             // change something (clicking "Pay" again and again).
-            let changes_state = self.tools.iter().any(|t| t.name == call.name && t.risk > RiskLevel::Low);
+            let changes_state =
+                self.tools.iter().chain(&self.page_tool_defs).any(|t| t.name == call.name && t.risk > RiskLevel::Low);
             if !call.repetition_checked && changes_state {
                 call.repetition_checked = true;
                 if self.repetition.would_repeat(&call.name, &call.arguments, self.clock.now_ms()) {
@@ -872,7 +903,7 @@ impl Agent {
                 continue;
             }
             if call.decision.is_none() {
-                let Some(tool) = self.tools.iter().find(|t| t.name == call.name) else {
+                let Some(tool) = self.tools.iter().chain(&self.page_tool_defs).find(|t| t.name == call.name) else {
                     // Validation rejects unknown tools; this only guards against a changed tool list.
                     let problem = format!("unknown tool `{}`", call.name);
                     self.finish_call(Err(problem), false, on_event);
@@ -883,9 +914,11 @@ impl Agent {
                     Some(located) => located.element.as_ref(),
                     None => index.and_then(|i| self.latest_snapshot.as_ref()?.element(i)),
                 };
-                let mut assessment = match &call.located {
-                    Some(located) => assess_point(tool, &call.arguments, located, self.page.as_ref()),
-                    None => assess(tool, &call.arguments, target, self.page.as_ref()),
+                let page_tool = self.page_tools.iter().find(|p| p.model_name() == call.name);
+                let mut assessment = match (&call.located, page_tool) {
+                    (_, Some(info)) => assess_page_tool(info, self.page.as_ref()),
+                    (Some(located), None) => assess_point(tool, &call.arguments, located, self.page.as_ref()),
+                    (None, None) => assess(tool, &call.arguments, target, self.page.as_ref()),
                 };
                 if self.config.mode(&call.name) == ToolMode::Ask && assessment.refusal.is_none() {
                     assessment.reasons.push(RiskReason::UserAsksEveryTime);
@@ -991,11 +1024,22 @@ impl Agent {
     ) -> (String, bool, Option<AgentEvent>, Option<ToolImage>) {
         if let Some(p) = &output.page {
             let before = site_of_page(self.page.as_ref());
+            // The page's tools belong to its document: another page has its own (or none).
+            if self.page.as_ref().is_none_or(|old| old.url != p.url) && output.page_tools.is_none() {
+                self.set_page_tools(Vec::new(), &p.url);
+            }
             self.page = Some(p.clone());
             // "Allow for this task" was given on a site: it never outlives leaving it.
             if before != site_of_page(self.page.as_ref()) {
                 self.grants.clear();
             }
+        }
+        if let Some(tools) = output.page_tools.take() {
+            let url = output.page.as_ref().or(self.page.as_ref()).map(|p| p.url.clone()).unwrap_or_default();
+            self.set_page_tools(tools, &url);
+        }
+        if is_page_tool(tool) && output.text.chars().count() > MAX_RESULT_CHARS {
+            output.text = output.text.chars().take(MAX_RESULT_CHARS).collect::<String>() + " …(cut)";
         }
         let max = self.config.budget.max_tool_result_tokens;
         if let Some(snapshot) = output.snapshot {

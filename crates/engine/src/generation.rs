@@ -6,12 +6,13 @@ use std::ops::ControlFlow;
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
 
-use crate::constrain::{CallConstraint, CallGrammar, ConstrainError, ToolSpec, VocabTrie};
+use crate::constrain::{CallConstraint, CallGrammar, ConstrainError, GrammarError, ToolSpec, VocabTrie};
 use futures::stream::{self, LocalBoxStream, StreamExt};
 use hearth_agent::{GenerationRequest, GenerationStats, ModelChunk, ModelError, builtin_tools};
 use hearth_model::SamplingOptions;
 use hearth_model::generate;
 use hearth_model::tokenizer::Tokenizer;
+use serde_json::Value;
 
 use crate::decoding::{Decoding, MAX_DRAFT};
 use crate::images::prepare_prompt;
@@ -44,7 +45,7 @@ pub fn generate_step(
             .map_err(|e| e.to_string())?;
             let ids = prepared.ids;
             let mut decoding = Decoding::new(sampling)
-                .with_calls(call_constraint(&model.tokenizer, request.tools.as_deref()))
+                .with_calls(call_constraint_with(&model.tokenizer, request.tools.as_deref(), &request.page_tools))
                 .drafting_with(model.drafter.as_deref().filter(|_| drafting), MAX_DRAFT);
             let (sampler, options) =
                 decoding.options(request.max_new_tokens, &model.stop_tokens, prepared.images.as_ref());
@@ -65,7 +66,7 @@ pub fn generate_step(
                     .await
                     .map_err(|e| e.to_string());
             if let Some(calls) = decoding.into_calls() {
-                keep_call_constraint(&model.tokenizer, request.tools.as_deref(), calls);
+                keep_call_constraint_with(&model.tokenizer, request.tools.as_deref(), &request.page_tools, calls);
             }
             generation
         }
@@ -135,6 +136,8 @@ struct CallCache {
     vocab: Option<Arc<VocabTrie>>,
     /// The tools the grammar was built for (`None`: every built-in tool), and the grammar.
     tools: Option<Vec<String>>,
+    /// The page's tools with their schemas, the grammar was built for.
+    page_tools: Vec<(String, Value)>,
     grammar: Option<Arc<CallGrammar>>,
     /// The constraint between generations (taken while one runs).
     idle: Option<CallConstraint>,
@@ -153,17 +156,35 @@ fn owns(cache: &CallCache, tokenizer: &Rc<Tokenizer>) -> bool {
 /// tokenizer (the grammar and the vocabulary trie), then reused with its masks while the tools
 /// stay the same; give it back with [`keep_call_constraint`].
 pub fn call_constraint(tokenizer: &Rc<Tokenizer>, tools: Option<&[String]>) -> Option<CallConstraint> {
+    call_constraint_with(tokenizer, tools, &[])
+}
+
+/// [`call_constraint`] with the page's tools offered beside Hearth's (`page.<name>` and the
+/// schema of its arguments).
+pub fn call_constraint_with(
+    tokenizer: &Rc<Tokenizer>,
+    tools: Option<&[String]>,
+    page_tools: &[(String, Value)],
+) -> Option<CallConstraint> {
     CALLS.with(|cell| {
         let mut cell = cell.borrow_mut();
         if cell.as_ref().is_none_or(|cache| !owns(cache, tokenizer)) {
             let vocab = VocabTrie::from_tokenizer(tokenizer).ok().map(Arc::new);
-            *cell = Some(CallCache { owner: Rc::downgrade(tokenizer), vocab, tools: None, grammar: None, idle: None });
+            *cell = Some(CallCache {
+                owner: Rc::downgrade(tokenizer),
+                vocab,
+                tools: None,
+                page_tools: Vec::new(),
+                grammar: None,
+                idle: None,
+            });
         }
         let cache = cell.as_mut()?;
         let vocab = cache.vocab.clone()?;
-        if cache.grammar.is_none() || cache.tools.as_deref() != tools {
-            cache.grammar = call_grammar(tools).ok().map(Arc::new);
+        if cache.grammar.is_none() || cache.tools.as_deref() != tools || cache.page_tools != page_tools {
+            cache.grammar = call_grammar(tools, page_tools).ok().map(Arc::new);
             cache.tools = tools.map(<[String]>::to_vec);
+            cache.page_tools = page_tools.to_vec();
             cache.idle = None;
         }
         let grammar = cache.grammar.clone()?;
@@ -174,28 +195,93 @@ pub fn call_constraint(tokenizer: &Rc<Tokenizer>, tools: Option<&[String]>) -> O
 /// Keeps `calls` (and the masks it computed) for the next generation with the same tokenizer
 /// and tools.
 pub fn keep_call_constraint(tokenizer: &Rc<Tokenizer>, tools: Option<&[String]>, calls: CallConstraint) {
+    keep_call_constraint_with(tokenizer, tools, &[], calls);
+}
+
+/// [`keep_call_constraint`] for a constraint of [`call_constraint_with`].
+pub fn keep_call_constraint_with(
+    tokenizer: &Rc<Tokenizer>,
+    tools: Option<&[String]>,
+    page_tools: &[(String, Value)],
+    calls: CallConstraint,
+) {
     CALLS.with(|cell| {
-        if let Some(cache) =
-            cell.borrow_mut().as_mut().filter(|cache| owns(cache, tokenizer) && cache.tools.as_deref() == tools)
+        if let Some(cache) = cell
+            .borrow_mut()
+            .as_mut()
+            .filter(|cache| owns(cache, tokenizer) && cache.tools.as_deref() == tools && cache.page_tools == page_tools)
         {
             cache.idle = Some(calls);
         }
     });
 }
 
-/// The grammar of calls to the built-in tools named in `tools` (all of them for `None`).
-fn call_grammar(tools: Option<&[String]>) -> Result<CallGrammar, ConstrainError> {
+/// The grammar of calls to the built-in tools named in `tools` (all of them for `None`) and to
+/// the page's tools: each page tool whose schema compiles is held to it, the others only to
+/// their name (their arguments are free, and validated by the agent).
+pub fn call_grammar(tools: Option<&[String]>, page_tools: &[(String, Value)]) -> Result<CallGrammar, ConstrainError> {
     let all = builtin_tools();
-    let specs: Vec<ToolSpec> = all
+    let mut specs: Vec<ToolSpec> = all
         .iter()
         .filter(|t| tools.is_none_or(|names| names.contains(&t.name)))
         .map(|t| ToolSpec { name: &t.name, parameters: Some(&t.parameters) })
         .collect();
-    Ok(CallGrammar::new(&specs)?)
+    let mut free = Vec::new();
+    for (name, schema) in page_tools {
+        let spec = ToolSpec { name, parameters: Some(schema) };
+        match CallGrammar::new(&[spec]) {
+            Ok(_) => specs.push(spec),
+            Err(GrammarError::Schema { .. }) => free.push(name.as_str()),
+            // A name the call syntax cannot write is not offered at all.
+            Err(_) => {}
+        }
+    }
+    Ok(CallGrammar::with_free(&specs, &free)?)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::call_grammar;
+    use crate::constrain::{CallState, Symbol};
+    use hearth_agent::page::Neutralizer;
+    use hearth_agent::page_tools::{PageToolInfo, page_tool_definition};
+    use serde_json::json;
+
+    fn page_tool(name: &str, schema: serde_json::Value) -> (String, serde_json::Value) {
+        let info = PageToolInfo {
+            name: name.into(),
+            description: "A page's tool.".into(),
+            input_schema: Some(schema),
+            read_only: false,
+            form: None,
+            ask: false,
+        };
+        let def = page_tool_definition(&info, "https://shop.test/", &Neutralizer::default());
+        (def.name, def.parameters)
+    }
+
+    /// A page tool's arguments are held to its schema as Hearth's own are: a wrong-typed value
+    /// cannot be written; a schema the grammar cannot compile leaves the tool's name held to the
+    /// list and its arguments free (the agent validates them).
+    #[test]
+    fn page_tools_are_constrained_by_their_schema_or_left_free() {
+        let cart = page_tool(
+            "add_to_cart",
+            json!({"type": "object", "properties": {"sku": {"type": "string"}, "qty": {"type": "integer", "minimum": 1}}, "required": ["sku", "qty"]}),
+        );
+        let odd = page_tool("when", json!({"type": "object", "properties": {"at": {"oneOf": [{"type": "string"}]}}}));
+        let g = call_grammar(Some(&["snapshot".to_owned(), cart.0.clone(), odd.0.clone()]), &[cart, odd]).unwrap();
+        assert_eq!(g.tool_names(), ["snapshot", "page.add_to_cart", "page.when"]);
+        let at_qty = CallState::start().after_bytes(&g, b"call:page.add_to_cart{qty:").expect("qty is declared");
+        assert!(at_qty.next(&g, Symbol::Delim).is_none(), "a string where an integer goes cannot be written");
+        assert!(at_qty.after_bytes(&g, b"-").is_none(), "nor a negative one (minimum 1)");
+        let two = at_qty.after_bytes(&g, b"2").expect("an integer");
+        assert!(two.after_bytes(&g, b"}").is_none(), "sku is required");
+        assert!(CallState::start().after_bytes(&g, b"call:page.add_to_cart{colour:").is_none(), "undeclared");
+        assert!(CallState::start().after_bytes(&g, b"call:page.other{").is_none(), "an unoffered name");
+        let free = CallState::start().after_bytes(&g, b"call:page.when{").unwrap();
+        assert!(free.free(), "an uncompilable schema leaves the arguments free");
+    }
     /// The model searches a GGUF vocabulary for the stop markers the chat syntax ends a turn
     /// and a call with: the two crates name the same ones.
     #[test]

@@ -124,6 +124,7 @@ async fn constrained(
     max_tokens: usize,
 ) -> Result<Run, String> {
     let request = GenerationRequest {
+        page_tools: Vec::new(),
         prompt: prompt.to_owned(),
         max_new_tokens: max_tokens,
         stop_after: STEP_ENDS_AFTER.iter().map(|p| (*p).to_owned()).collect(),

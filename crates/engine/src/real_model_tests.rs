@@ -45,6 +45,7 @@ fn tiny_model_on(device: &Device) -> SharedModel {
 /// One greedy step of `model` on a short request: its text and its figures.
 fn greedy_step(model: &SharedModel, conversation: u32, drafting: bool) -> (String, hearth_agent::GenerationStats) {
     let request = GenerationRequest {
+        page_tools: Vec::new(),
         prompt: "<bos><|turn>user\nList three colours.<turn|>\n<|turn>model\n".into(),
         max_new_tokens: 40,
         stop_after: Vec::new(),
@@ -159,6 +160,7 @@ fn step_with_media(
     drafting: bool,
 ) -> Result<(String, usize), String> {
     let request = GenerationRequest {
+        page_tools: Vec::new(),
         prompt: prompt.into(),
         max_new_tokens: 8,
         stop_after: Vec::new(),
@@ -290,6 +292,7 @@ fn a_step_with_a_screenshot_drafts_the_same_text() {
 fn decode(model: &SharedModel, seed: u64, stop_after: &[&str]) -> (String, usize) {
     let sampling = SamplingOptions { temperature: 50.0, top_k: 0, top_p: 1.0, seed };
     let request = GenerationRequest {
+        page_tools: Vec::new(),
         prompt: "<bos><|turn>user\nHi<turn|>\n<|turn>model\n".into(),
         max_new_tokens: 64,
         stop_after: stop_after.iter().map(|p| (*p).to_owned()).collect(),

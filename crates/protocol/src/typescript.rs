@@ -4,7 +4,7 @@ use hearth_agent::arguments::{
     AskUserArgs, DoneArgs, ElementArgs, Key, NavigateArgs, NoArguments, PointArgs, PressKeyArgs, ReadLinkArgs,
     RunJavascriptArgs, ScrollArgs, ScrollDirection, SelectArgs, ToolCall, TypeArgs, WaitForArgs,
 };
-use hearth_agent::{PointTarget, TimeLimit, ToolImage, ToolPlace};
+use hearth_agent::{PageToolForm, PageToolInfo, PointTarget, TimeLimit, ToolImage, ToolPlace};
 use ts_rs::{Config, TS};
 
 use crate::{
@@ -81,6 +81,8 @@ pub fn typescript_module() -> String {
         ToolOutput::decl(&cfg),
         ToolImage::decl(&cfg),
         PointTarget::decl(&cfg),
+        PageToolInfo::decl(&cfg),
+        PageToolForm::decl(&cfg),
         Snapshot::decl(&cfg),
         ElementInfo::decl(&cfg),
         FormInfo::decl(&cfg),

@@ -5,6 +5,7 @@ import type { ToolReply, ToolRequest, WorkerToTab } from "../generated/protocol"
 import { isFromWorker, isMessage } from "../shared/messages";
 import { chatChanged, hideForCapture, mountOverlayWhenReady, openWithSelection, protectOverlay, setPanelAttached, settingsChanged, showPassage } from "./overlay";
 import { executeTool, ToolFailure } from "./page-tools";
+import { isPageToolName, listPageTools, runPageTool } from "./page-tools/webmcp";
 
 /** Tools in progress; stop aborts them. */
 const running = new Set<AbortController>();
@@ -65,8 +66,11 @@ async function runTool(request: ToolRequest): Promise<ToolReply> {
   const controller = new AbortController();
   running.add(controller);
   try {
-    const output = await executeTool(request.name, request.arguments, controller.signal);
-    return { status: "ok", output };
+    const output = isPageToolName(request.name)
+      ? await runPageTool(request.name, request.arguments, controller.signal)
+      : await executeTool(request.name, request.arguments, controller.signal);
+    // Every reply lists the tools the page offers now (WebMCP): the model's list follows the page's.
+    return { status: "ok", output: { ...output, page_tools: await listPageTools() } };
   } catch (error) {
     if (controller.signal.aborted) return { status: "failed", message: "Stopped by the user." };
     if (error instanceof ToolFailure) return { status: "failed", message: error.message };

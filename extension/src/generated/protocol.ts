@@ -492,7 +492,7 @@ export type Decision = "deny" | "allow_once" | "allow_for_task";
 
 export type RiskLevel = "low" | "medium" | "high" | "critical";
 
-export type RiskReason = { "kind": "dangerous_word", word: string, } | { "kind": "sensitive_page", host: string, } | { "kind": "password_field" } | { "kind": "payment_field" } | { "kind": "runs_javascript" } | { "kind": "off_site", host: string, } | { "kind": "new_window" } | { "kind": "download", file: string, host: string, } | { "kind": "posts_form", host: string, } | { "kind": "user_asks_every_time" } | { "kind": "nothing_at_point" } | { "kind": "other_site_frame", origin: string, };
+export type RiskReason = { "kind": "dangerous_word", word: string, } | { "kind": "sensitive_page", host: string, } | { "kind": "password_field" } | { "kind": "payment_field" } | { "kind": "runs_javascript" } | { "kind": "off_site", host: string, } | { "kind": "new_window" } | { "kind": "download", file: string, host: string, } | { "kind": "posts_form", host: string, } | { "kind": "user_asks_every_time" } | { "kind": "nothing_at_point" } | { "kind": "other_site_frame", origin: string, } | { "kind": "page_tool", host: string, tool: string, read_only: boolean, };
 
 export type ActionTarget = { 
 /**
@@ -574,7 +574,12 @@ image?: ToolImage,
  * What is under a point of the latest screenshot (the executor's answer to
  * [`ToolExecutor::locate`]), for the consent policy to judge before `click_at` runs.
  */
-located?: PointTarget, };
+located?: PointTarget, 
+/**
+ * The tools the page offers (WebMCP) at the time of the reply; `None` where the executor
+ * did not look (a worker tool). The agent offers them as `page.<name>`.
+ */
+page_tools?: Array<PageToolInfo>, };
 
 export type ToolImage = { 
 /**
@@ -597,6 +602,44 @@ element: ElementInfo | null,
  * page, so not judged either.
  */
 frame_origin?: string, };
+
+export type PageToolInfo = { 
+/**
+ * The page's name for it (`[A-Za-z0-9_.-]{1,128}`), without [`PAGE_TOOL_PREFIX`].
+ */
+name: string, description: string, 
+/**
+ * The JSON schema of its arguments, as the page declared it (or the browser derived it
+ * from a form's controls).
+ */
+input_schema?: unknown, 
+/**
+ * The page marked it read-only (`annotations.readOnlyHint`): a claim, shown on the card.
+ */
+read_only: boolean, 
+/**
+ * A declarative tool: the form it fills and submits, judged as that form's submission.
+ */
+form?: PageToolForm, 
+/**
+ * The user set page tools to ask before every call on this site (set by the worker from
+ * the settings, whatever the content script said).
+ */
+ask: boolean, };
+
+export type PageToolForm = { 
+/**
+ * `get` or `post` (lower case).
+ */
+method: string, 
+/**
+ * The resolved action URL.
+ */
+action: string, 
+/**
+ * The form targets a new tab or window.
+ */
+new_window: boolean, };
 
 export type Snapshot = { page: PageInfo, elements: Array<ElementInfo>, };
 

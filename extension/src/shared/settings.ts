@@ -37,6 +37,12 @@ export interface Settings {
    * the engine loads only while this is on (E2B's takes 0.6 GB of GPU memory).
    */
   voice: boolean;
+  /**
+   * The tools pages offer (WebMCP), by site (origin, as `disabledSites`): "on" offers them (a
+   * tool the page did not mark read-only asks first), "ask" asks before every call, "off" never
+   * offers them. A site not named is "on"; a site where Hearth is off has none.
+   */
+  pageTools: Record<string, ToolMode>;
 }
 
 export type ImageBudget = (typeof IMAGE_BUDGETS)[number];
@@ -52,6 +58,7 @@ export const DEFAULT_SETTINGS: Settings = {
   imageBudget: DEFAULT_IMAGE_BUDGET,
   drafting: true,
   voice: false,
+  pageTools: {},
 };
 
 /** Tokens per model call: enough for a long answer in `done`. */
@@ -92,6 +99,7 @@ function sanitize(s: Settings): Settings {
     imageBudget: IMAGE_BUDGETS.find((b) => b === s.imageBudget) ?? DEFAULT_IMAGE_BUDGET,
     drafting: s.drafting !== false,
     voice: s.voice === true,
+    pageTools: pageTools(s.pageTools),
   };
 }
 
@@ -106,6 +114,22 @@ function toolModes(value: unknown): Partial<Record<ToolName, ToolMode>> {
     if (name && !(LOOP_TOOLS as readonly string[]).includes(name) && MODES.includes(mode as ToolMode)) modes[name] = mode as ToolMode;
   }
   return modes;
+}
+
+function pageTools(value: unknown): Record<string, ToolMode> {
+  const modes: Record<string, ToolMode> = {};
+  if (typeof value !== "object" || value === null) return modes;
+  for (const [site, mode] of Object.entries(value)) {
+    if (siteOf(site) === site && MODES.includes(mode as ToolMode)) modes[site] = mode as ToolMode;
+  }
+  return modes;
+}
+
+/** What the user lets the tools of the page at `url` do (off where Hearth is off). */
+export function pageToolsMode(settings: Settings, url: string | undefined): ToolMode {
+  if (isSiteDisabled(settings, url)) return "off";
+  const site = siteOf(url);
+  return (site !== null && settings.pageTools[site]) || "on";
 }
 
 /** What the user lets `tool` do. */

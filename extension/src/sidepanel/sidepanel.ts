@@ -21,7 +21,8 @@ import { OVERLAY_CSS } from "../chat/view/style";
 import { sourceOf } from "../chat/transcript";
 import { isMessage } from "../shared/messages";
 import { watchOwnModels, type OwnModel } from "../shared/own-models";
-import { saveSettings, loadSettings } from "../shared/settings";
+import { pageToolsMode, saveSettings, loadSettings } from "../shared/settings";
+import type { ToolMode } from "../generated/protocol";
 import { el } from "../shared/ui/builders";
 import { t } from "../shared/ui/i18n";
 import { mountOverlay, type OverlayMount } from "./overlay-mount";
@@ -143,6 +144,15 @@ ui.disableSite.addEventListener("click", () => {
   if (live.transcript().task === "running") input({ input: "stop" });
   void loadSettings().then((s) => saveSettings({ disabledSites: s.disabledSites.includes(site) ? s.disabledSites : [...s.disabledSites, site] }));
 });
+// The tools pages of this site offer (WebMCP): on, ask every time, or off, for this site only.
+const showPageTools = () => {
+  if (site) void loadSettings().then((s) => (ui.pageTools.value = pageToolsMode(s, site)));
+};
+ui.pageTools.addEventListener("change", () => {
+  if (!site) return;
+  const mode = ui.pageTools.value as ToolMode;
+  void loadSettings().then((s) => saveSettings({ pageTools: { ...s.pageTools, [site]: mode } }));
+});
 watchOwnModels((models) => {
   ownModels = models;
   ui.renderEngine();
@@ -157,6 +167,7 @@ function onWorkerMessage(msg: WorkerToPanel): void {
       if (msg.site && msg.site !== site) {
         site = msg.site;
         ui.disableSite.textContent = t("disableSite", site);
+        showPageTools();
       }
       const text = { ready: "", disabled: t("sidePanelSiteOff", msg.site ?? ""), unsupported: t("sidePanelUnsupported"), no_script: t("sidePanelReload"), gone: "" }[msg.state];
       notice.textContent = text;

@@ -10,6 +10,7 @@ import { BOUND_TO_JUDGED_ORIGIN, isWorkerTool, timeLimitMs, type WorkerTool } fr
 import * as downloads from "./downloads";
 import { blockedSince, withApproved } from "./fence";
 import { approvedSite, onSite, siteKey, type SiteKey } from "./site";
+import { isPageToolName, pageToolRefusal, withPageToolSettings } from "./page-tools";
 
 /**
  * Tabs where the agent itself is navigating, and how (navigate opens, go_back goes back): the
@@ -82,6 +83,8 @@ async function runWithin(request: ToolRequest): Promise<ToolReply> {
   const args = request.arguments;
   const tabId = tab.id;
   const name = request.name;
+  const pageToolRefused = isPageToolName(name) ? pageToolRefusal(settings, request, tab.url) : null;
+  if (pageToolRefused !== null) return failed(pageToolRefused);
   // An action judged (and perhaps approved) on one page runs on that page's origin only: a page
   // that moved the tab elsewhere meanwhile gets nothing done there.
   const judged = originOf(request.judged_url);
@@ -95,7 +98,7 @@ async function runWithin(request: ToolRequest): Promise<ToolReply> {
   const approvedDownload = request.approved.some((r) => r.kind === "download");
   const run = (body: () => Promise<ToolReply>) => (approvedDownload ? downloads.approveDuring(tabId, body) : body());
   return withApproved(tabId, request.approved, request.judged_url ?? tab.url, () => run(async () => {
-    if (!isWorkerTool(name)) return inTab(tabId, request);
+    if (!isWorkerTool(name)) return withPageToolSettings(await inTab(tabId, request), settings, tab.url);
     // One entry per worker tool: the compiler refuses a missing or a stale one.
     const workerTools: Record<WorkerTool, () => Promise<ToolReply>> = {
       screenshot: () => screenshot(tabId),

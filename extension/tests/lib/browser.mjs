@@ -41,6 +41,8 @@ export async function launch({ headless = true, webgpu = true, extensionDir = EX
     "--disable-gpu-sandbox",
     `--disable-extensions-except=${extensionDir}`,
     `--load-extension=${extensionDir}`,
+    // WebMCP (`document.modelContext`): pages' own tools, which Hearth offers to the model.
+    "--enable-features=WebMCP",
   ];
   if (process.getuid?.() === 0) args.push("--no-sandbox");
   if (headless) args.push("--headless=new");

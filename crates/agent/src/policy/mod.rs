@@ -75,6 +75,14 @@ pub enum RiskReason {
     OtherSiteFrame {
         origin: String,
     },
+    /// A tool the page offers (WebMCP): it runs the page's own code with the page's powers on
+    /// `host` (its site). `read_only`: the page marked it so (its claim), in which case only a
+    /// form or the user's "ask" brings a card.
+    PageTool {
+        host: String,
+        tool: String,
+        read_only: bool,
+    },
 }
 
 /// The risk of one action.
@@ -239,6 +247,51 @@ pub fn assess(
         }
     }
     let risk = if reasons.is_empty() { risk } else { risk.max(RiskLevel::High) };
+    Assessment { risk, reasons: reasons.into_iter().collect(), refusal: None }
+}
+
+/// Assesses a call of a tool the page offers (`page.<name>`, [`crate::page_tools`]): a tool
+/// the page did not mark read-only asks (once per task and site with "Allow for this task");
+/// a declarative tool is judged as its form's submission (another site, a POST, a new window);
+/// the user's "ask" for page tools on this site asks every time. What the page's code does
+/// while it runs is the page's own act, held by the fence like the page's.
+pub fn assess_page_tool(info: &crate::page_tools::PageToolInfo, page: Option<&PageInfo>) -> Assessment {
+    let mut reasons = BTreeSet::new();
+    let page_url = page.map(|p| p.url.as_str());
+    let page_web = page_url.and_then(|u| web_url(u, None));
+    let from_site = page_web.as_ref().and_then(site_of_url);
+    let host = page_web.as_ref().map(host_for_site).unwrap_or_default();
+    let name: String = info.name.chars().take(128).collect();
+    if !info.read_only || info.form.is_some() || info.ask {
+        reasons.insert(RiskReason::PageTool { host, tool: name, read_only: info.read_only });
+    }
+    if let Some(form) = &info.form {
+        match web_url(&form.action, page_url) {
+            Some(url) => {
+                let host = host_for_site(&url);
+                if from_site.is_none() || from_site != site_of_url(&url) {
+                    reasons.insert(RiskReason::OffSite { host: host.clone() });
+                }
+                if is_sensitive_url(url.as_str()) {
+                    reasons.insert(RiskReason::SensitivePage { host: url.host_str().unwrap_or_default().to_owned() });
+                }
+                if form.method.eq_ignore_ascii_case("post") {
+                    reasons.insert(RiskReason::PostsForm { host });
+                }
+            }
+            None if !form.action.is_empty() => {
+                reasons.insert(RiskReason::PostsForm { host: form.action.chars().take(60).collect() });
+            }
+            None => {}
+        }
+        if form.new_window {
+            reasons.insert(RiskReason::NewWindow);
+        }
+    }
+    if info.ask {
+        reasons.insert(RiskReason::UserAsksEveryTime);
+    }
+    let risk = if reasons.is_empty() { RiskLevel::Low } else { RiskLevel::High };
     Assessment { risk, reasons: reasons.into_iter().collect(), refusal: None }
 }
 

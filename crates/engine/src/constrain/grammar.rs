@@ -150,26 +150,37 @@ pub struct CallGrammar {
 }
 
 const HEAD: u16 = 0;
+/// The object of a tool whose arguments are not constrained.
+const FREE: u16 = u16::MAX;
 const BOOLEANS: u16 = 1;
 const MARKERS: u16 = 2;
 
 impl CallGrammar {
     pub fn new(tools: &[ToolSpec]) -> Result<Self, GrammarError> {
-        if tools.is_empty() {
+        Self::with_free(tools, &[])
+    }
+
+    /// The grammar of calls to `tools`, and to the tools named in `free`, whose name is held to
+    /// the list but whose arguments are not constrained (a page's tool whose schema this grammar
+    /// cannot compile: the agent validates its arguments instead). After a free tool's `{` the
+    /// call leaves the grammar ([`CallState::free`]).
+    pub fn with_free(tools: &[ToolSpec], free: &[&str]) -> Result<Self, GrammarError> {
+        if tools.is_empty() && free.is_empty() {
             return Err(GrammarError::NoTools);
         }
-        if tools.len() > MAX_CHOICES {
+        if tools.len() + free.len() > MAX_CHOICES {
             return Err(GrammarError::TooManyTools);
         }
+        let names: Vec<&str> = tools.iter().map(|t| t.name).chain(free.iter().copied()).collect();
         let mut heads = Vec::new();
-        for (i, tool) in tools.iter().enumerate() {
-            if !syntax::is_tool_name(tool.name) {
-                return Err(GrammarError::BadName(tool.name.to_owned()));
+        for (i, name) in names.iter().enumerate() {
+            if !syntax::is_tool_name(name) {
+                return Err(GrammarError::BadName((*name).to_owned()));
             }
-            if tools[..i].iter().any(|t| t.name == tool.name) {
-                return Err(GrammarError::Duplicate(tool.name.to_owned()));
+            if names[..i].contains(name) {
+                return Err(GrammarError::Duplicate((*name).to_owned()));
             }
-            heads.push(format!("{}{}", syntax::CALL_PREFIX, tool.name).into_bytes());
+            heads.push(format!("{}{}", syntax::CALL_PREFIX, name).into_bytes());
         }
         let fixed = |items: &[&[u8]]| {
             Choice::new(items).map_err(|problem| GrammarError::Schema { tool: String::new(), problem })
@@ -185,7 +196,7 @@ impl CallGrammar {
             schemas: Vec::new(),
             objects: Vec::new(),
             tools: Vec::new(),
-            names: tools.iter().map(|t| t.name.to_owned()).collect(),
+            names: names.iter().map(|n| (*n).to_owned()).collect(),
         };
         let empty = Value::Object(Map::new());
         for tool in tools {
@@ -194,6 +205,7 @@ impl CallGrammar {
             let object = grammar.object(parameters, 2).map_err(fail)?;
             grammar.tools.push(object);
         }
+        grammar.tools.extend(free.iter().map(|_| FREE));
         Ok(grammar)
     }
 
@@ -352,6 +364,8 @@ enum Frame {
     Head(u16),
     /// The call's object is closed: only `<tool_call|>`.
     Done,
+    /// The arguments of a tool whose schema is not constrained: anything.
+    Free,
     Object {
         object: u16,
         used: u64,
@@ -411,6 +425,11 @@ impl CallState {
     /// The call was closed with `<tool_call|>`.
     pub fn finished(&self) -> bool {
         self.depth == 0
+    }
+
+    /// The call is to a tool whose arguments are not constrained, and they have begun.
+    pub fn free(&self) -> bool {
+        matches!(self.top(), Some(Frame::Free))
     }
 
     /// The state inside a string (whose masks depend on nothing else), if that is where it is.
@@ -480,6 +499,10 @@ impl CallState {
                     return Step::Consumed;
                 }
                 match g.choice(HEAD).nodes[node as usize].value {
+                    Some(tool) if b == b'{' && g.tools[tool as usize] == FREE => {
+                        self.set_top(Frame::Free);
+                        Step::Consumed
+                    }
                     Some(tool) if b == b'{' => {
                         self.set_top(Frame::Done);
                         let object = g.tools[tool as usize];
@@ -488,6 +511,7 @@ impl CallState {
                     _ => Step::Rejected,
                 }
             }
+            Frame::Free => Step::Consumed,
             Frame::Done => {
                 if symbol == Symbol::End {
                     self.pop();

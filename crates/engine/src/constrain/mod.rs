@@ -136,7 +136,8 @@ impl CallConstraint {
             Mode::Free if markers.thought.is_some_and(|(open, _)| open == id) => Mode::Thought,
             Mode::Thought if markers.thought.is_some_and(|(_, close)| close == id) => Mode::Free,
             Mode::Call(state) => match self.vocab.advance(&self.grammar, &state, id) {
-                Some(next) if next.finished() => Mode::Free,
+                // Closed, or a tool whose arguments are free (validated by the agent).
+                Some(next) if next.finished() || next.free() => Mode::Free,
                 Some(next) => Mode::Call(next),
                 // Off the grammar (a prompt's call to another tool): free until the next call.
                 None => Mode::Free,

@@ -391,6 +391,8 @@ export function reasonText(reason: RiskReason): string {
       return t("reasonNothingAtPoint");
     case "other_site_frame":
       return t("reasonOtherSiteFrame", reason.origin);
+    case "page_tool":
+      return t(reason.read_only ? "reasonPageToolReadOnly" : "reasonPageTool", reason.tool, reason.host);
   }
 }
 

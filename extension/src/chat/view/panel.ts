@@ -47,6 +47,8 @@ export interface Panel {
   saved: HTMLElement;
   clear: HTMLButtonElement;
   disableSite: HTMLButtonElement;
+  /** The tools this site's pages offer (WebMCP): on, ask every time, or off, for this site. */
+  pageTools: HTMLSelectElement;
 }
 
 /** `site` is what "Turn off on this site" names; `surface` where the panel is mounted. */
@@ -76,6 +78,8 @@ export function buildPanel(handlers: PanelHandlers, listen: Listen, site: string
   const saved = el("p", { class: "meta saved", role: "status" });
   const disableSite = button("disable-site danger", t("disableSite", site));
   const clear = button("clear", t("clearConversation"));
+  const pageTools = el("select", { class: "page-tools-mode", id: "hearth-page-tools" }) as HTMLSelectElement;
+  for (const [mode, label] of [["on", t("toolModeOn")], ["ask", t("toolModeAsk")], ["off", t("toolModeOff")]]) pageTools.append(new Option(label, mode));
   const settingsView = el(
     "div",
     { class: "settings-view", id: "hearth-settings", hidden: true },
@@ -84,6 +88,7 @@ export function buildPanel(handlers: PanelHandlers, listen: Listen, site: string
     allSettings,
     el("div", { class: "settings-actions" }, clear, disableSite),
     el("p", { class: "help" }, t("disableSiteHelp")),
+    el("p", { class: "page-tools-setting" }, el("label", { for: "hearth-page-tools" }, t("pageToolsOnSite")), " ", pageTools),
     saved,
   );
 
@@ -95,5 +100,5 @@ export function buildPanel(handlers: PanelHandlers, listen: Listen, site: string
     chat,
     settingsView,
   );
-  return { panel, settingsToggle, close, toSidePanel, engine, chat, log, empty, usage, continueButton, composer, settingsView, form, saved, clear, disableSite };
+  return { panel, settingsToggle, close, toSidePanel, engine, chat, log, empty, usage, continueButton, composer, settingsView, form, saved, clear, disableSite, pageTools };
 }
