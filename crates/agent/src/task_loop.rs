@@ -216,11 +216,30 @@ pub struct PromptStats {
     pub compacted: bool,
 }
 
+/// What the gate decides for a model's tool call ([`Agent::gate`]).
+enum Gate {
+    /// The call ends without running: its result for the model (invalid, refused, denied, or
+    /// the user's answer to `ask_user`).
+    Closed(Result<String, String>),
+    /// `done`: the task ends.
+    Finish { result: String, success: bool },
+    /// The run waits for the user (a question, a card, a repetition); `announce` is the event
+    /// that asks, the first time only.
+    Wait { outcome: Outcome, announce: Option<AgentEvent> },
+    /// `click_at`: the executor says what lies under the point, then the gate judges again.
+    Locate(ToolInvocation),
+    /// Runs, with exactly what the user allowed.
+    Run { invocation: ToolInvocation, changes_state: bool },
+}
+
 #[derive(Debug, Clone)]
 struct PendingCall {
     id: String,
     name: String,
     arguments: Map<String, Value>,
+    /// The arguments read as the tool's argument type, once, when the model's turn was taken in
+    /// (`None` for the page's own tools, and for a call that is invalid or does not fit its type).
+    call: Option<arguments::ToolCall>,
     /// Why the call cannot run (fed back to the model).
     invalid: Option<String>,
     repetition_checked: bool,
@@ -806,6 +825,7 @@ impl Agent {
         self.next_call += 1;
         PendingCall {
             id: format!("call_{}", self.next_call),
+            call: if invalid.is_none() { arguments::ToolCall::parse(&name, &arguments).ok() } else { None },
             name,
             arguments,
             invalid,
@@ -821,75 +841,31 @@ impl Agent {
         }
     }
 
-    /// Runs the calls of the last model turn, in order. Returns an outcome when one of them
-    /// needs the user or ends the run.
+    /// Runs the calls of the last model turn, in order: each passes the [gate](Self::gate), then
+    /// runs. Returns an outcome when one of them needs the user or ends the run.
     async fn process_pending<T: ToolExecutor>(
         &mut self,
         executor: &mut T,
         cancel: &CancelToken,
         on_event: &mut dyn FnMut(AgentEvent),
     ) -> Option<Outcome> {
-        while let Some(call) = self.pending.front_mut() {
-            if let Some(problem) = call.invalid.clone() {
-                self.finish_call(Err(problem), false, on_event);
-                continue;
-            }
-            // Validated against the schema of the tool's argument type, so this reads it.
-            let typed = arguments::ToolCall::parse(&call.name, &call.arguments).ok();
-            if let Some(arguments::ToolCall::Done(DoneArgs { result, success })) = typed.clone() {
-                let success = success.unwrap_or(true);
-                self.finish_call(Ok("Task finished.".into()), false, on_event);
-                self.abandon_pending("Not run: the task was already finished.");
-                self.finished = true;
-                on_event(AgentEvent::Done { result: result.clone(), success });
-                return Some(Outcome::Done { result, success });
-            }
-            if let Some(arguments::ToolCall::AskUser(AskUserArgs { question, options })) = typed.clone() {
-                if let Some(answer) = call.answer.take() {
-                    self.finish_call(Ok(answer), false, on_event);
-                    continue;
+        while let Some(gate) = self.gate(cancel) {
+            match gate {
+                Gate::Closed(result) => self.finish_call(result, false, on_event),
+                Gate::Finish { result, success } => {
+                    self.finish_call(Ok("Task finished.".into()), false, on_event);
+                    self.abandon_pending("Not run: the task was already finished.");
+                    self.finished = true;
+                    on_event(AgentEvent::Done { result: result.clone(), success });
+                    return Some(Outcome::Done { result, success });
                 }
-                let id = call.id.clone();
-                if !call.awaiting {
-                    call.awaiting = true;
-                    on_event(AgentEvent::AskUser { call_id: id.clone(), question, options });
+                Gate::Wait { outcome, announce } => {
+                    if let Some(event) = announce {
+                        on_event(event);
+                    }
+                    return Some(outcome);
                 }
-                return Some(Outcome::NeedsAnswer { call_id: id });
-            }
-            // Read-only loops are bounded by max_iterations; the guard is for actions that
-            // change something (clicking "Pay" again and again).
-            let changes_state =
-                self.tools.iter().chain(&self.page_tool_defs).any(|t| t.name == call.name && t.risk > RiskLevel::Low);
-            if !call.repetition_checked && changes_state {
-                call.repetition_checked = true;
-                if self.repetition.would_repeat(&call.name, &call.arguments, self.clock.now_ms()) {
-                    let reason =
-                        PauseReason::Repetition { name: call.name.clone(), times: self.repetition.max_repeats };
-                    on_event(AgentEvent::Paused { reason: reason.clone() });
-                    return Some(Outcome::Paused { reason });
-                }
-            }
-            // click_at is judged on what lies under its point, which only the page knows: asked
-            // first, then judged like a click on it.
-            if matches!(typed, Some(arguments::ToolCall::ClickAt(_))) && call.located.is_none() {
-                let page_url = self.page.as_ref().map(|p| p.url.clone());
-                if self.screenshot_of.is_none() || self.screenshot_of != page_url {
-                    self.finish_call(
-                        Err("click_at aims at the latest screenshot of this page, and there is none: take a screenshot first.".into()),
-                        false,
-                        on_event,
-                    );
-                    continue;
-                }
-                let probe = ToolInvocation {
-                    call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    arguments: call.arguments.clone(),
-                    judged_url: page_url,
-                    approved: Vec::new(),
-                    cancel: cancel.clone(),
-                };
-                match executor.locate(&probe).await {
+                Gate::Locate(probe) => match executor.locate(&probe).await {
                     Ok(located) => {
                         if let Some(call) = self.pending.front_mut() {
                             call.located = Some(located);
@@ -899,117 +875,204 @@ impl Agent {
                         let message = self.fenced_failure(&e.0);
                         self.finish_call(Err(message), false, on_event);
                     }
-                }
-                continue;
-            }
-            if call.decision.is_none() {
-                let Some(tool) = self.tools.iter().chain(&self.page_tool_defs).find(|t| t.name == call.name) else {
-                    // Validation rejects unknown tools; this only guards against a changed tool list.
-                    let problem = format!("unknown tool `{}`", call.name);
-                    self.finish_call(Err(problem), false, on_event);
-                    continue;
-                };
-                let index = typed.as_ref().and_then(arguments::ToolCall::element_index);
-                let target = match &call.located {
-                    Some(located) => located.element.as_ref(),
-                    None => index.and_then(|i| self.latest_snapshot.as_ref()?.element(i)),
-                };
-                let page_tool = self.page_tools.iter().find(|p| p.model_name() == call.name);
-                let mut assessment = match (&call.located, page_tool) {
-                    (_, Some(info)) => assess_page_tool(info, self.page.as_ref()),
-                    (Some(located), None) => assess_point(tool, &call.arguments, located, self.page.as_ref()),
-                    (None, None) => assess(tool, &call.arguments, target, self.page.as_ref()),
-                };
-                if self.config.mode(&call.name) == ToolMode::Ask && assessment.refusal.is_none() {
-                    assessment.reasons.push(RiskReason::UserAsksEveryTime);
-                }
-                if let Some(refusal) = assessment.refusal.clone() {
-                    self.finish_call(Err(refusal), false, on_event);
-                    continue;
-                }
-                let scope = GrantScope {
-                    site: site_of_page(self.page.as_ref()).unwrap_or_default(),
-                    script: match &typed {
-                        Some(arguments::ToolCall::RunJavascript(RunJavascriptArgs { code })) => Some(code.clone()),
-                        _ => None,
-                    },
-                };
-                call.target = typed.as_ref().and_then(|t| describe_target(t, target, self.page.as_ref())).map(Box::new);
-                if assessment.needs_confirmation() && !self.grants.covers(&call.name, &assessment, &scope) {
-                    let id = call.id.clone();
-                    if !call.awaiting {
-                        call.awaiting = true;
-                        on_event(AgentEvent::ConfirmRequest {
-                            call_id: id.clone(),
-                            name: call.name.clone(),
-                            arguments: call.arguments.clone(),
-                            risk: assessment.risk,
-                            reasons: assessment.reasons.clone(),
-                            target: call.target.clone(),
-                        });
-                        call.assessment = Some(assessment);
-                        call.scope = scope;
+                },
+                Gate::Run { invocation, changes_state } => {
+                    if let Some(outcome) = self.run_call(executor, invocation, changes_state, cancel, on_event).await {
+                        return Some(outcome);
                     }
-                    return Some(Outcome::NeedsConfirmation { call_id: id });
                 }
-                // Run without a card: nothing to ask, or a grant of this task covers every reason.
-                call.approved = assessment.reasons;
-            } else if call.decision != Some(Decision::Deny) {
-                call.approved = call.assessment.as_ref().map(|a| a.reasons.clone()).unwrap_or_default();
             }
-            if call.decision == Some(Decision::Deny) {
-                self.finish_call(
-                    Err("The user denied this action. Do not try it again; choose another way or ask the user.".into()),
-                    false,
-                    on_event,
-                );
-                continue;
+        }
+        None
+    }
+
+    /// Decides what happens to the front call: closed without running (invalid, refused,
+    /// denied, answered), the end of the task, a wait for the user (a question, a card, a
+    /// repetition), a look under `click_at`'s point first, or a run with what the user allowed.
+    /// `None` when no call is waiting.
+    fn gate(&mut self, cancel: &CancelToken) -> Option<Gate> {
+        let call = self.pending.front_mut()?;
+        if let Some(problem) = call.invalid.clone() {
+            return Some(Gate::Closed(Err(problem)));
+        }
+        match &call.call {
+            Some(arguments::ToolCall::Done(DoneArgs { result, success })) => {
+                return Some(Gate::Finish { result: result.clone(), success: success.unwrap_or(true) });
             }
-            let invocation = ToolInvocation {
+            Some(arguments::ToolCall::AskUser(AskUserArgs { question, options })) => {
+                if let Some(answer) = call.answer.take() {
+                    return Some(Gate::Closed(Ok(answer)));
+                }
+                let call_id = call.id.clone();
+                let announce = (!call.awaiting).then(|| AgentEvent::AskUser {
+                    call_id: call_id.clone(),
+                    question: question.clone(),
+                    options: options.clone(),
+                });
+                call.awaiting = true;
+                return Some(Gate::Wait { outcome: Outcome::NeedsAnswer { call_id }, announce });
+            }
+            _ => {}
+        }
+        // Read-only loops are bounded by max_iterations; the guard is for actions that change
+        // something (clicking "Pay" again and again).
+        let changes_state =
+            self.tools.iter().chain(&self.page_tool_defs).any(|t| t.name == call.name && t.risk > RiskLevel::Low);
+        if !call.repetition_checked && changes_state {
+            call.repetition_checked = true;
+            if self.repetition.would_repeat(&call.name, &call.arguments, self.clock.now_ms()) {
+                let reason = PauseReason::Repetition { name: call.name.clone(), times: self.repetition.max_repeats };
+                return Some(Gate::Wait {
+                    announce: Some(AgentEvent::Paused { reason: reason.clone() }),
+                    outcome: Outcome::Paused { reason },
+                });
+            }
+        }
+        // click_at is judged on what lies under its point, which only the page knows: asked
+        // first, then judged like a click on it.
+        if matches!(call.call, Some(arguments::ToolCall::ClickAt(_))) && call.located.is_none() {
+            let page_url = self.page.as_ref().map(|p| p.url.clone());
+            if self.screenshot_of.is_none() || self.screenshot_of != page_url {
+                return Some(Gate::Closed(Err(
+                    "click_at aims at the latest screenshot of this page, and there is none: take a screenshot first."
+                        .into(),
+                )));
+            }
+            return Some(Gate::Locate(ToolInvocation {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+                judged_url: page_url,
+                approved: Vec::new(),
+                cancel: cancel.clone(),
+            }));
+        }
+        if call.decision.is_none() {
+            let Some(tool) = self.tools.iter().chain(&self.page_tool_defs).find(|t| t.name == call.name) else {
+                // Validation rejects unknown tools; this only guards against a changed tool list.
+                return Some(Gate::Closed(Err(format!("unknown tool `{}`", call.name))));
+            };
+            let typed = call.call.as_ref();
+            let element = match &call.located {
+                Some(located) => located.element.as_ref(),
+                None => typed
+                    .and_then(arguments::ToolCall::element_index)
+                    .and_then(|i| self.latest_snapshot.as_ref()?.element(i)),
+            };
+            let page_tool = self.page_tools.iter().find(|p| p.model_name() == call.name);
+            let mut assessment = match (page_tool, typed, &call.located) {
+                (Some(info), _, _) => assess_page_tool(info, self.page.as_ref()),
+                (None, Some(typed), Some(located)) => assess_point(tool, typed, located, self.page.as_ref()),
+                (None, Some(typed), None) => assess(tool, typed, element, self.page.as_ref()),
+                // What does not fit the tool's argument type is never judged, so never run.
+                (None, None, _) => {
+                    return Some(Gate::Closed(Err(
+                        "The arguments do not fit this tool; call it again as its declaration says.".into(),
+                    )));
+                }
+            };
+            if self.config.mode(&call.name) == ToolMode::Ask && assessment.refusal.is_none() {
+                assessment.reasons.push(RiskReason::UserAsksEveryTime);
+            }
+            if let Some(refusal) = assessment.refusal.clone() {
+                return Some(Gate::Closed(Err(refusal)));
+            }
+            let scope = GrantScope {
+                site: site_of_page(self.page.as_ref()).unwrap_or_default(),
+                script: match typed {
+                    Some(arguments::ToolCall::RunJavascript(RunJavascriptArgs { code })) => Some(code.clone()),
+                    _ => None,
+                },
+            };
+            let target = typed.and_then(|t| describe_target(t, element, self.page.as_ref())).map(Box::new);
+            call.target = target;
+            if assessment.needs_confirmation() && !self.grants.covers(&call.name, &assessment, &scope) {
+                let call_id = call.id.clone();
+                let announce = (!call.awaiting).then(|| AgentEvent::ConfirmRequest {
+                    call_id: call_id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                    risk: assessment.risk,
+                    reasons: assessment.reasons.clone(),
+                    target: call.target.clone(),
+                });
+                if !call.awaiting {
+                    call.awaiting = true;
+                    call.assessment = Some(assessment);
+                    call.scope = scope;
+                }
+                return Some(Gate::Wait { outcome: Outcome::NeedsConfirmation { call_id }, announce });
+            }
+            // Run without a card: nothing to ask, or a grant of this task covers every reason.
+            call.approved = assessment.reasons;
+        } else if call.decision != Some(Decision::Deny) {
+            call.approved = call.assessment.as_ref().map(|a| a.reasons.clone()).unwrap_or_default();
+        }
+        if call.decision == Some(Decision::Deny) {
+            return Some(Gate::Closed(Err(
+                "The user denied this action. Do not try it again; choose another way or ask the user.".into(),
+            )));
+        }
+        Some(Gate::Run {
+            invocation: ToolInvocation {
                 call_id: call.id.clone(),
                 name: call.name.clone(),
                 arguments: call.arguments.clone(),
                 judged_url: self.page.as_ref().map(|p| p.url.clone()),
                 approved: call.approved.clone(),
                 cancel: cancel.clone(),
-            };
-            let target = action_target(call);
-            on_event(AgentEvent::ToolStart {
-                call_id: invocation.call_id.clone(),
-                name: invocation.name.clone(),
-                arguments: invocation.arguments.clone(),
-                target: call.target.clone(),
-            });
-            let result = {
-                let run = pin!(executor.execute(&invocation));
-                match select(run, pin!(cancel.cancelled())).await {
-                    Either::Left((r, _)) => Some(r),
-                    Either::Right(_) => None,
+            },
+            changes_state,
+        })
+    }
+
+    /// Runs the front call, which passed the gate, and records its result. Returns an outcome
+    /// when the user stopped the task while it ran.
+    async fn run_call<T: ToolExecutor>(
+        &mut self,
+        executor: &mut T,
+        invocation: ToolInvocation,
+        changes_state: bool,
+        cancel: &CancelToken,
+        on_event: &mut dyn FnMut(AgentEvent),
+    ) -> Option<Outcome> {
+        let call = self.pending.front()?;
+        let target = action_target(call);
+        on_event(AgentEvent::ToolStart {
+            call_id: invocation.call_id.clone(),
+            name: invocation.name.clone(),
+            arguments: invocation.arguments.clone(),
+            target: call.target.clone(),
+        });
+        let result = {
+            let run = pin!(executor.execute(&invocation));
+            match select(run, pin!(cancel.cancelled())).await {
+                Either::Left((r, _)) => Some(r),
+                Either::Right(_) => None,
+            }
+        };
+        match result {
+            None => {
+                self.finish_call(Err("Stopped by the user before this action finished.".into()), false, on_event);
+                self.abandon_pending("Not run: the user stopped the task.");
+                return Some(self.stopped(on_event));
+            }
+            Some(Ok(output)) => {
+                let changed_nothing = output.changed == Some(false);
+                self.breaker.record(&invocation.name, &target, changed_nothing);
+                if changes_state && !changed_nothing {
+                    self.repetition.record(&invocation.name, &invocation.arguments, self.clock.now_ms());
                 }
-            };
-            match result {
-                None => {
-                    self.finish_call(Err("Stopped by the user before this action finished.".into()), false, on_event);
-                    self.abandon_pending("Not run: the user stopped the task.");
-                    return Some(self.stopped(on_event));
+                let (text, page, sources, image) = self.format_output(&invocation.name, output);
+                self.finish_call_with_image(Ok(text), page, image, on_event);
+                if let Some(sources) = sources {
+                    on_event(sources);
                 }
-                Some(Ok(output)) => {
-                    let changed_nothing = output.changed == Some(false);
-                    self.breaker.record(&invocation.name, &target, changed_nothing);
-                    if changes_state && !changed_nothing {
-                        self.repetition.record(&invocation.name, &invocation.arguments, self.clock.now_ms());
-                    }
-                    let (text, page, sources, image) = self.format_output(&invocation.name, output);
-                    self.finish_call_with_image(Ok(text), page, image, on_event);
-                    if let Some(sources) = sources {
-                        on_event(sources);
-                    }
-                }
-                Some(Err(e)) => {
-                    self.breaker.record(&invocation.name, &target, true);
-                    let message = self.fenced_failure(&e.0);
-                    self.finish_call(Err(message), false, on_event);
-                }
+            }
+            Some(Err(e)) => {
+                self.breaker.record(&invocation.name, &target, true);
+                let message = self.fenced_failure(&e.0);
+                self.finish_call(Err(message), false, on_event);
             }
         }
         None

@@ -117,22 +117,19 @@ struct Submission<'a> {
     target: Option<&'a str>,
 }
 
-/// Assesses a validated call. `target` is the element an index argument points at, looked up
-/// in the latest snapshot (`None` when the index is not in it, or there is no snapshot);
-/// `page` is the page the action runs on.
+/// Assesses a validated call, read once as its tool's argument type when the model's turn was
+/// taken in. `target` is the element an index argument points at, looked up in the latest
+/// snapshot (`None` when the index is not in it, or there is no snapshot); `page` is the page the
+/// action runs on.
 pub fn assess(
     tool: &ToolDefinition,
-    arguments: &Map<String, Value>,
+    call: &ToolCall,
     target: Option<&ElementInfo>,
     page: Option<&PageInfo>,
 ) -> Assessment {
     let mut reasons = BTreeSet::new();
     let risk = tool.risk;
-    // Read as the tool's argument type; what does not fit it is never judged, so never run.
-    let Ok(call) = ToolCall::parse(&tool.name, arguments) else {
-        return Assessment::refused(risk, "The arguments do not fit this tool; call it again as its declaration says.");
-    };
-    let key = match &call {
+    let key = match call {
         ToolCall::PressKey(PressKeyArgs { key, .. }) => Some(*key),
         _ => None,
     };
@@ -168,7 +165,7 @@ pub fn assess(
         reasons.insert(RiskReason::RunsJavascript);
     }
     // Reading a page is judged like opening it: another site asks.
-    if let ToolCall::Navigate(NavigateArgs { url }) | ToolCall::ReadLink(ReadLinkArgs { url }) = &call {
+    if let ToolCall::Navigate(NavigateArgs { url }) | ToolCall::ReadLink(ReadLinkArgs { url }) = call {
         match web_url(url, page_url) {
             Some(url) => judge_destination(&mut reasons, &url),
             None => return Assessment::refused(risk, "Only http:// and https:// addresses can be opened."),
@@ -299,11 +296,11 @@ pub fn assess_page_tool(info: &crate::page_tools::PageToolInfo, page: Option<&Pa
 /// judges it; no element, or another site's frame, asks.
 pub fn assess_point(
     tool: &ToolDefinition,
-    arguments: &Map<String, Value>,
+    call: &ToolCall,
     located: &PointTarget,
     page: Option<&PageInfo>,
 ) -> Assessment {
-    let mut assessment = assess(tool, arguments, located.element.as_ref(), page);
+    let mut assessment = assess(tool, call, located.element.as_ref(), page);
     if assessment.refusal.is_some() {
         return assessment;
     }
@@ -502,8 +499,12 @@ mod tests {
         PageInfo { url: url.into(), title: String::new() }
     }
 
+    fn typed(name: &str, args: Value) -> ToolCall {
+        ToolCall::parse(name, args.as_object().unwrap()).expect("arguments of the tool")
+    }
+
     fn run(name: &str, args: Value, el: Option<&ElementInfo>, url: &str) -> Assessment {
-        assess(&tool(name), args.as_object().unwrap(), el, Some(&page(url)))
+        assess(&tool(name), &typed(name, args), el, Some(&page(url)))
     }
 
     fn click(el: &ElementInfo, url: &str) -> Assessment {
@@ -723,7 +724,7 @@ mod tests {
 
     #[test]
     fn javascript_always_asks() {
-        let a = assess(&tool("run_javascript"), json!({"code": "1"}).as_object().unwrap(), None, None);
+        let a = assess(&tool("run_javascript"), &typed("run_javascript", json!({"code": "1"})), None, None);
         assert_eq!(a.reasons, vec![RiskReason::RunsJavascript]);
         assert_eq!(a.risk, RiskLevel::Critical);
     }
@@ -745,7 +746,7 @@ mod tests {
         assert!(go("javascript:alert(1)", "https://www.example.com/").refusal.is_some());
         // Without a known page every navigation asks.
         assert!(
-            assess(&tool("navigate"), json!({"url": "https://a.test/"}).as_object().unwrap(), None, None)
+            assess(&tool("navigate"), &typed("navigate", json!({"url": "https://a.test/"})), None, None)
                 .needs_confirmation()
         );
     }
@@ -775,7 +776,7 @@ mod tests {
         assert!(!g.covers("click", &send, &here));
         assert!(!g.covers("type", &del, &here));
         // A script grant covers exactly that script.
-        let js = assess(&tool("run_javascript"), json!({"code": "1"}).as_object().unwrap(), None, None);
+        let js = assess(&tool("run_javascript"), &typed("run_javascript", json!({"code": "1"})), None, None);
         let one = grants::GrantScope { site: "a.test".into(), script: Some("document.title".into()) };
         let other = grants::GrantScope { site: "a.test".into(), script: Some("fetch('//evil.test')".into()) };
         g.grant("run_javascript", &js, &one);
