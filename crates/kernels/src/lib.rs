@@ -5,7 +5,7 @@
 //!
 //! - [`affine`]: 4- and 8-bit matrices kept packed on the device ([`AffineMatrix`]) and the fused
 //!   dequantize-multiply kernel (pre-norm, GELU gate and softcap variants, row gather);
-//!   `affine_gemm`: the same product for prompts, as a tiled GEMM.
+//!   `affine/gemm.rs`: the same product for prompts, as a tiled GEMM.
 //! - [`fused`]: element-wise chains as single kernels: RMSNorm, residual add + norm, the attention
 //!   softmax, the GELU gate, keys/values/queries normed and rotated into the cache; and
 //!   [`fused::reference`], the same maths as tensor operations.
@@ -27,7 +27,6 @@
 //!   codes' chunks); `scales`: how a packed matrix's scales lie in its words, and their readers.
 
 pub mod affine;
-mod affine_gemm;
 pub mod attention;
 pub mod block_table;
 pub mod chunk_table;

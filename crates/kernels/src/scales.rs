@@ -1,7 +1,7 @@
 //! How a packed matrix's scales and biases lie in its scale words on the device
 //! ([`ScaleLayout`], chosen on the host), and how the kernels read a group's scale and bias from
 //! them (the `#[cube]` readers, keyed by the layout's kind). Shared by the GEMV-style product
-//! ([`crate::affine`]), the prompt GEMM ([`crate::affine_gemm`]) and the row lookups.
+//! ([`crate::affine`]), the prompt GEMM ([`crate::affine`]'s `gemm.rs`) and the row lookups.
 
 use cubecl::prelude::*;
 

@@ -13,7 +13,7 @@ pub enum ProductKernel {
     Auto,
     /// Rows of the matrix per thread block, 8 tokens at a time (`affine::affine_matmul_kernel`).
     TokenTiles,
-    /// Tiles of 16 tokens × 256 or 512 rows ([`crate::affine_gemm`]).
+    /// Tiles of 16 tokens × 256 or 512 rows ([`crate::affine`]'s `gemm.rs`).
     Tiled,
 }
 
@@ -108,7 +108,7 @@ impl std::str::FromStr for GemmTile {
 }
 
 impl GemmTile {
-    /// What the kernel assumes of its tile (see `affine_gemm`): WebGPU's minimum limits (256
+    /// What the kernel assumes of its tile (see `affine/gemm.rs`): WebGPU's minimum limits (256
     /// threads, 16 KiB of shared memory), whole code words per slice in both widths, and every
     /// thread staging the same number of inputs.
     pub(crate) fn check(self) -> Result<(), TuningError> {

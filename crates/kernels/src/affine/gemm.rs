@@ -270,7 +270,7 @@ fn affine_gemm_kernel(
 }
 
 /// Launches the tiled kernel: `x` `[S, k]` times the packed `[rows, k]` → `[S, rows]`. The
-/// arguments are those of `AffineKernels::affine_matmul` (in `affine.rs`).
+/// arguments are those of `AffineKernels::affine_matmul` (`launch.rs`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch(
     codes: CubeTensor,
