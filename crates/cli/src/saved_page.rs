@@ -3,16 +3,23 @@
 //! tools then act on that model of the page: typing sets a field's value, choosing sets a
 //! dropdown's, clicking a checkbox ticks it. Nothing runs (no scripts, no navigation, no
 //! network), so the page's state after a task is exactly the agent's actions.
+//!
+//! A form the page marks as a WebMCP tool (`<form toolname tooldescription>`, the declarative
+//! form) is offered to the model as `page.<toolname>`, with the arguments schema a browser derives
+//! from its named controls; calling it fills those controls and submits the form (or, without
+//! `toolautosubmit`, leaves it for the user to submit), which on a saved page sends nothing. The
+//! imperative tools (`registerTool`) need the page's scripts: they are the browser's alone.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use base64::Engine as _;
 use hearth_agent::{
-    ElementInfo, FormInfo, PageInfo, Snapshot, ToolError, ToolExecutor, ToolImage, ToolInvocation, ToolOutput,
+    ElementInfo, FormInfo, PAGE_TOOL_PREFIX, PageInfo, PageToolForm, PageToolInfo, Snapshot, ToolError, ToolExecutor,
+    ToolImage, ToolInvocation, ToolOutput,
 };
 use html5gum::{DefaultEmitter, Token, Tokenizer};
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 
 /// Elements without end tags: they never hold text or other elements.
 const VOID: &[&str] =
@@ -42,6 +49,21 @@ const KEPT_ATTRIBUTES: &[&str] = &[
     "target",
 ];
 
+/// Controls that are never a form tool's arguments: what they hold is not the user's to give (a
+/// hidden value, a file), they only submit, or (a password) the tool would fill a secret without
+/// the card a password field asks with.
+const NOT_ARGUMENTS: &[&str] = &["hidden", "submit", "button", "reset", "image", "file", "password"];
+
+/// A form the page declared as a WebMCP tool.
+#[derive(Debug, Clone)]
+struct FormTool {
+    info: PageToolInfo,
+    /// Its controls that take an argument (positions in `elements`), by their `name`.
+    fields: Vec<(String, usize)>,
+    /// `toolautosubmit`: the browser submits the filled form itself.
+    submits: bool,
+}
+
 /// An `<option>` of a dropdown.
 #[derive(Debug, Clone)]
 struct Choice {
@@ -60,6 +82,8 @@ pub struct SavedPage {
     pub actions: Vec<String>,
     /// The page's picture (`hearth agent --screenshot`), what `screenshot` shows the model.
     picture: Option<ToolImage>,
+    /// The forms the page offers as tools (declarative WebMCP).
+    tools: Vec<FormTool>,
 }
 
 impl SavedPage {
@@ -141,7 +165,14 @@ impl SavedPage {
     fn act(&mut self, call: &ToolInvocation) -> Result<ToolOutput, ToolError> {
         let text_argument = |name: &str| call.arguments.get(name).and_then(Value::as_str).unwrap_or("").to_owned();
         match call.name.as_str() {
-            "snapshot" => Ok(ToolOutput::snapshot(self.snapshot())),
+            // The page's tools come with its snapshot, as the content script reports them.
+            "snapshot" => Ok(ToolOutput {
+                page_tools: Some(self.tools.iter().map(|t| t.info.clone()).collect()),
+                ..ToolOutput::snapshot(self.snapshot())
+            }),
+            name if name.starts_with(PAGE_TOOL_PREFIX) => {
+                self.run_form_tool(&name[PAGE_TOOL_PREFIX.len()..], &call.arguments)
+            }
             "read_page" => Ok(ToolOutput::page_text(
                 self.info.clone(),
                 format!("Title: {}\nURL: {}\n\n{}", self.info.title, self.info.url, self.text),
@@ -214,6 +245,61 @@ impl SavedPage {
     }
 }
 
+impl SavedPage {
+    /// A declarative tool's call: its form's controls filled by name, then the form submitted
+    /// (nothing is sent from a saved page) or, without `toolautosubmit`, left for the user.
+    fn run_form_tool(&mut self, name: &str, arguments: &Map<String, Value>) -> Result<ToolOutput, ToolError> {
+        let tool = self
+            .tools
+            .iter()
+            .find(|t| t.info.name == name)
+            .cloned()
+            .ok_or_else(|| ToolError(format!("The page offers no tool `{name}`.")))?;
+        let mut filled = Vec::new();
+        for (key, value) in arguments {
+            let controls: Vec<usize> = tool.fields.iter().filter(|(n, _)| n == key).map(|&(_, at)| at).collect();
+            let Some(&first) = controls.first() else {
+                return Err(ToolError(format!("The form `{name}` has no field `{key}`.")));
+            };
+            let text = match value {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            match self.elements[first].attr("type") {
+                Some("checkbox") => {
+                    let ticked = value.as_bool().unwrap_or(!text.is_empty() && text != "false");
+                    self.set_attribute(first, "checked", ticked.then(String::new));
+                }
+                // One of a radio group: the one whose value it is.
+                Some("radio") => {
+                    for &at in &controls {
+                        let chosen = self.elements[at].attr("value") == Some(text.as_str());
+                        self.set_attribute(at, "checked", chosen.then(String::new));
+                    }
+                }
+                _ if self.elements[first].tag == "select" => {
+                    let Some(choice) = self.choices[first].iter().find(|c| c.value == text || c.text == text).cloned()
+                    else {
+                        return Err(ToolError(format!("`{key}` has no option {text:?}.")));
+                    };
+                    self.set_attribute(first, "value", Some(choice.value));
+                }
+                _ => self.set_attribute(first, "value", Some(text.clone())),
+            }
+            filled.push(format!("{key}={text:?}"));
+        }
+        let form = tool.info.form.as_ref();
+        let (method, action) = form.map_or(("get", ""), |f| (f.method.as_str(), f.action.as_str()));
+        let what = if tool.submits {
+            format!("submitted the form `{name}` ({} {action}) with {}", method.to_uppercase(), filled.join(", "))
+        } else {
+            format!("filled the form `{name}` with {} (the page leaves submitting it to the user)", filled.join(", "))
+        };
+        self.actions.push(what.clone());
+        Ok(ToolOutput::text(format!("The page {what}. (A saved page: nothing was sent and no page opened.)")))
+    }
+}
+
 impl ToolExecutor for SavedPage {
     async fn execute(&mut self, call: &ToolInvocation) -> Result<ToolOutput, ToolError> {
         self.act(call)
@@ -243,6 +329,12 @@ struct Reader {
     /// The form elements are in, by its place in `forms`.
     forms: Vec<(Option<String>, FormInfo)>,
     current_form: Option<usize>,
+    /// Per form (same order): its WebMCP tool declaration (`toolname`, `tooldescription`,
+    /// `toolautosubmit`), if it has one.
+    form_tools: Vec<Option<(String, String, bool)>>,
+    /// Per element (same order): its form's place in `forms`, and what a form tool's argument
+    /// needs of it (`required`, `toolparamdescription`).
+    element_forms: Vec<(Option<usize>, bool, Option<String>)>,
     /// `<label for=id>` texts, to name the fields they label.
     labels: BTreeMap<String, String>,
     label: Option<(String, String)>,
@@ -288,6 +380,11 @@ impl Reader {
                     target: attr("target"),
                 };
                 self.forms.push((attr("id"), form));
+                self.form_tools.push(
+                    attr("toolname")
+                        .filter(|n| is_tool_name(n))
+                        .map(|n| (n, attr("tooldescription").unwrap_or_default(), attr("toolautosubmit").is_some())),
+                );
                 self.current_form = Some(self.forms.len() - 1);
             }
             "title" => self.in_title = true,
@@ -321,10 +418,12 @@ impl Reader {
             if name == "select" {
                 kept.retain(|(k, _)| k != "value");
             }
-            let form = match attr("form") {
-                Some(id) => self.forms.iter().find(|(f, _)| f.as_deref() == Some(id.as_str())).map(|(_, f)| f.clone()),
-                None => self.current_form.map(|i| self.forms[i].1.clone()),
+            let form_at = match attr("form") {
+                Some(id) => self.forms.iter().position(|(f, _)| f.as_deref() == Some(id.as_str())),
+                None => self.current_form,
             };
+            let form = form_at.map(|i| self.forms[i].1.clone());
+            self.element_forms.push((form_at, attr("required").is_some(), attr("toolparamdescription")));
             let text = attr("aria-label").unwrap_or_default();
             self.elements.push(ElementInfo {
                 index: self.elements.len() as u32 + 1,
@@ -404,6 +503,7 @@ impl Reader {
             }
         }
         let text: Vec<String> = self.text.lines().map(squeeze).filter(|l| !l.is_empty()).collect();
+        let tools = self.form_tools(url);
         SavedPage {
             info: PageInfo { url: url.to_owned(), title: squeeze(self.title.as_deref().unwrap_or("")) },
             elements: self.elements,
@@ -411,8 +511,80 @@ impl Reader {
             text: text.join("\n"),
             actions: Vec::new(),
             picture: None,
+            tools,
         }
     }
+
+    /// The forms declared as tools, each with the schema of its named controls: a string, a
+    /// number (`number`, `range`), a boolean (a checkbox), or one of the values of a dropdown or
+    /// a radio group; `required` controls are required; the description is the control's
+    /// `toolparamdescription`, else its label.
+    fn form_tools(&self, url: &str) -> Vec<FormTool> {
+        let mut tools = Vec::new();
+        for (at, declared) in self.form_tools.iter().enumerate() {
+            let Some((name, description, submits)) = declared else { continue };
+            let form = &self.forms[at].1;
+            let mut properties = Map::new();
+            let mut required = Vec::new();
+            let mut fields = Vec::new();
+            for (i, element) in self.elements.iter().enumerate() {
+                let (form_at, is_required, param_description) = &self.element_forms[i];
+                let kind = element.attr("type").unwrap_or("text");
+                let Some(field) = element.attr("name").filter(|_| *form_at == Some(at)) else { continue };
+                if !matches!(element.tag.as_str(), "input" | "select" | "textarea") || NOT_ARGUMENTS.contains(&kind) {
+                    continue;
+                }
+                fields.push((field.to_owned(), i));
+                if *is_required && !required.contains(&field.to_owned()) {
+                    required.push(field.to_owned());
+                }
+                let mut schema = match (element.tag.as_str(), kind) {
+                    ("select", _) => {
+                        json!({"type": "string", "enum": self.choices[i].iter().map(|c| c.value.clone()).collect::<Vec<_>>()})
+                    }
+                    (_, "number" | "range") => json!({"type": "number"}),
+                    (_, "checkbox") => json!({"type": "boolean"}),
+                    (_, "radio") => {
+                        let mut values: Vec<Value> = properties
+                            .get(field)
+                            .and_then(|p| p.get("enum"))
+                            .and_then(Value::as_array)
+                            .cloned()
+                            .unwrap_or_default();
+                        values.push(Value::from(element.attr("value").unwrap_or("on")));
+                        json!({"type": "string", "enum": values})
+                    }
+                    _ => json!({"type": "string"}),
+                };
+                let said = param_description.clone().unwrap_or_else(|| element.text.clone());
+                if !said.is_empty() {
+                    schema["description"] = Value::from(said);
+                }
+                properties.insert(field.to_owned(), schema);
+            }
+            let action = hearth_agent::policy::site::web_url(&form.action, Some(url))
+                .map_or_else(|| form.action.clone(), |u| u.to_string());
+            let info = PageToolInfo {
+                name: name.clone(),
+                description: description.clone(),
+                input_schema: Some(json!({"type": "object", "properties": properties, "required": required})),
+                read_only: false,
+                form: Some(PageToolForm {
+                    method: form.method.clone(),
+                    action,
+                    new_window: form.target.as_deref().is_some_and(|t| !matches!(t, "" | "_self" | "_parent" | "_top")),
+                }),
+                ask: false,
+            };
+            tools.push(FormTool { info, fields, submits: *submits });
+        }
+        tools
+    }
+}
+
+/// A WebMCP tool name a page may declare: `[A-Za-z0-9_.-]{1,128}`.
+fn is_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
 /// Whitespace runs as one space, trimmed.
@@ -489,5 +661,98 @@ mod tests {
                 r#"[4] input "Gift wrap": checked"#
             ]
         );
+    }
+
+    const SHOP: &str = r#"<!doctype html><html><head><title>Shop</title></head><body>
+        <form toolname="search_products" tooldescription="Search the shop's products." toolautosubmit action="search.html" method="get">
+          <label for="q">Query</label><input id="q" name="q" required toolparamdescription="What to look for">
+          <select name="sort"><option value="price">Cheapest first</option><option value="new">Newest first</option></select>
+          <input type="checkbox" name="in_stock" aria-label="In stock only">
+          <input type="radio" name="size" value="s"><input type="radio" name="size" value="l">
+          <input type="number" name="max_price">
+          <input type="hidden" name="csrf" value="x"><input type="password" name="pw">
+          <button>Search</button>
+        </form>
+        <form toolname="subscribe" action="https://news.example/join" method="post" target="_blank"><input name="email"></form>
+        <form toolname="bad name!" action="/x"><input name="a"></form>
+        <form action="/plain"><input name="b"></form>
+        </body></html>"#;
+
+    fn call(name: &str, arguments: Value) -> ToolInvocation {
+        ToolInvocation {
+            call_id: "c".into(),
+            name: name.into(),
+            arguments: arguments.as_object().cloned().unwrap_or_default(),
+            judged_url: None,
+            approved: Vec::new(),
+            cancel: hearth_agent::CancelToken::new(),
+        }
+    }
+
+    #[test]
+    fn a_form_declared_as_a_tool_is_offered_with_the_schema_of_its_named_controls() {
+        let mut page = SavedPage::parse(SHOP, "http://127.0.0.1/shop/");
+        let tools =
+            page.act(&call("snapshot", json!({}))).unwrap().page_tools.expect("the snapshot carries the page's tools");
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["search_products", "subscribe"], "an invalid name and a plain form are no tools");
+        let search = &tools[0];
+        assert_eq!(search.description, "Search the shop's products.");
+        assert!(!search.read_only);
+        let form = search.form.as_ref().expect("a declarative tool has its form");
+        assert_eq!(
+            (form.method.as_str(), form.action.as_str(), form.new_window),
+            ("get", "http://127.0.0.1/shop/search.html", false)
+        );
+        assert_eq!(
+            search.input_schema.as_ref().unwrap(),
+            &json!({
+                "type": "object",
+                "properties": {
+                    "q": {"type": "string", "description": "What to look for"},
+                    "sort": {"type": "string", "enum": ["price", "new"], "description": "sort"},
+                    "in_stock": {"type": "boolean", "description": "In stock only"},
+                    "size": {"type": "string", "enum": ["s", "l"], "description": "size"},
+                    "max_price": {"type": "number", "description": "max_price"},
+                },
+                "required": ["q"],
+            })
+        );
+        assert!(tools[1].form.as_ref().unwrap().new_window, "target=_blank opens elsewhere");
+    }
+
+    #[test]
+    fn calling_a_form_tool_fills_its_controls_and_submits_nothing_from_a_saved_page() {
+        let mut page = SavedPage::parse(SHOP, "http://127.0.0.1/shop/");
+        let out = page
+            .act(&call(
+                "page.search_products",
+                json!({"q": "lamp", "sort": "new", "in_stock": true, "size": "l", "max_price": 30}),
+            ))
+            .unwrap();
+        assert!(
+            out.text.contains("submitted the form `search_products` (GET http://127.0.0.1/shop/search.html)"),
+            "{}",
+            out.text
+        );
+        let state = page.state();
+        for line in [
+            r#"input "Query": "lamp""#,
+            r#"select "sort": "new""#,
+            r#"input "In stock only": checked"#,
+            r#"input "max_price": "30""#,
+        ] {
+            assert!(state.iter().any(|l| l.ends_with(line)), "{line:?} missing from {state:?}");
+        }
+        let radios: Vec<&String> = state.iter().filter(|l| l.contains(r#""size""#)).collect();
+        assert!(radios[0].ends_with("not checked") && radios[1].ends_with(": checked"), "{radios:?}");
+        assert!(
+            page.act(&call("page.search_products", json!({"csrf": "y"}))).is_err(),
+            "a hidden control is no argument"
+        );
+        assert!(page.act(&call("page.search_products", json!({"sort": "oldest"}))).is_err());
+        assert!(page.act(&call("page.checkout", json!({}))).is_err());
+        let filled = page.act(&call("page.subscribe", json!({"email": "ada@example.com"}))).unwrap();
+        assert!(filled.text.contains("leaves submitting it to the user"), "{}", filled.text);
     }
 }

@@ -47,6 +47,33 @@ fn a_scripted_task_fills_the_saved_form_and_the_policy_holds_the_order() {
 }
 
 #[test]
+fn a_form_the_page_declares_as_a_tool_is_called_by_name_and_asks_first() {
+    let run = |extra: &[&str]| {
+        let (page, script, model) = (fixture("shop.html"), fixture("shop-script.json"), tiny_model());
+        let mut args =
+            vec!["agent", "--model", &model, "--page", &page, "--url", "http://127.0.0.1/shop/", "--script", &script];
+        args.extend(extra);
+        args.push("Find me a desk lamp.");
+        let out = Command::new(env!("CARGO_BIN_EXE_hearth")).args(&args).output().expect("hearth runs");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        stdout
+    };
+    // Not marked read-only: the policy asks, and a denial leaves the form as it was.
+    let denied = run(&[]);
+    assert!(denied.contains("denied (pass --approve to allow)"), "{denied}");
+    assert!(denied.contains(r#"[1] input "Query": """#) && denied.contains("actions: none"), "{denied}");
+    let approved = run(&["--approve"]);
+    assert!(approved.contains(r#"[1] input "Query": "desk lamp""#), "{approved}");
+    assert!(
+        approved.contains(
+            r#"submitted the form `search_products` (GET http://127.0.0.1/shop/search.html) with q="desk lamp""#
+        ),
+        "{approved}"
+    );
+}
+
+#[test]
 fn the_real_engine_runs_the_task_to_a_state_the_user_can_read() {
     // Random weights write anything; the loop must end cleanly and report the page.
     let out = agent(&["--cpu", "--max-iterations", "2", "--max-new-tokens", "16"]);
