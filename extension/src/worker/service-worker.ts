@@ -98,6 +98,8 @@ chrome.action.onClicked.addListener((tab) => {
 
 /** Each chat page's port and the tab it shows (null before its first `watch_tab`). */
 const panels = new Map<chrome.runtime.Port, number | null>();
+/** Each chat page's latest `watchTab`: an earlier one still waiting (on a tab that was loading) says nothing. */
+const watches = new Map<chrome.runtime.Port, number>();
 /** The ports of overlay frames, with the one tab each may show. */
 const overlayFrames = new Map<chrome.runtime.Port, number>();
 
@@ -117,6 +119,7 @@ chrome.runtime.onConnect.addListener((port) => {
   port.onDisconnect.addListener(() => {
     const tabId = panels.get(port);
     panels.delete(port);
+    watches.delete(port);
     // (An overlay's frame going away releases nothing: the overlay is the tab's own view.)
     if (overlayFrames.delete(port)) return;
     if (tabId !== null && tabId !== undefined) release(tabId);
@@ -153,6 +156,10 @@ async function fromPanel(port: chrome.runtime.Port, msg: PanelToWorker): Promise
  * a panel shows it. An overlay's frame is in the tab: Hearth runs there.
  */
 async function watchTab(port: chrome.runtime.Port, tabId: number): Promise<void> {
+  const watch = (watches.get(port) ?? 0) + 1;
+  watches.set(port, watch);
+  // The panel moved on meanwhile, or a later watch of the same tab has the newer answer.
+  const current = () => panels.get(port) === tabId && watches.get(port) === watch;
   const tab = await chrome.tabs.get(tabId).catch(() => null);
   const site = siteOf(tab?.url) ?? null;
   let state: "ready" | "disabled" | "unsupported" | "no_script" | "gone";
@@ -161,13 +168,12 @@ async function watchTab(port: chrome.runtime.Port, tabId: number): Promise<void>
   else if (isSiteDisabled(await loadSettings(), tab.url)) state = "disabled";
   else if (overlayFrames.has(port)) state = "ready";
   else state = (await sendToTab(tabId, { kind: "panel_attached", attached: true }).then((r) => r === true, () => false)) ? "ready" : "no_script";
-  // The panel moved on meanwhile.
-  if (panels.get(port) !== tabId) return;
+  if (!current()) return;
   toPanel(port, { kind: "tab_state", tab_id: tabId, state, site });
   if (state !== "ready") return;
   toPanel(port, { kind: "engine_status", status: engineStatus() });
   const chat = await conversations.snapshot(tabId);
-  if (panels.get(port) === tabId) toPanel(port, { kind: "chat", tab_id: tabId, chat });
+  if (current()) toPanel(port, { kind: "chat", tab_id: tabId, chat });
   // The chat is shown: the engine starts.
   wakeEngine();
 }
@@ -184,6 +190,7 @@ function toPanel(port: chrome.runtime.Port, msg: WorkerToPanel): void {
   } catch {
     panels.delete(port);
     overlayFrames.delete(port);
+    watches.delete(port);
   }
 }
 
@@ -218,6 +225,9 @@ function fromTab(msg: TabToWorker, tabId: number, tab: chrome.tabs.Tab | undefin
     case "watch_chat":
       // Whole, on the channel its changes come by (so none of them can overtake it).
       void conversations.snapshot(tabId).then((chat) => toTab(tabId, { kind: "chat", chat }));
+      // A new page's content script (a reload, a busy machine) may start after a side panel
+      // showing its tab asked for it and found none: the panel asks again now.
+      for (const [port, shown] of panels) if (shown === tabId && !overlayFrames.has(port)) void watchTab(port, tabId);
       break;
     case "chat_input":
       // The page's side only says whether the overlay is open. What the person asks, answers or
