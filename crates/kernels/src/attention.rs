@@ -19,6 +19,12 @@
 //! A sliding layer reads only the ring slots holding its window: the chunk table names the first
 //! slot and the count, the slots wrap at the cache's capacity. Prefill (many queries) keeps the
 //! matmul path, where batching pays.
+//!
+//! A layer with its own cache whose q, k and v come out of one launch also has the split pass
+//! write the token's key and value into the cache ([`decode_attention_writing`]): one launch a
+//! layer fewer than the cache write ([`crate::fused::write_keys_values`]) and then the attention.
+//! The workgroups whose keys hold the new one make it themselves (norm and RoPE, as the query's),
+//! since nothing orders them after the one that writes it.
 
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Backend, Dispatch, backend_extension};
@@ -103,20 +109,30 @@ impl DecodeSplit {
 /// `[H, splits, d + 2]`: the split's accumulator `Σ_t e^(s_t − m)·v_t`, then `m`, then
 /// `Σ_t e^(s_t − m)`. Seven storage buffers: WebGPU guarantees eight per stage and cubecl keeps
 /// one.
+///
+/// `writes_new`: the new token's raw key and value lie in `q` too (head h at `k_offset + h·d`,
+/// `v_offset + h·d`: a joint q/k/v output) and `norms` is `[q_norm ‖ k_norm]`; the kernel writes
+/// key `n − 1` (`RoPE(RMSNorm(k) · k_norm)`) and its value (`RMSNorm(v)` when `v_norm`, else as
+/// it is) into slot `(first + n − 1) % capacity`, which saves the cache write's launch. Every
+/// workgroup whose keys hold key `n − 1` makes it itself (workgroups run in no set order, so none
+/// may read it from the cache); pass 0's also writes it. No workgroup reads the slot's old
+/// contents: a ring holds a window and a chunk, so the overwritten key is outside the window.
 #[cube(launch)]
 // `div_ceil` is not a cube function.
 #[allow(clippy::too_many_arguments, clippy::manual_div_ceil)]
 fn decode_attention_split_kernel(
     q: &[f32],
-    q_norm: &[f32],
+    norms: &[f32],
     table: &[f32],
-    keys: &[f32],
-    values: &[f32],
+    keys: &mut [f32],
+    values: &mut [f32],
     mask: &[f32],
     partials: &mut [f32],
     group: u32,
     d: u32,
     q_offset: u32,
+    k_offset: u32,
+    v_offset: u32,
     kv_stride: u32,
     capacity: u32,
     passes: u32,
@@ -127,6 +143,8 @@ fn decode_attention_split_kernel(
     #[comptime] softcap: bool,
     #[comptime] heads_per_pass: u32,
     #[comptime] dims_per_thread: u32,
+    #[comptime] writes_new: bool,
+    #[comptime] v_norm: bool,
 ) {
     let thread = UNIT_POS_X;
     let kv_head = CUBE_POS_X / passes;
@@ -163,8 +181,8 @@ fn decode_attention_split_kernel(
             let mut value = f32::new(0.0);
             if live {
                 let partner = (i + half) % d;
-                let normed = q[(q_base + i) as usize] * inv_rms * q_norm[i as usize];
-                let mut rotated = q[(q_base + partner) as usize] * inv_rms * q_norm[partner as usize];
+                let normed = q[(q_base + i) as usize] * inv_rms * norms[i as usize];
+                let mut rotated = q[(q_base + partner) as usize] * inv_rms * norms[partner as usize];
                 if i < half {
                     rotated = -rotated;
                 }
@@ -175,6 +193,57 @@ fn decode_attention_split_kernel(
         }
         // Every thread has read the reduction's result before the next head's reduction.
         sync_cube();
+    }
+
+    // The new token's key (key `n − 1`), normed and rotated, and its value's inverse RMS: made
+    // here by every workgroup whose keys hold it (other workgroups of this launch may not have
+    // written it yet, so none reads it from the cache), and written to its slot by pass 0's.
+    let mut new_key = Shared::<[f32]>::new_slice(MAX_HEAD_DIM as usize);
+    let mut inv_v = f32::new(1.0);
+    let fresh = n - 1;
+    let k_base = k_offset + kv_head * d;
+    let v_base = v_offset + kv_head * d;
+    if writes_new {
+        // The same for every thread of the workgroup.
+        if begin < end && end == n {
+            let mut square = f32::new(0.0);
+            let mut i = thread;
+            while i < d {
+                let v = q[(k_base + i) as usize];
+                square += v * v;
+                i += THREADS;
+            }
+            let inv_k = 1.0 / f32::sqrt(block_reduce(square, false, THREADS, LEVELS) / f32::cast_from(d) + eps);
+            if v_norm {
+                let mut square = f32::new(0.0);
+                let mut i = thread;
+                while i < d {
+                    let v = q[(v_base + i) as usize];
+                    square += v * v;
+                    i += THREADS;
+                }
+                inv_v = 1.0 / f32::sqrt(block_reduce(square, false, THREADS, LEVELS) / f32::cast_from(d) + eps);
+            }
+            let slot_base = kv_base + ((first_slot + fresh) % capacity) * d;
+            let mut i = thread;
+            while i < d {
+                // The key's position is the query's: the same rotation.
+                let partner = (i + half) % d;
+                let normed = q[(k_base + i) as usize] * inv_k * norms[(d + i) as usize];
+                let mut rotated = q[(k_base + partner) as usize] * inv_k * norms[(d + partner) as usize];
+                if i < half {
+                    rotated = -rotated;
+                }
+                let key = normed * table[i as usize] + rotated * table[(d + i) as usize];
+                new_key[i as usize] = key;
+                if pass == 0 {
+                    keys[(slot_base + i) as usize] = key;
+                    values[(slot_base + i) as usize] = q[(v_base + i) as usize] * inv_v;
+                }
+                i += THREADS;
+            }
+            sync_cube();
+        }
     }
 
     // Scores of a tile (head-major), then each head's correction for the tile.
@@ -200,11 +269,22 @@ fn decode_attention_split_kernel(
         if thread < count {
             let slot = (first_slot + tile + thread) % capacity;
             let row = kv_base + slot * d;
-            for i in 0..d {
-                let k = keys[(row + i) as usize];
-                #[unroll]
-                for h in 0..heads_per_pass {
-                    dots[h as usize] += query[(h * d + i) as usize] * k;
+            if writes_new {
+                let is_new = tile + thread == fresh;
+                for i in 0..d {
+                    let k = if is_new { new_key[i as usize] } else { keys[(row + i) as usize] };
+                    #[unroll]
+                    for h in 0..heads_per_pass {
+                        dots[h as usize] += query[(h * d + i) as usize] * k;
+                    }
+                }
+            } else {
+                for i in 0..d {
+                    let k = keys[(row + i) as usize];
+                    #[unroll]
+                    for h in 0..heads_per_pass {
+                        dots[h as usize] += query[(h * d + i) as usize] * k;
+                    }
                 }
             }
             #[unroll]
@@ -252,10 +332,23 @@ fn decode_attention_split_kernel(
             for j in 0..dims_per_thread {
                 let dim = thread + j * THREADS;
                 if dim < d {
-                    let v = values[(row + dim) as usize];
-                    #[unroll]
-                    for h in 0..heads_per_pass {
-                        acc[(h * dims_per_thread + j) as usize] += weights[(h * THREADS + t) as usize] * v;
+                    if writes_new {
+                        // The new value is not read from the cache: pass 0 may be writing it.
+                        let v = if tile + t == fresh {
+                            q[(v_base + dim) as usize] * inv_v
+                        } else {
+                            values[(row + dim) as usize]
+                        };
+                        #[unroll]
+                        for h in 0..heads_per_pass {
+                            acc[(h * dims_per_thread + j) as usize] += weights[(h * THREADS + t) as usize] * v;
+                        }
+                    } else {
+                        let v = values[(row + dim) as usize];
+                        #[unroll]
+                        for h in 0..heads_per_pass {
+                            acc[(h * dims_per_thread + j) as usize] += weights[(h * THREADS + t) as usize] * v;
+                        }
                     }
                 }
             }
@@ -342,6 +435,30 @@ pub trait AttentionKernels: Backend {
         scale: f32,
         cap: f32,
     ) -> FloatTensor<Self>;
+
+    /// The same, writing the new token's key and value into the cache first (in effect): its raw
+    /// key and value lie in `q` too, at columns `k_column` and `v_column` (`Hkv` heads each),
+    /// `norms` is `[q_norm ‖ k_norm]` `[2d]`, and the values are normed when `v_norm`. Returns
+    /// the output and the keys and values (written in their own buffers when nothing else holds
+    /// them). `keys` and `values` are whole caches `[Hkv, capacity, d]`.
+    #[allow(clippy::too_many_arguments)]
+    fn fused_decode_attention_writing(
+        q: FloatTensor<Self>,
+        heads: usize,
+        column: usize,
+        k_column: usize,
+        v_column: usize,
+        norms: FloatTensor<Self>,
+        table: FloatTensor<Self>,
+        eps: f32,
+        keys: FloatTensor<Self>,
+        values: FloatTensor<Self>,
+        v_norm: bool,
+        keys_read: usize,
+        mask: FloatTensor<Self>,
+        scale: f32,
+        cap: f32,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 }
 
 /// Keys or values as the kernel reads them: rows of `d` contiguous, heads `stride` apart. A view
@@ -359,6 +476,92 @@ fn head_strided(t: CubeTensor) -> (CubeTensor, usize) {
     }
 }
 
+/// Where the new token's key and value lie in the split's `q` binding, when the split writes
+/// them into the cache.
+struct NewKeyValue {
+    k_column: usize,
+    v_column: usize,
+    v_norm: bool,
+}
+
+/// The split and combine launches; with `new`, the split also writes the new key and value.
+#[allow(clippy::too_many_arguments)]
+fn launch_decode_attention(
+    q: CubeTensor,
+    heads: usize,
+    column: usize,
+    norms: CubeTensor,
+    table: CubeTensor,
+    eps: f32,
+    (keys, values): (CubeTensor, CubeTensor),
+    keys_read: usize,
+    mask: CubeTensor,
+    scale: f32,
+    cap: f32,
+    new: Option<NewKeyValue>,
+) -> (CubeTensor, CubeTensor, CubeTensor) {
+    let q = into_contiguous(q);
+    let d = keys.meta.shape()[2];
+    let (kv_heads, rows) = (keys.meta.shape()[0], keys.meta.shape()[1]);
+    let (mut keys, mut stride) = head_strided(keys);
+    let (mut values, value_stride) = head_strided(values);
+    if value_stride != stride {
+        // One stride for both.
+        (keys, values, stride) = (into_contiguous(keys), into_contiguous(values), rows * d);
+    }
+    let split = DecodeSplit::new(heads, kv_heads, d, rows);
+    let client = q.client.clone();
+    let partials = empty_output(&q, burn::tensor::Shape::new([heads, split.splits as usize, d + 2]));
+    let mask = into_contiguous(mask);
+    // Each pass reads the keys and values it sees once for all its heads.
+    let kv_read = (2 * kv_heads * keys_read.min(rows) * d * size_of::<f32>()) as u64 * u64::from(split.passes);
+    crate::launch::declare_reads(kv_read + bytes_of(&q) + bytes_of(&mask) + bytes_of(&table));
+    let (k_offset, v_offset, v_norm) = new.as_ref().map_or((0, 0, false), |n| (n.k_column, n.v_column, n.v_norm));
+    decode_attention_split_kernel::launch(
+        &client,
+        CubeCount::Static(split.kv_heads * split.passes, split.splits, 1),
+        CubeDim::new_1d(THREADS),
+        q.clone().into_buffer_arg(),
+        into_contiguous(norms).into_buffer_arg(),
+        into_contiguous(table).into_buffer_arg(),
+        keys.clone().into_buffer_arg(),
+        values.clone().into_buffer_arg(),
+        mask.into_buffer_arg(),
+        partials.clone().into_buffer_arg(),
+        (heads / kv_heads) as u32,
+        d as u32,
+        column as u32,
+        k_offset as u32,
+        v_offset as u32,
+        stride as u32,
+        rows as u32,
+        split.passes,
+        split.min_keys,
+        scale,
+        cap,
+        eps,
+        cap > 0.0,
+        split.heads_per_pass,
+        (d as u32).div_ceil(THREADS),
+        new.is_some(),
+        v_norm,
+    );
+    let out = empty_output(&q, burn::tensor::Shape::new([1, heads * d]));
+    // Every split's maximum and sum, the accumulators of the splits that saw keys.
+    let active = split.active_splits(keys_read.min(rows));
+    crate::launch::declare_reads((heads * (split.splits as usize * 2 + active * d) * size_of::<f32>()) as u64);
+    decode_attention_combine_kernel::launch(
+        &client,
+        CubeCount::Static(heads as u32, 1, 1),
+        CubeDim::new_1d(THREADS),
+        partials.into_buffer_arg(),
+        out.clone().into_buffer_arg(),
+        d as u32,
+        split.splits,
+    );
+    (out, keys, values)
+}
+
 impl AttentionKernels for CubeBackend {
     fn fused_decode_attention(
         q: CubeTensor,
@@ -374,61 +577,34 @@ impl AttentionKernels for CubeBackend {
         scale: f32,
         cap: f32,
     ) -> CubeTensor {
-        let q = into_contiguous(q);
-        let d = q_norm.meta.shape()[0];
-        let (kv_heads, rows) = (keys.meta.shape()[0], keys.meta.shape()[1]);
-        let (mut keys, mut stride) = head_strided(keys);
-        let (mut values, value_stride) = head_strided(values);
-        if value_stride != stride {
-            // One stride for both.
-            (keys, values, stride) = (into_contiguous(keys), into_contiguous(values), rows * d);
-        }
-        let split = DecodeSplit::new(heads, kv_heads, d, rows);
-        let client = q.client.clone();
-        let partials = empty_output(&q, burn::tensor::Shape::new([heads, split.splits as usize, d + 2]));
-        let mask = into_contiguous(mask);
-        // Each pass reads the keys and values it sees once for all its heads.
-        let kv_read = (2 * kv_heads * keys_read.min(rows) * d * size_of::<f32>()) as u64 * u64::from(split.passes);
-        crate::launch::declare_reads(kv_read + bytes_of(&q) + bytes_of(&mask) + bytes_of(&table));
-        decode_attention_split_kernel::launch(
-            &client,
-            CubeCount::Static(split.kv_heads * split.passes, split.splits, 1),
-            CubeDim::new_1d(THREADS),
-            q.clone().into_buffer_arg(),
-            into_contiguous(q_norm).into_buffer_arg(),
-            into_contiguous(table).into_buffer_arg(),
-            keys.into_buffer_arg(),
-            values.into_buffer_arg(),
-            mask.into_buffer_arg(),
-            partials.clone().into_buffer_arg(),
-            (heads / kv_heads) as u32,
-            d as u32,
-            column as u32,
-            stride as u32,
-            rows as u32,
-            split.passes,
-            split.min_keys,
-            scale,
-            cap,
-            eps,
-            cap > 0.0,
-            split.heads_per_pass,
-            (d as u32).div_ceil(THREADS),
-        );
-        let out = empty_output(&q, burn::tensor::Shape::new([1, heads * d]));
-        // Every split's maximum and sum, the accumulators of the splits that saw keys.
-        let active = split.active_splits(keys_read.min(rows));
-        crate::launch::declare_reads((heads * (split.splits as usize * 2 + active * d) * size_of::<f32>()) as u64);
-        decode_attention_combine_kernel::launch(
-            &client,
-            CubeCount::Static(heads as u32, 1, 1),
-            CubeDim::new_1d(THREADS),
-            partials.into_buffer_arg(),
-            out.clone().into_buffer_arg(),
-            d as u32,
-            split.splits,
-        );
-        out
+        let kv = (keys, values);
+        launch_decode_attention(q, heads, column, q_norm, table, eps, kv, keys_read, mask, scale, cap, None).0
+    }
+
+    fn fused_decode_attention_writing(
+        q: CubeTensor,
+        heads: usize,
+        column: usize,
+        k_column: usize,
+        v_column: usize,
+        norms: CubeTensor,
+        table: CubeTensor,
+        eps: f32,
+        keys: CubeTensor,
+        values: CubeTensor,
+        v_norm: bool,
+        keys_read: usize,
+        mask: CubeTensor,
+        scale: f32,
+        cap: f32,
+    ) -> (CubeTensor, CubeTensor, CubeTensor) {
+        // Written in place only where nothing else holds the cache (a checkpoint's ring does).
+        let writable = |cache: CubeTensor| {
+            if cache.can_mut() && cache.is_contiguous() { cache } else { into_contiguous(cache.copy()) }
+        };
+        let kv = (writable(keys), writable(values));
+        let new = Some(NewKeyValue { k_column, v_column, v_norm });
+        launch_decode_attention(q, heads, column, norms, table, eps, kv, keys_read, mask, scale, cap, new)
     }
 }
 
@@ -476,6 +652,53 @@ pub fn decode_attention(
         scale,
         softcap.unwrap_or(0.0),
     ))
+}
+
+/// Where a decoded token's raw key and value lie beside its query (a joint q/k/v output), for
+/// [`decode_attention_writing`].
+pub struct NewKeys {
+    /// The column of the key's first head, then the value's (`Hkv` heads of `d` each).
+    pub k_column: usize,
+    pub v_column: usize,
+    /// The values are RMS-normed without a weight (Gemma 4), else cached as they are.
+    pub v_normed: bool,
+}
+
+/// [`decode_attention`] for a token whose own key and value go into the cache, in one launch
+/// fewer: `write_keys_values` of the token (its slot: the table's last key, `(first + n − 1) %
+/// capacity`) and then the attention. `query.norm` is `[q_norm ‖ k_norm]` `[2d]`, `query.q.x`
+/// holds the key and value too (at `new`'s columns); `keys` and `values` are the whole caches
+/// `[Hkv, capacity, d]`, returned with the token written (in their own buffers when the caller
+/// passes their only references). Only where [`fused_decode_applies`].
+pub fn decode_attention_writing(
+    query: DecodeQuery,
+    new: NewKeys,
+    (keys, values): (Tensor<3>, Tensor<3>),
+    mask: Tensor<2>,
+    scale: f32,
+    softcap: Option<f32>,
+) -> (Tensor<2>, Tensor<3>, Tensor<3>) {
+    let (d, heads, column) = (query.q.head_dim, query.q.heads, query.q.column);
+    assert!(d <= MAX_HEAD_DIM as usize && d.is_multiple_of(2), "head dimension {d} (at most {MAX_HEAD_DIM}, even)");
+    assert_eq!(query.norm.dims()[0], 2 * d, "the query's and the key's norms, joined");
+    let (out, keys, values) = <Dispatch as AttentionKernels>::fused_decode_attention_writing(
+        query.q.x.into_dispatch(),
+        heads,
+        column,
+        new.k_column,
+        new.v_column,
+        query.norm.clone().into_dispatch(),
+        query.table.table.clone().into_dispatch(),
+        query.eps,
+        keys.into_dispatch(),
+        values.into_dispatch(),
+        new.v_normed,
+        query.table.keys(),
+        mask.into_dispatch(),
+        scale,
+        softcap.unwrap_or(0.0),
+    );
+    (Tensor::from_dispatch(out), Tensor::from_dispatch(keys), Tensor::from_dispatch(values))
 }
 
 #[cfg(test)]
@@ -624,6 +847,121 @@ mod tests {
                 ));
                 let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
                 assert!(diff < 1e-4, "H {heads}/{kv_heads} d {d} slots {first}+{n} of {capacity} {split:?}: {diff}");
+            }
+        }
+    }
+
+    /// The split launch that writes the token's key and value against the cache write and the
+    /// attention apart: on the CPU (the reference), and on the GPU as two launches. The same cache
+    /// (the one slot `(first + n − 1) % capacity` written, every other slot untouched) and the same
+    /// output, for sliding windows that wrap the ring, a global layer of two passes over an
+    /// unwrapped cache, several splits and tiles, GQA groups of 1 to 8, a first token (one key),
+    /// values normed and not; and a cache held elsewhere is copied, not written.
+    #[test]
+    fn decode_attention_writing_the_new_key_matches_the_write_then_the_attention() {
+        use crate::fused::write_keys_values;
+        let Some(gpu) = crate::launch::test_gpu() else { return };
+        let cpu = burn::tensor::Device::flex();
+        // (heads, kv heads, d, capacity, first slot, keys, values normed)
+        let cases = [
+            (8, 1, 256, 1040, 1000, 512, true),
+            (8, 2, 256, 1040, 700, 511, false),
+            (8, 1, 512, 4096, 0, 377, true),
+            (8, 1, 512, 600, 590, 40, true),
+            (4, 4, 64, 64, 63, 64, false),
+            (6, 2, 32, 4096, 17, 1, true),
+            (6, 2, 32, 4096, 4000, 2049, true),
+        ];
+        for (case, (heads, kv_heads, d, capacity, first, n, v_normed)) in cases.into_iter().enumerate() {
+            let slot = (first + n - 1) % capacity;
+            // The token's position: the slot the cache write puts it in is the attention's last key.
+            let position = 3 * capacity + slot;
+            let split = DecodeSplit::new(heads, kv_heads, d, capacity);
+            let width = (heads + 2 * kv_heads) * d;
+            let (k_column, v_column) = (heads * d, (heads + kv_heads) * d);
+            let joint_data = values(width, d + n);
+            let (q_norm_data, k_norm_data) = (values(d, 5), values(d, 6));
+            let inv_freq: Vec<f32> = (0..d / 2).map(|i| 1.0 / 10_000f32.powf(2.0 * i as f32 / d as f32)).collect();
+            let (key_data, value_data) = (values(kv_heads * capacity * d, 7), values(kv_heads * capacity * d, 9));
+            let mask_data: Vec<f32> = (0..capacity)
+                .map(|slot| if (slot + capacity - first) % capacity < n / 10 { -1e30 } else { 0.0 })
+                .collect();
+            let on = |device: &burn::tensor::Device| {
+                let joint = Tensor::<2>::from_data(TensorData::new(joint_data.clone(), [1, width]), device);
+                let norm = |data: &[f32]| Tensor::<1>::from_data(TensorData::new(data.to_vec(), [d]), device);
+                let cache = |data: &[f32]| {
+                    Tensor::<3>::from_data(TensorData::new(data.to_vec(), [kv_heads, capacity, d]), device)
+                };
+                let table = ChunkTable::new(&inv_freq, position, 1, crate::KeySlots { first, count: n }, device);
+                let mask = Tensor::<2>::from_data(TensorData::new(mask_data.clone(), [1, capacity]), device);
+                (joint, norm(&q_norm_data), norm(&k_norm_data), cache(&key_data), cache(&value_data), table, mask)
+            };
+            let columns =
+                |joint: &Tensor<2>, column, heads| HeadColumns { x: joint.clone(), column, heads, head_dim: d };
+            let label = format!("case {case}: H {heads}/{kv_heads} d {d} slots {first}+{n} of {capacity} {split:?}");
+            let read3 = |t: Tensor<3>| -> Vec<f32> {
+                pollster::block_on(t.into_data_async()).expect("readback").try_to_vec().expect("f32")
+            };
+
+            // The reference: the cache write on the CPU, then the matmul path over the keys in order.
+            let (joint, q_norm, k_norm, keys, vals, table, _) = on(&cpu);
+            let (k, v) = (columns(&joint, k_column, kv_heads), columns(&joint, v_column, kv_heads));
+            let (keys, vals) = write_keys_values(keys, vals, k, &k_norm, v, v_normed, &table, 1e-6);
+            let (want_keys, want_values) = (read3(keys), read3(vals));
+            let ordered = |data: &[f32]| -> Tensor<3> {
+                let rows: Vec<f32> = (0..kv_heads)
+                    .flat_map(|h| (0..n).map(move |j| (h, (first + j) % capacity)))
+                    .flat_map(|(h, slot)| data[(h * capacity + slot) * d..(h * capacity + slot + 1) * d].to_vec())
+                    .collect();
+                Tensor::<3>::from_data(TensorData::new(rows, [kv_heads, n, d]), &cpu)
+            };
+            let ordered_mask: Vec<f32> = (0..n).map(|j| mask_data[(first + j) % capacity]).collect();
+            let (cos, sin) = crate::fused::reference::split_cos_sin(&table.rotations());
+            let q = joint.clone().slice([0..1, 0..heads * d]).reshape([1, heads, d]);
+            let want = read(reference(
+                q,
+                (&q_norm, &cos, &sin),
+                ordered(&want_keys),
+                ordered(&want_values),
+                Tensor::<2>::from_data(TensorData::new(ordered_mask, [1, n]), &cpu),
+                Some(5.0),
+            ));
+            // Only the token's slot changed.
+            for (name, want, before) in [("keys", &want_keys, &key_data), ("values", &want_values, &value_data)] {
+                for h in 0..kv_heads {
+                    for s in (0..capacity).filter(|&s| s != slot) {
+                        let at = (h * capacity + s) * d;
+                        assert_eq!(want[at..at + d], before[at..at + d], "{label}: reference {name} slot {s}");
+                    }
+                }
+            }
+
+            // The GPU, two launches: the cache write, then the attention.
+            let (joint, q_norm, k_norm, keys, vals, table, mask) = on(&gpu);
+            let (k, v) = (columns(&joint, k_column, kv_heads), columns(&joint, v_column, kv_heads));
+            let (keys, vals) = write_keys_values(keys, vals, k, &k_norm, v, v_normed, &table, 1e-6);
+            let query = DecodeQuery { q: columns(&joint, 0, heads), norm: &q_norm, table: &table, eps: 1e-6 };
+            let apart = read(decode_attention(query, keys, vals, mask.clone(), 0.3, Some(5.0)));
+
+            // The GPU, one launch fewer; the second round with the caches held elsewhere too.
+            let joined = Tensor::cat(vec![q_norm.clone(), k_norm.clone()], 0);
+            for held in [false, true] {
+                let (_, _, _, keys, vals, _, _) = on(&gpu);
+                let holders = held.then(|| (keys.clone(), vals.clone()));
+                let query = DecodeQuery { q: columns(&joint, 0, heads), norm: &joined, table: &table, eps: 1e-6 };
+                let new = NewKeys { k_column, v_column, v_normed };
+                let (out, keys, vals) =
+                    decode_attention_writing(query, new, (keys, vals), mask.clone(), 0.3, Some(5.0));
+                let (out, keys, vals) = (read(out), read3(keys), read3(vals));
+                let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+                assert!(diff(&keys, &want_keys) < 1e-5, "{label} held {held}: keys {}", diff(&keys, &want_keys));
+                assert!(diff(&vals, &want_values) < 1e-5, "{label} held {held}: values {}", diff(&vals, &want_values));
+                assert!(diff(&out, &want) < 1e-4, "{label} held {held}: vs the reference {}", diff(&out, &want));
+                assert!(diff(&out, &apart) < 1e-5, "{label} held {held}: vs two launches {}", diff(&out, &apart));
+                if let Some((keys, vals)) = holders {
+                    assert_eq!(read3(keys), key_data, "{label}: a held cache is not written");
+                    assert_eq!(read3(vals), value_data, "{label}: a held cache is not written");
+                }
             }
         }
     }

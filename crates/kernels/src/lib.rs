@@ -43,7 +43,9 @@ mod scales;
 pub mod tuning;
 
 pub use affine::AffineMatrix;
-pub use attention::{DecodeQuery, DecodeSplit, decode_attention, fused_decode_applies};
+pub use attention::{
+    DecodeQuery, DecodeSplit, NewKeys, decode_attention, decode_attention_writing, fused_decode_applies,
+};
 pub use block_table::{BlockTable, gather_by_block};
 pub use chunk_table::{ChunkTable, KeySlots};
 pub use fused::{

@@ -152,6 +152,9 @@ pub struct KvCache {
     /// whenever a buffer it uses may change: a checkpoint (the next write copies the rings) or a
     /// restore (other rings).
     pub(crate) recorded: Option<crate::step_recording::RecordedStep>,
+    /// This step writes each layer's keys and values with the cache write's own launch, not in
+    /// the attention's (the run after a failed recording: `step_recording::CacheWrites::Apart`).
+    pub(crate) writes_apart: bool,
     /// Names the keys' and values' buffers as they are: a new value whenever one may have been
     /// replaced (a checkpoint, a restore, a write that copied a shared buffer), so that a
     /// recording reading them from outside the model (the drafter's) knows it must record again.
@@ -219,6 +222,13 @@ impl ChunkGeometry {
         self.whole_cache
     }
 
+    /// A one-token step whose attention reads each layer's whole cache (`[Hkv, capacity, d]`)
+    /// and its key count from the table: the fused decode attention, which may also write the
+    /// token's key and value ([`KvCache::attend_writing`]).
+    pub(crate) fn reads_whole_cache(&self) -> bool {
+        self.whole_cache
+    }
+
     pub(crate) fn table(&self, kind: LayerType, head_dim: usize) -> &ChunkTable {
         let table = self.tables[kind.index()].as_ref().expect("a chunk table for every layer type in the model");
         debug_assert_eq!(table.head_dim(), head_dim);
@@ -277,6 +287,7 @@ impl KvCache {
             open_mask,
             decode_inputs,
             recorded: None,
+            writes_apart: false,
             buffers: new_buffers_name(),
             placeholder: Tensor::empty([0, 0, 0], device),
         }
@@ -584,6 +595,29 @@ impl KvCache {
             }
             LayerType::Sliding => (kv.keys.clone(), kv.values.clone()),
         }
+    }
+
+    /// [`Self::write`] left to the attention of a one-token step that reads the whole cache
+    /// ([`ChunkGeometry::reads_whole_cache`]): `attend` gets layer `layer`'s whole keys and values
+    /// `[Hkv, capacity, d]`, writes the token's key and value at its slot while it reads them (the
+    /// decode attention's split launch), and returns its output with the keys and values, which
+    /// the cache keeps. Returns the output and the keys and values, as [`Self::write`] does.
+    pub(crate) fn attend_writing<R>(
+        &mut self,
+        layer: usize,
+        attend: impl FnOnce(Tensor<3>, Tensor<3>) -> (R, Tensor<3>, Tensor<3>),
+    ) -> (R, Tensor<3>, Tensor<3>) {
+        let kv = self.layers[layer].as_mut().expect("only layers with their own K/V write to the cache");
+        if !(kv.keys.can_mut() && kv.values.can_mut()) {
+            // Held elsewhere too (a checkpoint's ring): this write copies them into new buffers.
+            self.buffers = new_buffers_name();
+        }
+        // Handed over whole (no new tensor: a recorded step may allocate nothing), as in `write`.
+        let keys = std::mem::replace(&mut kv.keys, self.placeholder.clone());
+        let values = std::mem::replace(&mut kv.values, self.placeholder.clone());
+        let out;
+        (out, kv.keys, kv.values) = attend(keys, values);
+        (out, kv.keys.clone(), kv.values.clone())
     }
 
     pub(crate) fn commit(&mut self, geometry: &ChunkGeometry) {

@@ -6,8 +6,9 @@
 
 use burn::tensor::{DType, Device, Int, Tensor};
 use hearth_kernels::{
-    AffineMatrix, BlockTable, CacheInput, DecodeQuery, HeadColumns, Slots, add_rms_norm, attention_softmax,
-    decode_attention, fused_decode_applies, gelu_tanh_mul, has_fused_kernels, rms_norm, write_cache,
+    AffineMatrix, BlockTable, CacheInput, DecodeQuery, HeadColumns, NewKeys, Slots, add_rms_norm, attention_softmax,
+    decode_attention, decode_attention_writing, fused_decode_applies, gelu_tanh_mul, has_fused_kernels, rms_norm,
+    write_cache,
 };
 
 use crate::cache::{CacheOptions, ChunkGeometry, KvCache};
@@ -261,6 +262,9 @@ struct Attention {
     o_proj: Linear,
     /// RMSNorm weights over the head dimension, with the family's offset applied.
     q_norm: Tensor<1>,
+    /// `[q_norm ‖ k_norm]` where q, k and v come out of one launch (a joint projection): a decoded
+    /// token's attention split then also writes its key and value into the cache.
+    joined_qk_norm: Option<Tensor<1>>,
 }
 
 /// The query, key and value projections of a layer.
@@ -577,9 +581,11 @@ impl Gemma {
         if step_recording::applies(self, geometry.is_recordable()) {
             // The recording is the cache's; taken out while the step runs on the cache.
             let mut slot = cache.recorded.take();
-            let logits = step_recording::step(self, token, &mut slot, |x0, token_rows| {
+            let logits = step_recording::step(self, token, &mut slot, |x0, token_rows, writes| {
+                cache.writes_apart = writes == step_recording::CacheWrites::Apart;
                 self.layers_and_head(x0, token_rows, cache, geometry, false)
             });
+            cache.writes_apart = false;
             cache.recorded = slot;
             return Ok(logits);
         }
@@ -857,6 +863,24 @@ impl Attention {
             }
         };
 
+        let mask = geometry.mask(spec.kind);
+        let fused_decode = fused_decode_applies(chunk.device, s, d);
+        // One launch fewer: the attention's split writes the token's key and value, read from
+        // the joint q/k/v output beside the query.
+        if let (Some((k, v)), Some(norms), Projections::Joint(_)) = (&kv, &self.joined_qk_norm, &self.projections)
+            && fused_decode
+            && geometry.reads_whole_cache()
+            && !cache.writes_apart
+        {
+            let new = NewKeys { k_column: k.column, v_column: v.column, v_normed: c.v_norm };
+            let query = DecodeQuery { q, norm: norms, table, eps: c.rms_norm_eps };
+            let (out, keys, values) = cache.attend_writing(i, |keys, values| {
+                decode_attention_writing(query, new, (keys, values), mask, c.attention_scale, c.attention_logit_softcap)
+            });
+            produced[i] = Some((keys, values));
+            return self.o_proj.forward(out);
+        }
+
         let (keys, values) = match (kv, &self.k_norm, spec.kv_producer) {
             (Some((k, v)), Some(k_norm), _) => {
                 let (keys, values) = cache.write(i, geometry, (k, k_norm), (v, c.v_norm), c.rms_norm_eps);
@@ -869,8 +893,7 @@ impl Attention {
             _ => unreachable!("a layer without K/V weights always has a producer"),
         };
 
-        let mask = geometry.mask(spec.kind);
-        if fused_decode_applies(chunk.device, s, d) {
+        if fused_decode {
             let query = DecodeQuery { q, norm: &self.q_norm, table, eps: c.rms_norm_eps };
             let out = decode_attention(query, keys, values, mask, c.attention_scale, c.attention_logit_softcap);
             return self.o_proj.forward(out);

@@ -292,6 +292,18 @@ fn embed(model: &impl StepModel, token: StepToken) -> (Tensor<2>, Option<Tensor<
     }
 }
 
+/// How a run of the step's layers writes the token's keys and values into the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CacheWrites {
+    /// As the layers choose: a decoded token's attention split may write them while it reads
+    /// the cache (one launch fewer a layer).
+    Any,
+    /// Each layer's by a launch that only writes the cache: the run after a failed recording or
+    /// replay. The cache's buffers carry the failure until a launch writes them without reading
+    /// them (cubecl skips a launch that reads a failed buffer, and the split reads the cache).
+    Apart,
+}
+
 /// Whether a step that can be recorded (`recordable`: a one-token step reading its position
 /// from the cache's decode inputs) is recorded or replayed.
 pub(crate) fn applies(model: &impl StepModel, recordable: bool) -> bool {
@@ -305,7 +317,7 @@ pub(crate) fn step(
     model: &impl StepModel,
     token: StepToken,
     slot: &mut Option<RecordedStep>,
-    mut layers: impl FnMut(Tensor<2>, Option<Tensor<2>>) -> Tensor<2>,
+    mut layers: impl FnMut(Tensor<2>, Option<Tensor<2>>, CacheWrites) -> Tensor<2>,
 ) -> Tensor<2> {
     let device = model.device().as_dispatch();
     if let Some(recorded) = slot.as_mut() {
@@ -315,7 +327,7 @@ pub(crate) fn step(
         // recording serves again once the caller does).
         if !recorded.logits.can_mut() {
             let (x0, token_rows) = embed(model, token);
-            return layers(x0, token_rows);
+            return layers(x0, token_rows, CacheWrites::Any);
         }
         recorded.input.rewrite(model, token);
         // Safety: every buffer the recording touched is alive and unchanged: the weights (the
@@ -331,29 +343,30 @@ pub(crate) fn step(
                 model.recording().failed("replaying the decode step", err.to_string());
                 *slot = None;
                 let (x0, token_rows) = embed(model, token);
-                return layers(x0, token_rows);
+                return layers(x0, token_rows, CacheWrites::Apart);
             }
         }
     }
 
     let input = StepInput::new(model, token);
-    let mut run = || {
+    let mut run = |writes| {
         let (x0, token_rows) = input.embedded(model);
-        layers(x0, token_rows)
+        layers(x0, token_rows, writes)
     };
     // This token's logits come from the first run; every run writes the same keys and values at
     // the same slots (the first also copies rings a checkpoint shares into buffers of the cache's
     // own); the recorded one runs first at the next token's replay.
-    match record(model.device(), model.recording(), "recording the decode step", &mut run) {
+    match record(model.device(), model.recording(), "recording the decode step", &mut || run(CacheWrites::Any)) {
         Recorded::Not(logits) => logits,
         Recorded::Graph { first, graph, outputs } => {
             *slot = Some(RecordedStep { graph, input, logits: outputs });
             first
         }
         // The buffers the recorded launches write (the cache's rings among them) carry the
-        // failure: the launches run once more, one by one, and write them again.
+        // failure: the launches run once more, one by one, and write them again (the keys and
+        // values by launches that do not read them first).
         Recorded::Failed { first } => {
-            drop(run());
+            drop(run(CacheWrites::Apart));
             first
         }
     }

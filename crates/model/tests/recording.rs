@@ -20,16 +20,25 @@ use hearth_model::{CacheOptions, Gemma, Input, KvCache, Output, Session, SoftTok
 /// rounding at most.
 const TOLERANCE: f32 = 1e-5;
 
-fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join("gemma4-text")
+/// The f32 fixture most tests take; the 4-bit one (q, k and v packed into one matrix) also runs
+/// where a decoded token's attention writes its keys and values.
+const TEXT: &str = "gemma4-text";
+const PACKED: &str = "gemma4-mlx-4bit";
+
+fn fixture_dir_of(case: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(case)
 }
 
 fn prompt() -> Vec<u32> {
+    prompt_of(TEXT)
+}
+
+fn prompt_of(case: &str) -> Vec<u32> {
     #[derive(serde::Deserialize)]
     struct Expected {
         tokens: Vec<u32>,
     }
-    let text = std::fs::read_to_string(fixture_dir().join("expected.json")).expect("fixture present");
+    let text = std::fs::read_to_string(fixture_dir_of(case).join("expected.json")).expect("fixture present");
     serde_json::from_str::<Expected>(&text).expect("fixture parses").tokens
 }
 
@@ -48,7 +57,11 @@ fn gpu() -> Option<Device> {
 }
 
 fn model(device: &Device) -> Gemma {
-    let model = load_model(&fixture_dir(), device).expect("the fixture model loads");
+    model_of(device, TEXT)
+}
+
+fn model_of(device: &Device, case: &str) -> Gemma {
+    let model = load_model(&fixture_dir_of(case), device).expect("the fixture model loads");
     assert!(model.records_steps(), "a GPU model records its steps");
     model
 }
@@ -84,15 +97,24 @@ fn launched(model: &Gemma, tokens: &[u32], options: CacheOptions) -> Vec<Vec<f32
 }
 
 /// The prompt three times over: long enough for a paused recording to record again.
-fn long_prompt() -> Vec<u32> {
-    prompt().repeat(3)
+fn long_prompt(case: &str) -> Vec<u32> {
+    prompt_of(case).repeat(3)
 }
 
+/// Also on the packed fixture, whose attention split writes the keys and values: the run after
+/// the failure writes them apart (the split reads the cache, and a launch reading a buffer that
+/// carries a failure is skipped).
 #[test]
 fn a_failed_one_token_step_gives_the_launched_logits_and_records_again_later() {
     let Some(device) = gpu() else { return };
-    let model = model(&device);
-    let tokens = long_prompt();
+    for case in [TEXT, PACKED] {
+        a_failed_one_token_step_records_again_later(&device, case);
+    }
+}
+
+fn a_failed_one_token_step_records_again_later(device: &Device, case: &str) {
+    let model = model_of(device, case);
+    let tokens = long_prompt(case);
     let options = CacheOptions { max_context: 128, max_chunk: 8 };
     let expected = launched(&model, &tokens, options);
 
@@ -107,7 +129,7 @@ fn a_failed_one_token_step_gives_the_launched_logits_and_records_again_later() {
         }
         recorded_again |= cache.holds_recorded_step();
     }
-    check("one token at a time, the first recording failed", &got, &expected);
+    check(&format!("{case}: one token at a time, the first recording failed"), &got, &expected);
     let status = model.recording_status();
     assert_eq!(status.failures, 1, "{status:?}");
     assert!(status.last_failure.is_some_and(|why| why.contains("capture")), "the device's reason is kept");

@@ -167,12 +167,14 @@ impl Loader<'_> {
             };
             (projections, Some(self.norm(&name("self_attn.k_norm"), d)?))
         };
-        let attention = Attention {
-            projections,
-            k_norm,
-            o_proj: self.linear(&name("self_attn.o_proj"), h, q_rows)?,
-            q_norm: self.norm(&name("self_attn.q_norm"), d)?,
+        let o_proj = self.linear(&name("self_attn.o_proj"), h, q_rows)?;
+        let q_norm = self.norm(&name("self_attn.q_norm"), d)?;
+        // A decoded token's attention split reads both norms from one binding.
+        let joined_qk_norm = match (&projections, &k_norm) {
+            (Projections::Joint(_), Some(k_norm)) => Some(Tensor::cat(vec![q_norm.clone(), k_norm.clone()], 0)),
+            _ => None,
         };
+        let attention = Attention { projections, k_norm, o_proj, q_norm, joined_qk_norm };
         let names = [name("mlp.gate_proj"), name("mlp.up_proj")];
         let gate_up = match self.joint(&names, &[inter, inter], h)? {
             Some(stacked) => GateUp::Stacked(stacked),
