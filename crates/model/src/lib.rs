@@ -1,22 +1,24 @@
-//! Burn compute for Hearth: the Gemma decoder and what it needs from the device.
+//! Burn compute for Hearth: the Gemma decoder and what it needs from the device. Three rooms,
+//! in the order a request's bytes go through them:
 //!
-//! - [`gpu`]: brings up Burn's wgpu runtime (the browser's WebGPU in wasm, Vulkan/Metal/DX12
-//!   natively) and describes the adapter.
-//! - [`self_test`]: a computation whose answer is known, run on the device at start-up so that a
-//!   broken driver is caught before the user waits for a model.
-//! - [`config`] → [`gemma`] → [`cache`]: the model, as the spec reads: configuration, layers,
-//!   forward pass, KV cache; [`step_recording`]: the one-token step recorded once and replayed per
-//!   token; [`error`]: the model's error.
-//! - [`drafter`]: Gemma 4's assistant, which drafts tokens from the main model's hidden state and
-//!   keys and values for speculative decoding.
-//! - [`decode`]: what every decode loop shares (options, the result, the token constraint a loop
-//!   is held to, choosing and reading tokens) and the plain loop's token after token with the
-//!   readback a step behind; [`generate`]: the entry, plain or drafting.
-//! - [`drafting`]: what a generation drafts with and what drafting did.
-//! - [`speculative`]: speculative decoding: drafts (the assistant's, or a lookup's) verified in
-//!   one chunk, the accepted prefix kept.
-//! - [`vision`] and [`audio`]: what an image and a sound become before the decoder takes them.
-//! - [`warnings`]: where the model's warnings go (the program names the sink).
+//! - [`network`]: the networks as the spec reads them, configuration → layers → forward:
+//!   [`config`] → [`gemma`] → [`cache`] (the KV cache); [`vision`] and [`audio`], what an image
+//!   and a sound become before the decoder takes them (their towers share `tower_weights`);
+//!   [`drafter`], Gemma 4's assistant, which drafts tokens from the main model's hidden state.
+//! - [`running`]: running them on a device: [`gpu`] brings up Burn's wgpu runtime (the browser's
+//!   WebGPU in wasm, Vulkan/Metal/DX12 natively) and describes the adapter; [`self_test`], a
+//!   computation whose answer is known, run at start-up so that a broken driver is caught before
+//!   the user waits for a model; [`session`], the model and a KV cache that lives across calls;
+//!   [`step_recording`], the one-token step recorded once and replayed per token; [`warnings`],
+//!   where the model's warnings go (the program names the sink).
+//! - [`decoding`]: tokens out: [`tokenizer`]; [`sampling`], the next token chosen on the device;
+//!   [`decode`], what every decode loop shares (options, the result, the token constraint a loop
+//!   is held to) and the plain loop with the readback a step behind; [`generate`], the entry,
+//!   plain or drafting; [`drafting`], what a generation drafts with and what drafting did;
+//!   [`speculative`], drafts verified in one chunk, the accepted prefix kept.
+//!
+//! [`error`] is the model's one error type; `model_dir` reads a model from disk (natively).
+//! Each room's modules are also the crate's own names (`hearth_model::cache`, …).
 //!
 //! The model knows no chat syntax: the tool-call grammar a generation is held to is the engine's
 //! (`hearth_engine::constrain`), behind [`decode::TokenConstraint`].
@@ -24,27 +26,17 @@
 //! The kernels (packed matrices, fused element-wise chains, decode attention, the per-layer
 //! table, the logit mask) are [`hearth_kernels`]'s.
 
-pub mod audio;
-pub mod cache;
-pub mod config;
-pub mod decode;
-pub mod drafter;
-pub mod drafting;
+pub mod decoding;
 pub mod error;
-pub mod gemma;
-pub mod generate;
-pub mod gpu;
 #[cfg(not(target_family = "wasm"))]
 pub mod model_dir;
-pub mod sampling;
-pub mod self_test;
-pub mod session;
-pub mod speculative;
-pub mod step_recording;
-pub mod tokenizer;
-mod tower_weights;
-pub mod vision;
-pub mod warnings;
+pub mod network;
+pub mod running;
+
+pub use decoding::{decode, drafting, generate, sampling, speculative, tokenizer};
+pub(crate) use network::tower_weights;
+pub use network::{audio, cache, config, drafter, gemma, vision};
+pub use running::{gpu, self_test, session, step_recording, warnings};
 
 pub use cache::{CONTEXT_SIZES, CacheOptions, DeviceMemory, KvCache};
 pub use config::TextConfig;
