@@ -214,6 +214,9 @@ fn decode_attention_split_kernel(
                 i += THREADS;
             }
             let inv_k = 1.0 / f32::sqrt(block_reduce(square, false, THREADS, LEVELS) / f32::cast_from(d) + eps);
+            // Every thread has read the reduction's result before another reduction may reuse its
+            // shared memory.
+            sync_cube();
             if v_norm {
                 let mut square = f32::new(0.0);
                 let mut i = thread;
