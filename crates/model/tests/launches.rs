@@ -2,7 +2,9 @@
 //! token) on the 4-bit MLX fixture: Gemma 4 with E2B's structure at a tiny size (6 layers, the
 //! last 2 KV-shared, sliding and global layers, per-layer inputs; q, k and v packed into one
 //! matrix, as every packed checkpoint loads). Each layer with its own cache writes the token's key
-//! and value in its attention's split launch: no cache-write launch is left in a decoded token.
+//! and value in its attention's split launch: no cache-write launch is left in a decoded token;
+//! and each layer's per-layer-input gate adds the MLP's output to the residual stream itself: no
+//! add + norm launch of its own before it.
 //!
 //! One test in its own binary: the launch observer is process-wide. On the GPU only (a real one,
 //! or lavapipe in CI): the CPU backend launches nothing.
@@ -16,7 +18,7 @@ use hearth_model::model_dir::load_model;
 use hearth_model::{CacheOptions, Input, KvCache, Output, gpu};
 
 /// Launches of a decoded token of the fixture, launched one by one (the bench's count).
-const LAUNCHES_PER_TOKEN: usize = 68;
+const LAUNCHES_PER_TOKEN: usize = 62;
 
 fn read(t: Tensor<2>) -> Vec<f32> {
     pollster::block_on(t.into_data_async()).expect("readable logits").try_into_vec().unwrap()
@@ -67,5 +69,6 @@ fn a_decoded_token_writes_its_keys_and_values_in_the_attention_launch() {
         |part: &str| kinds.iter().filter(|(kind, _)| kind.to_lowercase().contains(part)).map(|(_, n)| n).sum::<usize>();
     assert_eq!(launches("writekeysvalues") + launches("writecache"), 0, "no cache write of its own: {kinds:?}");
     assert_eq!(launches("decodeattentionsplit"), c.num_layers, "one split a layer: {kinds:?}");
+    assert_eq!(launches("residualgatedby"), c.num_layers, "the update inside each layer's input gate: {kinds:?}");
     assert_eq!(total, LAUNCHES_PER_TOKEN, "{kinds:?}");
 }

@@ -383,6 +383,95 @@ pub(super) fn affine_residual_matmul_kernel(
     }
 }
 
+/// One token's post-feed-forward update and Gemma 4's per-layer-input gate that reads it, in one
+/// dispatch: `x' = x + RMSNorm(delta)·w_post` (the MLP's output joining the residual stream, as
+/// `fused::add_rms_norm` computes it) and `gelu_tanh(x'·Wᵀ) · m` (the gate, never normed; `m`
+/// `[1, rows]` the layer's per-layer input). Both go to the one output binding: `x'` at `out[0..k]`
+/// (the first block writes it) and the product at `out[product_at..product_at + rows]`, so the
+/// kernel stays within WebGPU's 8 storage buffers (one is cubecl's); the host reads the two parts
+/// as two tensors at their offsets. Every block computes `x'` itself with the same sums in the same
+/// order as the one it writes. Grid and lanes as [`affine_residual_matmul_kernel`]'s.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn affine_residual_gated_by_kernel(
+    codes: &[u32],
+    scale_bias: &[u32],
+    x: &[f32],
+    delta: &[f32],
+    post_norm: &[f32],
+    multiplier: &[f32],
+    out: &mut [f32],
+    rows: u32,
+    k: u32,
+    product_at: u32,
+    eps: f32,
+    offset: f32,
+    #[comptime] scale_kind: u32,
+    #[comptime] group: u32,
+    #[comptime] bits: u32,
+    #[comptime] threads: u32,
+    #[comptime] block_levels: u32,
+    #[comptime] lanes: u32,
+    #[comptime] levels: u32,
+) {
+    let place = gemv_place(threads, lanes);
+    let (block, row, lane) = (place.block, place.row, place.lane);
+    let thread = UNIT_POS_X;
+    let per_chunk = comptime!(chunk_words_of(bits) * 32 / bits);
+    let chunks = k / per_chunk;
+
+    // RMSNorm(delta)'s factor, summed by the whole block as `add_rms_norm` sums it.
+    let inv_delta = inverse_rms(delta, 0u32, k, true, eps, threads, block_levels);
+
+    let mut acc = 0.0;
+    if row < rows {
+        let mut c = lane;
+        while c < chunks {
+            let (chunk, group_scale_value, bias) =
+                chunk_terms(codes, scale_bias, row, c, k, offset, scale_kind, group, bits);
+            let base = c * per_chunk;
+            let mut dot = 0.0;
+            let mut sum = 0.0;
+            #[unroll]
+            for j in 0..per_chunk {
+                let i = (base + j) as usize;
+                let updated = x[i] + delta[i] * inv_delta * post_norm[i];
+                dot += f32::cast_from(code_of(&chunk, 0u32, j, bits)) * updated;
+                sum += updated;
+            }
+            acc += group_scale_value * dot + bias * sum;
+            c += lanes;
+        }
+    }
+
+    let mut partial = Shared::<[f32]>::new_slice(threads as usize);
+    partial[thread as usize] = acc;
+    sync_cube();
+    #[unroll]
+    for level in 0..levels {
+        let stride = lanes >> (level + 1);
+        if lane < stride {
+            let at = thread as usize;
+            let sum = partial[at] + partial[at + stride as usize];
+            partial[at] = sum;
+        }
+        sync_cube();
+    }
+    if lane == 0 && row < rows {
+        let value = partial[thread as usize];
+        let tanh = bounded_tanh((value + 0.044_715 * value * value * value) * 0.797_884_6);
+        out[(product_at + row) as usize] = 0.5 * value * (1.0 + tanh) * multiplier[row as usize];
+    }
+    if block == 0 {
+        let mut i = thread;
+        while i < k {
+            let at = i as usize;
+            out[at] = x[at] + delta[at] * inv_delta * post_norm[at];
+            i += threads;
+        }
+    }
+}
+
 /// `out[i, :] = dequantized row ids[i] − first_row` for the ids this matrix holds (rows
 /// `first_row..first_row + rows` of a table split in blocks); the other rows of `out` are left as
 /// they are. One thread per chunk of codes: the embedding lookup of a packed block in one dispatch.

@@ -65,6 +65,24 @@ pub trait AffineKernels: Backend {
         rows_per_group: u32,
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
 
+    /// One token's `x' = x + RMSNorm(delta)·w_post` and `gelu_tanh(x'·Wᵀ) · m` (Gemma 4's
+    /// per-layer-input gate, `m` `[1, rows]`), in one dispatch: returns `(x', product)`, `[1, k]`
+    /// and `[1, rows]`, two parts of one allocation (the kernel's one output binding).
+    #[allow(clippy::too_many_arguments)]
+    fn affine_residual_gated_by(
+        codes: IntTensor<Self>,
+        scale_bias: IntTensor<Self>,
+        layout: ScaleLayout,
+        x: FloatTensor<Self>,
+        delta: FloatTensor<Self>,
+        post_norm: FloatTensor<Self>,
+        multiplier: FloatTensor<Self>,
+        eps: f32,
+        group: usize,
+        bits: u32,
+        rows_per_group: u32,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+
     /// Rows `ids` of a packed `W` (rows `first_row..` of a larger table), dequantized, written
     /// into `out` `[n, k]` in its own buffer (contiguous); rows of ids outside `W` are left as
     /// they are. ids `[n]` u32. Returns `out`.
@@ -177,6 +195,77 @@ impl AffineKernels for CubeBackend {
             lanes.trailing_zeros(),
         );
         (x_out, out)
+    }
+
+    fn affine_residual_gated_by(
+        codes: CubeTensor,
+        scale_bias: CubeTensor,
+        layout: ScaleLayout,
+        x: CubeTensor,
+        delta: CubeTensor,
+        post_norm: CubeTensor,
+        multiplier: CubeTensor,
+        eps: f32,
+        group: usize,
+        bits: u32,
+        rows_per_group: u32,
+    ) -> (CubeTensor, CubeTensor) {
+        let (x, delta, multiplier) = (into_contiguous(x), into_contiguous(delta), into_contiguous(multiplier));
+        let rows = codes.meta.shape()[0];
+        let k = x.meta.shape()[1];
+        debug_assert_eq!(x.meta.shape()[0], 1, "one token");
+        debug_assert_eq!(codes.meta.shape()[1] * 32 / bits as usize, k, "codes and input disagree on k");
+        debug_assert_eq!(multiplier.meta.shape().num_elements(), rows, "one multiplier a row");
+        let client = x.client.clone();
+        // x' first, the product from the next offset a binding may start at.
+        let align = (client.properties().memory.alignment as usize).max(size_of::<f32>());
+        let product_at = (k * size_of::<f32>()).next_multiple_of(align) / size_of::<f32>();
+        let whole = client.empty((product_at + rows) * size_of::<f32>());
+        let part = |handle, columns| {
+            CubeTensor::new_contiguous(
+                client.clone(),
+                x.device.clone(),
+                burn::tensor::Shape::new([1, columns]),
+                handle,
+                burn::tensor::DType::F32,
+            )
+        };
+        let updated = part(whole.clone().offset_end(((product_at + rows - k) * size_of::<f32>()) as u64), k);
+        let product = part(whole.clone().offset_start((product_at * size_of::<f32>()) as u64), rows);
+        let out = part(whole, product_at + rows);
+        let rows_per_group = match rows_per_group {
+            0 => crate::tuning::gemv_rows().unwrap_or(DEFAULT_ROWS_PER_GROUP),
+            r => r,
+        }
+        .clamp(1, THREADS);
+        let lanes = THREADS / rows_per_group;
+        let (grid_x, grid_y) = grid((rows as u32).div_ceil(rows_per_group));
+        declare_reads_of(&[&codes, &scale_bias, &x, &delta, &post_norm, &multiplier]);
+        affine_residual_gated_by_kernel::launch(
+            &client,
+            CubeCount::Static(grid_x, grid_y, 1),
+            CubeDim::new_1d(THREADS),
+            into_contiguous(codes).into_buffer_arg(),
+            into_contiguous(scale_bias).into_buffer_arg(),
+            x.into_buffer_arg(),
+            delta.into_buffer_arg(),
+            into_contiguous(post_norm).into_buffer_arg(),
+            multiplier.into_buffer_arg(),
+            out.into_buffer_arg(),
+            rows as u32,
+            k as u32,
+            product_at as u32,
+            eps,
+            layout.offset(),
+            layout.kind(),
+            group as u32,
+            bits,
+            THREADS,
+            THREADS.trailing_zeros(),
+            lanes,
+            lanes.trailing_zeros(),
+        );
+        (updated, product)
     }
 
     fn affine_matmul(

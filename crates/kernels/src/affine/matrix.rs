@@ -280,6 +280,52 @@ impl AffineMatrix {
             && self.scale_layout() == other.scale_layout()
     }
 
+    /// `x' = x + RMSNorm(delta)·post_norm` and [`Self::gelu_gated_by`] of it: `(x', gelu_tanh(x'·Wᵀ) ·
+    /// multiplier)`, `[S, k]` and `[S, rows]`; for one token where the kernels run, one dispatch
+    /// (Gemma 4's post-feed-forward update inside its per-layer-input gate).
+    pub fn residual_gelu_gated_by(
+        &self,
+        x: Tensor<2>,
+        delta: Tensor<2>,
+        post_norm: &Tensor<1>,
+        eps: f32,
+        multiplier: Tensor<2>,
+    ) -> (Tensor<2>, Tensor<2>) {
+        self.residual_gelu_gated_by_in_groups(x, delta, post_norm, eps, multiplier, 0)
+    }
+
+    /// The same with `rows_per_group` rows a block (0: the tuned default; its test).
+    pub(super) fn residual_gelu_gated_by_in_groups(
+        &self,
+        x: Tensor<2>,
+        delta: Tensor<2>,
+        post_norm: &Tensor<1>,
+        eps: f32,
+        multiplier: Tensor<2>,
+        rows_per_group: u32,
+    ) -> (Tensor<2>, Tensor<2>) {
+        if has_fused_kernels(&x.device()) && x.dims()[0] == 1 {
+            let (words, layout) = self.words();
+            let (updated, product) = <Dispatch as AffineKernels>::affine_residual_gated_by(
+                self.codes.clone().into_dispatch(),
+                words.clone().into_dispatch(),
+                layout,
+                x.into_dispatch(),
+                delta.into_dispatch(),
+                post_norm.clone().into_dispatch(),
+                multiplier.into_dispatch(),
+                eps,
+                self.group,
+                self.bits,
+                rows_per_group,
+            );
+            return (Tensor::from_dispatch(updated), Tensor::from_dispatch(product));
+        }
+        let updated = crate::fused::add_rms_norm(x, delta, post_norm, eps, 1.0);
+        let product = self.gelu_gated_by(updated.clone(), multiplier);
+        (updated, product)
+    }
+
     /// `gelu_tanh(x·Wᵀ) · multiplier`, multiplier `[S, rows]`: one dispatch where the kernels run.
     pub fn gelu_gated_by(&self, x: Tensor<2>, multiplier: Tensor<2>) -> Tensor<2> {
         if has_fused_kernels(&x.device()) {

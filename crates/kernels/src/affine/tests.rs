@@ -572,6 +572,83 @@ fn a_residual_update_fused_into_the_product_changes_nothing() {
     }
 }
 
+/// The post-feed-forward update fused into the per-layer-input gate (one token on the GPU: one
+/// launch, the updated residual and the product two parts of one buffer) or in two steps (the
+/// CPU, or two tokens) gives the host's `x' = x + RMSNorm(delta)·post` and `gelu_tanh(x'·Wᵀ) · m`,
+/// for Q4_0's half scales, Q6_K's factored ones and MLX's pairs, 1 to 8 rows a block; and the two
+/// parts read alike as inputs of the next launches (a product, an add).
+#[test]
+fn a_residual_update_fused_into_the_input_gate_changes_nothing() {
+    let q6_k = || {
+        let blocks = q6_k_blocks(24, 512, 9);
+        hearth_weights::gguf_affine::to_affine("q6_k", hearth_weights::GgmlType::Q6K, &blocks, 24, 512)
+            .expect("whole blocks")
+            .expect("Q6_K repacks")
+    };
+    let inverse_rms = |v: &[f32]| 1.0 / (v.iter().map(|a| a * a).sum::<f32>() / v.len() as f32 + 1e-6).sqrt();
+    let gelu = |v: f32| 0.5 * v * (1.0 + ((v + 0.044_715 * v * v * v) * 0.797_884_6).tanh());
+    for (device_name, device) in devices() {
+        // k = 512 starts the product on an aligned offset at once; k = 96 needs padding.
+        let matrices = [
+            ("Q4_0", symmetric_matrix(40, 512, 32, 4, 8.0).0),
+            ("Q6_K", q6_k()),
+            ("MLX", matrix(33, 512, 64, 4, 5).0),
+            ("MLX k 96", matrix(7, 96, 32, 4, 3).0),
+        ];
+        for (name, t) in matrices {
+            let m = AffineMatrix::upload(t, &device);
+            let (rows, k) = (m.rows(), m.k());
+            let dense = read(m.dequantize());
+            let post: Vec<f32> = (0..k).map(|i| 0.5 + (i % 11) as f32 / 10.0).collect();
+            let post_norm = Tensor::<1>::from_data(TensorData::new(post.clone(), [k]), &device);
+            for tokens in [1, 2] {
+                let x: Vec<f32> = (0..tokens * k).map(|i| ((i * 31 % 97) as f32 - 48.0) / 20.0).collect();
+                let delta: Vec<f32> = (0..tokens * k).map(|i| ((i * 17 % 89) as f32 - 44.0) / 7.0).collect();
+                let gates: Vec<f32> = (0..tokens * rows).map(|i| ((i * 13 % 23) as f32 - 11.0) / 5.0).collect();
+                let tensor = |values: &[f32], columns| {
+                    Tensor::<2>::from_data(TensorData::new(values.to_vec(), [tokens, columns]), &device)
+                };
+                let mut want_x = vec![0.0; tokens * k];
+                for s in 0..tokens {
+                    let (x, delta) = (&x[s * k..][..k], &delta[s * k..][..k]);
+                    let inv_delta = inverse_rms(delta);
+                    for i in 0..k {
+                        want_x[s * k + i] = x[i] + delta[i] * inv_delta * post[i];
+                    }
+                }
+                let want: Vec<f32> = reference(&want_x, &dense, tokens, rows, k)
+                    .iter()
+                    .zip(&gates)
+                    .map(|(&g, &m)| gelu(g) * m)
+                    .collect();
+                let blocks: &[u32] = if device_name == "cpu" { &[1] } else { &[1, 2, 4, 8] };
+                for &rows_per_group in blocks {
+                    let (got_x, got) = m.residual_gelu_gated_by_in_groups(
+                        tensor(&x, k),
+                        tensor(&delta, k),
+                        &post_norm,
+                        1e-6,
+                        tensor(&gates, rows),
+                        rows_per_group,
+                    );
+                    let what = format!("{name} on {device_name}, {tokens} tokens, {rows_per_group} rows a block");
+                    let close = |got: &[f32], want: &[f32], part: &str| {
+                        let top = want.iter().map(|v| v.abs()).fold(1e-3, f32::max);
+                        let diff = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                        assert!(got.len() == want.len() && diff <= 1e-5 * top, "{part} of {what}: {diff} of {top}");
+                    };
+                    // Each part as the input of a launch that follows (an elementwise one), and
+                    // read back itself.
+                    close(&read(got_x.clone() + 0.0), &want_x, "the residual");
+                    close(&read(got.clone() * 1.0), &want, "the product");
+                    close(&read(got_x), &want_x, "the residual read back");
+                    close(&read(got), &want, "the product read back");
+                }
+            }
+        }
+    }
+}
+
 /// Symmetric formats' scales on the device (half scales: 4.5 bits a weight for Q4_0, 5 with
 /// the odd group's padding here; one f32 scale a group for Q6_K's products, 10 bits): the
 /// rows, the decode product, the prompt products and the gated pair against the host

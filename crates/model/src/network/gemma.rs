@@ -827,10 +827,13 @@ impl DecoderLayer {
         let (Some(pli), Some(input)) = (&self.per_layer_input, per_layer_input) else {
             return (x, PendingOutput { delta: m, post_norm: &self.post_feedforward_norm, scale });
         };
-        let x = add_rms_norm(x, m, &self.post_feedforward_norm, eps, 1.0);
-        let g = match &pli.gate {
-            Linear::Affine(gate) => gate.gelu_gated_by(x.clone(), input),
-            Linear::Dense(_) => gelu_tanh_mul(pli.gate.forward(x.clone()), input),
+        // A packed gate adds the MLP's output itself (for one token, in its own launch).
+        let (x, g) = match &pli.gate {
+            Linear::Affine(gate) => gate.residual_gelu_gated_by(x, m, &self.post_feedforward_norm, eps, input),
+            Linear::Dense(_) => {
+                let x = add_rms_norm(x, m, &self.post_feedforward_norm, eps, 1.0);
+                (x.clone(), gelu_tanh_mul(pli.gate.forward(x), input))
+            }
         };
         (x, PendingOutput { delta: pli.projection.forward(g), post_norm: &pli.post_norm, scale })
     }
