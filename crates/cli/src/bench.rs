@@ -58,6 +58,10 @@ pub struct BenchOptions {
     /// Only the kernel tables (GEMV bandwidth, prefill product).
     #[arg(long)]
     pub kernels_only: bool,
+    /// Only the model's figures (load, prefill, decode, dispatches…): the kernel tables are
+    /// skipped (minutes on a CPU adapter).
+    #[arg(long, conflicts_with = "kernels_only")]
+    pub model_only: bool,
     /// Tokens of the prefill-product comparison (tiled GEMM, 8-token kernel, Burn's f32
     /// matmul on E2B's matrices); 0 skips it.
     #[arg(long, default_value_t = 1500)]
@@ -176,6 +180,9 @@ pub fn run(device: &Device, adapter: &str, memory: DeviceMemory, options: &Bench
     }
     if options.audio {
         return audio::run(device, options);
+    }
+    if options.model_only {
+        return model_figures(device, memory, options);
     }
     if !options.kernels_only || options.gemm_shapes.is_empty() {
         kernel_bandwidth(device);
