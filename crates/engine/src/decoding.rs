@@ -6,7 +6,7 @@
 use hearth_model::decode::{GenerateOptions, TokenConstraint};
 use hearth_model::drafter::Drafter;
 use hearth_model::speculative::{DraftSource, Speculation};
-use hearth_model::{PromptImages, Sampler, SamplingOptions};
+use hearth_model::{PromptMedia, Sampler, SamplingOptions};
 
 use crate::constrain::CallConstraint;
 
@@ -41,18 +41,18 @@ impl<'d> Decoding<'d> {
     }
 
     /// The sampler and the options of one run: at most `max_tokens` tokens, ended by any of
-    /// `stop_tokens`, `images` at the prompt's placeholders.
+    /// `stop_tokens`, `media` (images and clips) at the prompt's placeholders.
     pub fn options<'a>(
         &'a mut self,
         max_tokens: usize,
         stop_tokens: &'a [u32],
-        images: Option<&'a PromptImages>,
+        media: Option<&'a PromptMedia>,
     ) -> (&'a mut Sampler, GenerateOptions<'a, 'd>) {
         let options = GenerateOptions {
             max_tokens,
             stop_tokens,
             tool_calls: self.calls.as_mut().map(|c| c as &mut dyn TokenConstraint),
-            images,
+            media,
             speculation: self.speculation.as_mut(),
         };
         (&mut self.sampler, options)

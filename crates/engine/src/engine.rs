@@ -13,7 +13,7 @@ use hearth_chat::{ContentPart, Message, MessageContent, RenderRequest, Tool};
 use hearth_model::decode::Generation;
 use hearth_model::generate;
 use hearth_model::vision::RgbImage;
-use hearth_model::{DeviceMemory, PromptImages, SamplingOptions};
+use hearth_model::{DeviceMemory, PromptMedia, SamplingOptions};
 use hearth_protocol::{GenerateRequest, ModelInfo, TaskSettings};
 
 use crate::constrain::{CallConstraint, CallGrammar, VocabTrie};
@@ -152,7 +152,7 @@ impl Engine {
         let plan = self.plan(request)?;
         let model = &self.model;
         let mut ids = plan.prompt_ids.clone();
-        let mut images = None;
+        let mut prompt_media = None;
         let mut media = None;
         if let ReplyPrompt::Chat(chat) = &request.prompt {
             if !chat.images.is_empty() {
@@ -161,19 +161,19 @@ impl Engine {
                 let (expanded, encoded) =
                     hearth_model::vision::prompt::prepare(tower, &ids, &chat.images, chat.image_budget)
                         .map_err(|e| e.to_string())?;
-                let soft_tokens = encoded.images.iter().map(|i| i.soft_tokens.dims()[0]).sum();
+                let soft_tokens = encoded.items.iter().map(|i| i.soft_tokens.dims()[0]).sum();
                 media = Some(Media::Images { count: chat.images.len(), soft_tokens, ms: (model.clock_ms)() - start });
-                (ids, images) = (expanded, Some(encoded));
+                (ids, prompt_media) = (expanded, Some(encoded));
             }
             if let Some(samples) = &chat.clip {
                 let tower = model.audio.as_deref().ok_or(crate::images::ImagesError::NoHearing.to_string())?;
                 let start = (model.clock_ms)();
                 let (expanded, heard) =
                     hearth_model::audio::prompt::prepare(tower, &ids, samples).map_err(|e| e.to_string())?;
-                let soft_tokens = heard.images[0].soft_tokens.dims()[0];
+                let soft_tokens = heard.items[0].soft_tokens.dims()[0];
                 let seconds = samples.len() as f64 / 16_000.0;
                 media = Some(Media::Clip { seconds, soft_tokens, ms: (model.clock_ms)() - start });
-                (ids, images) = (expanded, Some(heard));
+                (ids, prompt_media) = (expanded, Some(heard));
             }
         }
         let calls = match &request.prompt {
@@ -185,7 +185,7 @@ impl Engine {
             }
             _ => None,
         };
-        Ok(Prepared { plan, ids, images, media, calls })
+        Ok(Prepared { plan, ids, prompt_media, media, calls })
     }
 
     /// Answers `request`: planned, prepared and decoded in its conversation's KV cache;
@@ -206,14 +206,14 @@ impl Engine {
         on_token: impl FnMut(u32, &str) -> ControlFlow<()>,
     ) -> Result<Generation, String> {
         let model = &self.model;
-        let Prepared { plan, ids, images, calls, .. } = prepared;
+        let Prepared { plan, ids, prompt_media, calls, .. } = prepared;
         let mut session = model.session.lock().await;
         session.use_conversation(plan.conversation);
         let mut decoding = Decoding::new(plan.sampling).with_calls(calls.map(|(calls, _)| calls)).drafting_with(
             model.drafter.as_deref().filter(|_| plan.max_draft.is_some()),
             plan.max_draft.unwrap_or(MAX_DRAFT),
         );
-        let (sampler, options) = decoding.options(plan.max_tokens, &plan.stop_tokens, images.as_ref());
+        let (sampler, options) = decoding.options(plan.max_tokens, &plan.stop_tokens, prompt_media.as_ref());
         generate::generate(&mut session, sampler, &model.tokenizer, &ids, options, model.clock_ms, on_token)
             .await
             .map_err(|e| e.to_string())
@@ -304,7 +304,7 @@ pub struct Prepared {
     pub plan: Plan,
     /// The prompt's tokens, its placeholders expanded.
     pub ids: Vec<u32>,
-    images: Option<PromptImages>,
+    prompt_media: Option<PromptMedia>,
     /// What the towers made of the request's media.
     pub media: Option<Media>,
     calls: Option<(CallConstraint, CallsBuilt)>,

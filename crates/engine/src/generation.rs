@@ -48,7 +48,7 @@ pub fn generate_step(
                 .with_calls(call_constraint_with(&model.tokenizer, request.tools.as_deref(), &request.page_tools))
                 .drafting_with(model.drafter.as_deref().filter(|_| drafting), MAX_DRAFT);
             let (sampler, options) =
-                decoding.options(request.max_new_tokens, &model.stop_tokens, prepared.images.as_ref());
+                decoding.options(request.max_new_tokens, &model.stop_tokens, prepared.media.as_ref());
             let mut stop = StopAfter::new(&model.tokenizer, &request.stop_after);
             let on_token = |id, text: &str| {
                 if !text.is_empty() {

@@ -8,7 +8,7 @@ use hearth_agent::{PromptClip, PromptImage};
 use hearth_model::audio::{self, AudioTower};
 use hearth_model::tokenizer::Tokenizer;
 use hearth_model::vision::{RgbImage, VisionTower, prompt};
-use hearth_model::{ModelError, PromptImages};
+use hearth_model::{ModelError, PromptMedia};
 
 // The clip the extension records (at most `PromptClip::MAX_SECONDS`) is one the tower takes.
 const _: () = assert!(audio::MAX_SAMPLES == PromptClip::RATE * PromptClip::MAX_SECONDS);
@@ -46,7 +46,7 @@ pub enum ImagesError {
 /// Screenshots encoded by the tower, the most recently used last.
 #[derive(Default)]
 pub struct EncodedImages {
-    entries: Vec<(u64, hearth_model::PromptImage)>,
+    entries: Vec<(u64, hearth_model::PromptMedium)>,
 }
 
 impl EncodedImages {
@@ -55,7 +55,7 @@ impl EncodedImages {
         tower: &VisionTower,
         image: &PromptImage,
         budget: usize,
-    ) -> Result<hearth_model::PromptImage, ImagesError> {
+    ) -> Result<hearth_model::PromptMedium, ImagesError> {
         let key = fnv(image.image.data_url.as_bytes()) ^ budget as u64;
         self.cached(key, || {
             let rgb = decode_data_url(&image.image.data_url)?;
@@ -68,7 +68,7 @@ impl EncodedImages {
         &mut self,
         tower: &AudioTower,
         clip: &PromptClip,
-    ) -> Result<hearth_model::PromptImage, ImagesError> {
+    ) -> Result<hearth_model::PromptMedium, ImagesError> {
         // Keyed apart from the screenshots' (whose keys mix in the budget).
         let key = audio::prompt::clip_key(&clip.samples).rotate_left(1) ^ 0xa0d1;
         self.cached(key, || audio::prompt::encode(tower, &clip.samples).map_err(ImagesError::Audio))
@@ -78,8 +78,8 @@ impl EncodedImages {
     fn cached(
         &mut self,
         key: u64,
-        encode: impl FnOnce() -> Result<hearth_model::PromptImage, ImagesError>,
-    ) -> Result<hearth_model::PromptImage, ImagesError> {
+        encode: impl FnOnce() -> Result<hearth_model::PromptMedium, ImagesError>,
+    ) -> Result<hearth_model::PromptMedium, ImagesError> {
         if let Some(at) = self.entries.iter().position(|(k, _)| *k == key) {
             let entry = self.entries.remove(at);
             let encoded = entry.1.clone();
@@ -108,7 +108,7 @@ impl EncodedImages {
 /// soft tokens, and the images and clips (`None` without any).
 pub struct PreparedPrompt {
     pub ids: Vec<u32>,
-    pub images: Option<PromptImages>,
+    pub media: Option<PromptMedia>,
     /// Each image's soft tokens, in prompt order.
     pub soft_tokens: Vec<usize>,
     /// Each clip's soft tokens, in prompt order.
@@ -141,9 +141,9 @@ pub fn prepare_prompt(
         let placeholder = tokenizer.token_id(piece);
         let written = placeholder.map_or(0, |p| ids.iter().filter(|&&id| id == p).count());
         if given == 0 && written > 0 {
-            return Err(ImagesError::Model(ModelError::Image(format!(
-                "the prompt holds {written} {kind} placeholders but no {kind}"
-            ))));
+            let why = format!("the prompt holds {written} {kind} placeholders but no {kind}");
+            let error = if kind == "clip" { ModelError::Clip(why) } else { ModelError::Image(why) };
+            return Err(ImagesError::Model(error));
         }
     }
     let mut lists = Vec::new();
@@ -168,9 +168,9 @@ pub fn prepare_prompt(
     let images = match lists.len() {
         0 => None,
         1 => lists.pop(),
-        _ => Some(PromptImages::interleaved(&ids, lists)),
+        _ => Some(PromptMedia::interleaved(&ids, lists)),
     };
-    Ok(PreparedPrompt { ids, images, soft_tokens, clip_tokens })
+    Ok(PreparedPrompt { ids, media: images, soft_tokens, clip_tokens })
 }
 
 /// A `data:image/png;base64,…` URL's picture.

@@ -17,10 +17,12 @@ pub enum ModelError {
     LoadIncomplete { done: usize, total: usize },
     #[error("token id {0} is outside the vocabulary")]
     TokenOutOfRange(u32),
-    #[error("the prompt has {placeholders} image placeholders but {rows} soft tokens were given")]
+    #[error("the prompt has {placeholders} image or audio placeholders but {rows} soft tokens were given")]
     SoftTokens { placeholders: usize, rows: usize },
     #[error("the image cannot be encoded: {0}")]
     Image(String),
+    #[error("the sound cannot be encoded: {0}")]
+    Clip(String),
     #[error("the prompt is empty")]
     EmptyPrompt,
     #[error(

@@ -3,7 +3,8 @@
 //!
 //! - [`network`]: the networks as the spec reads them, configuration → layers → forward:
 //!   [`config`] → [`gemma`] → [`cache`] (the KV cache); [`vision`] and [`audio`], what an image
-//!   and a sound become before the decoder takes them (their towers share `tower_weights`);
+//!   and a sound become before the decoder takes them (their towers share `tower_weights`; what
+//!   both are in a prompt, [`media`]);
 //!   [`drafter`], Gemma 4's assistant, which drafts tokens from the main model's hidden state.
 //! - [`running`]: running them on a device: [`gpu`] brings up Burn's wgpu runtime (the browser's
 //!   WebGPU in wasm, Vulkan/Metal/DX12 natively) and describes the adapter; [`self_test`], a
@@ -35,7 +36,7 @@ pub mod running;
 
 pub use decoding::{decode, drafting, generate, sampling, speculative, tokenizer};
 pub(crate) use network::tower_weights;
-pub use network::{audio, cache, config, drafter, gemma, vision};
+pub use network::{audio, cache, config, drafter, gemma, media, vision};
 pub use running::{gpu, self_test, session, step_recording, warnings};
 
 pub use cache::{CONTEXT_SIZES, CacheOptions, DeviceMemory, KvCache};
@@ -43,6 +44,7 @@ pub use config::TextConfig;
 pub use error::ModelError;
 pub use gemma::{Forwarded, Gemma, GemmaLoader, Input, Output, SoftTokens, WeightBytes};
 pub use gpu::{Gpu, GpuError};
+pub use media::{MediaMarkers, Medium, PromptMedia, PromptMedium};
 pub use sampling::{Sampler, SamplingOptions};
-pub use session::{PrefillStats, PromptImage, PromptImages, Session};
+pub use session::{PrefillStats, Session};
 pub use step_recording::RecordingStatus;

@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 use burn::tensor::Device;
 use hearth_weights::{Checkpoint, MetadataValue};
 
-use crate::audio::{AudioConfig, AudioTokens, AudioTower, has_audio_weights};
+use crate::audio::{AudioConfig, AudioTower, has_audio_weights};
 use crate::config::TextConfig;
 use crate::gemma::{Gemma, ModelError};
+use crate::media::{MediaMarkers, Medium};
 use crate::tokenizer::{Tokenizer, TokenizerError};
-use crate::vision::{ImageTokens, VisionConfig, VisionTower, has_vision_weights};
+use crate::vision::{VisionConfig, VisionTower, has_vision_weights};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelDirError {
@@ -127,10 +128,8 @@ impl ModelFiles {
     pub fn load_projector(&self, projector: &Path, device: &Device) -> Result<VisionTower, ModelDirError> {
         let text = self.config()?;
         let tokens = match self.vision_config_json()? {
-            Some(config) => {
-                ImageTokens { image: config.image_token_id, boi: config.boi_token_id, eoi: config.eoi_token_id }
-            }
-            None => ImageTokens::from_vocabulary(&self.tokenizer()?)
+            Some(config) => config.tokens,
+            None => MediaMarkers::from_vocabulary(Medium::Image, &self.tokenizer()?)
                 .ok_or_else(|| ModelDirError::NoImageTokens { path: self.path.clone() })?,
         };
         let mut checkpoint = Checkpoint::open(projector).map_err(ModelError::from)?;
@@ -163,7 +162,7 @@ impl ModelFiles {
         }
         let tokens = match self.audio_config_json()? {
             Some(config) => config.tokens,
-            None => AudioTokens::from_vocabulary(&self.tokenizer()?)
+            None => MediaMarkers::from_vocabulary(Medium::Clip, &self.tokenizer()?)
                 .ok_or_else(|| ModelDirError::NoAudioTokens { path: self.path.clone() })?,
         };
         let Some(config) = AudioConfig::from_mmproj(&checkpoint, text.hidden_size, tokens).map_err(ModelError::from)?
@@ -181,7 +180,7 @@ impl ModelFiles {
         }
         let mut config = AudioConfig::from_json(&String::from_utf8_lossy(&read(&path)?)).map_err(ModelError::from)?;
         if let (Some(config), Some(tokenizer)) = (config.as_mut(), self.own_tokenizer()) {
-            config.tokens.reconcile(tokenizer);
+            config.reconcile_tokens(tokenizer);
         }
         Ok(config)
     }

@@ -11,7 +11,7 @@ use burn::tensor::Tensor;
 use hearth_model::audio::{AudioConfig, AudioTower, FeatureConfig, FeatureExtractor, prompt};
 use hearth_model::model_dir::ModelFiles;
 use hearth_model::vision::{self, RgbImage};
-use hearth_model::{CacheOptions, Gemma, Input, KvCache, Output, PromptImages, Session, SoftTokens};
+use hearth_model::{CacheOptions, Gemma, Input, KvCache, Output, PromptMedia, Session, SoftTokens};
 use hearth_weights::Checkpoint;
 use serde::Deserialize;
 
@@ -64,7 +64,7 @@ fn soft_tokens_and_the_logits_after_them_match_transformers() {
     let fixture = fixture(&dir);
     let config_json = std::fs::read_to_string(dir.join("config.json")).unwrap();
     let config = AudioConfig::from_json(&config_json).unwrap().expect("the fixture has an audio tower");
-    assert_eq!(config.tokens.audio, fixture.meta.audio);
+    assert_eq!(config.tokens.placeholder, fixture.meta.audio);
     for (device_name, device) in devices() {
         let mut checkpoint = Checkpoint::open(&dir).unwrap();
         let tower = AudioTower::load(config.clone(), &mut checkpoint, &device).unwrap();
@@ -120,19 +120,19 @@ fn check_case(label: &str, dir: &Path, case: &Case, tower: &AudioTower, model: &
     // The prompt as the template writes it (one `<|audio|>`), made ready as `hearth generate
     // --audio` makes it: the fixture's tokens, the same soft tokens.
     let t = config.tokens;
-    let written: Vec<u32> = case.tokens.iter().copied().filter(|&id| id != t.boa && id != t.eoa).collect();
+    let written: Vec<u32> = case.tokens.iter().copied().filter(|&id| id != t.open && id != t.close).collect();
     let mut written_once = Vec::new();
     for id in written {
-        if id != t.audio || written_once.last() != Some(&t.audio) {
+        if id != t.placeholder || written_once.last() != Some(&t.placeholder) {
             written_once.push(id);
         }
     }
     let (ids, heard) = prompt::prepare(tower, &written_once, &clip).unwrap();
     assert_eq!(ids, case.tokens, "{label}: the prompt's audio marker expanded");
-    assert_eq!(heard.images[0].placeholder, t.audio);
-    check(&format!("{label}: prepared soft tokens"), &rows(heard.images[0].soft_tokens.clone()), &case.soft_tokens);
+    assert_eq!(heard.items[0].placeholder, t.placeholder);
+    check(&format!("{label}: prepared soft tokens"), &rows(heard.items[0].soft_tokens.clone()), &case.soft_tokens);
 
-    let soft = SoftTokens::new(config.tokens.audio, soft);
+    let soft = SoftTokens::new(config.tokens.placeholder, soft);
     check_logits_after(label, "the clip", model, (&case.tokens, &soft), case.logits_from, &case.logits);
 }
 
@@ -162,12 +162,12 @@ fn a_prompt_holding_a_clip_and_an_image_matches_transformers() {
         let eyes = files.load_vision(&device).unwrap().expect("the fixture has a vision tower");
         let ears = files.load_audio(&device).unwrap().expect("the fixture has an audio tower");
         let model = files.load(&device).unwrap();
-        let (audio, image_tokens) = (ears.config().tokens, eyes.image_tokens());
+        let (audio, image_tokens) = (ears.config().tokens, eyes.config().tokens);
         // As the template writes it: one marker each.
         let mut written = Vec::new();
         for &id in &mixed.tokens {
-            let marker = id == audio.audio || id == image_tokens.image;
-            let boundary = [audio.boa, audio.eoa, image_tokens.boi, image_tokens.eoi].contains(&id);
+            let marker = id == audio.placeholder || id == image_tokens.placeholder;
+            let boundary = [audio.open, audio.close, image_tokens.open, image_tokens.close].contains(&id);
             if !boundary && (!marker || written.last() != Some(&id)) {
                 written.push(id);
             }
@@ -176,18 +176,25 @@ fn a_prompt_holding_a_clip_and_an_image_matches_transformers() {
         let (ids, seen) = vision::prompt::prepare(&eyes, &ids, std::slice::from_ref(&image), mixed.budget).unwrap();
         assert_eq!(ids, mixed.tokens, "on {device_name}: both markers expanded");
         // Listed image first: the merge orders them as the prompt does.
-        let media = PromptImages::interleaved(&ids, vec![seen, heard]);
-        assert_eq!(media.images.iter().map(|m| m.placeholder).collect::<Vec<_>>(), [audio.audio, image_tokens.image]);
+        let media = PromptMedia::interleaved(&ids, vec![seen, heard]);
+        assert_eq!(
+            media.items.iter().map(|m| m.placeholder).collect::<Vec<_>>(),
+            [audio.placeholder, image_tokens.placeholder]
+        );
 
-        let rows_of = |media: &PromptImages| {
-            let all: Vec<_> = media.images.iter().map(|m| m.soft_tokens.clone()).collect();
-            SoftTokens { placeholders: vec![audio.audio, image_tokens.image], rows: Tensor::cat(all, 0) }
+        let rows_of = |media: &PromptMedia| {
+            let all: Vec<_> = media.items.iter().map(|m| m.soft_tokens.clone()).collect();
+            SoftTokens { placeholders: vec![audio.placeholder, image_tokens.placeholder], rows: Tensor::cat(all, 0) }
         };
         // The rows at text positions, as the other cases compare (at a placeholder, a random
         // model's logits magnify the soft tokens' last bits).
         let text_rows = |all: &[Vec<f32>]| -> Vec<Vec<f32>> {
             let tokens = &mixed.tokens[mixed.logits_from..];
-            all.iter().zip(tokens).filter(|(_, t)| **t != image_tokens.image).map(|(row, _)| row.clone()).collect()
+            all.iter()
+                .zip(tokens)
+                .filter(|(_, t)| **t != image_tokens.placeholder)
+                .map(|(row, _)| row.clone())
+                .collect()
         };
         let small = CacheOptions { max_context: 192, max_chunk: 7 };
         for (options, how) in [(CacheOptions::default(), "in one chunk"), (small, "in chunks of 7")] {

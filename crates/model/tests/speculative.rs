@@ -41,7 +41,7 @@ fn run(
     let mut sampler = Sampler::new(sampling);
     // A fresh conversation each time: no reuse between the plain and the drafted run.
     session.use_conversation(rand_conversation());
-    let options = GenerateOptions { max_tokens, stop_tokens: &STOP, tool_calls: None, images: None, speculation };
+    let options = GenerateOptions { max_tokens, stop_tokens: &STOP, tool_calls: None, media: None, speculation };
     pollster::block_on(generate(
         session,
         &mut sampler,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use burn::tensor::{Device, Tensor};
 use hearth_model::model_dir::ModelFiles;
 use hearth_model::vision::{RgbImage, VisionTower};
-use hearth_model::{CacheOptions, Gemma, Input, KvCache, Output, PromptImage, PromptImages, Session, SoftTokens};
+use hearth_model::{CacheOptions, Gemma, Input, KvCache, Output, PromptMedia, PromptMedium, Session, SoftTokens};
 use serde::Deserialize;
 
 mod common;
@@ -180,7 +180,7 @@ fn check_case(label: &str, dir: &Path, case: &Case, tower: &VisionTower, model: 
     let soft = tower.encode(&patches).unwrap();
     check(&format!("{label}: soft tokens"), &rows(soft.clone()), &case.soft_tokens);
 
-    let soft = SoftTokens::new(tower.config().image_token_id, soft);
+    let soft = SoftTokens::new(tower.config().tokens.placeholder, soft);
     check_logits_after(label, "the image", model, (&case.tokens, &soft), case.logits_from, &case.logits);
 }
 
@@ -190,7 +190,7 @@ fn a_prompt_whose_placeholders_do_not_match_the_soft_tokens_is_refused() {
     let device = Device::flex();
     let mut files = ModelFiles::open(&dir).unwrap();
     let tower = files.load_vision(&device).unwrap().unwrap();
-    let placeholder = tower.config().image_token_id;
+    let placeholder = tower.config().tokens.placeholder;
     let model = files.load(&device).unwrap();
     let soft = SoftTokens::new(placeholder, Tensor::zeros([3, model.config.hidden_size], &device));
     let mut cache = KvCache::new(&model.config, CacheOptions::default(), model.device());
@@ -199,7 +199,7 @@ fn a_prompt_whose_placeholders_do_not_match_the_soft_tokens_is_refused() {
     let Err(err) = model.forward(input, &mut cache, Output::Last) else {
         panic!("two placeholders took three soft tokens")
     };
-    assert_eq!(err.to_string(), "the prompt has 2 image placeholders but 3 soft tokens were given");
+    assert_eq!(err.to_string(), "the prompt has 2 image or audio placeholders but 3 soft tokens were given");
 }
 
 #[test]
@@ -219,7 +219,7 @@ fn a_session_reuses_an_image_only_while_it_is_the_same() {
     let device = Device::flex();
     let mut files = ModelFiles::open(&dir).unwrap();
     let tower = files.load_vision(&device).unwrap().unwrap();
-    let placeholder = tower.config().image_token_id;
+    let placeholder = tower.config().tokens.placeholder;
     let model = files.load(&device).unwrap();
     let encode = |pixels: Vec<u8>| {
         let image = RgbImage::new(case.width, case.height, pixels).unwrap();
@@ -228,8 +228,8 @@ fn a_session_reuses_an_image_only_while_it_is_the_same() {
     let pixels = std::fs::read(dir.join(&case.input)).unwrap();
     let negative: Vec<u8> = pixels.iter().map(|v| 255 - v).collect();
     let (picture, other) = (encode(pixels), encode(negative));
-    let images = |key, soft: &Tensor<2>| PromptImages {
-        images: vec![PromptImage { key, placeholder, soft_tokens: soft.clone() }],
+    let images = |key, soft: &Tensor<2>| PromptMedia {
+        items: vec![PromptMedium { key, placeholder, soft_tokens: soft.clone() }],
     };
     let fresh = |soft: &Tensor<2>| {
         let mut cache = KvCache::new(&model.config, CacheOptions::default(), model.device());

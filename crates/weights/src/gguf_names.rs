@@ -1,5 +1,8 @@
 //! Hugging Face tensor names for a GGUF file's tensors, so that a model loader written against
-//! `config.json` checkpoints (`model.layers.N.self_attn.q_proj.weight`) reads a GGUF unchanged.
+//! `config.json` checkpoints (`model.layers.N.self_attn.q_proj.weight`) reads a GGUF unchanged;
+//! and the other way for Gemma 4's vision and audio towers, whose loaders ask for transformers'
+//! names and find llama.cpp's projector-file (`mmproj`) names through
+//! [`vision_tower_gguf_name`] and [`audio_tower_gguf_name`].
 //!
 //! The names are those of llama.cpp's converter (`convert_hf_to_gguf.py` with gguf-py's
 //! `tensor_mapping.py`), which transformers' GGUF loader also reverses. Shapes need no change: a
@@ -79,6 +82,96 @@ pub fn hf_tensor(arch: &str, name: &str) -> Option<HfTensor> {
     Some(HfTensor { name: hf, subtract })
 }
 
+/// llama.cpp's projector-file (`mmproj`) name for a tensor of Gemma 4's vision tower, given by its
+/// name in transformers' tower (`encoder.layers.0.self_attn.q_proj.linear.weight`), or in its
+/// embedder when it starts with `embed_vision.` (the converter's `Gemma4VisionAudioModel`
+/// mapping). Names it does not map are returned as they are.
+pub fn vision_tower_gguf_name(name: &str) -> String {
+    const GLOBAL: [(&str, &str); 5] = [
+        ("patch_embedder.input_proj.weight", "v.patch_embd.weight"),
+        ("patch_embedder.position_embedding_table", "v.position_embd.weight"),
+        ("std_bias", "v.std_bias"),
+        ("std_scale", "v.std_scale"),
+        ("embed_vision.embedding_projection.weight", "mm.input_projection.weight"),
+    ];
+    const LAYER: [(&str, &str); 13] = [
+        ("input_layernorm.weight", "ln1.weight"),
+        ("post_attention_layernorm.weight", "attn_post_norm.weight"),
+        ("pre_feedforward_layernorm.weight", "ln2.weight"),
+        ("post_feedforward_layernorm.weight", "ffn_post_norm.weight"),
+        ("self_attn.q_norm.weight", "attn_q_norm.weight"),
+        ("self_attn.k_norm.weight", "attn_k_norm.weight"),
+        ("self_attn.q_proj.", "attn_q."),
+        ("self_attn.k_proj.", "attn_k."),
+        ("self_attn.v_proj.", "attn_v."),
+        ("self_attn.o_proj.", "attn_out."),
+        ("mlp.gate_proj.", "ffn_gate."),
+        ("mlp.up_proj.", "ffn_up."),
+        ("mlp.down_proj.", "ffn_down."),
+    ];
+    tower_gguf_name(name, &GLOBAL, "encoder.layers.", &LAYER, "v.blk.")
+}
+
+/// The same for Gemma 4's audio tower (transformers' `layers.0.self_attn.q_proj.linear.weight`;
+/// `embed_audio.…` for its embedder), through gguf-py's `A_ENC_*` names.
+pub fn audio_tower_gguf_name(name: &str) -> String {
+    const GLOBAL: [(&str, &str); 8] = [
+        ("subsample_conv_projection.layer0.conv.weight", "a.conv1d.0.weight"),
+        ("subsample_conv_projection.layer0.norm.weight", "a.conv1d.0.norm.weight"),
+        ("subsample_conv_projection.layer1.conv.weight", "a.conv1d.1.weight"),
+        ("subsample_conv_projection.layer1.norm.weight", "a.conv1d.1.norm.weight"),
+        ("subsample_conv_projection.input_proj_linear.weight", "a.input_projection.weight"),
+        ("output_proj.weight", "a.pre_encode.out.weight"),
+        ("output_proj.bias", "a.pre_encode.out.bias"),
+        ("embed_audio.embedding_projection.weight", "mm.a.input_projection.weight"),
+    ];
+    const LAYER: [(&str, &str); 22] = [
+        ("feed_forward1.pre_layer_norm.", "ffn_norm."),
+        ("feed_forward1.post_layer_norm.", "ffn_post_norm."),
+        ("feed_forward1.ffw_layer_1.", "ffn_up."),
+        ("feed_forward1.ffw_layer_2.", "ffn_down."),
+        ("feed_forward2.pre_layer_norm.", "ffn_norm_1."),
+        ("feed_forward2.post_layer_norm.", "ffn_post_norm_1."),
+        ("feed_forward2.ffw_layer_1.", "ffn_up_1."),
+        ("feed_forward2.ffw_layer_2.", "ffn_down_1."),
+        ("norm_pre_attn.", "attn_pre_norm."),
+        ("norm_post_attn.", "attn_post_norm."),
+        ("norm_out.", "ln2."),
+        ("self_attn.q_proj.", "attn_q."),
+        ("self_attn.k_proj.", "attn_k."),
+        ("self_attn.v_proj.", "attn_v."),
+        ("self_attn.post.", "attn_out."),
+        ("self_attn.relative_k_proj.", "attn_k_rel."),
+        ("self_attn.per_dim_scale", "per_dim_scale.weight"),
+        // The light convolution's norms swap names in llama.cpp's table.
+        ("lconv1d.pre_layer_norm.", "conv_norm."),
+        ("lconv1d.conv_norm.", "norm_conv."),
+        ("lconv1d.linear_start.", "conv_pw1."),
+        ("lconv1d.linear_end.", "conv_pw2."),
+        ("lconv1d.depthwise_conv1d.", "conv_dw."),
+    ];
+    tower_gguf_name(name, &GLOBAL, "layers.", &LAYER, "a.blk.")
+}
+
+/// A tower tensor's GGUF name: a global one from `global`, or layer `N`'s (`{layers}N.{part}`)
+/// as `{blocks}N.{gguf part}`.
+fn tower_gguf_name(name: &str, global: &[(&str, &str)], layers: &str, layer: &[(&str, &str)], blocks: &str) -> String {
+    if let Some(&(_, gguf)) = global.iter().find(|(hf, _)| *hf == name) {
+        return gguf.to_string();
+    }
+    let Some((index, rest)) = name.strip_prefix(layers).and_then(|r| r.split_once('.')) else {
+        return name.to_string();
+    };
+    for (hf, gguf) in layer {
+        if let Some(tail) = rest.strip_prefix(hf) {
+            // `linear.weight` → `weight`; the clip bounds keep their names.
+            let tail = tail.strip_prefix("linear.").unwrap_or(tail);
+            return format!("{blocks}{index}.{gguf}{tail}");
+        }
+    }
+    name.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,6 +190,21 @@ mod tests {
         assert_eq!(hf_tensor("gemma3", "blk.x.attn_q.weight"), None);
         assert_eq!(hf_tensor("gemma3", "blk.1.unknown.weight"), None);
         assert_eq!(hf_tensor("llama", "token_embd.weight"), None);
+    }
+
+    #[test]
+    fn tower_names_follow_llama_cpps_converter() {
+        let vision = vision_tower_gguf_name;
+        assert_eq!(vision("encoder.layers.3.self_attn.q_proj.linear.weight"), "v.blk.3.attn_q.weight");
+        assert_eq!(vision("encoder.layers.3.mlp.down_proj.input_min"), "v.blk.3.ffn_down.input_min");
+        assert_eq!(vision("encoder.layers.0.pre_feedforward_layernorm.weight"), "v.blk.0.ln2.weight");
+        assert_eq!(vision("embed_vision.embedding_projection.weight"), "mm.input_projection.weight");
+        let audio = audio_tower_gguf_name;
+        assert_eq!(audio("subsample_conv_projection.layer0.conv.weight"), "a.conv1d.0.weight");
+        assert_eq!(audio("layers.2.lconv1d.conv_norm.weight"), "a.blk.2.norm_conv.weight");
+        assert_eq!(audio("layers.0.self_attn.q_proj.linear.weight"), "a.blk.0.attn_q.weight");
+        assert_eq!(audio("embed_audio.embedding_projection.weight"), "mm.a.input_projection.weight");
+        assert_eq!(audio("layers.x"), "layers.x");
     }
 
     #[test]

@@ -184,7 +184,7 @@ fn generate_with(
 ) -> Result<Generation, String> {
     let mut sampler = Sampler::new(SamplingOptions::greedy());
     let clock = Instant::now();
-    let options = GenerateOptions { max_tokens, stop_tokens: &[], tool_calls: None, images: None, speculation };
+    let options = GenerateOptions { max_tokens, stop_tokens: &[], tool_calls: None, media: None, speculation };
     pollster::block_on(generate(
         session,
         &mut sampler,

@@ -169,16 +169,16 @@ fn soft_token_prefill(
     let factor = all_layers as f64 / layers as f64;
     let mut sampler = Sampler::new(SamplingOptions::greedy());
     let prompt = |t: usize| {
-        let mut tokens = vec![2, vision.boi_token_id];
-        tokens.extend(std::iter::repeat_n(vision.image_token_id, t));
-        tokens.push(vision.eoi_token_id);
+        let mut tokens = vec![2, vision.tokens.open];
+        tokens.extend(std::iter::repeat_n(vision.tokens.placeholder, t));
+        tokens.push(vision.tokens.close);
         tokens
     };
     // Prefill, first sample, one decode step: seconds to the first token, and of the step.
     let mut first_token = |rows: &Tensor<2>| -> Result<(f64, f64), String> {
         let t = rows.dims()[0];
         let mut cache = KvCache::new(&model.config, cache_options, model.device());
-        let soft = SoftTokens::new(vision.image_token_id, rows.clone());
+        let soft = SoftTokens::new(vision.tokens.placeholder, rows.clone());
         let start = Instant::now();
         let logits = model
             .forward(Input::with_images(&prompt(t), Some(&soft)), &mut cache, Output::Last)

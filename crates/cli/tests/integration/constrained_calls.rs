@@ -64,7 +64,7 @@ fn reply(
         max_tokens,
         stop_tokens: &stop_tokens,
         tool_calls: calls.map(|c| c as &mut dyn TokenConstraint),
-        images: None,
+        media: None,
         speculation: None,
     };
     let mut closed = false;
@@ -297,7 +297,7 @@ fn drafted_calls_are_the_calls_of_plain_decoding() {
             max_tokens: 120,
             stop_tokens: &stop_tokens,
             tool_calls: Some(&mut calls),
-            images: None,
+            media: None,
             speculation,
         };
         let out = pollster::block_on(generate::generate(

@@ -17,10 +17,11 @@ mod failure;
 mod streamed;
 
 use burn::tensor::Device;
-use hearth_model::audio::{AudioConfig, AudioTokens, AudioTower, audio_weight_prefixes, has_audio_weights};
+use hearth_model::audio::{AudioConfig, AudioTower, audio_weight_prefixes, has_audio_weights};
 use hearth_model::drafter::{Drafter, DrafterConfig};
+use hearth_model::media::{MediaMarkers, Medium};
 use hearth_model::tokenizer::Tokenizer;
-use hearth_model::vision::{ImageTokens, VisionConfig, VisionTower, has_vision_weights, vision_weight_prefixes};
+use hearth_model::vision::{VisionConfig, VisionTower, has_vision_weights, vision_weight_prefixes};
 use hearth_model::{CacheOptions, DeviceMemory, Gemma, TextConfig};
 use hearth_protocol::{ModelInfo, ModelMemory};
 use hearth_weights::{Checkpoint, Quantization};
@@ -256,7 +257,7 @@ fn audio_config_of(files: &PartFiles, tokenizer: &Tokenizer) -> Option<AudioConf
         return None;
     }
     let mut config = AudioConfig::from_json(&files.config_json).ok().flatten()?;
-    config.tokens.reconcile(tokenizer);
+    config.reconcile_tokens(tokenizer);
     Some(config)
 }
 
@@ -290,10 +291,8 @@ async fn load_projector<R: ReadRange>(
     }
     let vision = wanted.vision.then(|| {
         let tokens = match vision_config_of(files, &parts.tokenizer) {
-            Some(config) => {
-                ImageTokens { image: config.image_token_id, boi: config.boi_token_id, eoi: config.eoi_token_id }
-            }
-            None => ImageTokens::from_vocabulary(&parts.tokenizer)
+            Some(config) => config.tokens,
+            None => MediaMarkers::from_vocabulary(Medium::Image, &parts.tokenizer)
                 .ok_or("the model's vocabulary has no image tokens: it is not a Gemma 4 that sees")?,
         };
         let config =
@@ -303,7 +302,7 @@ async fn load_projector<R: ReadRange>(
     let audio = (wanted.audio && has_audio_weights(&checkpoint)).then(|| {
         let tokens = match audio_config_of(files, &parts.tokenizer) {
             Some(config) => config.tokens,
-            None => AudioTokens::from_vocabulary(&parts.tokenizer)
+            None => MediaMarkers::from_vocabulary(Medium::Clip, &parts.tokenizer)
                 .ok_or("the model's vocabulary has no audio tokens: it is not a Gemma 4 that hears")?,
         };
         let config = AudioConfig::from_mmproj(&checkpoint, parts.config.hidden_size, tokens)

@@ -36,8 +36,9 @@ use hearth_kernels::{mask_logits, read_ids_now};
 use crate::drafter::DrafterError;
 use crate::drafting::{Speculation, SpeculationStats};
 use crate::error::ModelError;
+use crate::media::PromptMedia;
 use crate::sampling::{SampleError, Sampler};
-use crate::session::{PromptImages, Session};
+use crate::session::Session;
 use crate::tokenizer::TokenizerError;
 
 /// What a decode loop holds its tokens to, token by token: which tokens may come next (a bitset
@@ -186,8 +187,8 @@ pub struct GenerateOptions<'a, 's> {
     /// Holds the tokens to a constraint, such as the offered tools' call syntax (`None`:
     /// unconstrained).
     pub tool_calls: Option<&'a mut dyn TokenConstraint>,
-    /// The prompt's images, whose soft tokens take its placeholders (`None`: no images).
-    pub images: Option<&'a PromptImages>,
+    /// The prompt's images and clips, whose soft tokens take its placeholders (`None`: none).
+    pub media: Option<&'a PromptMedia>,
     /// Drafting (speculative decoding; `None`: one token per step).
     pub speculation: Option<&'a mut Speculation<'s>>,
 }

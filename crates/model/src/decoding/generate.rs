@@ -35,8 +35,8 @@ pub async fn generate(
     if let Some(calls) = calls.as_deref_mut() {
         calls.begin(prompt);
     }
-    let (logits, stats) = match options.images {
-        Some(images) => session.prefill_with(prompt, images)?,
+    let (logits, stats) = match options.media {
+        Some(media) => session.prefill_with(prompt, media)?,
         None => session.prefill(prompt)?,
     };
     let mut decoder = Decoder::new(sampler, logits, calls.as_deref_mut());

@@ -34,8 +34,9 @@ use crate::decode::{
 };
 use crate::drafter::DrafterError;
 pub use crate::drafting::{DraftLength, DraftSource, Speculation, SpeculationStats};
+use crate::media::PromptMedia;
 use crate::sampling::{Candidates, SampleError, Sampler};
-use crate::session::{PromptImages, Session};
+use crate::session::Session;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 
 /// The generated text so far, and the rules that end it.
@@ -89,8 +90,8 @@ pub(crate) async fn generate_speculative(
     if let Some(calls) = calls.as_deref_mut() {
         calls.begin(prompt);
     }
-    let no_images = PromptImages::default();
-    let (logits, mut hidden, prefill) = session.prefill_hidden(prompt, options.images.unwrap_or(&no_images))?;
+    let no_images = PromptMedia::default();
+    let (logits, mut hidden, prefill) = session.prefill_hidden(prompt, options.media.unwrap_or(&no_images))?;
     let mut next = read(choose(sampler, logits, calls.as_deref_mut()), calls.as_deref_mut()).await?;
     let first_token_at = now_ms();
     let vocab = session.model().config.vocab_size;

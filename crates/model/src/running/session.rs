@@ -10,6 +10,7 @@ use burn::tensor::{Int, Tensor};
 use crate::cache::{CacheOptions, KvCache};
 use crate::error::ModelError;
 use crate::gemma::{Forwarded, Gemma, Input, Output, SoftTokens};
+use crate::media::PromptMedia;
 
 /// A held token appended on the device whose id is not read back yet (no vocabulary has it).
 const UNREAD: u32 = u32::MAX;
@@ -27,92 +28,11 @@ pub struct Session {
     max_caches: usize,
 }
 
-/// An image or a clip in a prompt: its soft tokens `[n, h]`, one per placeholder of its run, the
-/// placeholder (`<|image|>`, `<|audio|>`), and a key that tells it from others of its kind
-/// (their placeholders are all the same token).
-#[derive(Clone)]
-pub struct PromptImage {
-    pub key: u64,
-    pub placeholder: u32,
-    pub soft_tokens: Tensor<2>,
-}
-
-/// A prompt's images and clips, in the order of their runs of placeholders.
-#[derive(Clone, Default)]
-pub struct PromptImages {
-    pub images: Vec<PromptImage>,
-}
-
-impl PromptImages {
-    fn is_empty(&self) -> bool {
-        self.images.is_empty()
-    }
-
-    /// Several kinds in one prompt (a spoken request and the screenshots after it): each list in
-    /// its own order, merged in the order `ids` shows their runs.
-    pub fn interleaved(ids: &[u32], lists: Vec<PromptImages>) -> PromptImages {
-        let mut queues: Vec<std::collections::VecDeque<PromptImage>> =
-            lists.into_iter().map(|list| list.images.into()).collect();
-        let mut images = Vec::new();
-        for (i, &t) in ids.iter().enumerate() {
-            if i > 0 && ids[i - 1] == t {
-                continue;
-            }
-            if let Some(queue) = queues.iter_mut().find(|q| q.front().is_some_and(|m| m.placeholder == t)) {
-                images.extend(queue.pop_front());
-            }
-        }
-        // Any left over: a count that does not match is the model's to report.
-        images.extend(queues.into_iter().flatten());
-        PromptImages { images }
-    }
-
-    fn placeholders(&self) -> Vec<u32> {
-        let mut placeholders: Vec<u32> = self.images.iter().map(|i| i.placeholder).collect();
-        placeholders.sort_unstable();
-        placeholders.dedup();
-        placeholders
-    }
-
-    /// The soft tokens of the placeholders in `tokens[range]` (`None` when there are none).
-    fn soft_tokens(&self, tokens: &[u32], range: std::ops::Range<usize>) -> Option<SoftTokens> {
-        if self.is_empty() {
-            return None;
-        }
-        let placeholders = self.placeholders();
-        let before = tokens[..range.start].iter().filter(|t| placeholders.contains(t)).count();
-        let count = tokens[range].iter().filter(|t| placeholders.contains(t)).count();
-        if count == 0 {
-            return None;
-        }
-        let rows = Tensor::cat(self.images.iter().map(|i| i.soft_tokens.clone()).collect(), 0);
-        let h = rows.dims()[1];
-        // A count that does not match is the model's to report (`Gemma::forward`).
-        let end = (before + count).min(rows.dims()[0]);
-        Some(SoftTokens { placeholders, rows: rows.slice([before.min(end)..end, 0..h]) })
-    }
-
-    /// Where the run of placeholders of image `index` starts in `tokens`.
-    fn run_start(&self, tokens: &[u32], index: usize) -> Option<usize> {
-        let placeholders = self.placeholders();
-        let mut runs = 0;
-        for (i, &t) in tokens.iter().enumerate() {
-            if placeholders.contains(&t) && (i == 0 || tokens[i - 1] != t) {
-                if runs == index {
-                    return Some(i);
-                }
-                runs += 1;
-            }
-        }
-        None
-    }
-}
-
-/// A cache's tokens and the images among them.
+/// A cache's tokens and the images and clips among them.
 #[derive(Clone, Default)]
 struct Held {
     tokens: Vec<u32>,
-    images: PromptImages,
+    images: PromptMedia,
 }
 
 /// What a prefill cost.
@@ -193,7 +113,7 @@ impl Session {
 
     /// Makes the cache hold `prompt` and returns the logits for the token after it: [1, vocab].
     pub fn prefill(&mut self, prompt: &[u32]) -> Result<(Tensor<2>, PrefillStats), ModelError> {
-        self.prefill_with(prompt, &PromptImages::default())
+        self.prefill_with(prompt, &PromptMedia::default())
     }
 
     /// [`Self::prefill`] for a prompt holding images: each run of placeholders takes its image's
@@ -201,7 +121,7 @@ impl Session {
     pub fn prefill_with(
         &mut self,
         prompt: &[u32],
-        images: &PromptImages,
+        images: &PromptMedia,
     ) -> Result<(Tensor<2>, PrefillStats), ModelError> {
         let (logits, _, stats) = self.prefill_inner(prompt, images, false)?;
         Ok((logits, stats))
@@ -212,7 +132,7 @@ impl Session {
     pub fn prefill_hidden(
         &mut self,
         prompt: &[u32],
-        images: &PromptImages,
+        images: &PromptMedia,
     ) -> Result<(Tensor<2>, Tensor<2>, PrefillStats), ModelError> {
         let (logits, hidden, stats) = self.prefill_inner(prompt, images, true)?;
         let hidden = hidden.ok_or(ModelError::EmptyPrompt)?;
@@ -222,7 +142,7 @@ impl Session {
     fn prefill_inner(
         &mut self,
         prompt: &[u32],
-        images: &PromptImages,
+        images: &PromptMedia,
         with_hidden: bool,
     ) -> Result<(Tensor<2>, Option<Tensor<2>>, PrefillStats), ModelError> {
         if prompt.is_empty() {
@@ -233,8 +153,8 @@ impl Session {
         // The same tokens hold different pictures when an image differs: the prefix ends at the
         // first image run that is not the same image in both.
         let (before, now) = (&held.images, images);
-        for index in 0..before.images.len().max(now.images.len()) {
-            let key = |list: &PromptImages| list.images.get(index).map(|i| (i.placeholder, i.key));
+        for index in 0..before.items.len().max(now.items.len()) {
+            let key = |list: &PromptMedia| list.items.get(index).map(|i| (i.placeholder, i.key));
             if key(before) != key(now) {
                 let start = [before.run_start(&held.tokens, index), now.run_start(prompt, index)];
                 common = start.into_iter().flatten().fold(common, usize::min);

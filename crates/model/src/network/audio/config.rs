@@ -6,8 +6,8 @@ use hearth_weights::{Checkpoint, MetadataValue};
 use serde::Deserialize;
 
 use crate::config::ConfigError;
-use crate::config::token_ids::{TokenIdDisagreement, reconcile};
-use crate::vision::{ImageCountError, ImageTokens};
+use crate::config::token_ids::TokenIdDisagreement;
+use crate::media::{MediaMarkers, Medium};
 
 /// The audio tower and its embedder, as config.json describes them.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,50 +36,9 @@ pub struct AudioConfig {
     pub text_hidden_size: usize,
     /// Mel bins a feature frame.
     pub feature_size: usize,
-    pub tokens: AudioTokens,
-}
-
-/// The prompt's audio tokens: `<|audio>` opens a clip, one `<|audio|>` per soft token, `<audio|>`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AudioTokens {
-    pub audio: u32,
-    pub boa: u32,
-    pub eoa: u32,
-}
-
-impl AudioTokens {
-    /// The pieces, in the order of the fields.
-    pub const PIECES: [&'static str; 3] = ["<|audio|>", "<|audio>", "<audio|>"];
-
-    /// The tokens as the model's vocabulary names them; `None` for a vocabulary without them,
-    /// which is not a Gemma 4 that hears.
-    pub fn from_vocabulary(tokenizer: &crate::tokenizer::Tokenizer) -> Option<Self> {
-        match Self::PIECES.map(|piece| tokenizer.token_id(piece)) {
-            [Some(audio), Some(boa), Some(eoa)] => Some(Self { audio, boa, eoa }),
-            _ => None,
-        }
-    }
-
-    /// Each id replaced by the tokenizer's for the same piece where they differ (the tokenizer
-    /// wins: [`crate::config::token_ids`]); the differences.
-    pub fn reconcile(&mut self, tokenizer: &crate::tokenizer::Tokenizer) -> Vec<TokenIdDisagreement> {
-        let [audio, boa, eoa] = Self::PIECES;
-        [
-            reconcile("audio_token_id", audio, &mut self.audio, tokenizer),
-            reconcile("boa_token_id", boa, &mut self.boa, tokenizer),
-            reconcile("eoa_token_index", eoa, &mut self.eoa, tokenizer),
-        ]
-        .into_iter()
-        .flatten()
-        .collect()
-    }
-
-    /// A rendered prompt's ids with each clip the chat template wrote (one `<|audio|>`) expanded
-    /// as Gemma 4's processor expands it: `<|audio>`, one `<|audio|>` per soft token, `<audio|>`
-    /// (the images' expansion, with the audio tokens).
-    pub fn expand(&self, ids: &[u32], soft_tokens: &[usize]) -> Result<Vec<u32>, ImageCountError> {
-        ImageTokens { image: self.audio, boi: self.boa, eoi: self.eoa }.expand(ids, soft_tokens)
-    }
+    /// The placeholder each soft token replaces in the prompt, and the tokens around a clip
+    /// (config.json's `audio_token_id`, `boa_token_id`, `eoa_token_index`).
+    pub tokens: MediaMarkers,
 }
 
 /// The top level of config.json, by `Gemma4Config`'s field names in transformers 5.23. An id that
@@ -100,11 +59,12 @@ struct RawTop {
 }
 
 impl RawTop {
-    fn tokens(&self) -> AudioTokens {
-        AudioTokens {
-            audio: self.audio_token_id.unwrap_or(defaults::AUDIO_TOKEN),
-            boa: self.boa_token_id.unwrap_or(defaults::BOA_TOKEN),
-            eoa: self.eoa_token_index.or(self.eoa_token_id).unwrap_or(defaults::EOA_TOKEN),
+    fn tokens(&self) -> MediaMarkers {
+        MediaMarkers {
+            medium: Medium::Clip,
+            placeholder: self.audio_token_id.unwrap_or(defaults::AUDIO_TOKEN),
+            open: self.boa_token_id.unwrap_or(defaults::BOA_TOKEN),
+            close: self.eoa_token_index.or(self.eoa_token_id).unwrap_or(defaults::EOA_TOKEN),
         }
     }
 }
@@ -166,6 +126,12 @@ mod defaults {
 }
 
 impl AudioConfig {
+    /// The audio tokens replaced by the tokenizer's for the same pieces where they differ (the
+    /// tokenizer wins: [`crate::config::token_ids`]); the differences.
+    pub fn reconcile_tokens(&mut self, tokenizer: &crate::tokenizer::Tokenizer) -> Vec<TokenIdDisagreement> {
+        self.tokens.reconcile(["audio_token_id", "boa_token_id", "eoa_token_index"], tokenizer)
+    }
+
     /// The tower config.json describes (`None`: the model hears nothing).
     pub fn from_json(json: &str) -> Result<Option<Self>, ConfigError> {
         let top: RawTop = serde_json::from_str(json)?;
@@ -215,7 +181,7 @@ impl AudioConfig {
     pub fn from_mmproj(
         checkpoint: &Checkpoint,
         text_hidden_size: usize,
-        tokens: AudioTokens,
+        tokens: MediaMarkers,
     ) -> Result<Option<Self>, ConfigError> {
         let invalid = |why: String| ConfigError::InvalidGguf(format!("projector's audio tower: {why}"));
         let gguf = checkpoint.gguf().ok_or_else(|| invalid("not a GGUF file".into()))?;
@@ -303,7 +269,11 @@ mod tests {
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name)).unwrap()
     }
 
-    fn tokens(json: &str) -> AudioTokens {
+    fn clip(placeholder: u32, open: u32, close: u32) -> MediaMarkers {
+        MediaMarkers { medium: Medium::Clip, placeholder, open, close }
+    }
+
+    fn tokens(json: &str) -> MediaMarkers {
         AudioConfig::from_json(json).unwrap().unwrap().tokens
     }
 
@@ -313,17 +283,17 @@ mod tests {
         // (crates/model/fixtures/gen_config_json.py).
         let audio = fixture("gemma4-audio/config.json");
         assert!(audio.contains(r#""eoa_token_index": 125"#) && !audio.contains("eoa_token_id"));
-        assert_eq!(tokens(&audio), AudioTokens { audio: 124, boa: 123, eoa: 125 });
-        assert_eq!(tokens(&fixture("gemma4-audio-mlx/config.json")), AudioTokens { audio: 124, boa: 123, eoa: 125 });
-        assert_eq!(tokens(&fixture("tiny-chat/config.json")), AudioTokens { audio: 63, boa: 64, eoa: 65 });
+        assert_eq!(tokens(&audio), clip(124, 123, 125));
+        assert_eq!(tokens(&fixture("gemma4-audio-mlx/config.json")), clip(124, 123, 125));
+        assert_eq!(tokens(&fixture("tiny-chat/config.json")), clip(63, 64, 65));
     }
 
     #[test]
     fn absent_ids_are_the_published_models() {
         let bare = r#"{"text_config": {"hidden_size": 8}, "audio_config": {}}"#;
-        assert_eq!(tokens(bare), AudioTokens { audio: 258_881, boa: 256_000, eoa: 258_883 });
+        assert_eq!(tokens(bare), clip(258_881, 256_000, 258_883));
         let nulls = r#"{"text_config": {"hidden_size": 8}, "audio_config": {}, "eoa_token_index": null}"#;
-        assert_eq!(tokens(nulls).eoa, 258_883);
+        assert_eq!(tokens(nulls).close, 258_883);
     }
 
     #[test]
@@ -331,17 +301,17 @@ mod tests {
         // Files saved by transformers 5.5 carry both; 5.23 reads eoa_token_index.
         let both = r#"{"text_config": {"hidden_size": 8}, "audio_config": {},
             "eoa_token_id": 7, "eoa_token_index": 9}"#;
-        assert_eq!(tokens(both).eoa, 9);
+        assert_eq!(tokens(both).close, 9);
         let older = r#"{"text_config": {"hidden_size": 8}, "audio_config": {}, "eoa_token_id": 7}"#;
-        assert_eq!(tokens(older).eoa, 7);
+        assert_eq!(tokens(older).close, 7);
     }
 
     #[test]
     fn the_tokenizers_audio_ids_win_over_config_json() {
         // gemma4-audio's config.json (123, 124, 125) beside tiny-chat's tokenizer (63, 64, 65).
-        let mut tokens = tokens(&fixture("gemma4-audio/config.json"));
-        let found = tokens.reconcile(&tiny_chat_tokenizer());
-        assert_eq!(tokens, AudioTokens { audio: 63, boa: 64, eoa: 65 });
+        let mut config = AudioConfig::from_json(&fixture("gemma4-audio/config.json")).unwrap().unwrap();
+        let found = config.reconcile_tokens(&tiny_chat_tokenizer());
+        assert_eq!(config.tokens, clip(63, 64, 65));
         let fields: Vec<_> = found.iter().map(|d| (d.field, d.piece, d.config, d.tokenizer)).collect();
         assert_eq!(
             fields,
@@ -352,8 +322,8 @@ mod tests {
             ]
         );
         // Where they agree nothing changes.
-        let mut agreeing = AudioConfig::from_json(&fixture("tiny-chat/config.json")).unwrap().unwrap().tokens;
-        assert!(agreeing.reconcile(&tiny_chat_tokenizer()).is_empty());
-        assert_eq!(agreeing, AudioTokens { audio: 63, boa: 64, eoa: 65 });
+        let mut agreeing = AudioConfig::from_json(&fixture("tiny-chat/config.json")).unwrap().unwrap();
+        assert!(agreeing.reconcile_tokens(&tiny_chat_tokenizer()).is_empty());
+        assert_eq!(agreeing.tokens, clip(63, 64, 65));
     }
 }

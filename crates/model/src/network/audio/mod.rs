@@ -8,6 +8,6 @@ pub mod features;
 pub mod prompt;
 pub mod tower;
 
-pub use config::{AudioConfig, AudioTokens};
+pub use config::AudioConfig;
 pub use features::{AudioError, AudioFeatures, FeatureConfig, FeatureExtractor, MAX_SAMPLES, check_clip};
 pub use tower::{AudioTower, audio_weight_prefixes, has_audio_weights};

@@ -5,21 +5,21 @@
 use super::features::{FeatureConfig, FeatureExtractor};
 use super::tower::AudioTower;
 use crate::error::ModelError;
-use crate::session::{PromptImage, PromptImages};
+use crate::media::{PromptMedia, PromptMedium};
 
 /// `samples` (16 kHz mono) encoded, and `ids` (the rendered prompt, one `<|audio|>`) with the
 /// clip expanded to `<|audio>`, one `<|audio|>` per soft token, `<audio|>`. The decoder takes the
 /// soft tokens as it takes an image's, at their placeholders.
-pub fn prepare(tower: &AudioTower, ids: &[u32], samples: &[f32]) -> Result<(Vec<u32>, PromptImages), ModelError> {
+pub fn prepare(tower: &AudioTower, ids: &[u32], samples: &[f32]) -> Result<(Vec<u32>, PromptMedia), ModelError> {
     expand(tower, ids, vec![encode(tower, samples)?])
 }
 
 /// One clip (16 kHz mono) encoded: its soft tokens `[n, h]`, keyed.
-pub fn encode(tower: &AudioTower, samples: &[f32]) -> Result<PromptImage, ModelError> {
-    let extractor = FeatureExtractor::new(FeatureConfig::default()).map_err(|e| ModelError::Image(e.to_string()))?;
-    let features = extractor.extract(samples).map_err(|e| ModelError::Image(e.to_string()))?;
+pub fn encode(tower: &AudioTower, samples: &[f32]) -> Result<PromptMedium, ModelError> {
+    let extractor = FeatureExtractor::new(FeatureConfig::default()).map_err(|e| ModelError::Clip(e.to_string()))?;
+    let features = extractor.extract(samples).map_err(|e| ModelError::Clip(e.to_string()))?;
     let soft_tokens = tower.encode(&features)?;
-    Ok(PromptImage { key: clip_key(samples), placeholder: tower.config().tokens.audio, soft_tokens })
+    Ok(PromptMedium { key: clip_key(samples), placeholder: tower.config().tokens.placeholder, soft_tokens })
 }
 
 /// `ids` (one `<|audio|>` per clip) with each of `clips` (encoded, in prompt order) expanded to
@@ -27,11 +27,11 @@ pub fn encode(tower: &AudioTower, samples: &[f32]) -> Result<PromptImage, ModelE
 pub fn expand(
     tower: &AudioTower,
     ids: &[u32],
-    clips: Vec<PromptImage>,
-) -> Result<(Vec<u32>, PromptImages), ModelError> {
+    clips: Vec<PromptMedium>,
+) -> Result<(Vec<u32>, PromptMedia), ModelError> {
     let counts: Vec<usize> = clips.iter().map(|c| c.soft_tokens.dims()[0]).collect();
-    let ids = tower.config().tokens.expand(ids, &counts).map_err(|e| ModelError::Image(e.to_string()))?;
-    Ok((ids, PromptImages { images: clips }))
+    let ids = tower.config().tokens.expand(ids, &counts).map_err(|e| ModelError::Clip(e.to_string()))?;
+    Ok((ids, PromptMedia { items: clips }))
 }
 
 /// Tells clips apart (FNV-1a over the samples' bytes).

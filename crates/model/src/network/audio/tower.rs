@@ -58,63 +58,9 @@ impl Layout {
                 Some(rest) => format!("{embedder}{rest}"),
                 None => format!("{tower}{name}"),
             },
-            Layout::Mmproj => mmproj_name(name),
+            Layout::Mmproj => hearth_weights::gguf_names::audio_tower_gguf_name(name),
         }
     }
-}
-
-/// llama.cpp's name for a tower tensor (its converter's `Gemma4VisionAudioModel` mapping, through
-/// gguf-py's `A_ENC_*` names).
-fn mmproj_name(name: &str) -> String {
-    const GLOBAL: [(&str, &str); 8] = [
-        (FIRST_CONV, "a.conv1d.0.weight"),
-        ("subsample_conv_projection.layer0.norm.weight", "a.conv1d.0.norm.weight"),
-        ("subsample_conv_projection.layer1.conv.weight", "a.conv1d.1.weight"),
-        ("subsample_conv_projection.layer1.norm.weight", "a.conv1d.1.norm.weight"),
-        ("subsample_conv_projection.input_proj_linear.weight", "a.input_projection.weight"),
-        ("output_proj.weight", "a.pre_encode.out.weight"),
-        ("output_proj.bias", "a.pre_encode.out.bias"),
-        ("embed_audio.embedding_projection.weight", "mm.a.input_projection.weight"),
-    ];
-    const LAYER: [(&str, &str); 22] = [
-        ("feed_forward1.pre_layer_norm.", "ffn_norm."),
-        ("feed_forward1.post_layer_norm.", "ffn_post_norm."),
-        ("feed_forward1.ffw_layer_1.", "ffn_up."),
-        ("feed_forward1.ffw_layer_2.", "ffn_down."),
-        ("feed_forward2.pre_layer_norm.", "ffn_norm_1."),
-        ("feed_forward2.post_layer_norm.", "ffn_post_norm_1."),
-        ("feed_forward2.ffw_layer_1.", "ffn_up_1."),
-        ("feed_forward2.ffw_layer_2.", "ffn_down_1."),
-        ("norm_pre_attn.", "attn_pre_norm."),
-        ("norm_post_attn.", "attn_post_norm."),
-        ("norm_out.", "ln2."),
-        ("self_attn.q_proj.", "attn_q."),
-        ("self_attn.k_proj.", "attn_k."),
-        ("self_attn.v_proj.", "attn_v."),
-        ("self_attn.post.", "attn_out."),
-        ("self_attn.relative_k_proj.", "attn_k_rel."),
-        ("self_attn.per_dim_scale", "per_dim_scale.weight"),
-        // The light convolution's norms swap names in llama.cpp's table.
-        ("lconv1d.pre_layer_norm.", "conv_norm."),
-        ("lconv1d.conv_norm.", "norm_conv."),
-        ("lconv1d.linear_start.", "conv_pw1."),
-        ("lconv1d.linear_end.", "conv_pw2."),
-        ("lconv1d.depthwise_conv1d.", "conv_dw."),
-    ];
-    if let Some(&(_, gguf)) = GLOBAL.iter().find(|(hf, _)| *hf == name) {
-        return gguf.to_string();
-    }
-    let Some((index, rest)) = name.strip_prefix("layers.").and_then(|r| r.split_once('.')) else {
-        return name.to_string();
-    };
-    for (hf, gguf) in LAYER {
-        if let Some(tail) = rest.strip_prefix(hf) {
-            // `linear.weight` → `weight`; the clip bounds keep their names.
-            let tail = tail.strip_prefix("linear.").unwrap_or(tail);
-            return format!("a.blk.{index}.{gguf}{tail}");
-        }
-    }
-    name.to_string()
 }
 
 /// A feed-forward block: `x + residual_weight · norm(W₂ · silu(W₁ · norm(x)))`.
@@ -342,10 +288,7 @@ impl AudioTower {
         let c = &self.config;
         let (frames, bins) = (features.frames, features.bins);
         if bins != c.feature_size {
-            return Err(ModelError::Image(format!(
-                "audio features of {bins} bins, the tower takes {}",
-                c.feature_size
-            )));
+            return Err(ModelError::Clip(format!("audio features of {bins} bins, the tower takes {}", c.feature_size)));
         }
         let mut mask = features.mask.clone();
         if frames == 0 || !mask.iter().any(|&m| m) {

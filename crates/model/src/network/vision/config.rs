@@ -5,7 +5,8 @@ use hearth_weights::{Checkpoint, MetadataValue};
 use serde::Deserialize;
 
 use crate::config::ConfigError;
-use crate::config::token_ids::{TokenIdDisagreement, reconcile};
+use crate::config::token_ids::TokenIdDisagreement;
+use crate::media::{MediaMarkers, Medium};
 
 /// Gemma 4's vision tower and how its soft tokens enter the prompt.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,64 +33,9 @@ pub struct VisionConfig {
     pub clipped_linears: bool,
     /// The text model's width: the multimodal embedder projects to it.
     pub text_hidden_size: usize,
-    /// The placeholder each soft token replaces in the prompt, and the tokens around an image.
-    pub image_token_id: u32,
-    pub boi_token_id: u32,
-    pub eoi_token_id: u32,
-}
-
-/// The prompt's image tokens: the placeholder the soft tokens replace, and the tokens around an
-/// image (`<|image|>`, `<|image>`, `<image|>` in Gemma 4's vocabulary).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ImageTokens {
-    pub image: u32,
-    pub boi: u32,
-    pub eoi: u32,
-}
-
-impl ImageTokens {
-    /// Their pieces in Gemma 4's vocabulary.
-    pub const PIECES: [&'static str; 3] = ["<|image|>", "<|image>", "<image|>"];
-
-    /// The tokens as the model's vocabulary names them (a model without a config.json of its
-    /// own: a GGUF file); `None` for a vocabulary without them, which is not a Gemma 4 that sees.
-    pub fn from_vocabulary(tokenizer: &crate::tokenizer::Tokenizer) -> Option<Self> {
-        match Self::PIECES.map(|piece| tokenizer.token_id(piece)) {
-            [Some(image), Some(boi), Some(eoi)] => Some(Self { image, boi, eoi }),
-            _ => None,
-        }
-    }
-
-    /// A rendered prompt's ids with each image the chat template wrote (one `<|image|>`) expanded
-    /// as Gemma 4's processor expands it: `<|image>`, one `<|image|>` per soft token, `<image|>`.
-    /// `soft_tokens[i]` is the i-th image's count; the template must have written as many images.
-    pub fn expand(&self, ids: &[u32], soft_tokens: &[usize]) -> Result<Vec<u32>, ImageCountError> {
-        let written = ids.iter().filter(|&&t| t == self.image).count();
-        if written != soft_tokens.len() {
-            return Err(ImageCountError { written, given: soft_tokens.len() });
-        }
-        let mut out = Vec::with_capacity(ids.len() + soft_tokens.iter().map(|n| n + 1).sum::<usize>());
-        let mut counts = soft_tokens.iter();
-        for &id in ids {
-            match (id == self.image).then(|| counts.next()).flatten() {
-                Some(&n) => {
-                    out.push(self.boi);
-                    out.extend(std::iter::repeat_n(self.image, n));
-                    out.push(self.eoi);
-                }
-                None => out.push(id),
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// A prompt whose images do not match the images given for it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the prompt shows {written} images but {given} were given")]
-pub struct ImageCountError {
-    pub written: usize,
-    pub given: usize,
+    /// The placeholder each soft token replaces in the prompt, and the tokens around an image
+    /// (config.json's `image_token_id`, `boi_token_id`, `eoi_token_id`).
+    pub tokens: MediaMarkers,
 }
 
 /// The top level of config.json, by `Gemma4Config`'s field names in transformers 5.23. An id that
@@ -207,9 +153,12 @@ impl VisionConfig {
             standardize: v.standardize,
             clipped_linears: v.use_clipped_linears,
             text_hidden_size: text.hidden_size,
-            image_token_id: raw.image_token_id.unwrap_or(defaults::IMAGE_TOKEN),
-            boi_token_id: raw.boi_token_id.unwrap_or(defaults::BOI_TOKEN),
-            eoi_token_id: raw.eoi_token_id.unwrap_or(defaults::EOI_TOKEN),
+            tokens: MediaMarkers {
+                medium: Medium::Image,
+                placeholder: raw.image_token_id.unwrap_or(defaults::IMAGE_TOKEN),
+                open: raw.boi_token_id.unwrap_or(defaults::BOI_TOKEN),
+                close: raw.eoi_token_id.unwrap_or(defaults::EOI_TOKEN),
+            },
         }))
     }
 
@@ -221,7 +170,7 @@ impl VisionConfig {
     pub fn from_mmproj(
         checkpoint: &Checkpoint,
         text_hidden_size: usize,
-        tokens: ImageTokens,
+        tokens: MediaMarkers,
     ) -> Result<Self, ConfigError> {
         let invalid = |why: String| ConfigError::InvalidGguf(format!("projector: {why}"));
         let gguf = checkpoint.gguf().ok_or_else(|| invalid("not a GGUF file".into()))?;
@@ -260,24 +209,14 @@ impl VisionConfig {
             standardize: checkpoint.contains("v.std_bias"),
             clipped_linears: checkpoint.contains("v.blk.0.attn_q.input_min"),
             text_hidden_size,
-            image_token_id: tokens.image,
-            boi_token_id: tokens.boi,
-            eoi_token_id: tokens.eoi,
+            tokens,
         })
     }
 
     /// The image tokens replaced by the tokenizer's for the same pieces where they differ (the
     /// tokenizer wins: [`crate::config::token_ids`]); the differences.
     pub fn reconcile_tokens(&mut self, tokenizer: &crate::tokenizer::Tokenizer) -> Vec<TokenIdDisagreement> {
-        let [image, boi, eoi] = ImageTokens::PIECES;
-        [
-            reconcile("image_token_id", image, &mut self.image_token_id, tokenizer),
-            reconcile("boi_token_id", boi, &mut self.boi_token_id, tokenizer),
-            reconcile("eoi_token_id", eoi, &mut self.eoi_token_id, tokenizer),
-        ]
-        .into_iter()
-        .flatten()
-        .collect()
+        self.tokens.reconcile(["image_token_id", "boi_token_id", "eoi_token_id"], tokenizer)
     }
 
     /// The image processor that feeds this tower, at a budget of `max_soft_tokens`.
@@ -305,16 +244,8 @@ mod tests {
         let json = r#"{"text_config": {"hidden_size": 1536}, "vision_config": {"standardize": true}}"#;
         let config = VisionConfig::from_json(json).unwrap().unwrap();
         assert_eq!((config.hidden_size, config.num_layers, config.patch_size), (768, 16, 16));
-        assert_eq!((config.text_hidden_size, config.image_token_id), (1536, 258_880));
+        assert_eq!((config.text_hidden_size, config.tokens.placeholder), (1536, 258_880));
         assert!(config.standardize);
-    }
-
-    #[test]
-    fn each_image_becomes_its_run_of_soft_tokens() {
-        let tokens = ImageTokens { image: 9, boi: 7, eoi: 8 };
-        assert_eq!(tokens.expand(&[1, 9, 2, 9], &[2, 1]).unwrap(), [1, 7, 9, 9, 8, 2, 7, 9, 8]);
-        assert_eq!(tokens.expand(&[1, 2], &[]).unwrap(), [1, 2]);
-        assert_eq!(tokens.expand(&[1, 9], &[]).unwrap_err(), ImageCountError { written: 1, given: 0 });
     }
 
     #[test]
@@ -340,12 +271,12 @@ mod tests {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gemma4-vision/config.json");
         let mut config = VisionConfig::from_json(&std::fs::read_to_string(path).unwrap()).unwrap().unwrap();
         // Saved by transformers with ids other than the published model's.
-        assert_eq!((config.image_token_id, config.boi_token_id, config.eoi_token_id), (121, 120, 122));
+        assert_eq!((config.tokens.placeholder, config.tokens.open, config.tokens.close), (121, 120, 122));
         let nulls = r#"{"text_config": {"hidden_size": 8}, "vision_config": {}, "image_token_id": null}"#;
-        assert_eq!(VisionConfig::from_json(nulls).unwrap().unwrap().image_token_id, 258_880);
+        assert_eq!(VisionConfig::from_json(nulls).unwrap().unwrap().tokens.placeholder, 258_880);
         // tiny-chat's tokenizer has them at 60, 61, 62: its ids are used.
         let found = config.reconcile_tokens(&crate::config::token_ids::tests::tiny_chat_tokenizer());
-        assert_eq!((config.image_token_id, config.boi_token_id, config.eoi_token_id), (60, 61, 62));
+        assert_eq!((config.tokens.placeholder, config.tokens.open, config.tokens.close), (60, 61, 62));
         let fields: Vec<_> = found.iter().map(|d| (d.field, d.config, d.tokenizer)).collect();
         assert_eq!(fields, [("image_token_id", 121, 60), ("boi_token_id", 120, 61), ("eoi_token_id", 122, 62)]);
     }

@@ -9,6 +9,6 @@ pub mod image;
 pub mod prompt;
 pub mod tower;
 
-pub use config::{ImageCountError, ImageTokens, VisionConfig};
+pub use config::VisionConfig;
 pub use image::{ImagePatches, ImageProcessor, RgbImage, SOFT_TOKEN_BUDGETS};
 pub use tower::{VisionTower, has_vision_weights, vision_weight_prefixes};

@@ -5,7 +5,7 @@
 use super::image::RgbImage;
 use super::tower::VisionTower;
 use crate::error::ModelError;
-use crate::session::{PromptImage, PromptImages};
+use crate::media::{PromptMedia, PromptMedium};
 
 /// `images` (in the order the rendered prompt shows them) encoded at `budget` soft tokens each,
 /// and `ids` (the rendered prompt, one `<|image|>` per image) with each image expanded to its run.
@@ -14,16 +14,16 @@ pub fn prepare(
     ids: &[u32],
     images: &[RgbImage],
     budget: usize,
-) -> Result<(Vec<u32>, PromptImages), ModelError> {
+) -> Result<(Vec<u32>, PromptMedia), ModelError> {
     let encoded = images.iter().map(|image| encode(tower, image, budget)).collect::<Result<Vec<_>, _>>()?;
     expand(tower, ids, encoded)
 }
 
 /// One image processed at `budget` and encoded: its soft tokens `[n, h]`, keyed.
-pub fn encode(tower: &VisionTower, image: &RgbImage, budget: usize) -> Result<PromptImage, ModelError> {
+pub fn encode(tower: &VisionTower, image: &RgbImage, budget: usize) -> Result<PromptMedium, ModelError> {
     let patches = tower.config().processor(budget).process(image).map_err(|e| ModelError::Image(e.to_string()))?;
-    let placeholder = tower.image_tokens().image;
-    Ok(PromptImage { key: image_key(image, budget), placeholder, soft_tokens: tower.encode(&patches)? })
+    let placeholder = tower.config().tokens.placeholder;
+    Ok(PromptMedium { key: image_key(image, budget), placeholder, soft_tokens: tower.encode(&patches)? })
 }
 
 /// `ids` (one `<|image|>` per image) with each of `images` (encoded, in prompt order) expanded to
@@ -31,12 +31,11 @@ pub fn encode(tower: &VisionTower, image: &RgbImage, budget: usize) -> Result<Pr
 pub fn expand(
     tower: &VisionTower,
     ids: &[u32],
-    images: Vec<PromptImage>,
-) -> Result<(Vec<u32>, PromptImages), ModelError> {
+    images: Vec<PromptMedium>,
+) -> Result<(Vec<u32>, PromptMedia), ModelError> {
     let counts: Vec<usize> = images.iter().map(|i| i.soft_tokens.dims()[0]).collect();
-    let tokens = tower.image_tokens();
-    let ids = tokens.expand(ids, &counts).map_err(|e| ModelError::Image(e.to_string()))?;
-    Ok((ids, PromptImages { images }))
+    let ids = tower.config().tokens.expand(ids, &counts).map_err(|e| ModelError::Image(e.to_string()))?;
+    Ok((ids, PromptMedia { items: images }))
 }
 
 /// Tells images apart (FNV-1a over the size, the budget and the pixels).

@@ -13,7 +13,7 @@ use hearth_kernels::fused::rms_norm_unscaled;
 use hearth_kernels::{gelu_tanh_mul, rms_norm};
 use hearth_weights::Checkpoint;
 
-use super::config::{ImageTokens, VisionConfig};
+use super::config::VisionConfig;
 use super::image::ImagePatches;
 use crate::error::ModelError;
 use crate::tower_weights::{Linear, TowerReader, upload_transposed};
@@ -80,52 +80,12 @@ impl Layout {
                 Some(rest) => format!("{embedder}{rest}"),
                 None => format!("{tower}{name}"),
             },
-            Layout::Mmproj => mmproj_name(name),
+            Layout::Mmproj => hearth_weights::gguf_names::vision_tower_gguf_name(name),
         }
     }
 }
 
 const PATCH_PROJECTION: &str = "patch_embedder.input_proj.weight";
-
-/// llama.cpp's name for a tower tensor (its converter's `Gemma4VisionAudioModel` mapping).
-fn mmproj_name(name: &str) -> String {
-    const GLOBAL: [(&str, &str); 5] = [
-        (PATCH_PROJECTION, "v.patch_embd.weight"),
-        ("patch_embedder.position_embedding_table", "v.position_embd.weight"),
-        ("std_bias", "v.std_bias"),
-        ("std_scale", "v.std_scale"),
-        ("embed_vision.embedding_projection.weight", "mm.input_projection.weight"),
-    ];
-    const LAYER: [(&str, &str); 13] = [
-        ("input_layernorm.weight", "ln1.weight"),
-        ("post_attention_layernorm.weight", "attn_post_norm.weight"),
-        ("pre_feedforward_layernorm.weight", "ln2.weight"),
-        ("post_feedforward_layernorm.weight", "ffn_post_norm.weight"),
-        ("self_attn.q_norm.weight", "attn_q_norm.weight"),
-        ("self_attn.k_norm.weight", "attn_k_norm.weight"),
-        ("self_attn.q_proj.", "attn_q."),
-        ("self_attn.k_proj.", "attn_k."),
-        ("self_attn.v_proj.", "attn_v."),
-        ("self_attn.o_proj.", "attn_out."),
-        ("mlp.gate_proj.", "ffn_gate."),
-        ("mlp.up_proj.", "ffn_up."),
-        ("mlp.down_proj.", "ffn_down."),
-    ];
-    if let Some(&(_, gguf)) = GLOBAL.iter().find(|(hf, _)| *hf == name) {
-        return gguf.to_string();
-    }
-    let Some((index, rest)) = name.strip_prefix("encoder.layers.").and_then(|r| r.split_once('.')) else {
-        return name.to_string();
-    };
-    for (hf, gguf) in LAYER {
-        if let Some(tail) = rest.strip_prefix(hf) {
-            // `linear.weight` → `weight`; the clip bounds keep their names.
-            let tail = tail.strip_prefix("linear.").unwrap_or(tail);
-            return format!("v.blk.{index}.{gguf}{tail}");
-        }
-    }
-    name.to_string()
-}
 
 /// Whether `checkpoint` carries a vision tower in a layout this loader reads.
 pub fn has_vision_weights(checkpoint: &Checkpoint) -> bool {
@@ -213,12 +173,6 @@ impl VisionTower {
 
     pub fn config(&self) -> &VisionConfig {
         &self.config
-    }
-
-    /// The prompt's image tokens.
-    pub fn image_tokens(&self) -> ImageTokens {
-        let c = &self.config;
-        ImageTokens { image: c.image_token_id, boi: c.boi_token_id, eoi: c.eoi_token_id }
     }
 
     /// Bytes of the weights on the device (packed matrices at their stored size, the rest f32).
@@ -416,14 +370,6 @@ mod tests {
         // A 4 × 2 grid of patches (x 0..4, y 0..2) in raster order, k = 2: squares (0,0) and (2,0).
         let positions: Vec<[i32; 2]> = (0..2).flat_map(|y| (0..4).map(move |x| [x, y])).collect();
         assert_eq!(pooling_order(&positions, 2), Some(vec![0, 1, 4, 5, 2, 3, 6, 7]));
-    }
-
-    #[test]
-    fn llama_cpp_names_follow_its_converter() {
-        assert_eq!(mmproj_name("encoder.layers.3.self_attn.q_proj.linear.weight"), "v.blk.3.attn_q.weight");
-        assert_eq!(mmproj_name("encoder.layers.3.mlp.down_proj.input_min"), "v.blk.3.ffn_down.input_min");
-        assert_eq!(mmproj_name("encoder.layers.0.pre_feedforward_layernorm.weight"), "v.blk.0.ln2.weight");
-        assert_eq!(mmproj_name("embed_vision.embedding_projection.weight"), "mm.input_projection.weight");
     }
 
     #[test]
