@@ -22,6 +22,9 @@ const PICTURES: &[Picture] = &[
     Picture { suite: "tests/e2e/side-panel.test.mjs", artifact: "side-panel.png" },
     Picture { suite: "tests/e2e/vision.test.mjs", artifact: "agent-vision.png" },
     Picture { suite: "tests/e2e/voice.test.mjs", artifact: "voice-recording.png" },
+    Picture { suite: "tests/e2e/page-tools.test.mjs", artifact: "page-tools-card.png" },
+    Picture { suite: "tests/e2e/tabs.test.mjs", artifact: "tabs-chooser.png" },
+    Picture { suite: "tests/e2e/tabs.test.mjs", artifact: "tabs-answer.png" },
 ];
 
 pub fn screenshots() -> Result<(), String> {

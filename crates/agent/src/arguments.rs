@@ -114,6 +114,14 @@ pub struct ReadLinkArgs {
     pub url: String,
 }
 
+/// Another open tab, by the number the task's list of tabs gives it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, TS)]
+#[serde(deny_unknown_fields)]
+pub struct TabArgs {
+    /// The tab's number, e.g. 812 for "tab 812".
+    pub tab: u32,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, TS)]
 #[serde(deny_unknown_fields)]
 pub struct WaitForArgs {
@@ -194,6 +202,9 @@ pub enum ToolCall {
     Navigate(NavigateArgs),
     GoBack(NoArguments),
     ReadLink(ReadLinkArgs),
+    ReadTab(TabArgs),
+    OpenTab(NavigateArgs),
+    SwitchTab(TabArgs),
     WaitFor(WaitForArgs),
     RunJavascript(RunJavascriptArgs),
     AskUser(AskUserArgs),

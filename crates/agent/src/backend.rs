@@ -197,6 +197,9 @@ pub struct ToolInvocation {
     /// What the user allowed the call to do (its card's reasons, or a grant's): the browser-level
     /// fence lets exactly these effects through.
     pub approved: Vec<crate::policy::RiskReason>,
+    /// The tab the call acts in when it is not the task's own (after `switch_tab`); the worker
+    /// runs it there only if that tab is one of the task's.
+    pub in_tab: Option<u32>,
     /// Set when the user stops; the executor should abort its work.
     pub cancel: CancelToken,
 }
@@ -237,6 +240,10 @@ pub struct ToolOutput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional)]
     pub page_tools: Option<Vec<crate::page_tools::PageToolInfo>>,
+    /// The tab a tab tool concerns: the one `open_tab` opened, the one `switch_tab` now acts in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub tab: Option<crate::tabs::OpenTab>,
 }
 
 /// A picture a tool took, as the browser gives it.

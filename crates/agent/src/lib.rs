@@ -9,6 +9,7 @@
 //! - [`page`]: snapshots with stable indices; fencing of untrusted page text.
 //! - [`policy`]: which actions need confirmation; grants; the repetition guard.
 //! - [`context`]: token counting, budgets, truncation, compaction.
+//! - [`tabs`]: the user's other tabs a task reads or acts in.
 //! - [`task_loop`]: the loop ([`Agent`]).
 //! - [`events`]: what the loop tells the UI.
 //! - [`backend`]: the model and tool interfaces, cancellation.
@@ -26,6 +27,7 @@ pub mod policy;
 pub mod prompt;
 #[cfg(any(test, feature = "scripted"))]
 pub mod scripted;
+pub mod tabs;
 pub mod task_loop;
 pub mod tools;
 
@@ -44,8 +46,9 @@ pub use page::{ElementInfo, FormInfo, PageInfo, PointTarget, Snapshot};
 pub use page_tools::{PAGE_TOOL_PREFIX, PageToolForm, PageToolInfo};
 pub use parser::{ParsedCall, ParsedOutput, StreamParser, parse_output, parse_to_json};
 pub use policy::{ActionTarget, AddressWarning, Assessment, Decision, RiskReason};
+pub use tabs::{AttachedTab, OpenTab, RequestTabs};
 pub use task_loop::{
-    Agent, AgentConfig, AgentControl, ContextError, Outcome, PromptStats, STEP_ENDS_AFTER, SessionError,
+    Agent, AgentConfig, AgentControl, ContextError, Outcome, PromptStats, STEP_ENDS_AFTER, SessionError, UserRequest,
 };
 pub use tools::{
     RiskLevel, TimeLimit, ToolDefinition, ToolMode, ToolPlace, VISION_TOOLS, builtin_tools, default_tool_modes,

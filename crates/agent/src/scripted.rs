@@ -205,6 +205,30 @@ pub fn resolve_indices(reply: &str, prompt: &str) -> Result<String, String> {
         rest = &after[end + 2..];
     }
     out.push_str(rest);
+    resolve_tabs(&out, prompt)
+}
+
+/// `reply` with each `{{tab:TEXT}}` replaced by the number of the latest tab line of `prompt`
+/// (the user's list of tabs, an attached tab, `open_tab`'s result) that contains TEXT: tab
+/// numbers are the browser's, so scripts name tabs by their title or address.
+fn resolve_tabs(reply: &str, prompt: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = reply;
+    while let Some(start) = rest.find("{{tab:") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + "{{tab:".len()..];
+        let end = after.find("}}").ok_or("unclosed {{tab: in the test script")?;
+        let needle = &after[..end];
+        let tab = prompt
+            .lines()
+            .rev()
+            .filter(|line| line.contains(needle))
+            .find_map(crate::tabs::tab_number_in)
+            .ok_or_else(|| format!("the test script wants a tab with {needle:?}, but no tab line has it"))?;
+        out.push_str(&tab.to_string());
+        rest = &after[end + 2..];
+    }
+    out.push_str(rest);
     Ok(out)
 }
 

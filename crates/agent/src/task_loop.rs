@@ -34,16 +34,17 @@ use crate::page::PointTarget;
 use crate::page::{GEMMA_MARKUP, Neutralizer, PageInfo, Snapshot};
 use crate::page_tools::{MAX_RESULT_CHARS, PageToolInfo, is_page_tool, page_tool_definitions};
 use crate::parser::{ParseEvent, ParsedOutput, ParserOptions, StreamParser};
-use crate::policy::assess_page_tool;
 use crate::policy::grants::GrantScope;
 use crate::policy::{
     Assessment, Decision, Grants, RepetitionGuard, RiskReason, assess, assess_point, describe_target, site_of_url,
     web_url,
 };
+use crate::policy::{assess_page_tool, assess_tab};
 use crate::prompt::default_system_prompt;
+use crate::tabs::{AttachedTab, MAX_OPEN_TABS, OpenTab, RequestTabs, TaskTabs};
 use crate::tools::{
-    ASK_USER, READ_LINK, READ_PAGE, RiskLevel, ToolDefinition, ToolMode, always_offered, default_tool_modes,
-    validate_arguments,
+    ASK_USER, OPEN_TAB, READ_LINK, READ_PAGE, READ_TAB, RiskLevel, SWITCH_TAB, ToolDefinition, ToolMode,
+    always_offered, default_tool_modes, validate_arguments,
 };
 use hearth_chat::ContentPart;
 use hearth_chat::syntax::defuse_media_markers;
@@ -150,9 +151,11 @@ pub enum ContextError {
 
 /// The highest passage number a restored page-text result holds (lines `[n] …`).
 fn last_passage(entry: &Entry) -> Option<u32> {
-    let EntryKind::ToolResult { tool, .. } = &entry.kind else { return None };
-    if tool != READ_PAGE && tool != READ_LINK {
-        return None;
+    match &entry.kind {
+        EntryKind::ToolResult { tool, .. } if [READ_PAGE, READ_LINK, READ_TAB].contains(&tool.as_str()) => {}
+        // The tabs the user attached to a message.
+        EntryKind::User => {}
+        _ => return None,
     }
     let text = entry.message.text()?;
     text.lines().filter_map(|line| line.strip_prefix('[')?.split_once("] ")?.0.parse::<u32>().ok()).max()
@@ -307,6 +310,21 @@ pub struct Agent {
     /// what the model is offered for them (`page.<name>`).
     page_tools: Vec<PageToolInfo>,
     page_tool_defs: Vec<ToolDefinition>,
+    /// The tabs this task knows and works in (attached, opened, the one it acts in).
+    tabs: TaskTabs,
+    /// Events of the task's start (the attached tabs' sources), told at the next run.
+    start_events: Vec<AgentEvent>,
+}
+
+/// What the user asks: typed (or spoken: `voice`, 16 kHz mono), the page's words they selected,
+/// on the page their tab shows, with the tabs that come with it.
+#[derive(Debug, Clone, Default)]
+pub struct UserRequest {
+    pub text: String,
+    pub selection: Option<String>,
+    pub page: Option<PageInfo>,
+    pub voice: Option<Arc<[f32]>>,
+    pub tabs: RequestTabs,
 }
 
 impl Agent {
@@ -349,6 +367,8 @@ impl Agent {
             screenshot_of: None,
             page_tools: Vec::new(),
             page_tool_defs: Vec::new(),
+            tabs: TaskTabs::default(),
+            start_events: Vec::new(),
         }
     }
 
@@ -443,14 +463,36 @@ impl Agent {
         selection: Option<&str>,
         page: Option<PageInfo>,
     ) {
+        self.start_request(UserRequest {
+            text: text.to_owned(),
+            selection: selection.map(str::to_owned),
+            page,
+            voice: samples,
+            tabs: RequestTabs::default(),
+        });
+    }
+
+    /// Starts a task for `request`: [`Self::start_task_with_voice`] with the tabs the user
+    /// attached (their text goes with the message as those sites' words, in numbered passages
+    /// that the UI is told of as sources at the next run) and the other open tabs the model may name.
+    pub fn start_request(&mut self, request: UserRequest) {
+        let UserRequest { text, selection, page, voice: samples, tabs } = request;
+        let (text, selection) = (text.as_str(), selection.as_deref());
         self.abandon_pending("Not run: the user started a new task.");
+        // The page tools go back to the task's own tab: a snapshot of another tab names none of its elements.
+        if self.tabs.acting().is_some() {
+            self.latest_snapshot = None;
+        }
+        self.tabs = TaskTabs::for_request(&tabs);
         self.grants.clear();
         self.repetition.reset();
         self.breaker.reset();
         self.iterations = 0;
         self.bad_turns = 0;
         self.finished = false;
-        let message = self.user_turn(text, selection, page.as_ref());
+        let mut message = self.user_turn(text, selection, page.as_ref(), tabs.own);
+        message.push_str(&self.attached_tabs(&tabs.attached));
+        message.push_str(&self.open_tabs(&tabs));
         self.page = page;
         let message = match samples {
             Some(samples) => {
@@ -470,7 +512,7 @@ impl Agent {
 
     /// The user's turn: what they typed, with page-derived parts fenced: the text they selected
     /// on the page, and the page's title and URL, are the page's words, not the user's.
-    fn user_turn(&self, text: &str, selection: Option<&str>, page: Option<&PageInfo>) -> String {
+    fn user_turn(&self, text: &str, selection: Option<&str>, page: Option<&PageInfo>, own_tab: Option<u32>) -> String {
         let source = page.map_or("the page", |p| p.url.as_str());
         let mut message = String::new();
         if let Some(selection) = selection.map(str::trim).filter(|s| !s.is_empty()) {
@@ -480,10 +522,67 @@ impl Agent {
         }
         message.push_str(&defuse_media_markers(text.trim()));
         if let Some(p) = page {
-            message.push_str("\n\nThe current page:\n");
+            match own_tab {
+                Some(tab) => message.push_str(&format!("\n\nThe current page (this task's tab, tab {tab}):\n")),
+                None => message.push_str("\n\nThe current page:\n"),
+            }
             message.push_str(&self.neutralizer.fence(&p.url, &format!("{} — {}", p.title, p.url)));
         }
         message
+    }
+
+    /// The tabs the user attached, each fenced as its site's words, its passages numbered on from
+    /// the conversation's last (cited like `read_page`'s); each becomes a sources event. A tab's
+    /// passages stop where the per-result budget ends.
+    fn attached_tabs(&mut self, attached: &[AttachedTab]) -> String {
+        let mut text = String::new();
+        for tab in attached {
+            let head = format!("Tab {}: {} — {}\n", tab.tab, tab.title, tab.url);
+            if let Some(why) = &tab.unreadable {
+                text.push_str(&format!("\n\nThe user attached tab {}, which could not be read: {why}", tab.tab));
+                continue;
+            }
+            let max = self.config.budget.max_tool_result_tokens;
+            let mut body = head.clone();
+            let mut sources = Vec::new();
+            for passage in &tab.passages {
+                let line = format!("[{}] {}\n", self.next_passage + 1, passage);
+                if self.counter.count(&body) + self.counter.count(&line) > max {
+                    break;
+                }
+                self.next_passage += 1;
+                body.push_str(&line);
+                sources.push(Source { number: self.next_passage, text: passage.clone() });
+            }
+            text.push_str(&format!("\n\nA tab the user attached to this message (tab {}):\n", tab.tab));
+            text.push_str(&self.neutralizer.fence(&tab.url, body.trim_end()));
+            self.start_events.push(AgentEvent::Sources {
+                url: tab.url.clone(),
+                title: tab.title.clone(),
+                passages: sources,
+            });
+        }
+        text
+    }
+
+    /// The other open tabs, which `read_tab` may read (asking first) and `switch_tab` names: their
+    /// titles and addresses are their pages' words.
+    fn open_tabs(&self, tabs: &RequestTabs) -> String {
+        let attached: BTreeSet<u32> = tabs.attached.iter().map(|t| t.tab).collect();
+        let others: Vec<&OpenTab> = tabs
+            .open
+            .iter()
+            .filter(|t| !attached.contains(&t.tab) && Some(t.tab) != tabs.own)
+            .take(MAX_OPEN_TABS)
+            .collect();
+        if others.is_empty() {
+            return String::new();
+        }
+        let list: Vec<String> = others.iter().map(|t| format!("tab {}: {} — {}", t.tab, t.title, t.url)).collect();
+        format!(
+            "\n\nThe user's other open tabs:\n{}",
+            self.neutralizer.fence("the open tabs' titles", &list.join("\n"))
+        )
     }
 
     /// Approves or denies the action waiting for confirmation, named by its call id (a decision
@@ -545,6 +644,9 @@ impl Agent {
         on_event: &mut dyn FnMut(AgentEvent),
     ) -> Outcome {
         let cancel = self.control.begin_run();
+        for event in self.start_events.drain(..) {
+            on_event(event);
+        }
         if self.entries.is_empty() || (self.finished && self.pending.is_empty()) {
             return Outcome::Idle;
         }
@@ -944,6 +1046,7 @@ impl Agent {
                 arguments: call.arguments.clone(),
                 judged_url: page_url,
                 approved: Vec::new(),
+                in_tab: self.tabs.acting(),
                 cancel: cancel.clone(),
             }));
         }
@@ -962,6 +1065,9 @@ impl Agent {
             let page_tool = self.page_tools.iter().find(|p| p.model_name() == call.name);
             let mut assessment = match (page_tool, typed, &call.located) {
                 (Some(info), _, _) => assess_page_tool(info, self.page.as_ref()),
+                (None, Some(typed @ (arguments::ToolCall::ReadTab(_) | arguments::ToolCall::SwitchTab(_))), None) => {
+                    assess_tab(tool, typed, &self.tabs, self.page.as_ref())
+                }
                 (None, Some(typed), Some(located)) => assess_point(tool, typed, located, self.page.as_ref()),
                 (None, Some(typed), None) => assess(tool, typed, element, self.page.as_ref()),
                 // What does not fit the tool's argument type is never judged, so never run.
@@ -1020,6 +1126,7 @@ impl Agent {
                 arguments: call.arguments.clone(),
                 judged_url: self.page.as_ref().map(|p| p.url.clone()),
                 approved: call.approved.clone(),
+                in_tab: self.tabs.acting(),
                 cancel: cancel.clone(),
             },
             changes_state,
@@ -1085,6 +1192,16 @@ impl Agent {
         tool: &str,
         mut output: ToolOutput,
     ) -> (String, bool, Option<AgentEvent>, Option<ToolImage>) {
+        // The tab a tab tool concerns, as the worker reports it: one the task opened is the
+        // task's; the one switched to is where the page tools act now (its elements are new).
+        match (tool, output.tab.take()) {
+            (OPEN_TAB, Some(tab)) => self.tabs.opened(tab.tab, PageInfo { url: tab.url, title: tab.title }),
+            (SWITCH_TAB, Some(tab)) => {
+                self.tabs.switch_to(tab.tab);
+                self.latest_snapshot = None;
+            }
+            _ => {}
+        }
         if let Some(p) = &output.page {
             let before = site_of_page(self.page.as_ref());
             // The page's tools belong to its document: another page has its own (or none).
@@ -1139,7 +1256,7 @@ impl Agent {
         }
         (
             self.neutralizer.fence(&source, &body),
-            tool == READ_PAGE || tool == READ_LINK,
+            tool == READ_PAGE || tool == READ_LINK || tool == READ_TAB,
             sources,
             output.image.map(|i| *i),
         )

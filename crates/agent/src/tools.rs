@@ -119,6 +119,9 @@ pub const READ_PAGE: &str = "read_page";
 pub const RUN_JAVASCRIPT: &str = "run_javascript";
 pub const NAVIGATE: &str = "navigate";
 pub const READ_LINK: &str = "read_link";
+pub const READ_TAB: &str = "read_tab";
+pub const OPEN_TAB: &str = "open_tab";
+pub const SWITCH_TAB: &str = "switch_tab";
 pub const PRESS_KEY: &str = "press_key";
 pub const SCREENSHOT: &str = "screenshot";
 pub const CLICK_AT: &str = "click_at";
@@ -234,6 +237,30 @@ pub fn builtin_tools() -> Vec<ToolDefinition> {
             "Read another page, such as one linked from this page, without leaving the current one: its title and main text as numbered passages. Give its url. Reading another site needs the user's approval.",
         ),
         (
+            READ_TAB,
+            Low,
+            Worker,
+            false,
+            Standard,
+            "Read another open tab by its number from the list of open tabs: its title and main text as numbered passages, without leaving this one. Reading a tab the user did not attach needs the user's approval.",
+        ),
+        (
+            OPEN_TAB,
+            High,
+            Worker,
+            false,
+            PageLoad,
+            "Open a URL in a new tab of this task, leaving the current page as it is; use switch_tab to act in it. Use full http:// or https:// addresses.",
+        ),
+        (
+            SWITCH_TAB,
+            Medium,
+            Worker,
+            false,
+            Standard,
+            "Act in another tab of this task (one the user attached, or one you opened) by its number: the page tools then work in that tab. Switch back with this task's own tab number. Take a snapshot after switching.",
+        ),
+        (
             "wait_for",
             Low,
             Page,
@@ -328,7 +355,7 @@ fn tool_rules(name: &str, args: &Map<String, Value>, problems: &mut Vec<String>)
         "wait_for" if has("text") == has("selector") => {
             problems.push("give exactly one of `text` or `selector`".into());
         }
-        NAVIGATE => {
+        NAVIGATE | OPEN_TAB => {
             if let Some(url) = args.get("url").and_then(Value::as_str) {
                 let lower = url.trim().to_ascii_lowercase();
                 if !(lower.starts_with("http://") || lower.starts_with("https://")) {

@@ -643,6 +643,7 @@ mod tests {
             arguments: arguments.as_object().cloned().unwrap_or_default(),
             judged_url: None,
             approved: Vec::new(),
+            in_tab: None,
             cancel: hearth_agent::CancelToken::new(),
         };
         page.act(&call("type", serde_json::json!({"index": 1, "text": "Ada"}))).unwrap();
@@ -685,6 +686,7 @@ mod tests {
             arguments: arguments.as_object().cloned().unwrap_or_default(),
             judged_url: None,
             approved: Vec::new(),
+            in_tab: None,
             cancel: hearth_agent::CancelToken::new(),
         }
     }

@@ -122,7 +122,7 @@ pub fn set_task_host(on_update: js_sys::Function, run_tool: js_sys::Function) {
 #[wasm_bindgen(js_name = taskMessage)]
 pub async fn task_message(message: String, voice: Option<Vec<f32>>) -> Result<(), JsError> {
     match serde_json::from_str::<WorkerToEngine>(&message) {
-        Ok(WorkerToEngine::StartTask { tab_id, text, selection, page, settings, history, voice: clip }) => {
+        Ok(WorkerToEngine::StartTask { tab_id, text, selection, page, settings, history, voice: clip, tabs }) => {
             let voice = match (clip, voice) {
                 (Some(_), Some(samples)) => Some(samples),
                 (Some(clip), None) => {
@@ -130,7 +130,7 @@ pub async fn task_message(message: String, voice: Option<Vec<f32>>) -> Result<()
                 }
                 (None, _) => None,
             };
-            let request = tasks::Request { text, selection, page, voice };
+            let request = tasks::Request { text, selection, page, voice, tabs };
             tasks::start_task(tab_id, request, settings, history).await
         }
         Ok(WorkerToEngine::TaskControl { tab_id, action }) => tasks::control(tab_id, action).await,

@@ -14,8 +14,8 @@ use futures::StreamExt;
 use futures::future::{Either, select};
 use hearth_agent::backend::LOCATE_POINT;
 use hearth_agent::{
-    Agent, AgentControl, Clock, Entry, GenerationRequest, ModelBackend, ModelChunk, ModelError, PointTarget, ToolError,
-    ToolExecutor, ToolInvocation, ToolOutput,
+    Agent, AgentControl, Clock, Entry, GenerationRequest, ModelBackend, ModelChunk, ModelError, PointTarget,
+    RequestTabs, ToolError, ToolExecutor, ToolInvocation, ToolOutput, UserRequest,
 };
 use hearth_engine::task::apply_settings;
 use hearth_engine::{Engine, SharedModel, TaskModel, new_agent, tab_conversation};
@@ -74,19 +74,21 @@ fn refused(tab_id: u32, refusal: TaskRefusal) {
 }
 
 /// What the user asked: typed, with the page's words they selected, or spoken (`voice`: 16 kHz
-/// mono samples, the typed text beside them), on the page the tab shows.
+/// mono samples, the typed text beside them), on the page the tab shows, with the tabs that go
+/// with it (those the user attached, read by the worker, and the other open ones).
 pub struct Request {
     pub text: String,
     pub selection: Option<String>,
     pub page: Option<PageInfo>,
     pub voice: Option<Vec<f32>>,
+    pub tabs: RequestTabs,
 }
 
 /// Starts a task in the tab's conversation; while one runs there, the text steers it instead (a
 /// selection or a clip is not sent to a running task: the views offer them only to a new one).
 /// `history` (from `TaskUpdate::History`) restores a conversation this engine does not hold.
 pub async fn start_task(tab_id: u32, request: Request, settings: TaskSettings, history: Option<serde_json::Value>) {
-    let Request { text, selection, page, voice } = request;
+    let Request { text, selection, page, voice, tabs } = request;
     let Some(engine) = engine_state::engine() else {
         return refused(tab_id, TaskRefusal::NoModel);
     };
@@ -104,7 +106,7 @@ pub async fn start_task(tab_id: u32, request: Request, settings: TaskSettings, h
             return false;
         };
         apply_settings(agent.config_mut(), &settings);
-        agent.start_task_with_voice(voice.map(Into::into), &text, selection.as_deref(), page.clone());
+        agent.start_request(UserRequest { text: text.clone(), selection, page, voice: voice.map(Into::into), tabs });
         conversation.settings = settings.clone();
         true
     });
@@ -270,6 +272,7 @@ impl ToolExecutor for TabTools {
             arguments: call.arguments.clone(),
             judged_url: call.judged_url.clone(),
             approved: call.approved.clone(),
+            in_tab: call.in_tab,
         };
         let json = serde_json::to_string(&request).unwrap_or_default();
         let promise = self

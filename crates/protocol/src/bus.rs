@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 use crate::{Decision, EngineStatus, PageInfo, TaskAction, TaskSettings, TaskUpdate, ToolRequest};
+use hearth_agent::RequestTabs;
 
 /// What a tab's content script (the overlay's host on the page) sends to the service worker. The
 /// worker acts on the sender's own tab (`sender.tab.id`) only. The chat itself, with everything
@@ -62,6 +63,23 @@ pub enum PanelToWorker {
     /// The user acted in the panel on the chat of `tab_id`; dropped unless the port watches that
     /// tab, and done by the worker as the same input from the tab's overlay is.
     Input { tab_id: u32, input: ChatInput },
+    /// The composer's tab chooser opened: the worker answers with `open_tabs`, the other web
+    /// tabs that could go with a message to `tab_id`.
+    ListTabs { tab_id: u32 },
+}
+
+/// An open tab the user may attach to a message: what the chooser shows of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct TabChoice {
+    pub tab_id: u32,
+    pub title: String,
+    /// Its origin (`https://mail.example`).
+    pub site: String,
+    /// Its icon from the browser's own favicon cache (an extension address: nothing is fetched
+    /// from the site), when it has one.
+    pub icon: Option<String>,
+    /// Hearth is off on its site: it can be shown, not attached.
+    pub disabled: bool,
 }
 
 /// Whether Hearth runs in the tab a side panel watches.
@@ -96,6 +114,8 @@ pub enum WorkerToPanel {
     },
     /// The engine's current state.
     EngineStatus { status: EngineStatus },
+    /// The answer to `list_tabs`: the other web tabs, the most recently used first.
+    OpenTabs { tab_id: u32, tabs: Vec<TabChoice> },
 }
 
 /// What the user did in a view of a tab's conversation (its overlay or a side panel showing it),
@@ -110,6 +130,10 @@ pub enum ChatInput {
         text: String,
         #[serde(default)]
         selection: Option<String>,
+        /// Other tabs the user attached to a new task (their readable text goes with it, as those
+        /// pages' words); none for steering or an answer.
+        #[serde(default)]
+        tabs: Vec<u32>,
     },
     Stop,
     /// A confirmation card's button: applied only to the card `entry_id` if it waits on `call_id`.
@@ -258,6 +282,9 @@ pub enum WorkerToEngine {
         /// The spoken request: a clip the offscreen document recorded for this tab (`Recorded`).
         #[serde(default)]
         voice: Option<u32>,
+        /// The task's tab, the tabs the user attached (read by the worker) and the other open ones.
+        #[serde(default)]
+        tabs: RequestTabs,
     },
     /// Record from the microphone for the tab, stop, cancel, or play a clip back; the state
     /// comes back as `EngineToWorker::Voice`.
@@ -338,14 +365,16 @@ mod tests {
     fn tab_messages_are_tagged_by_kind_and_carry_no_tab() {
         assert_eq!(TabToWorker::from_json(r#"{"kind":"watch_engine"}"#), None);
         assert_eq!(TabToWorker::WatchChat.to_json(), r#"{"kind":"watch_chat"}"#);
-        let submit = ChatInput::Submit { text: "hi".into(), selection: Some("quoted".into()) };
+        let submit = ChatInput::Submit { text: "hi".into(), selection: Some("quoted".into()), tabs: vec![4] };
         assert_eq!(
             wire(&TabToWorker::ChatInput { input: submit }),
-            json!({"kind": "chat_input", "input": {"input": "submit", "text": "hi", "selection": "quoted"}})
+            json!({"kind": "chat_input", "input": {"input": "submit", "text": "hi", "selection": "quoted", "tabs": [4]}})
         );
         assert_eq!(
             TabToWorker::from_json(r#"{"kind":"chat_input","input":{"input":"submit","text":"hi"}}"#),
-            Some(TabToWorker::ChatInput { input: ChatInput::Submit { text: "hi".into(), selection: None } })
+            Some(TabToWorker::ChatInput {
+                input: ChatInput::Submit { text: "hi".into(), selection: None, tabs: vec![] }
+            })
         );
         // The old shapes, from the time the tab owned its conversation, are not messages any more.
         for old in [

@@ -21,7 +21,7 @@ pub mod typescript;
 
 pub use bus::{
     Article, BusMessage, ChatInput, EngineToWorker, OptionsToWorker, PanelTabState, PanelToWorker, SettingsView,
-    TabToWorker, VoiceAction, VoiceState, WorkerToEngine, WorkerToPanel, WorkerToTab,
+    TabChoice, TabToWorker, VoiceAction, VoiceState, WorkerToEngine, WorkerToPanel, WorkerToTab,
 };
 pub use engine::{
     AdapterReport, EngineFailure, EngineStatus, FAILURE_KEYS, FailureKind, FailureText, ModelInfo, ModelMemory,

@@ -100,6 +100,11 @@ pub struct ToolRequest {
     /// joins the task's set, a form may post to its host while the call runs).
     #[serde(default)]
     pub approved: Vec<RiskReason>,
+    /// The tab the call acts in when it is not `tab_id` (after the agent's `switch_tab`): the
+    /// worker runs it there only while that tab is one of the task's (attached by the user or
+    /// opened by the task), under the task's fence.
+    #[serde(default)]
+    pub in_tab: Option<u32>,
 }
 
 /// The answer to a [`ToolRequest`] (the response of the message that carried it).

@@ -2,9 +2,11 @@
 
 use hearth_agent::arguments::{
     AskUserArgs, DoneArgs, ElementArgs, Key, NavigateArgs, NoArguments, PointArgs, PressKeyArgs, ReadLinkArgs,
-    RunJavascriptArgs, ScrollArgs, ScrollDirection, SelectArgs, ToolCall, TypeArgs, WaitForArgs,
+    RunJavascriptArgs, ScrollArgs, ScrollDirection, SelectArgs, TabArgs, ToolCall, TypeArgs, WaitForArgs,
 };
-use hearth_agent::{PageToolForm, PageToolInfo, PointTarget, TimeLimit, ToolImage, ToolPlace};
+use hearth_agent::{
+    AttachedTab, OpenTab, PageToolForm, PageToolInfo, PointTarget, RequestTabs, TimeLimit, ToolImage, ToolPlace,
+};
 use ts_rs::{Config, TS};
 
 use crate::{
@@ -13,9 +15,9 @@ use crate::{
     FailureKind, FailureText, FormInfo, GenerateRequest, GenerationEvent, GenerationStats, GgufInspection, GgufSummary,
     KnownUpload, ManifestFile, ModelFormat, ModelInfo, ModelManifest, ModelMemory, ModelOffer, ModelProgress,
     OptionsToWorker, Outcome, PageInfo, PanelTabState, PanelToWorker, Passages, PauseReason, RiskLevel, RiskReason,
-    SelfTestReport, SettingsView, Snapshot, Source, TabToWorker, TaskAction, TaskError, TaskRefusal, TaskSettings,
-    TaskUpdate, ToolMode, ToolOutput, ToolReply, ToolRequest, VoiceAction, VoiceState, WorkerToEngine, WorkerToPanel,
-    WorkerToTab,
+    SelfTestReport, SettingsView, Snapshot, Source, TabChoice, TabToWorker, TaskAction, TaskError, TaskRefusal,
+    TaskSettings, TaskUpdate, ToolMode, ToolOutput, ToolReply, ToolRequest, VoiceAction, VoiceState, WorkerToEngine,
+    WorkerToPanel, WorkerToTab,
 };
 
 /// Path of the generated file, relative to the repository root.
@@ -87,6 +89,10 @@ pub fn typescript_module() -> String {
         ElementInfo::decl(&cfg),
         FormInfo::decl(&cfg),
         PageInfo::decl(&cfg),
+        RequestTabs::decl(&cfg),
+        AttachedTab::decl(&cfg),
+        OpenTab::decl(&cfg),
+        TabChoice::decl(&cfg),
         ToolCall::decl(&cfg),
         NoArguments::decl(&cfg),
         ElementArgs::decl(&cfg),
@@ -98,6 +104,7 @@ pub fn typescript_module() -> String {
         Key::decl(&cfg),
         NavigateArgs::decl(&cfg),
         ReadLinkArgs::decl(&cfg),
+        TabArgs::decl(&cfg),
         WaitForArgs::decl(&cfg),
         RunJavascriptArgs::decl(&cfg),
         AskUserArgs::decl(&cfg),

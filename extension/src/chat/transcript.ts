@@ -8,7 +8,7 @@ export type TaskState = "idle" | "running" | "confirm" | "ask" | "done" | "faile
 
 export type Entry = { id: number } & (
   /** `voice`: a spoken request, the clip the offscreen document holds in memory (played back there). */
-  | { kind: "user"; text: string; queued?: boolean; selection?: string; voice?: VoiceClip }
+  | { kind: "user"; text: string; queued?: boolean; selection?: string; voice?: VoiceClip; tabs?: AttachedTabShown[] }
   /** Answer text streamed by the model (may precede tool calls). */
   | { kind: "answer"; text: string }
   | { kind: "thinking"; text: string }
@@ -184,13 +184,19 @@ function readSinceLastMessage(t: Transcript): boolean {
   for (let i = t.entries.length - 1; i >= 0; i--) {
     const e = t.entries[i]!;
     if (e.kind === "user") return false;
-    if (e.kind === "sources" || (e.kind === "tool" && (e.name === "read_page" || e.name === "snapshot" || e.name === "read_link"))) return true;
+    if (e.kind === "sources" || (e.kind === "tool" && (e.name === "read_page" || e.name === "snapshot" || e.name === "read_link" || e.name === "read_tab"))) return true;
   }
   return false;
 }
 
 /** The user sent a message: a new task, or steering of the running one. */
-export function userMessage(t: Transcript, text: string, queued = false, selection: string | null = null): Touched {
+/** A tab the user attached to a message, as the message shows it. */
+export interface AttachedTabShown {
+  title: string;
+  site: string;
+}
+
+export function userMessage(t: Transcript, text: string, queued = false, selection: string | null = null, tabs: AttachedTabShown[] = []): Touched {
   const steering = t.task === "running";
   if (!steering) {
     t.answer = null;
@@ -198,7 +204,8 @@ export function userMessage(t: Transcript, text: string, queued = false, selecti
   }
   t.task = "running";
   const quoted = selection ? { selection: selection.slice(0, MAX_TEXT) } : {};
-  return [add(t, { kind: "user", text: text.slice(0, MAX_TEXT), ...(queued ? { queued } : {}), ...quoted }).id];
+  const attached = tabs.length > 0 ? { tabs: tabs.slice(0, 8).map((tab) => ({ title: tab.title.slice(0, 200), site: tab.site.slice(0, 200) })) } : {};
+  return [add(t, { kind: "user", text: text.slice(0, MAX_TEXT), ...(queued ? { queued } : {}), ...quoted, ...attached }).id];
 }
 
 /** The user spoke a request: a voice message, the new task. */

@@ -19,7 +19,11 @@ history: unknown,
 /**
  * The spoken request: a clip the offscreen document recorded for this tab (`Recorded`).
  */
-voice: number | null, } | { "kind": "voice", tab_id: number, voice: VoiceAction, } | { "kind": "task_control", tab_id: number, action: TaskAction, } | { "kind": "read_article", html: string, url: string, };
+voice: number | null, 
+/**
+ * The task's tab, the tabs the user attached (read by the worker) and the other open ones.
+ */
+tabs: RequestTabs, } | { "kind": "voice", tab_id: number, voice: VoiceAction, } | { "kind": "task_control", tab_id: number, action: TaskAction, } | { "kind": "read_article", html: string, url: string, };
 
 export type Article = { title: string, passages: Array<string>, };
 
@@ -31,13 +35,18 @@ export type SettingsView = {
  */
 disabled: boolean, };
 
-export type PanelToWorker = { "kind": "watch_tab", tab_id: number, } | { "kind": "input", tab_id: number, input: ChatInput, };
+export type PanelToWorker = { "kind": "watch_tab", tab_id: number, } | { "kind": "input", tab_id: number, input: ChatInput, } | { "kind": "list_tabs", tab_id: number, };
 
 export type PanelTabState = "ready" | "disabled" | "unsupported" | "no_script" | "gone";
 
-export type WorkerToPanel = { "kind": "tab_state", tab_id: number, state: PanelTabState, site: string | null, } | { "kind": "chat", tab_id: number, chat: unknown, } | { "kind": "engine_status", status: EngineStatus, };
+export type WorkerToPanel = { "kind": "tab_state", tab_id: number, state: PanelTabState, site: string | null, } | { "kind": "chat", tab_id: number, chat: unknown, } | { "kind": "engine_status", status: EngineStatus, } | { "kind": "open_tabs", tab_id: number, tabs: Array<TabChoice>, };
 
-export type ChatInput = { "input": "submit", text: string, selection: string | null, } | { "input": "stop" } | { "input": "decide", entry_id: number, call_id: string, decision: Decision, } | { "input": "choose", entry_id: number, call_id: string, option: string, } | { "input": "fence", entry_id: number, allow: boolean, } | { "input": "continue" } | { "input": "clear" } | { "input": "retry" } | { "input": "install", model_id: string, } | { "input": "open_model_options" } | { "input": "show_source", number: number, } | { "input": "shown", open: boolean, } | { "input": "voice", voice: VoiceAction, };
+export type ChatInput = { "input": "submit", text: string, selection: string | null, 
+/**
+ * Other tabs the user attached to a new task (their readable text goes with it, as those
+ * pages' words); none for steering or an answer.
+ */
+tabs: Array<number>, } | { "input": "stop" } | { "input": "decide", entry_id: number, call_id: string, decision: Decision, } | { "input": "choose", entry_id: number, call_id: string, option: string, } | { "input": "fence", entry_id: number, allow: boolean, } | { "input": "continue" } | { "input": "clear" } | { "input": "retry" } | { "input": "install", model_id: string, } | { "input": "open_model_options" } | { "input": "show_source", number: number, } | { "input": "shown", open: boolean, } | { "input": "voice", voice: VoiceAction, };
 
 export type VoiceAction = { "action": "start" } | { "action": "stop" } | { "action": "cancel" } | { "action": "play", clip: number, };
 
@@ -448,7 +457,13 @@ judged_url: string | null,
  * grant that covered it): the worker's fence lets exactly these effects through (a site
  * joins the task's set, a form may post to its host while the call runs).
  */
-approved: Array<RiskReason>, };
+approved: Array<RiskReason>, 
+/**
+ * The tab the call acts in when it is not `tab_id` (after the agent's `switch_tab`): the
+ * worker runs it there only while that tab is one of the task's (attached by the user or
+ * opened by the task), under the task's fence.
+ */
+in_tab: number | null, };
 
 export type ToolReply = { "status": "ok", output: ToolOutput, } | { "status": "failed", message: string, };
 
@@ -492,7 +507,7 @@ export type Decision = "deny" | "allow_once" | "allow_for_task";
 
 export type RiskLevel = "low" | "medium" | "high" | "critical";
 
-export type RiskReason = { "kind": "dangerous_word", word: string, } | { "kind": "sensitive_page", host: string, } | { "kind": "password_field" } | { "kind": "payment_field" } | { "kind": "runs_javascript" } | { "kind": "off_site", host: string, } | { "kind": "new_window" } | { "kind": "download", file: string, host: string, } | { "kind": "posts_form", host: string, } | { "kind": "user_asks_every_time" } | { "kind": "nothing_at_point" } | { "kind": "other_site_frame", origin: string, } | { "kind": "page_tool", host: string, tool: string, read_only: boolean, };
+export type RiskReason = { "kind": "dangerous_word", word: string, } | { "kind": "sensitive_page", host: string, } | { "kind": "password_field" } | { "kind": "payment_field" } | { "kind": "runs_javascript" } | { "kind": "off_site", host: string, } | { "kind": "new_window" } | { "kind": "download", file: string, host: string, } | { "kind": "posts_form", host: string, } | { "kind": "user_asks_every_time" } | { "kind": "nothing_at_point" } | { "kind": "other_site_frame", origin: string, } | { "kind": "page_tool", host: string, tool: string, read_only: boolean, } | { "kind": "reads_tab", host: string, title: string, } | { "kind": "acts_in_tab", host: string, title: string, };
 
 export type ActionTarget = { 
 /**
@@ -579,7 +594,11 @@ located?: PointTarget,
  * The tools the page offers (WebMCP) at the time of the reply; `None` where the executor
  * did not look (a worker tool). The agent offers them as `page.<name>`.
  */
-page_tools?: Array<PageToolInfo>, };
+page_tools?: Array<PageToolInfo>, 
+/**
+ * The tab a tab tool concerns: the one `open_tab` opened, the one `switch_tab` now acts in.
+ */
+tab?: OpenTab, };
 
 export type ToolImage = { 
 /**
@@ -682,7 +701,37 @@ target?: string | null, };
 
 export type PageInfo = { url: string, title: string, };
 
-export type ToolCall = { "name": "read_page", "arguments": NoArguments } | { "name": "snapshot", "arguments": NoArguments } | { "name": "screenshot", "arguments": NoArguments } | { "name": "click", "arguments": ElementArgs } | { "name": "click_at", "arguments": PointArgs } | { "name": "type", "arguments": TypeArgs } | { "name": "select", "arguments": SelectArgs } | { "name": "scroll", "arguments": ScrollArgs } | { "name": "hover", "arguments": ElementArgs } | { "name": "press_key", "arguments": PressKeyArgs } | { "name": "navigate", "arguments": NavigateArgs } | { "name": "go_back", "arguments": NoArguments } | { "name": "read_link", "arguments": ReadLinkArgs } | { "name": "wait_for", "arguments": WaitForArgs } | { "name": "run_javascript", "arguments": RunJavascriptArgs } | { "name": "ask_user", "arguments": AskUserArgs } | { "name": "done", "arguments": DoneArgs };
+export type RequestTabs = { 
+/**
+ * The task's own tab (where its chat lives).
+ */
+own: number | null, attached: Array<AttachedTab>, open: Array<OpenTab>, };
+
+export type AttachedTab = { tab: number, url: string, title: string, passages: Array<string>, 
+/**
+ * Set when the tab could not be read (closed, Hearth off on its site, not a web page): the
+ * model is told so.
+ */
+unreadable?: string, };
+
+export type OpenTab = { tab: number, url: string, title: string, };
+
+export type TabChoice = { tab_id: number, title: string, 
+/**
+ * Its origin (`https://mail.example`).
+ */
+site: string, 
+/**
+ * Its icon from the browser's own favicon cache (an extension address: nothing is fetched
+ * from the site), when it has one.
+ */
+icon: string | null, 
+/**
+ * Hearth is off on its site: it can be shown, not attached.
+ */
+disabled: boolean, };
+
+export type ToolCall = { "name": "read_page", "arguments": NoArguments } | { "name": "snapshot", "arguments": NoArguments } | { "name": "screenshot", "arguments": NoArguments } | { "name": "click", "arguments": ElementArgs } | { "name": "click_at", "arguments": PointArgs } | { "name": "type", "arguments": TypeArgs } | { "name": "select", "arguments": SelectArgs } | { "name": "scroll", "arguments": ScrollArgs } | { "name": "hover", "arguments": ElementArgs } | { "name": "press_key", "arguments": PressKeyArgs } | { "name": "navigate", "arguments": NavigateArgs } | { "name": "go_back", "arguments": NoArguments } | { "name": "read_link", "arguments": ReadLinkArgs } | { "name": "read_tab", "arguments": TabArgs } | { "name": "open_tab", "arguments": NavigateArgs } | { "name": "switch_tab", "arguments": TabArgs } | { "name": "wait_for", "arguments": WaitForArgs } | { "name": "run_javascript", "arguments": RunJavascriptArgs } | { "name": "ask_user", "arguments": AskUserArgs } | { "name": "done", "arguments": DoneArgs };
 
 export type NoArguments = Record<symbol, never>;
 
@@ -752,6 +801,12 @@ export type ReadLinkArgs = {
  */
 url: string, };
 
+export type TabArgs = { 
+/**
+ * The tab's number, e.g. 812 for "tab 812".
+ */
+tab: number, };
+
 export type WaitForArgs = { 
 /**
  * Text to wait for.
@@ -806,7 +861,7 @@ success?: boolean, };
 export type ToolArguments = { [C in ToolCall as C["name"]]: C["arguments"] };
 
 /** The tools offered to the model (crates/agent/src/tools.rs), in order. */
-export const TOOL_NAMES = ["read_page", "snapshot", "screenshot", "click", "click_at", "type", "select", "scroll", "hover", "press_key", "navigate", "go_back", "read_link", "wait_for", "run_javascript", "ask_user", "done"] as const;
+export const TOOL_NAMES = ["read_page", "snapshot", "screenshot", "click", "click_at", "type", "select", "scroll", "hover", "press_key", "navigate", "go_back", "read_link", "read_tab", "open_tab", "switch_tab", "wait_for", "run_javascript", "ask_user", "done"] as const;
 
 export type ToolName = (typeof TOOL_NAMES)[number];
 
@@ -816,7 +871,7 @@ export const PAGE_TOOLS = ["read_page", "snapshot", "click", "click_at", "type",
 export type PageTool = (typeof PAGE_TOOLS)[number];
 
 /** Tools that need browser APIs, run by the service worker (worker/browser-tools.ts; `ToolPlace::Worker`). */
-export const WORKER_TOOLS = ["screenshot", "navigate", "go_back", "read_link", "run_javascript"] as const;
+export const WORKER_TOOLS = ["screenshot", "navigate", "go_back", "read_link", "read_tab", "open_tab", "switch_tab", "run_javascript"] as const;
 
 export type WorkerTool = (typeof WORKER_TOOLS)[number];
 
@@ -865,7 +920,7 @@ export const FRESH_ENGINE_FAILURES: readonly FailureKind[] = ["gpu_device", "eng
 export const DEFAULT_TOOL_MODES: Readonly<Partial<Record<ToolName, ToolMode>>> = { "run_javascript": "ask" };
 
 /** How long each tool may run before the worker answers for it (crates/agent/src/tools.rs `TimeLimit`). */
-export const TOOL_TIME_LIMITS: Readonly<Record<ToolName, TimeLimit>> = { "read_page": "standard", "snapshot": "standard", "screenshot": "standard", "click": "standard", "click_at": "standard", "type": "standard", "select": "standard", "scroll": "standard", "hover": "standard", "press_key": "standard", "navigate": "page_load", "go_back": "page_load", "read_link": "page_load", "wait_for": "own_wait", "run_javascript": "standard", "ask_user": "standard", "done": "standard" };
+export const TOOL_TIME_LIMITS: Readonly<Record<ToolName, TimeLimit>> = { "read_page": "standard", "snapshot": "standard", "screenshot": "standard", "click": "standard", "click_at": "standard", "type": "standard", "select": "standard", "scroll": "standard", "hover": "standard", "press_key": "standard", "navigate": "page_load", "go_back": "page_load", "read_link": "page_load", "read_tab": "standard", "open_tab": "page_load", "switch_tab": "standard", "wait_for": "own_wait", "run_javascript": "standard", "ask_user": "standard", "done": "standard" };
 
 /** Each time limit's milliseconds (`TimeLimit::milliseconds`; `own_wait`: the margin on top of the tool's own wait). */
 export const TIME_LIMIT_MS: Readonly<Record<TimeLimit, number>> = { "standard": 20000, "page_load": 45000, "own_wait": 10000 };

@@ -94,6 +94,7 @@ const here = (url: string) => url.split("#")[0] === tabUrl.split("#")[0];
 const live = createLiveChat({
   surface: framed ? "overlay" : "panel",
   send: input,
+  listTabs: () => tabId !== null && post({ kind: "list_tabs", tab_id: tabId }),
   handlers: framed
     ? {
         ownModel: (name) => ownModels.find((m) => m.name === name),
@@ -180,6 +181,9 @@ function onWorkerMessage(msg: WorkerToPanel): void {
     }
     case "chat":
       live.applyChat(msg.chat);
+      break;
+    case "open_tabs":
+      ui.composer.showTabChoices(msg.tabs);
       break;
   }
 }

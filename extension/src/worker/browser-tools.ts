@@ -11,6 +11,7 @@ import * as downloads from "./downloads";
 import { blockedSince, withApproved } from "./fence";
 import { approvedSite, onSite, siteKey, type SiteKey } from "./site";
 import { isPageToolName, pageToolRefusal, withPageToolSettings } from "./page-tools";
+import * as taskTabs from "./task-tabs";
 
 /**
  * Tabs where the agent itself is navigating, and how (navigate opens, go_back goes back): the
@@ -54,7 +55,7 @@ export async function runTool(request: ToolRequest): Promise<ToolReply> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const late = new Promise<ToolReply>((resolve) => {
     timer = setTimeout(() => {
-      void sendToTab(request.tab_id, { kind: "cancel_tools" }).catch(() => {});
+      void sendToTab(request.in_tab ?? request.tab_id, { kind: "cancel_tools" }).catch(() => {});
       const seconds = Math.round(limit / 100) / 10;
       resolve(failed(`\`${request.name}\` took longer than ${seconds} s and was stopped: the page may be busy or still loading. Take a new snapshot, then try another way.`));
     }, limit);
@@ -67,8 +68,12 @@ export async function runTool(request: ToolRequest): Promise<ToolReply> {
 }
 
 async function runWithin(request: ToolRequest): Promise<ToolReply> {
-  const tab = await chrome.tabs.get(request.tab_id).catch(() => null);
-  if (!tab?.id) return failed("The task's tab was closed; the task cannot go on.");
+  const task = await chrome.tabs.get(request.tab_id).catch(() => null);
+  if (!task?.id) return failed("The task's tab was closed; the task cannot go on.");
+  // The tab the call acts in: the task's own, or another tab of the task after switch_tab.
+  const tab = await taskTabs.actingTab(request);
+  if (typeof tab === "string") return failed(tab);
+  if (!tab.id) return failed("The task's tab was closed; the task cannot go on.");
   // Checked on every call: the user may disable the site, or switch a tool off, while the task runs.
   const settings = await loadSettings();
   if (isSiteDisabled(settings, tab.url)) {
@@ -94,10 +99,12 @@ async function runWithin(request: ToolRequest): Promise<ToolReply> {
   // Reading another page fetches it here: nothing in the tab changes, and the tab's fence is not
   // opened for the site the user allowed to be read.
   if (name === "read_link") return readLink(argumentsOf<"read_link">(args).url ?? "", request.judged_url ?? tab.url ?? "", request.approved);
+  // Another tab's text, read by its own content script: nothing in either tab changes.
+  if (name === "read_tab") return taskTabs.readTab(request, settings);
   // What the user approved for this call passes the fence while it runs (a download included).
   const approvedDownload = request.approved.some((r) => r.kind === "download");
   const run = (body: () => Promise<ToolReply>) => (approvedDownload ? downloads.approveDuring(tabId, body) : body());
-  return withApproved(tabId, request.approved, request.judged_url ?? tab.url, () => run(async () => {
+  return withApproved(task.id, request.approved, request.judged_url ?? tab.url, () => run(async () => {
     if (!isWorkerTool(name)) return withPageToolSettings(await inTab(tabId, request), settings, tab.url);
     // One entry per worker tool: the compiler refuses a missing or a stale one.
     const workerTools: Record<WorkerTool, () => Promise<ToolReply>> = {
@@ -105,6 +112,9 @@ async function runWithin(request: ToolRequest): Promise<ToolReply> {
       navigate: () => navigate(tabId, argumentsOf<"navigate">(args).url ?? ""),
       go_back: () => goBack(tabId),
       read_link: () => Promise.resolve(failed("read_link runs outside the tab.")),
+      read_tab: () => Promise.resolve(failed("read_tab runs outside the tab.")),
+      open_tab: () => taskTabs.openTab(request, task),
+      switch_tab: () => taskTabs.switchTab(request, settings),
       run_javascript: () => runJavascript(tabId, argumentsOf<"run_javascript">(args).code ?? "", judged ?? originOf(tab.url) ?? ""),
     };
     try {
@@ -112,7 +122,7 @@ async function runWithin(request: ToolRequest): Promise<ToolReply> {
     } catch (error) {
       return failed(`${request.name} failed: ${error instanceof Error ? error.message : String(error)}`);
     }
-  }));
+  }), tabId);
 }
 
 /** Runs a page tool in the tab's content script. */

@@ -55,8 +55,11 @@ async function onFenceBlocked(blocked: fence.Blocked, host: FenceHost): Promise<
   if (blocked.opened) {
     // A tab the task's pages opened tried to leave the task's sites: closed when the task opened
     // it (or it never showed a page), else taken back like the task's own; the task's overlay asks.
+    // A tab of the user's that the task acts in (switch_tab) is only ever taken back.
     const adopted = (await fence.openedTabs(tabId)).includes(blocked.inTab);
-    if (adopted || !(await restorePage(blocked.inTab, url, blocked, blocked.origin !== undefined))) await chrome.tabs.remove(blocked.inTab).catch(() => {});
+    const committed = blocked.origin !== undefined;
+    if ((await fence.joinedTabs(tabId)).includes(blocked.inTab)) await restorePage(blocked.inTab, url, blocked, committed, tabId);
+    else if (adopted || !(await restorePage(blocked.inTab, url, blocked, committed, tabId))) await chrome.tabs.remove(blocked.inTab).catch(() => {});
   } else if (blocked.topLevel) {
     // No initiator: the browser started it (the user's address bar, bookmark or Back button, or
     // the page's own history.back(), which Chrome reports the same way before anything commits).
@@ -98,19 +101,20 @@ const triedAgain = new Map<number, Set<string>>();
  * there was no page to go to (a new tab whose first request was blocked, or only pages that tried
  * again: `takenBack`). A navigation without a
  * request (`committed`) is already on its document, whose address the worker may not be shown
- * (a `blob:` or `about:blank` tab has no `url` for it): nothing to wait for.
+ * (a `blob:` or `about:blank` tab has no `url` for it): nothing to wait for. `task`: the task whose
+ * sites the page goes back to (the tab's own, or the task that acts in it or opened it).
  */
-async function restorePage(tabId: number, blockedUrl: string, by: { initiator?: string }, committed = false): Promise<boolean> {
-  if (by.initiator === undefined) return takeBack(tabId, blockedUrl, committed);
+async function restorePage(tabId: number, blockedUrl: string, by: { initiator?: string }, committed = false, task = tabId): Promise<boolean> {
+  if (by.initiator === undefined) return takeBack(tabId, blockedUrl, committed, task);
   const last = takenBack.get(tabId);
   let restored: boolean;
   if (last?.to !== undefined && Date.now() - last.at < TRIED_AGAIN_MS) {
     // The page it was taken back to tried again: the latest other page of the task's sites it showed.
     const shunned = triedAgain.get(tabId) ?? new Set<string>();
     triedAgain.set(tabId, shunned.add(last.to));
-    restored = (await onErrorPage(tabId, blockedUrl, committed)) && (await openLoadedPage(tabId, shunned));
+    restored = (await onErrorPage(tabId, blockedUrl, committed)) && (await openLoadedPage(tabId, shunned, task));
   } else {
-    restored = await takeBack(tabId, blockedUrl, committed);
+    restored = await takeBack(tabId, blockedUrl, committed, task);
   }
   const tab = restored ? await chrome.tabs.get(tabId).catch(() => null) : null;
   takenBack.set(tabId, { at: Date.now(), to: tab?.pendingUrl ?? tab?.url });
@@ -129,21 +133,21 @@ async function onErrorPage(tabId: number, blockedUrl: string, committed: boolean
 }
 
 /** Opens the latest page of the task's sites that `tabId` loaded, but those `shunned`; false when there is none. */
-async function openLoadedPage(tabId: number, shunned: Set<string>): Promise<boolean> {
+async function openLoadedPage(tabId: number, shunned: Set<string>, task: number): Promise<boolean> {
   for (const url of [...(loadedPages.get(tabId) ?? [])].reverse()) {
-    if (shunned.has(url) || !(await fence.onApprovedSite(tabId, url))) continue;
+    if (shunned.has(url) || !(await fence.onApprovedSite(task, url))) continue;
     return chrome.tabs.update(tabId, { url }).then(() => true, () => false);
   }
   return false;
 }
 
-async function takeBack(tabId: number, blockedUrl: string, committed: boolean): Promise<boolean> {
+async function takeBack(tabId: number, blockedUrl: string, committed: boolean, task: number): Promise<boolean> {
   if (!(await onErrorPage(tabId, blockedUrl, committed))) return false;
   // (A blocked new entry leaves nothing to go forward to.)
   const forward = agentNavigating.get(tabId) !== "open" && (await chrome.tabs.goForward(tabId).then(() => true, () => false));
   const moved = forward || (await chrome.tabs.goBack(tabId).then(() => true, () => false));
   const before = loadedPages.get(tabId)?.filter((url) => !triedAgain.get(tabId)?.has(url)).at(-1);
-  if (!before || !(await fence.onApprovedSite(tabId, before))) return moved;
+  if (!before || !(await fence.onApprovedSite(task, before))) return moved;
   let landed: string | undefined;
   for (let waited = 0; waited < 5_000; waited += 100) {
     const tab = await chrome.tabs.get(tabId).catch(() => null);
@@ -155,7 +159,7 @@ async function takeBack(tabId: number, blockedUrl: string, committed: boolean): 
     if (!moved) break;
     await new Promise((r) => setTimeout(r, 100));
   }
-  if (landed !== undefined && (await fence.onApprovedSite(tabId, landed))) return true;
+  if (landed !== undefined && (await fence.onApprovedSite(task, landed))) return true;
   await chrome.tabs.update(tabId, { url: before }).catch(() => {});
   return true;
 }

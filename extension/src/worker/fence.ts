@@ -52,6 +52,7 @@ async function freshIds(count: number): Promise<number[]> {
 
 const approvedKey = (tabId: number) => `fence:${tabId}`;
 const openedKey = (tabId: number) => `fence-opened:${tabId}`;
+const joinedKey = (tabId: number) => `fence-joined:${tabId}`;
 
 async function approvedSites(tabId: number): Promise<SiteKey[]> {
   const stored = (await chrome.storage.session.get(approvedKey(tabId)))[approvedKey(tabId)];
@@ -62,6 +63,28 @@ async function approvedSites(tabId: number): Promise<SiteKey[]> {
 export async function openedTabs(tabId: number): Promise<number[]> {
   const stored = (await chrome.storage.session.get(openedKey(tabId)))[openedKey(tabId)];
   return Array.isArray(stored) ? (stored as number[]).filter(Number.isInteger) : [];
+}
+
+/**
+ * The user's tabs the task acts in (`switch_tab`: a tab the user attached, or one the task opened):
+ * fenced like the task's own tab whenever its fence is up, until the task ends. Unlike a tab the
+ * task's pages opened, a joined tab is the user's: taken back from a blocked page, never closed.
+ */
+export async function joinedTabs(tabId: number): Promise<number[]> {
+  const stored = (await chrome.storage.session.get(joinedKey(tabId)))[joinedKey(tabId)];
+  return Array.isArray(stored) ? (stored as number[]).filter(Number.isInteger) : [];
+}
+
+/** `tabId`'s task acts in `joined` from now on: it is under the task's fence (re-installed if up). */
+export async function joinTab(tabId: number, joined: number): Promise<void> {
+  const tabs = await joinedTabs(tabId);
+  if (!tabs.includes(joined)) await chrome.storage.session.set({ [joinedKey(tabId)]: [...tabs, joined] });
+  if (await isRaised(tabId)) await install(tabId, await approvedSites(tabId));
+}
+
+/** A new task acts in its own tab only. */
+export async function leaveJoinedTabs(tabId: number): Promise<void> {
+  await chrome.storage.session.remove(joinedKey(tabId));
 }
 
 /**
@@ -85,7 +108,8 @@ async function install(tabId: number, sites: SiteKey[]): Promise<void> {
   const old = await rulesOf(tabId);
   // Temporary POST allowances of a running call survive a re-install.
   const kept = old.filter((r) => r.priority === PRIORITY.allowPost);
-  const tabIds = [tabId, ...(await openedTabs(tabId))];
+  // The task's tab first (the rules are found by it), then the tabs it opened and those it acts in.
+  const tabIds = [...new Set([tabId, ...(await openedTabs(tabId)), ...(await joinedTabs(tabId))])];
   // Tabs not yet opened: every tab but those that exist now (the task's own first).
   const existing = (await chrome.tabs.query({})).flatMap((t) => (t.id !== undefined && !tabIds.includes(t.id) ? [t.id] : []));
   const excludedTabIds = [tabId, ...existing];
@@ -194,7 +218,7 @@ async function approveSite(tabId: number, site: SiteKey): Promise<void> {
  * Lets through, while `run` lasts, what the user approved for one tool call: an off-site
  * destination joins the task's set, a form may post to the approved host (top level or frame).
  */
-export async function withApproved<T>(tabId: number, approved: readonly RiskReason[], pageUrl: string | undefined, run: () => Promise<T>): Promise<T> {
+export async function withApproved<T>(tabId: number, approved: readonly RiskReason[], pageUrl: string | undefined, run: () => Promise<T>, inTab = tabId): Promise<T> {
   const scheme = pageUrl?.startsWith("http:") ? "http" : "https";
   for (const reason of approved) {
     if (reason.kind !== "off_site") continue;
@@ -209,7 +233,7 @@ export async function withApproved<T>(tabId: number, approved: readonly RiskReas
     await chrome.declarativeNetRequest.updateSessionRules({
       addRules: posts.map((site, i): Rule => ({
         id: ids[i]!, priority: PRIORITY.allowPost, action: { type: "allow" },
-        condition: { tabIds: [tabId], resourceTypes: ["main_frame", "sub_frame"], requestMethods: ["post"], ...siteCondition(site) },
+        condition: { tabIds: [...new Set([tabId, inTab])], resourceTypes: ["main_frame", "sub_frame"], requestMethods: ["post"], ...siteCondition(site) },
       })),
     });
   }
@@ -248,7 +272,7 @@ export async function lift(tabId: number, now = false): Promise<void> {
 /** Forgets a task's approved sites and opened tabs (the conversation was forgotten, or the tab closed). */
 export async function forget(tabId: number): Promise<void> {
   await lift(tabId, true);
-  await chrome.storage.session.remove([approvedKey(tabId), openedKey(tabId)]);
+  await chrome.storage.session.remove([approvedKey(tabId), openedKey(tabId), joinedKey(tabId)]);
 }
 
 /** A request the fence stopped, as the browser reported it. */

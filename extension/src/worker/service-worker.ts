@@ -24,6 +24,7 @@ import * as fence from "./fence";
 import * as fenceCards from "./fence-cards";
 import * as conversations from "./conversations";
 import * as voice from "./voice";
+import * as taskTabs from "./task-tabs";
 import { engineStatus, ensureEngine, heardFromEngine, offscreenReady, onStatus, settingsChanged, statusFromEngine, toOffscreen, wakeEngine } from "./engine-link";
 import { installOffered, modelInstalled } from "./installs";
 import { answer, applyUpdate, continued, decide, decideFence, emptyTranscript, localError, markSent, pendingAsk, sourceOf, userMessage } from "../chat/transcript";
@@ -139,6 +140,13 @@ async function fromPanel(port: chrome.runtime.Port, msg: PanelToWorker): Promise
       await watchTab(port, msg.tab_id);
       break;
     }
+    case "list_tabs": {
+      // The composer's tab chooser: the other web tabs, for a message to the tab the port shows.
+      if (panels.get(port) !== msg.tab_id) return dropped("worker", msg, port.sender ?? {});
+      const tabs = await taskTabs.listTabs(msg.tab_id, await loadSettings());
+      if (panels.get(port) === msg.tab_id) toPanel(port, { kind: "open_tabs", tab_id: msg.tab_id, tabs });
+      break;
+    }
     case "input": {
       // Only the tab the panel shows now: an answer is for the card shown there, in that tab.
       if (panels.get(port) !== msg.tab_id) return dropped("worker", msg, port.sender ?? {});
@@ -210,6 +218,7 @@ chrome.tabs.onRemoved.addListener((tabId) => {
   conversations.forget(tabId);
   void chrome.storage.session.remove(historyKey(tabId));
   void fence.forget(tabId).catch(() => {});
+  void taskTabs.forget(tabId).catch(() => {});
 });
 
 // What the fence stops becomes a card in the task's conversation (./fence-cards.ts).
@@ -245,7 +254,15 @@ function fromTab(msg: TabToWorker, tabId: number, tab: chrome.tabs.Tab | undefin
 }
 
 /** Messages typed in a tab before the engine was ready, sent when it is (memory only: a restarted worker drops them, as storage does). */
-const queued = new Map<number, { text: string; selection: string | null }[]>();
+const queued = new Map<number, QueuedTask[]>();
+
+/** A task typed before the engine was ready: what `startTask` takes. */
+interface QueuedTask {
+  text: string;
+  selection: string | null;
+  /** The other tabs the user attached to it. */
+  tabs: number[];
+}
 
 /**
  * What the user did in a view of `tabId`'s conversation (its overlay, or a side panel showing it):
@@ -272,13 +289,15 @@ async function onChatInput(tabId: number, input: ChatInput): Promise<unknown> {
         await controlTask(tabId, { action: "answer", text });
         return;
       }
-      // A running task is steered with the text alone: the selection waits for the next task.
+      // A running task is steered with the text alone: the selection and the tabs wait for the next task.
       const selection = running || typeof input.selection !== "string" || !input.selection ? null : input.selection;
+      const attached = running || !Array.isArray(input.tabs) ? [] : input.tabs.filter(Number.isInteger).slice(0, taskTabs.MAX_ATTACHED);
+      const shown = await attachedTitles(attached);
       const status = engineStatus();
       const ready = status.state === "ready" && status.model !== null;
-      await conversations.change(tabId, (t) => userMessage(t, text, !ready, selection));
-      if (ready) return startTask(tabId, text, selection);
-      queued.set(tabId, [...(queued.get(tabId) ?? []), { text, selection }]);
+      await conversations.change(tabId, (t) => userMessage(t, text, !ready, selection, shown));
+      if (ready) return startTask(tabId, { text, selection, tabs: attached });
+      queued.set(tabId, [...(queued.get(tabId) ?? []), { text, selection, tabs: attached }]);
       wakeEngine();
       return;
     }
@@ -306,6 +325,7 @@ async function onChatInput(tabId: number, input: ChatInput): Promise<unknown> {
       return controlTask(tabId, { action: "continue" });
     case "clear": {
       queued.delete(tabId);
+      await taskTabs.forget(tabId);
       voice.dropRecording(tabId, voiceHost);
       await controlTask(tabId, { action: "forget" });
       await conversations.change(tabId, (t) => ({ ...emptyTranscript(), open: t.open }));
@@ -327,8 +347,9 @@ async function onChatInput(tabId: number, input: ChatInput): Promise<unknown> {
       if (!source) return false;
       const tab = await chrome.tabs.get(tabId).catch(() => null);
       const here = (url: string | undefined) => url?.split("#")[0] === source.url.split("#")[0];
-      // On the tab's page: the tab scrolls to it and outlines it. Another page's (read_link): that
-      // page in a new tab, fenced like any tab the task opens.
+      // On the tab's page: the tab scrolls to it and outlines it. Another page's (read_link, an
+      // attached tab): the tab showing it comes to the front, or it opens in a new tab, fenced
+      // like any tab the task opens.
       if (here(tab?.url)) return toTab(tabId, { kind: "show_passage", number: input.number });
       const opened = await openSource(tabId, source.url);
       if (!opened) await conversations.change(tabId, (t) => localError(t, t_("sourceNotOpened", source.url)));
@@ -350,7 +371,7 @@ function sendQueued(): void {
   for (const [tabId, messages] of queued) {
     queued.delete(tabId);
     void conversations.change(tabId, markSent);
-    for (const { text, selection } of messages) void startTask(tabId, text, selection);
+    for (const message of messages) void startTask(tabId, message);
   }
 }
 
@@ -420,6 +441,12 @@ function settingsView(url: string | undefined, settings: Settings): SettingsView
  */
 async function openSource(tabId: number, url: string): Promise<boolean> {
   if (!/^https?:\/\//.test(url)) return false;
+  const [shown] = (await chrome.tabs.query({})).filter((t) => t.id !== undefined && t.url?.split("#")[0] === url.split("#")[0]);
+  if (shown?.id !== undefined) {
+    await chrome.tabs.update(shown.id, { active: true });
+    await chrome.windows.update(shown.windowId, { focused: true }).catch(() => {});
+    return true;
+  }
   if ((await fence.isRaised(tabId)) && !(await fence.onApprovedSite(tabId, url))) return false;
   await chrome.tabs.create({ url, openerTabId: tabId });
   return true;
@@ -429,14 +456,20 @@ async function openSource(tabId: number, url: string): Promise<boolean> {
 const voiceHost: voice.VoiceHost = {
   status: engineStatus,
   toOffscreen,
-  startSpokenTask: (tabId, clip) => startTask(tabId, "", null, clip),
+  startSpokenTask: (tabId, clip) => startTask(tabId, { text: "", selection: null, tabs: [] }, clip),
 };
+
+/** How the attached tabs show on the user's message: title and site, as the browser has them now. */
+async function attachedTitles(ids: number[]): Promise<{ title: string; site: string }[]> {
+  const tabs = await Promise.all(ids.map((id) => chrome.tabs.get(id).catch(() => null)));
+  return tabs.flatMap((t) => (t?.url ? [{ title: (t.title || t.url).slice(0, 200), site: siteOf(t.url) ?? t.url }] : []));
+}
 
 /**
  * Starts a task in `tabId` on the page it shows now (its committed URL and title, as the browser
  * reports them); `voice`: the clip of a spoken request, which the offscreen document holds.
  */
-async function startTask(tabId: number, text: string, selection: string | null, voiceClip: number | null = null): Promise<void> {
+async function startTask(tabId: number, { text, selection, tabs: attached }: QueuedTask, voiceClip: number | null = null): Promise<void> {
   const settings = await loadSettings();
   const tab = await chrome.tabs.get(tabId).catch(() => null);
   const url = tab?.url;
@@ -447,7 +480,9 @@ async function startTask(tabId: number, text: string, selection: string | null, 
     await fence.raise(tabId, url);
     // An engine that lost the tab's conversation (its document was recreated) takes it up again.
     const history: unknown = (await chrome.storage.session.get(historyKey(tabId)))[historyKey(tabId)] ?? null;
-    await toOffscreen({ kind: "start_task", tab_id: tabId, text, selection, page, settings: taskSettings(settings), history, voice: voiceClip });
+    // The tabs the user attached are read now, by their own content scripts: their words go with the message.
+    const tabs = await taskTabs.begin(tabId, attached, settings);
+    await toOffscreen({ kind: "start_task", tab_id: tabId, text, selection, page, settings: taskSettings(settings), history, voice: voiceClip, tabs });
   } catch (error) {
     void fence.lift(tabId, true).catch(() => {});
     await conversations.change(tabId, (t) => applyUpdate(t, { update: "refused", refusal: { kind: "engine_not_running", detail: String(error) } }));
@@ -476,6 +511,8 @@ async function controlTask(tabId: number, action: TaskAction): Promise<{ void_on
   // ends stopped rather than taking that reply and going on.
   const told = toOffscreen({ kind: "task_control", tab_id: tabId, action }).catch(() => {});
   toTab(tabId, { kind: "cancel_tools" });
+  // (And in the tabs the task acts in: switch_tab.)
+  for (const joined of await fence.joinedTabs(tabId).catch(() => [])) toTab(joined, { kind: "cancel_tools" });
   if (action.action === "forget") {
     await fence.forget(tabId).catch(() => {});
     await chrome.storage.session.remove(historyKey(tabId)).catch(() => {});

@@ -16,7 +16,7 @@ import { resolve } from "node:path";
 import { after, before, test } from "node:test";
 import { launch, until } from "../lib/browser.mjs";
 import { loggingServer } from "../lib/server.mjs";
-import { overlayData, overlayText, screenshot } from "../lib/overlay.mjs";
+import { clickInOverlay, overlayData, overlayEval, overlayText, screenshot } from "../lib/overlay.mjs";
 import { answerFenceCard, ask, call, decide, done, openAgentPage, scriptedPrompts, str, useScript, waitForTask } from "../lib/agent.mjs";
 
 const PAGES = resolve(import.meta.dirname, "../pages/webmcp");
@@ -125,4 +125,47 @@ test("a page tool whose words order a move to another site cannot take the task 
   await until(async () => page.url() === url, "the page to be back");
   await waitForTask(page, ["done", "failed", "paused", "stopped"]);
   assert.deepEqual(other.log, [], "no request reached the other site");
+});
+
+test("the site's page-tools setting, set in the overlay's settings: ask asks before every call, off offers none and runs none", { timeout: 240_000 }, async () => {
+  const page = await openAgentPage(chrome, shopUrl());
+  const shopSite = new URL(shop.url).origin;
+  const setMode = async (mode) => {
+    await clickInOverlay(page, "button.settings");
+    await overlayEval(page, "#hearth-page-tools", `function () { this.value = ${JSON.stringify(mode)}; this.dispatchEvent(new Event("change")); }`);
+    await until(async () => {
+      const stored = await chrome.console.evaluate("/service-worker.js", "chrome.storage.sync.get('settings').then((s) => JSON.stringify(s.settings?.pageTools ?? {}))");
+      return JSON.parse(stored)[shopSite] === mode;
+    }, `page tools ${mode} on ${shopSite}`);
+    await clickInOverlay(page, "button.settings");
+  };
+  const cart = () => page.locator("#cart").textContent();
+
+  // Ask: every call asks, "Allow for this task" included.
+  await setMode("ask");
+  await useScript(chrome, [
+    call("snapshot"),
+    call("page.add_to_cart", `sku:${str("SOCK-1")},qty:1`),
+    call("page.add_to_cart", `sku:${str("HAT-9")},qty:1`),
+    done("Added."),
+  ]);
+  await ask(page, "Add a sock and a hat.");
+  await cardSays(page, ["page.add_to_cart", "you asked to approve every use"]);
+  await decide(page, "allow_for_task");
+  await cardSays(page, ["page.add_to_cart", "HAT-9", "you asked to approve every use"]);
+  await decide(page, "deny");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  assert.equal(await cart(), "1 × SOCK-1", "the allowed call ran, the denied one did not");
+
+  // Off: the page's tools are not offered, and a call of one runs nothing.
+  await setMode("off");
+  await useScript(chrome, [call("snapshot"), call("page.add_to_cart", `sku:${str("HAT-9")},qty:1`), done("Done.")]);
+  await ask(page, "Add a hat.");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused"]), "done");
+  const prompts = await scriptedPrompts(chrome);
+  // (The task's first prompt may still list what the previous task saw; the snapshot's reply brings the empty list.)
+  assert.ok(!prompts.slice(1).some((p) => p.includes("declaration:page.add_to_cart")), "no page tool is offered");
+  assert.match(prompts.at(-1), /unknown tool `page\.add_to_cart`/);
+  assert.equal(await cart(), "1 × SOCK-1", "nothing more was added");
+  await setMode("on");
 });

@@ -15,9 +15,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use ts_rs::TS;
 
-use crate::arguments::{Key, NavigateArgs, PressKeyArgs, ReadLinkArgs, ToolCall, TypeArgs};
+use crate::arguments::{Key, NavigateArgs, PressKeyArgs, ReadLinkArgs, TabArgs, ToolCall, TypeArgs};
 use crate::page::PointTarget;
 use crate::page::{ElementInfo, FormInfo, PageInfo};
+use crate::tabs::{TabAccess, TaskTabs};
 use crate::tools::{RiskLevel, ToolDefinition};
 
 pub mod grants;
@@ -82,6 +83,18 @@ pub enum RiskReason {
         host: String,
         tool: String,
         read_only: bool,
+    },
+    /// Reads another open tab the user did not attach: its page, `title` on `host`, is the
+    /// user's data of that site.
+    ReadsTab {
+        host: String,
+        title: String,
+    },
+    /// Acts in another tab of the task whose page, `title`, is on another site (`host`) than
+    /// the page the task is on.
+    ActsInTab {
+        host: String,
+        title: String,
     },
 }
 
@@ -165,7 +178,10 @@ pub fn assess(
         reasons.insert(RiskReason::RunsJavascript);
     }
     // Reading a page is judged like opening it: another site asks.
-    if let ToolCall::Navigate(NavigateArgs { url }) | ToolCall::ReadLink(ReadLinkArgs { url }) = call {
+    if let ToolCall::Navigate(NavigateArgs { url })
+    | ToolCall::OpenTab(NavigateArgs { url })
+    | ToolCall::ReadLink(ReadLinkArgs { url }) = call
+    {
         match web_url(url, page_url) {
             Some(url) => judge_destination(&mut reasons, &url),
             None => return Assessment::refused(risk, "Only http:// and https:// addresses can be opened."),
@@ -245,6 +261,61 @@ pub fn assess(
     }
     let risk = if reasons.is_empty() { risk } else { risk.max(RiskLevel::High) };
     Assessment { risk, reasons: reasons.into_iter().collect(), refusal: None }
+}
+
+/// Assesses a call that names another tab (`read_tab`, `switch_tab`) by what the task knows of
+/// it: reading a tab the user did not attach asks (it is their data of another site); acting is
+/// only ever in a tab of the task (attached by the user, or opened by the task), and asks when that
+/// tab is on another site than the current page.
+pub fn assess_tab(tool: &ToolDefinition, call: &ToolCall, tabs: &TaskTabs, page: Option<&PageInfo>) -> Assessment {
+    let risk = tool.risk;
+    let (tab, reads) = match call {
+        ToolCall::ReadTab(TabArgs { tab }) => (*tab, true),
+        ToolCall::SwitchTab(TabArgs { tab }) => (*tab, false),
+        _ => return Assessment { risk, reasons: Vec::new(), refusal: None },
+    };
+    let about = |page: &PageInfo| {
+        let host =
+            web_url(&page.url, None).map(|u| host_for_site(&u)).unwrap_or_else(|| page.url.chars().take(60).collect());
+        (host, page.title.chars().take(80).collect::<String>())
+    };
+    let mut reasons = Vec::new();
+    match (tabs.access(tab), reads) {
+        (TabAccess::Unknown, _) => {
+            return Assessment::refused(
+                risk,
+                format!(
+                    "There is no open tab {tab}: use a number from the list of open tabs in the user's message, or one open_tab gave."
+                ),
+            );
+        }
+        (TabAccess::Own, true) => {
+            return Assessment::refused(risk, format!("Tab {tab} is this task's own tab: use read_page to read it."));
+        }
+        (TabAccess::Own, false) | (TabAccess::OfTheTask(_), true) => {}
+        (TabAccess::Other(other), true) => {
+            let (host, title) = about(&other);
+            reasons.push(RiskReason::ReadsTab { host, title });
+        }
+        (TabAccess::OfTheTask(other), false) => {
+            let current = page.and_then(|p| web_url(&p.url, None)).and_then(|u| site_of_url(&u));
+            let theirs = web_url(&other.url, None).and_then(|u| site_of_url(&u));
+            if current.is_none() || current != theirs {
+                let (host, title) = about(&other);
+                reasons.push(RiskReason::ActsInTab { host, title });
+            }
+        }
+        (TabAccess::Other(_), false) => {
+            return Assessment::refused(
+                risk,
+                format!(
+                    "Tab {tab} is not a tab of this task: you may act only in tabs the user attached or that you opened with open_tab. Read it with read_tab, or ask the user to attach it."
+                ),
+            );
+        }
+    }
+    let risk = if reasons.is_empty() { risk } else { risk.max(RiskLevel::High) };
+    Assessment { risk, reasons, refusal: None }
 }
 
 /// Assesses a call of a tool the page offers (`page.<name>`, [`crate::page_tools`]): a tool

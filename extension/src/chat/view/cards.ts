@@ -48,6 +48,9 @@ function build(entry: Entry, actions: CardActions): HTMLElement {
           { class: "bubble" },
           entry.voice ? voiceLine(entry.voice.clip, entry.voice.seconds, actions) : null,
           entry.selection ? el("blockquote", { class: "selection-text" }, entry.selection) : null,
+          entry.tabs?.length
+            ? el("p", { class: "attached-tabs", "aria-label": t("tabsAttachedLabel") }, ...entry.tabs.map((tab) => el("span", { class: "tab-chip", title: tab.site }, `${tab.title} — ${tab.site}`)))
+            : null,
           entry.text ? renderMarkdown(entry.text) : null,
         ),
         entry.queued ? el("p", { class: "meta" }, t("waitingForEngine")) : null,
@@ -393,6 +396,10 @@ export function reasonText(reason: RiskReason): string {
       return t("reasonOtherSiteFrame", reason.origin);
     case "page_tool":
       return t(reason.read_only ? "reasonPageToolReadOnly" : "reasonPageTool", reason.tool, reason.host);
+    case "reads_tab":
+      return t("reasonReadsTab", reason.title, reason.host);
+    case "acts_in_tab":
+      return t("reasonActsInTab", reason.title, reason.host);
   }
 }
 

@@ -5,9 +5,12 @@
 // does not send. The Stop button shows while a task runs. The microphone records a spoken request
 // (the offscreen document records; this only asks): a click starts and a second click sends it,
 // holding it down records until it is let go; while it records, a level meter and the length
-// show, and Esc or × drops the recording. Its keyboard and input handlers are
+// show, and Esc or × drops the recording. "Tabs" lists the other open tabs (title, site, icon) to
+// attach to the next task: their text goes with it as those pages' words; the attached ones show
+// as chips above the box until the task is sent. Its keyboard and input handlers are
 // registered by where the chat is mounted (`Listen`).
 
+import type { TabChoice } from "../../generated/protocol";
 import { button, el } from "../../shared/ui/builders";
 import { formatNumber, t } from "../../shared/ui/i18n";
 
@@ -32,6 +35,10 @@ export interface Composer {
   clearSelection(): void;
   /** The microphone records (the seconds so far and the loudness now, 0 to 1), or does not (null). */
   setRecording(recording: { seconds: number; level: number } | null, maxSeconds: number): void;
+  /** The other open tabs, for the chooser the "Tabs" button opened. */
+  showTabChoices(tabs: TabChoice[]): void;
+  /** The attached tabs went with a task. */
+  clearTabs(): void;
   focus(): void;
 }
 
@@ -39,7 +46,9 @@ export interface Composer {
 const HOLD_MS = 450;
 
 export interface ComposerHandlers {
-  submit(text: string, selection: string | null): boolean;
+  submit(text: string, selection: string | null, tabs: TabChoice[]): boolean;
+  /** The "Tabs" button: ask for the list of open tabs (it comes back through `showTabChoices`). */
+  listTabs(): void;
   stop(): void;
   voice(action: "start" | "stop" | "cancel"): void;
 }
@@ -72,7 +81,48 @@ export function createComposer(handlers: ComposerHandlers, listen: Listen): Comp
   const cancel = button("rec-cancel", "×", t("micCancel"));
   const recordingRow = el("div", { class: "recording", role: "status" }, el("span", { class: "rec-dot", "aria-hidden": "true" }), el("span", {}, t("micRecording")), meter, length, cancel);
   recordingRow.hidden = true;
-  const form = el("form", { class: "composer-row" }, selectionBox, recordingRow, textarea, el("div", { class: "composer-buttons" }, send, mic, stop));
+  // The tabs attached to the next task, and the chooser that attaches them.
+  let attached: TabChoice[] = [];
+  const tabChips = el("div", { class: "tab-chips", "aria-label": t("tabsAttachedLabel") });
+  tabChips.hidden = true;
+  const tabsButton = button("tabs-button", t("tabsButton"), t("tabsButtonHint"), { "aria-expanded": "false", "aria-haspopup": "true" });
+  const chooserList = el("div", { class: "tab-choices", role: "group", "aria-label": t("tabsChooserLabel") });
+  const chooserDone = button("tabs-done", t("tabsDone"), t("tabsDone"));
+  const chooser = el("div", { class: "tab-chooser" }, el("p", { class: "tab-chooser-title" }, t("tabsChooserLabel")), chooserList, chooserDone);
+  chooser.hidden = true;
+  const drawChips = () => {
+    tabChips.replaceChildren(
+      ...attached.map((tab) => {
+        const remove = button("tab-chip-remove", "×", t("tabsRemove", tab.title));
+        remove.addEventListener("click", () => {
+          attached = attached.filter((a) => a.tab_id !== tab.tab_id);
+          drawChips();
+          textarea.focus();
+        });
+        return el("span", { class: "tab-chip", "data-tab-id": String(tab.tab_id), title: tab.site }, tabIcon(tab), el("span", { class: "tab-chip-title" }, tab.title), remove);
+      }),
+    );
+    tabChips.hidden = attached.length === 0;
+  };
+  const closeChooser = (focus: HTMLElement) => {
+    chooser.hidden = true;
+    tabsButton.setAttribute("aria-expanded", "false");
+    focus.focus();
+  };
+  tabsButton.addEventListener("click", () => {
+    if (!chooser.hidden) return closeChooser(tabsButton);
+    chooserList.replaceChildren(el("p", { class: "meta" }, t("tabsLoading")));
+    chooser.hidden = false;
+    tabsButton.setAttribute("aria-expanded", "true");
+    handlers.listTabs();
+  });
+  chooserDone.addEventListener("click", () => closeChooser(textarea));
+  listen("keydown", (e, target) => {
+    if (chooser.hidden || !(e instanceof KeyboardEvent) || e.key !== "Escape" || !target || !chooser.contains(target)) return;
+    e.preventDefault();
+    closeChooser(tabsButton);
+  });
+  const form = el("form", { class: "composer-row" }, selectionBox, tabChips, chooser, recordingRow, textarea, el("div", { class: "composer-buttons" }, send, tabsButton, mic, stop));
   let recording = false;
 
   const fit = () => {
@@ -93,7 +143,7 @@ export function createComposer(handlers: ComposerHandlers, listen: Listen): Comp
     e.preventDefault();
     const text = textarea.value.trim();
     if (!text) return;
-    if (handlers.submit(text, selection)) {
+    if (handlers.submit(text, selection, attached)) {
       textarea.value = "";
       fit();
     }
@@ -164,10 +214,42 @@ export function createComposer(handlers: ComposerHandlers, listen: Listen): Comp
       meter.setAttribute("aria-valuenow", String(percent));
       length.textContent = t("micLength", formatNumber(now.seconds, 1), String(maxSeconds));
     },
+    showTabChoices(tabs) {
+      if (chooser.hidden) return;
+      if (tabs.length === 0) return void chooserList.replaceChildren(el("p", { class: "meta" }, t("tabsNone")));
+      chooserList.replaceChildren(
+        ...tabs.map((tab) => {
+          const box = el("input", { type: "checkbox", "data-tab-id": String(tab.tab_id) });
+          box.checked = attached.some((a) => a.tab_id === tab.tab_id);
+          box.disabled = tab.disabled;
+          box.addEventListener("change", () => {
+            attached = box.checked ? [...attached.filter((a) => a.tab_id !== tab.tab_id), tab].slice(0, MAX_ATTACHED) : attached.filter((a) => a.tab_id !== tab.tab_id);
+            box.checked = attached.some((a) => a.tab_id === tab.tab_id);
+            drawChips();
+          });
+          const site = el("span", { class: "tab-choice-site" }, tab.disabled ? t("tabsSiteOff", tab.site) : tab.site);
+          return el("label", { class: "tab-choice" }, box, tabIcon(tab), el("span", { class: "tab-choice-title" }, tab.title), site);
+        }),
+      );
+      chooserList.querySelector<HTMLInputElement>("input:not([disabled])")?.focus();
+    },
+    clearTabs() {
+      attached = [];
+      drawChips();
+    },
     focus() {
       textarea.focus();
     },
   };
+}
+
+/** At most this many tabs go with one message (the worker's `MAX_ATTACHED`). */
+const MAX_ATTACHED = 6;
+
+/** A tab's icon from the browser's favicon cache (an extension address), or nothing. */
+function tabIcon(tab: TabChoice): HTMLElement | null {
+  if (!tab.icon) return null;
+  return el("img", { class: "tab-icon", src: tab.icon, alt: "", width: "16", height: "16" });
 }
 
 /** A microphone, drawn (an emoji depends on the system's fonts). */

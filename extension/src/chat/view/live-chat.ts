@@ -15,6 +15,8 @@ import { t } from "../../shared/ui/i18n";
 export interface LiveChatOptions extends Omit<ChatOptions, "handlers" | "actions" | "transcript" | "status"> {
   /** Sends the user's input to the conversation's owner. */
   send(input: ChatInput): void;
+  /** Asks the owner for the other open tabs (the composer's chooser); they come to `ui.composer.showTabChoices`. */
+  listTabs(): void;
   /** What only this view does (the overlay's "All settings…" and "Open in side panel", the panel's settings). */
   handlers: Pick<PanelHandlers, "ownModel" | "saveSettings" | "openOptions" | "openSidePanel">;
   /** The address a chip opens in a new tab (another page's passage), or null: this view's page. */
@@ -99,16 +101,21 @@ export function createLiveChat(options: LiveChatOptions): LiveChat {
       retry: () => send({ input: "retry" }),
       install: (modelId) => send({ input: "install", model_id: modelId }),
       openModelOptions: () => send({ input: "open_model_options" }),
-      submit(text, selection) {
-        // A running task is steered with the text alone: the selection waits for the next task.
-        const quoted = transcript.task === "running" ? null : selection;
-        if (quoted) ui.composer.clearSelection();
-        // Shown at once in this copy, as the owner will record it (its patch takes this one's place).
+      submit(text, selection, tabs) {
+        // A running task is steered with the text alone: the selection and the tabs wait for the next task.
         const ask = pendingAsk(transcript);
-        ui.commit(ask ? answer(transcript, ask.id, text) : userMessage(transcript, text, false, quoted));
-        send({ input: "submit", text, selection: quoted });
+        const newTask = transcript.task !== "running" && !ask;
+        const quoted = transcript.task === "running" ? null : selection;
+        const attached = newTask ? tabs : [];
+        if (quoted) ui.composer.clearSelection();
+        if (attached.length > 0) ui.composer.clearTabs();
+        // Shown at once in this copy, as the owner will record it (its patch takes this one's place).
+        const shown = attached.map((tab) => ({ title: tab.title, site: tab.site }));
+        ui.commit(ask ? answer(transcript, ask.id, text) : userMessage(transcript, text, false, quoted, shown));
+        send({ input: "submit", text, selection: quoted, tabs: attached.map((tab) => tab.tab_id) });
         return true;
       },
+      listTabs: () => options.listTabs(),
       stop() {
         send({ input: "stop" });
         ui.composer.setRunning(true, true);

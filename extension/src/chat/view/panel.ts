@@ -8,6 +8,7 @@ import type { Settings } from "../../shared/settings";
 import { createComposer, type Composer, type Listen } from "./composer";
 import { engineView, type EngineView } from "./engine-view";
 import type { OwnModel } from "../../shared/own-models";
+import type { TabChoice } from "../../generated/protocol";
 
 /** What the panel's controls call. */
 export interface PanelHandlers {
@@ -16,7 +17,9 @@ export interface PanelHandlers {
   install(modelId: string): void;
   openModelOptions(): void;
   ownModel(name: string): OwnModel | undefined;
-  submit(text: string, selection: string | null): boolean;
+  submit(text: string, selection: string | null, tabs: TabChoice[]): boolean;
+  /** The composer's "Tabs" button: the other open tabs are asked for. */
+  listTabs(): void;
   stop(): void;
   /** The microphone button: start or stop recording a spoken request, or cancel it (Esc). */
   voice(action: "start" | "stop" | "cancel"): void;
@@ -67,7 +70,7 @@ export function buildPanel(handlers: PanelHandlers, listen: Listen, site: string
   const continueButton = button("continue", t("continueLabel"), t("continueHint"));
   continueButton.hidden = true;
   const taskbar = el("div", { class: "taskbar" }, usage, continueButton);
-  const composer = createComposer({ submit: handlers.submit, stop: handlers.stop, voice: handlers.voice }, listen);
+  const composer = createComposer({ submit: handlers.submit, listTabs: handlers.listTabs, stop: handlers.stop, voice: handlers.voice }, listen);
   const chat = el("div", { class: "chat" }, empty, log, taskbar, composer.element);
 
   const save = handlers.saveSettings;

@@ -158,6 +158,21 @@ button.cite { cursor: pointer; color: var(--accent, inherit); }
 .selection-text { flex: 1; margin: 0; padding-left: 8px; border-left: 3px solid var(--line); color: var(--muted); max-height: 5.2em; overflow: auto; white-space: pre-wrap; }
 .msg .selection-text { margin: 0 0 .55em; max-height: none; }
 .selection-remove { border: none; background: none; color: var(--muted); cursor: pointer; font-size: 1.1em; line-height: 1; padding: 0 4px; }
+.tab-chips, .attached-tabs { flex-basis: 100%; display: flex; flex-wrap: wrap; gap: 4px; margin: 0; }
+.tab-chips[hidden], .tab-chooser[hidden] { display: none; }
+.msg .attached-tabs { margin: 0 0 .55em; }
+.tab-chip { display: inline-flex; align-items: center; gap: 4px; max-width: 100%; padding: 2px 6px; border: 1px solid var(--line);
+  border-radius: 12px; font-size: 12px; color: var(--muted); }
+.tab-chip-title, .tab-choice-title { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.tab-chip-remove { border: none; background: none; color: var(--muted); cursor: pointer; padding: 0 2px; }
+.tab-icon { flex: none; width: 16px; height: 16px; }
+.tab-chooser { flex-basis: 100%; border: 1px solid var(--line); border-radius: 8px; padding: 6px 8px; background: var(--card); }
+.tab-chooser-title { margin: 0 0 4px; font-weight: 600; font-size: 12px; }
+.tab-choices { display: flex; flex-direction: column; gap: 2px; max-height: 12em; overflow: auto; }
+.tab-choice { display: grid; grid-template-columns: auto auto 1fr; align-items: center; gap: 6px; padding: 2px 0; cursor: pointer; }
+.tab-choice-site { grid-column: 3; font-size: 11.5px; color: var(--muted); }
+.tabs-button, .tabs-done { border: 1px solid var(--line); border-radius: 6px; background: transparent; color: inherit; cursor: pointer; padding: 4px 8px; }
+.tabs-done { margin-top: 4px; }
 .composer { flex: 1; min-height: 40px; max-height: 160px; font: inherit; resize: none; padding: 7px 9px;
   border-radius: 8px; border: 1px solid var(--line); background: var(--bg); color: var(--fg); }
 .composer-buttons { display: flex; flex-direction: column; gap: 4px; }
