@@ -477,11 +477,12 @@ async function startTask(tabId: number, { text, selection, tabs: attached }: Que
   const page = url ? { url, title: tab.title ?? "" } : null;
   try {
     await ensureEngine();
+    // The tabs the user attached are read now, by their own content scripts: their words go with
+    // the message. (First: a new task acts in its own tab only, and its fence says so.)
+    const tabs = await taskTabs.begin(tabId, attached, settings);
     await fence.raise(tabId, url);
     // An engine that lost the tab's conversation (its document was recreated) takes it up again.
     const history: unknown = (await chrome.storage.session.get(historyKey(tabId)))[historyKey(tabId)] ?? null;
-    // The tabs the user attached are read now, by their own content scripts: their words go with the message.
-    const tabs = await taskTabs.begin(tabId, attached, settings);
     await toOffscreen({ kind: "start_task", tab_id: tabId, text, selection, page, settings: taskSettings(settings), history, voice: voiceClip, tabs });
   } catch (error) {
     void fence.lift(tabId, true).catch(() => {});
