@@ -7,11 +7,12 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 use hearth_agent::scripted::ScriptedModel;
+use hearth_agent::tools::{OPEN_TAB, READ_TAB, SWITCH_TAB};
 use hearth_agent::{AgentEvent, Decision, SystemClock};
 use hearth_engine::native::{self, ModelSource, Vision};
 use hearth_engine::{TaskModel, new_agent};
 use hearth_model::CacheOptions;
-use hearth_protocol::{Outcome, TaskSettings};
+use hearth_protocol::{Outcome, TaskSettings, ToolMode};
 
 use crate::DeviceArgs;
 use crate::saved_page::SavedPage;
@@ -96,6 +97,12 @@ pub fn run(args: AgentArgs) -> Result<(), String> {
         enable_thinking: args.thinking,
         temperature: args.temperature,
         max_new_tokens: args.max_new_tokens,
+        // A saved page has no other tabs: the tab tools are not offered.
+        tool_modes: TaskSettings::default()
+            .tool_modes
+            .into_iter()
+            .chain([READ_TAB, OPEN_TAB, SWITCH_TAB].map(|tool| (tool.to_owned(), ToolMode::Off)))
+            .collect(),
         ..TaskSettings::default()
     };
     let (mut backend, template, tokenizer, context_tokens, sees) = match &args.script {
