@@ -188,44 +188,36 @@ impl ScriptedModel {
 }
 
 /// `reply` with each `{{index:TEXT}}` replaced by the index of the latest snapshot line of
-/// `prompt` that contains TEXT.
+/// `prompt` that contains TEXT, and each `{{tab:TEXT}}` by the number of the latest tab line (the
+/// user's list of tabs, an attached tab, `open_tab`'s result) that contains TEXT: indices and tab
+/// numbers depend on the page and the browser, so scripts name elements and tabs by their text.
 pub fn resolve_indices(reply: &str, prompt: &str) -> Result<String, String> {
-    let mut out = String::new();
-    let mut rest = reply;
-    while let Some(start) = rest.find("{{index:") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + "{{index:".len()..];
-        let end = after.find("}}").ok_or("unclosed {{index: in the test script")?;
-        let needle = &after[..end];
-        let index =
-            prompt.lines().rev().filter(|line| line.contains(needle)).find_map(line_index).ok_or_else(|| {
-                format!("the test script wants an element with {needle:?}, but no snapshot line has it")
-            })?;
-        out.push_str(&index.to_string());
-        rest = &after[end + 2..];
-    }
-    out.push_str(rest);
-    resolve_tabs(&out, prompt)
+    let indices = resolve(reply, prompt, "index", "snapshot", line_index)?;
+    resolve(&indices, prompt, "tab", "tab", crate::tabs::tab_number_in)
 }
 
-/// `reply` with each `{{tab:TEXT}}` replaced by the number of the latest tab line of `prompt`
-/// (the user's list of tabs, an attached tab, `open_tab`'s result) that contains TEXT: tab
-/// numbers are the browser's, so scripts name tabs by their title or address.
-fn resolve_tabs(reply: &str, prompt: &str) -> Result<String, String> {
+/// `reply` with each `{{<tag>:TEXT}}` replaced by `number` of the latest line of `prompt` that
+/// contains TEXT and has one.
+fn resolve(
+    reply: &str,
+    prompt: &str,
+    tag: &str,
+    what: &str,
+    number: fn(&str) -> Option<u32>,
+) -> Result<String, String> {
+    let open = format!("{{{{{tag}:");
     let mut out = String::new();
     let mut rest = reply;
-    while let Some(start) = rest.find("{{tab:") {
+    while let Some(start) = rest.find(&open) {
         out.push_str(&rest[..start]);
-        let after = &rest[start + "{{tab:".len()..];
-        let end = after.find("}}").ok_or("unclosed {{tab: in the test script")?;
+        let after = &rest[start + open.len()..];
+        let end = after.find("}}").ok_or_else(|| format!("unclosed {open} in the test script"))?;
         let needle = &after[..end];
-        let tab = prompt
-            .lines()
-            .rev()
-            .filter(|line| line.contains(needle))
-            .find_map(crate::tabs::tab_number_in)
-            .ok_or_else(|| format!("the test script wants a tab with {needle:?}, but no tab line has it"))?;
-        out.push_str(&tab.to_string());
+        let found =
+            prompt.lines().rev().filter(|line| line.contains(needle)).find_map(number).ok_or_else(|| {
+                format!("the test script wants a {what} line with {needle:?}, but the prompt has none")
+            })?;
+        out.push_str(&found.to_string());
         rest = &after[end + 2..];
     }
     out.push_str(rest);

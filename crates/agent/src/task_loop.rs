@@ -537,13 +537,12 @@ impl Agent {
     fn attached_tabs(&mut self, attached: &[AttachedTab]) -> String {
         let mut text = String::new();
         for tab in attached {
-            let head = format!("Tab {}: {} — {}\n", tab.tab, tab.title, tab.url);
             if let Some(why) = &tab.unreadable {
                 text.push_str(&format!("\n\nThe user attached tab {}, which could not be read: {why}", tab.tab));
                 continue;
             }
             let max = self.config.budget.max_tool_result_tokens;
-            let mut body = head.clone();
+            let mut body = format!("Tab {}: {} — {}\n", tab.tab, tab.title, tab.url);
             let mut sources = Vec::new();
             for passage in &tab.passages {
                 let line = format!("[{}] {}\n", self.next_passage + 1, passage);
