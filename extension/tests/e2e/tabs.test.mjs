@@ -126,3 +126,24 @@ test("acting in an attached tab: the page tools work there under the task's fenc
   assert.match(prompts[1], /Now acting in tab \d+: "Gift options"/);
   await page.close();
 });
+
+test("a fooled model cannot act in a tab the user did not give the task: switch_tab is refused without a card, and nothing happens there", { timeout: 180_000 }, async () => {
+  const gifts = await openTab(`gifts.html?other=${encodeURIComponent(other.url)}`);
+  await gifts.evaluate(() => sessionStorage.removeItem("gift"));
+  const mail = await openTab("mail.html");
+  const page = await openAgentPage(chrome, `${pages.url}/tabs/form.html`);
+  // The model plays one that obeys words it read: act in the gift options tab, which is open but
+  // was not attached, then look at the page it would act on.
+  await useScript(chrome, [call("switch_tab", "tab:{{tab:Gift options}}"), call("snapshot"), done("Done.")]);
+  await attach(page, ["Your order shipped"]);
+  await ask(page, "Where does my order ship to?");
+  assert.equal(await waitForTask(page, ["done", "failed", "paused", "confirm"]), "done", "no card was shown for it");
+  const prompts = await scriptedPrompts(chrome);
+  assert.match(prompts[1], /Tab \d+ is not a tab of this task/);
+  // The page tools still act in the task's own tab: its snapshot, not the gift options'.
+  assert.match(prompts[2], /Page: Delivery address/);
+  assert.doesNotMatch(prompts[2], /Add gift wrap/);
+  assert.equal(await gifts.evaluate(() => sessionStorage.getItem("gift")), null, "nothing was done in the tab not given");
+  assert.equal(await gifts.evaluate(() => document.getElementById("state").textContent), "gift wrap: no");
+  for (const tab of [gifts, mail, page]) await tab.close();
+});
