@@ -1,5 +1,5 @@
-//! `cargo xtask bench [-- <hearth bench flags>]`: builds the `hearth` CLI the way the test step
-//! does (same features, so Burn is not rebuilt) and runs `hearth bench`, which prints the figures
+//! `cargo xtask bench [-- <hearth bench flags>]`: builds the `hearth` CLI with the test step's
+//! features but every crate optimised (the release profile: what users run) and runs `hearth bench`, which prints the figures
 //! for benches/RESULTS.md. The machine and the GPU adapter are named in its first lines.
 //!
 //! `cargo xtask bench -- --browser --model <file.gguf> [--tokens N]` instead builds the extension
@@ -18,7 +18,7 @@ pub fn bench(flags: &[String]) -> Result<(), String> {
     let root = root();
     let flags: Vec<&str> = flags.iter().map(String::as_str).filter(|f| *f != "--").collect();
     if flags.contains(&"--browser") {
-        build::build(&build::Options { release: false, strict: false })?;
+        build::build(&build::Options { optimized: true, ..build::Options::test() })?;
         let mut cmd = process::command("node", &["scripts/bench-browser.mjs"]);
         cmd.args(flags.iter().filter(|f| **f != "--browser")).current_dir(root.join("extension"));
         return process::run(cmd);
@@ -39,7 +39,8 @@ pub fn bench(flags: &[String]) -> Result<(), String> {
     process::run(cmd)
 }
 
-/// Builds `hearth` with the test step's features (so Burn is not rebuilt); its path.
+/// Builds `hearth` with the test step's features (one feature resolution for both) and the
+/// release profile; its path.
 fn build_cli(root: &std::path::Path) -> Result<PathBuf, String> {
     let mut build_cmd = process::command("cargo", &["test", "--release", "--workspace", "--no-run"]);
     build_cmd.current_dir(root);

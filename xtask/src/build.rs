@@ -10,9 +10,30 @@ pub struct Options {
     /// A release build: `wasm-opt -Oz` when binaryen is installed (slow: minutes), and no bundled
     /// test model. Other builds carry crates/model/fixtures/tiny-chat for the end-to-end tests.
     pub release: bool,
+    /// Every crate at opt-level 3 (Cargo's release profile), as release builds are. Otherwise the
+    /// crates that only define kernels are compiled unoptimised ([`FAST_BUILD_PROFILE`]): test builds.
+    pub optimized: bool,
     /// `cargo xtask test` (CI): a stale generated declaration of the wasm exports fails the build
     /// (it is updated all the same); other builds update it and say so.
     pub strict: bool,
+}
+
+/// Cargo.toml's profile for test builds: the release profile with the crates that only define
+/// kernels for cubecl's JIT at opt-level 0 (a quarter of their compile time; their code runs once a
+/// kernel, not per token). Native tests, the test wasm and `cargo xtask run` use it.
+pub const FAST_BUILD_PROFILE: &str = "fast-build";
+
+impl Options {
+    /// A build with the test features (scripted model, test exports, bundled test model), compiled
+    /// fast: what `cargo xtask test`, `build` and `run` make.
+    pub fn test() -> Self {
+        Options { release: false, optimized: false, strict: false }
+    }
+
+    /// The Cargo profile this build compiles with.
+    pub fn cargo_profile(&self) -> &'static str {
+        if self.release || self.optimized { "release" } else { FAST_BUILD_PROFILE }
+    }
 }
 
 /// The tiny model (random weights, real formats) that test builds bundle.
@@ -25,7 +46,7 @@ pub const TEST_ASSISTANT: &str = "crates/model/fixtures/tiny-chat-assistant";
 pub fn build(options: &Options) -> Result<PathBuf, String> {
     let root = root();
     npm_ci_if_needed(&root)?;
-    let wasm = WasmBuild::start(&root, None, options.release)?.wait()?;
+    let wasm = WasmBuild::start(&root, None, options)?.wait()?;
     assemble(&root, &wasm, options)
 }
 
@@ -125,7 +146,7 @@ pub fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"))
 }
 
-/// A running compilation of crates/offscreen for wasm32 (release mode). `cargo xtask test` starts
+/// A running compilation of crates/offscreen for wasm32. `cargo xtask test` starts
 /// it first so that it shares the two cores with the native build instead of following it.
 pub struct WasmBuild {
     job: process::Background,
@@ -134,8 +155,8 @@ pub struct WasmBuild {
 
 impl WasmBuild {
     /// Starts the build; its output goes to `log` when given, else to the terminal.
-    pub fn start(root: &Path, log: Option<&Path>, release: bool) -> Result<Self, String> {
-        let (cmd, wasm) = wasm_command(root, release)?;
+    pub fn start(root: &Path, log: Option<&Path>, options: &Options) -> Result<Self, String> {
+        let (cmd, wasm) = wasm_command(root, options)?;
         eprintln!("xtask: compiling the offscreen engine for wasm32");
         Ok(WasmBuild { job: process::Background::start(cmd, log)?, wasm })
     }
@@ -173,7 +194,7 @@ pub fn wasm_features(release: bool) -> &'static [&'static str] {
     if release { &[] } else { &["scripted", "test-exports"] }
 }
 
-fn wasm_command(root: &Path, release: bool) -> Result<(Command, PathBuf), String> {
+fn wasm_command(root: &Path, options: &Options) -> Result<(Command, PathBuf), String> {
     // Its own target dir: a different target and often a different rustc than the native build;
     // and one per checkout (`checkout_key`).
     let target_dir = target_dir(root).join("wasm").join(checkout_key(root));
@@ -183,12 +204,14 @@ fn wasm_command(root: &Path, release: bool) -> Result<(Command, PathBuf), String
         toolchain::WasmToolchain::BuildStd { cargo, .. } => Command::new(cargo),
     };
     cmd.current_dir(root)
-        .args(["build", "--release", "--target", "wasm32-unknown-unknown", "-p", "hearth-offscreen", "--target-dir"])
+        .args(["build", "--profile", options.cargo_profile(), "--target", "wasm32-unknown-unknown", "-p", "hearth-offscreen"])
+        .arg("--target-dir")
         .arg(&target_dir);
     // Panics abort in the browser (a smaller module, and build-std's panic_abort runtime); native
     // builds keep Cargo's default so that tests and binaries share one dependency graph.
-    cmd.env("CARGO_PROFILE_RELEASE_PANIC", "abort");
-    let features = wasm_features(release);
+    let profile_env = options.cargo_profile().to_uppercase().replace('-', "_");
+    cmd.env(format!("CARGO_PROFILE_{profile_env}_PANIC"), "abort");
+    let features = wasm_features(options.release);
     if !features.is_empty() {
         cmd.arg("--features").arg(features.join(","));
     }
@@ -200,7 +223,8 @@ fn wasm_command(root: &Path, release: bool) -> Result<(Command, PathBuf), String
         // rustup's proxies would otherwise pick their own toolchain for nested calls.
         cmd.env_remove("RUSTUP_TOOLCHAIN").env_remove("CARGO");
     }
-    Ok((cmd, target_dir.join("wasm32-unknown-unknown/release/hearth_offscreen.wasm")))
+    let wasm = target_dir.join("wasm32-unknown-unknown").join(options.cargo_profile()).join("hearth_offscreen.wasm");
+    Ok((cmd, wasm))
 }
 
 /// Exports of the offscreen module that only test builds (the `scripted` and `test-exports`

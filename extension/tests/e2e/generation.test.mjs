@@ -21,7 +21,7 @@ const MAX_TOKENS = 24;
 
 /** Greedy ids from the native CLI (`hearth generate --print-ids`) on the CPU backend. */
 function nativeGreedy() {
-  const cli = process.env.HEARTH_CLI ?? resolve(import.meta.dirname, "../../../target/release/hearth");
+  const cli = process.env.HEARTH_CLI ?? resolve(import.meta.dirname, "../../../target/fast-build/hearth");
   const args = ["generate", "--model", MODEL_DIR, "--prompt", PROMPT, "--chat", "--max-tokens", String(MAX_TOKENS), "--print-ids", "--cpu"];
   const run = spawnSync(cli, args, { encoding: "utf8" });
   assert.equal(run.status, 0, `${cli} failed: ${run.error ?? run.stderr}`);

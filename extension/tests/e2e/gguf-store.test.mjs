@@ -30,7 +30,7 @@ const MAX_TOKENS = 12;
 
 /** Greedy ids from the native CLI (`hearth generate --print-ids`) on the CPU backend. */
 function nativeGreedy() {
-  const cli = process.env.HEARTH_CLI ?? join(ROOT, "target/release/hearth");
+  const cli = process.env.HEARTH_CLI ?? join(ROOT, "target/fast-build/hearth");
   const model = join(GGUF_DIR, FILE.path);
   const args = ["generate", "--model", model, "--prompt", PROMPT, "--chat", "--max-tokens", String(MAX_TOKENS), "--print-ids", "--cpu"];
   const run = spawnSync(cli, args, { encoding: "utf8" });
