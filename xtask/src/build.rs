@@ -204,8 +204,8 @@ fn wasm_command(root: &Path, options: &Options) -> Result<(Command, PathBuf), St
         toolchain::WasmToolchain::BuildStd { cargo, .. } => Command::new(cargo),
     };
     cmd.current_dir(root)
-        .args(["build", "--profile", options.cargo_profile(), "--target", "wasm32-unknown-unknown", "-p", "hearth-offscreen"])
-        .arg("--target-dir")
+        .args(["build", "--profile", options.cargo_profile(), "--target", "wasm32-unknown-unknown"])
+        .args(["-p", "hearth-offscreen", "--target-dir"])
         .arg(&target_dir);
     // Panics abort in the browser (a smaller module, and build-std's panic_abort runtime); native
     // builds keep Cargo's default so that tests and binaries share one dependency graph.
